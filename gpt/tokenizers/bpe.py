@@ -1,0 +1,328 @@
+"""Byte-level Byte Pair Encoding, as used by GPT-2.
+
+Byte Pair Encoding (Gage, 1994; applied to subwords by Sennrich et al., 2016) starts from a base
+alphabet and repeatedly *merges* the most frequent adjacent pair of tokens into a new token,
+recording each merge. Encoding replays the merges, lowest rank (earliest learned) first.
+
+GPT-2 (Radford et al., 2019) made two choices that this class follows:
+
+* The base alphabet is the 256 byte values of the UTF-8 encoding. Any string is a sequence of
+  bytes, so there is never an unknown token, and decoding is exact.
+* Text is first cut into pre-tokens by a regular expression (see ``pretokenize.py``), and merges
+  happen only inside a pre-token, so tokens do not span "dog" and "." at once.
+
+Training, done naively, recounts all pairs after every merge: O(merges x corpus). Here it is
+incremental. Pre-tokens are counted first, so the work is over *distinct* words with a frequency
+each. We keep
+
+* ``counts``: pair -> number of occurrences (weighted by word frequency),
+* ``where``: pair -> indices of the words that contain it (a superset; stale entries are
+  harmless because a merge rescans only those words),
+* a heap of (-count, pair) to find the most frequent pair. Entries go stale as counts change;
+  when the top entry's count is out of date it is pushed back with the current count. This is
+  sound because a merge only ever *lowers* the count of an existing pair: every pair it creates
+  contains the new token, and those new pairs are pushed fresh.
+
+A merge then rewrites only the words that contain the pair and adjusts the counts of the pairs
+around each occurrence. Ties between equally frequent pairs go to the smaller (id, id) pair, so
+training is deterministic.
+
+Encoding caches the token ids of each distinct pre-token; natural text repeats its words so
+often that most pre-tokens are cache hits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .pretokenize import GPT2_PATTERN, bytes_to_text, compile_pattern, text_to_bytes
+
+Pair = tuple[int, int]
+
+_CACHE_LIMIT = 1 << 18  # distinct pre-tokens kept in the encode cache before it is cleared
+
+
+class ByteBPE(Tokenizer):
+    """Byte-level BPE tokenizer.
+
+    ``vocab`` maps each ordinary token id to its bytes; ``merges`` lists merged pairs of ids in
+    the order they were learned (rank 0 first), and each merge's result must be in ``vocab``.
+    """
+
+    kind = "byte_bpe"
+
+    def __init__(
+        self,
+        vocab: dict[int, bytes],
+        merges: Sequence[Pair],
+        special_tokens: dict[str, int] | None = None,
+        pattern: str = GPT2_PATTERN,
+        add_prefix_space: bool = False,
+        ignore_merges: bool = False,
+    ):
+        super().__init__(special_tokens)
+        self.vocab = dict(vocab)
+        self.merges = [tuple(m) for m in merges]
+        self.pattern = pattern
+        self.add_prefix_space = add_prefix_space
+        self.ignore_merges = ignore_merges
+        self._split = compile_pattern(pattern).findall
+        self._check_ids_layout()
+        self.bytes_to_id = {b: i for i, b in self.vocab.items()}
+        # byte value -> id of its one-byte token (None if the vocabulary lacks it)
+        self.byte_ids = [self.bytes_to_id.get(bytes([b])) for b in range(256)]
+        self.ranks: dict[Pair, tuple[int, int]] = {}
+        for rank, (a, b) in enumerate(self.merges):
+            if a not in self.vocab or b not in self.vocab:
+                raise TokenizerError(f"merge {rank} ({a}, {b}) uses an id missing from vocab")
+            merged = self.bytes_to_id.get(self.vocab[a] + self.vocab[b])
+            if merged is None:
+                raise TokenizerError(f"merge {rank} ({a}, {b}) produces a token not in vocab")
+            self.ranks.setdefault((a, b), (rank, merged))
+        self._cache: dict[str, list[int]] = {}
+
+    def _check_ids_layout(self) -> None:
+        ids = set(self.vocab) | set(self.special.values())
+        if len(ids) != len(self.vocab) + len(self.special):
+            raise TokenizerError("a special token shares its id with an ordinary token")
+        if ids != set(range(len(ids))):
+            raise TokenizerError(f"token ids are not 0..{len(ids) - 1} without gaps")
+        if len(set(self.vocab.values())) != len(self.vocab):
+            raise TokenizerError("two token ids have the same bytes")
+
+    # ----- training ----------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        text_or_iterator: str | Iterable[str],
+        vocab_size: int,
+        special_tokens: Sequence[str] = (),
+        pattern: str = GPT2_PATTERN,
+        verbose: bool = False,
+    ) -> ByteBPE:
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from the text.
+
+        Ids 0..255 are the bytes, then the merges in order, then the special tokens. Special
+        tokens appearing in the training text are cut out and not merged into anything.
+        """
+        specials = check_special_tokens(special_tokens)
+        n_merges = vocab_size - 256 - len(specials)
+        if n_merges < 0:
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is below the base alphabet: 256 bytes + "
+                f"{len(specials)} special tokens = {256 + len(specials)}"
+            )
+        split = compile_pattern(pattern).findall
+        special_re = _special_splitter(specials)
+        word_counts: Counter[str] = Counter()
+        for chunk in iter_texts(text_or_iterator):
+            for part in special_re.split(chunk) if special_re else (chunk,):
+                word_counts.update(split(part))
+        if not word_counts:
+            raise TokenizerError("cannot train on empty text")
+
+        words = [list(w.encode("utf-8")) for w in word_counts]
+        freqs = list(word_counts.values())
+        merges = _learn_merges(words, freqs, n_merges, verbose)
+        if len(merges) < n_merges:
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is more than the text supports: it has only "
+                f"{len(merges)} distinct mergeable pairs, so at most "
+                f"{256 + len(merges) + len(specials)} tokens"
+            )
+        vocab = {i: bytes([i]) for i in range(256)}
+        for k, (a, b) in enumerate(merges):
+            vocab[256 + k] = vocab[a] + vocab[b]
+        n = len(vocab)
+        return cls(vocab, merges, {t: n + k for k, t in enumerate(specials)}, pattern)
+
+    # ----- encoding ----------------------------------------------------------------------------
+
+    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
+        if self.add_prefix_space and not text.startswith(" "):
+            text = " " + text
+        cache = self._cache
+        ids: list[int] = []
+        for word in self._split(text):
+            try:
+                ids.extend(cache[word])
+            except KeyError:
+                word_ids = self._encode_word(word)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = word_ids
+                ids.extend(word_ids)
+        return ids
+
+    def _encode_word(self, word: str) -> list[int]:
+        """Bytes of one pre-token, then apply merges by rank until none applies."""
+        if self.ignore_merges:
+            whole = self.bytes_to_id.get(word.encode("utf-8"))
+            if whole is not None:
+                return [whole]
+        byte_ids = self.byte_ids
+        # a byte without a one-byte token (possible only in foreign files) is dropped
+        ids = [i for i in (byte_ids[b] for b in word.encode("utf-8")) if i is not None]
+        ranks = self.ranks
+        while len(ids) >= 2:
+            best = None
+            for pair in zip(ids, ids[1:]):
+                r = ranks.get(pair)
+                if r is not None and (best is None or r < best):
+                    best = r
+            if best is None:
+                break
+            rank, new_id = best
+            a, b = self.merges[rank]
+            out = []
+            i, n = 0, len(ids)
+            while i < n:
+                if ids[i] == a and i + 1 < n and ids[i + 1] == b:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            ids = out
+        return ids
+
+    # ----- decoding and lookups ----------------------------------------------------------------
+
+    def _decode_pieces(self, ids: list[int]) -> str:
+        vocab = self.vocab
+        return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The raw bytes behind the ids (special tokens as their UTF-8)."""
+        ids = self.check_ids(ids)
+        sb = self._special_by_id
+        return b"".join(sb[i].encode() if i in sb else self.vocab[i] for i in ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab) + len(self.special)
+
+    def token_bytes(self, i: int) -> bytes:
+        (i,) = self.check_ids([i])
+        if i in self._special_by_id:
+            return self._special_by_id[i].encode("utf-8")
+        return self.vocab[i]
+
+    def id_to_token(self, i: int) -> str:
+        """The token's printable spelling: specials as-is, others in GPT-2's byte alphabet."""
+        (i,) = self.check_ids([i])
+        if i in self._special_by_id:
+            return self._special_by_id[i]
+        return bytes_to_text(self.vocab[i])
+
+    def token_to_id(self, token: str) -> int:
+        if token in self.special:
+            return self.special[token]
+        try:
+            i = self.bytes_to_id.get(text_to_bytes(token))
+        except KeyError:
+            i = None
+        if i is None:
+            raise TokenizerError(f"token {token!r} is not in the vocabulary")
+        return i
+
+
+def _special_splitter(specials: list[str]):
+    import re
+
+    if not specials:
+        return None
+    return re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
+
+
+def _learn_merges(
+    words: list[list[int]], freqs: list[int], n_merges: int, verbose: bool = False
+) -> list[Pair]:
+    """The incremental BPE training loop described in the module docstring.
+
+    ``words`` are rewritten in place. Returns the merged pairs in order; new token ids are
+    256, 257, ... in merge order.
+    """
+    counts: dict[Pair, int] = {}
+    where: dict[Pair, set[int]] = {}
+    for wi, (w, f) in enumerate(zip(words, freqs)):
+        for pair in zip(w, w[1:]):
+            counts[pair] = counts.get(pair, 0) + f
+            s = where.get(pair)
+            if s is None:
+                where[pair] = {wi}
+            else:
+                s.add(wi)
+    heap = [(-c, p) for p, c in counts.items()]
+    heapq.heapify(heap)
+
+    merges: list[Pair] = []
+    new_id = 256
+    while len(merges) < n_merges and heap:
+        neg, pair = heapq.heappop(heap)
+        current = counts.get(pair, 0)
+        if current <= 0:
+            continue
+        if -neg != current:  # stale entry: counts only fall, so re-queue at the true count
+            heapq.heappush(heap, (-current, pair))
+            continue
+        a, b = pair
+        merges.append(pair)
+        if verbose and len(merges) % 500 == 0:
+            print(f"merge {len(merges)}/{n_merges}: {pair} -> {new_id} ({current})")
+        touched: set[Pair] = set()
+        for wi in where.pop(pair):
+            w = words[wi]
+            if len(w) < 2:
+                continue
+            f = freqs[wi]
+            out: list[int] = []
+            i, n = 0, len(w)
+            found = False
+            while i < n:
+                if w[i] == a and i + 1 < n and w[i + 1] == b:
+                    found = True
+                    # the pair itself disappears
+                    counts[pair] -= f
+                    # left neighbour: (x, a) becomes (x, new)
+                    if out:
+                        x = out[-1]
+                        left_old, left_new = (x, a), (x, new_id)
+                        counts[left_old] -= f
+                        counts[left_new] = counts.get(left_new, 0) + f
+                        touched.add(left_new)
+                        _add_where(where, left_new, wi)
+                    # right neighbour: (b, y) becomes (new, y)
+                    if i + 2 < n:
+                        y = w[i + 2]
+                        right_old, right_new = (b, y), (new_id, y)
+                        counts[right_old] -= f
+                        counts[right_new] = counts.get(right_new, 0) + f
+                        touched.add(right_new)
+                        _add_where(where, right_new, wi)
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            if found:
+                words[wi] = out
+        del counts[pair]
+        for p in touched:
+            c = counts[p]
+            if c > 0:
+                heapq.heappush(heap, (-c, p))
+        new_id += 1
+    return merges
+
+
+def _add_where(where: dict[Pair, set[int]], pair: Pair, wi: int) -> None:
+    s = where.get(pair)
+    if s is None:
+        where[pair] = {wi}
+    else:
+        s.add(wi)

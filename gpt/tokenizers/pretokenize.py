@@ -1,0 +1,95 @@
+"""Pre-tokenization: cutting text into words before any subword algorithm runs.
+
+Subword merges should not cross word boundaries: ``"dog."`` and ``"dog!"`` ought to share the
+token ``"dog"`` instead of each growing its own ``"g."`` / ``"g!"``. So text is first split by a
+regular expression into pre-tokens, and the subword algorithm runs inside each one.
+
+GPT-2's pattern (Radford et al., 2019, released with the model) splits off English contractions,
+runs of letters, runs of digits and runs of other symbols, each with at most one leading space,
+plus whitespace runs. It needs Unicode property classes (``\\p{L}`` letters, ``\\p{N}``
+numbers), which the third-party ``regex`` module provides and the stdlib ``re`` lacks.
+
+This file also holds GPT-2's ``bytes_to_unicode`` table, a fixed bijection from the 256 byte
+values to 256 printable characters. Byte-level BPE files (``vocab.json``, ``merges.txt``,
+Hugging Face ``tokenizer.json``) store byte strings through it so they remain readable text.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import regex
+
+#: GPT-2's pre-tokenizer pattern (the default for ByteBPE).
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+#: SentencePiece's stand-in for a space: spaces become this character so they can live inside
+#: tokens, and decoding turns it back into a space.
+METASPACE = "\u2581"
+
+#: The Unigram pre-tokenizer: like GPT-2's, but applied after spaces became METASPACE, so a word
+#: keeps its leading "▁" (letters, numbers and other symbols each form their own runs).
+UNIGRAM_PATTERN = (
+    rf"{METASPACE}?\p{{L}}+|{METASPACE}?\p{{N}}+|{METASPACE}?[^\s\p{{L}}\p{{N}}{METASPACE}]+"
+    rf"|\s+|{METASPACE}"
+)
+
+#: Hugging Face's ``Metaspace(split=True)`` expressed as a pattern: each piece starts at a "▁".
+METASPACE_SPLIT_PATTERN = rf"{METASPACE}?[^{METASPACE}]+|{METASPACE}"
+
+
+@lru_cache(maxsize=64)
+def compile_pattern(pattern: str) -> regex.Pattern:
+    """Compile (and cache) a pre-tokenizer pattern, with a clear error if it is invalid."""
+    from .base import TokenizerError
+
+    try:
+        return regex.compile(pattern)
+    except regex.error as e:
+        raise TokenizerError(f"invalid pre-tokenizer pattern {pattern!r}: {e}") from None
+
+
+def pretokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
+    """Split ``text`` into pre-tokens. Joining them gives back ``text`` when the pattern covers
+    every character (GPT-2's does: its last alternative ``\\s+`` catches the leftovers)."""
+    return compile_pattern(pattern).findall(text)
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """The GPT-2 byte -> printable character table.
+
+    Bytes that are already printable, non-space Latin-1 characters ('!'..'~', '¡'..'¬',
+    '®'..'ÿ') map to themselves; the remaining 68 (control bytes, space, and a few others) map to
+    code points 256, 257, ... in byte order. The result is a bijection over all 256 bytes.
+    """
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+@lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    """The inverse of ``bytes_to_unicode``."""
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def bytes_to_text(b: bytes) -> str:
+    """Bytes to their GPT-2 printable spelling, e.g. b' hi' -> 'Ġhi'."""
+    table = bytes_to_unicode()
+    return "".join(table[x] for x in b)
+
+
+def text_to_bytes(s: str) -> bytes:
+    """The inverse of ``bytes_to_text``; raises KeyError for a character outside the table."""
+    table = unicode_to_bytes()
+    return bytes(table[c] for c in s)
