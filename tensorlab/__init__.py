@@ -1,0 +1,101 @@
+"""tensorlab: a reverse-mode tensor autograd engine on NumPy (CPU) and CuPy (GPU).
+
+Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a graph node),
+``ops/`` (every op's forward and backward), ``autograd.py`` (the backward pass),
+``gradcheck.py`` (how we know the gradients are right).
+"""
+
+# tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
+from tensorlab.tensor import Tensor, split, where  # isort: skip
+from tensorlab.autograd import (
+    backward,
+    detect_anomaly,
+    enable_grad,
+    grad,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from tensorlab.backend import DEFAULT_DTYPE, cuda_available, manual_seed
+from tensorlab.creation import (
+    arange,
+    eye,
+    from_dlpack,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from tensorlab.function import AnomalyError, Function
+from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from tensorlab.ops.linalg import einsum
+from tensorlab.ops.shape import concatenate, stack
+
+float32 = "float32"
+float64 = "float64"
+int64 = "int64"
+
+cat = concatenate
+
+
+def draw(*args, **kwargs):
+    """Draw the graph that produced a tensor (see :func:`tensorlab.draw.draw`)."""
+    from tensorlab.draw import draw as _draw
+
+    return _draw(*args, **kwargs)
+
+
+def exp(x: Tensor) -> Tensor:
+    return x.exp()
+
+
+def log(x: Tensor) -> Tensor:
+    return x.log()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def maximum(a: Tensor, b) -> Tensor:
+    return a.maximum(b)
+
+
+def minimum(a: Tensor, b) -> Tensor:
+    return a.minimum(b)
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    return a @ b
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return x.softmax(axis)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return x.log_softmax(axis)
+
+
+def tril(x: Tensor, k: int = 0) -> Tensor:
+    return x.tril(k)
+
+
+def triu(x: Tensor, k: int = 0) -> Tensor:
+    return x.triu(k)

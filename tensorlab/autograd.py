@@ -1,0 +1,311 @@
+"""The backward pass: walk the graph from the output back to the leaves, applying the chain rule.
+
+The graph's nodes are the :class:`~tensorlab.function.Function` objects that made each
+non-leaf tensor, plus the leaf tensors themselves. ``backward`` does three things:
+
+1. Order the nodes so that each comes after every node that uses its output (a reverse
+   topological order, found by an iterative depth-first search: no recursion, so a chain of
+   100,000 ops is fine).
+2. Walk that order carrying one gradient per node: a node's gradient is complete once every
+   consumer has sent its share (they are summed), and then its ``backward`` turns it into one
+   gradient per input. A gradient whose shape differs from its input's (broadcasting) is
+   summed back with ``sum_to`` — the one place broadcasting is undone.
+3. Accumulate into ``.grad`` at the leaves, and free what the nodes saved unless
+   ``retain_graph=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from tensorlab import function
+from tensorlab.backend import xp_of
+from tensorlab.function import AnomalyError, creation_site
+from tensorlab.tensor import Tensor
+
+_FREED = (
+    "{op}: trying to backward through the graph a second time, but its saved tensors were "
+    "freed by the first backward. Pass retain_graph=True to the first backward() if you need "
+    "to backward through this graph again."
+)
+
+
+def _node_of(t: Tensor):
+    return t._ctx if t._ctx is not None else t
+
+
+def topological_order(roots: Sequence) -> list:
+    """Nodes reachable from ``roots``, each listed after all of its inputs' nodes."""
+    order, seen = [], set()
+    stack = [(r, False) for r in roots]
+    push, pop, append, mark = stack.append, stack.pop, order.append, seen.add
+    while stack:
+        node, expanded = pop()
+        if expanded:
+            append(node)
+            continue
+        if id(node) in seen:
+            continue
+        mark(id(node))
+        push((node, True))
+        if node.__class__ is Tensor:
+            continue
+        inputs = node.inputs
+        if inputs is None:  # freed by an earlier backward: the structure survives in .parents
+            for p in node.parents:
+                if id(p) not in seen:
+                    push((p, False))
+            continue
+        for t in inputs:
+            if t.requires_grad:
+                p = t._ctx if t._ctx is not None else t
+                if id(p) not in seen:
+                    push((p, False))
+    return order
+
+
+def _run_hooks(hooks, g: Tensor) -> Tensor:
+    for hook in hooks:
+        new = hook(g)
+        if new is not None:
+            if new.shape != g.shape:
+                raise RuntimeError(
+                    f"a hook returned a gradient of shape {new.shape}; the "
+                    f"tensor's gradient has shape {g.shape}"
+                )
+            g = new
+    return g
+
+
+def _free(node) -> None:
+    """Drop what ``node`` saved for backward, keeping only the graph's structure."""
+    inputs = node.inputs
+    if inputs is None:
+        return
+    node.parents = tuple([t._ctx if t._ctx is not None else t for t in inputs if t.requires_grad])
+    for t in inputs:
+        # An input made by an op whose backward has not run yet may be that op's only
+        # reference to its own output: keep it alive until then.
+        ctx = t._ctx
+        if ctx is not None and ctx.inputs is not None:
+            ctx._keep = t
+    node.inputs = None
+    node._keep = None
+
+
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None):
+    """The engine behind :meth:`Tensor.backward` and :func:`grad`.
+
+    With ``inputs`` given, their gradients are returned and no ``.grad`` is touched.
+    """
+    order = topological_order([_node_of(r) for r in roots])
+    pending: dict[int, Tensor] = {}
+    for r, g in zip(roots, root_grads):
+        k = id(_node_of(r))
+        pending[k] = g if k not in pending else pending[k] + g
+    capture = None
+    if inputs is not None:
+        capture = {id(_node_of(t)): i for i, t in enumerate(inputs)}
+        results = [None] * len(inputs)
+    stored: set[int] = set()
+    anomaly = function.anomaly_enabled
+    trace = _trace[0]
+
+    saved_mode = function.grad_enabled
+    function.grad_enabled = create_graph
+    try:
+        for node in reversed(order):
+            g = pending.pop(id(node), None)
+            if g is None:
+                continue
+            if node.__class__ is Tensor:  # a leaf
+                if node._hooks:
+                    g = _run_hooks(node._hooks, g)
+                if capture is not None:
+                    if id(node) in capture:
+                        results[capture[id(node)]] = g
+                    continue
+                if not create_graph and (
+                    g.requires_grad or g.data.base is not None or id(g) in stored
+                ):
+                    g = Tensor._wrap(g.data.copy())  # never alias another gradient's memory
+                stored.add(id(g))
+                node.grad = g if node.grad is None else node.grad + g
+                continue
+
+            out = node._output_ref()
+            if out is not None:
+                if out._hooks:
+                    g = _run_hooks(out._hooks, g)
+                if out._retains_grad:
+                    out.grad = g if out.grad is None else out.grad + g
+            if capture is not None and id(node) in capture:
+                results[capture[id(node)]] = g
+            ins = node.inputs
+            if ins is None:
+                raise RuntimeError(_FREED.format(op=node.name))
+            for t, v in zip(ins, node._versions):
+                if t._version != v:
+                    raise RuntimeError(
+                        f"{node.name}: an input of shape {t.shape} saved for backward was "
+                        f"modified in place (its version went from {v} to {t._version}) after "
+                        "the forward pass; make a copy before changing it"
+                    )
+            grads = type(node).backward(node, g)
+            if grads.__class__ is not tuple:
+                grads = (grads,)
+            if trace is not None:
+                trace(node, g, grads)
+            for t, gi in zip(ins, grads):
+                if gi is None or not t.requires_grad:
+                    continue
+                if gi.__class__ is not Tensor:
+                    gi = Tensor._wrap(gi)
+                if gi.shape != t.shape:
+                    gi = gi.sum_to(t.shape)
+                if anomaly:
+                    _check_grad(node, gi)
+                k = id(t._ctx if t._ctx is not None else t)
+                prev = pending.get(k)
+                pending[k] = gi if prev is None else prev + gi
+    finally:
+        function.grad_enabled = saved_mode
+        if not retain_graph:
+            for node in order:
+                if node.__class__ is not Tensor:
+                    _free(node)
+    if capture is not None:
+        return results
+    return None
+
+
+def _check_grad(node, g: Tensor) -> None:
+    if not bool(xp_of(g.data).isfinite(g.data).all()):
+        raise AnomalyError(
+            f"{node.name} produced NaN or Inf in its backward (gradient of "
+            f"shape {g.shape})\n{creation_site(node)}"
+        )
+
+
+def _root_grad(t: Tensor, grad, what: str) -> Tensor:
+    if not t.requires_grad:
+        raise RuntimeError(
+            f"{what}: the tensor does not require grad and has no grad_fn; no input that "
+            "requires grad was used to compute it (or it was computed under no_grad)"
+        )
+    if grad is None:
+        if t.size != 1:
+            raise RuntimeError(
+                f"{what}: the output has shape {t.shape}; backward() without an argument is "
+                "only for scalars. Reduce it (e.g. .sum()) or pass grad= of the same shape"
+            )
+        return Tensor._wrap(xp_of(t.data).ones_like(t.data))
+    g = grad if isinstance(grad, Tensor) else Tensor._wrap(_as_array(grad, t))
+    if g.shape != t.shape:
+        raise RuntimeError(f"{what}: grad has shape {g.shape} but the output has shape {t.shape}")
+    return g
+
+
+def _as_array(x, like: Tensor):
+    return xp_of(like.data).asarray(x, dtype=like.dtype)
+
+
+def backward(
+    tensor: Tensor, grad=None, retain_graph: bool = False, create_graph: bool = False
+) -> None:
+    """Backpropagate from ``tensor``; see :meth:`Tensor.backward`."""
+    g = _root_grad(tensor, grad, "backward")
+    run_backward(
+        [tensor], [g], retain_graph=retain_graph or create_graph, create_graph=create_graph
+    )
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple[Tensor, ...]:
+    """Gradients of ``outputs`` with respect to ``inputs``, returned instead of stored.
+
+    With ``create_graph=True`` the returned gradients are themselves differentiable, so
+    ``grad(grad(f(x), x, create_graph=True)[0].sum(), x)`` is a second derivative.
+    """
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    roots = [_root_grad(o, g, "grad") for o, g in zip(outputs, grad_outputs)]
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"grad: input {i} (shape {t.shape}) does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    results = run_backward(outputs, roots, retain_graph, create_graph, inputs=inputs)
+    for i, r in enumerate(results):
+        if r is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: input {i} (shape {inputs[i].shape}) was not used to "
+                "compute the outputs; pass allow_unused=True to get None"
+            )
+    return tuple(results)
+
+
+# ------------------------------------------------------------------ grad mode
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Turn graph recording on or off inside a ``with`` block (or a decorated function)."""
+
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def __enter__(self):
+        self.prev = function.grad_enabled
+        function.grad_enabled = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        function.grad_enabled = self.prev
+        return False
+
+
+class no_grad(set_grad_enabled):
+    """Record no graph: for evaluation and parameter updates. Usable as a decorator."""
+
+    def __init__(self):
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    """Record the graph again inside a ``no_grad`` region."""
+
+    def __init__(self):
+        super().__init__(True)
+
+
+def is_grad_enabled() -> bool:
+    return function.grad_enabled
+
+
+class detect_anomaly(contextlib.ContextDecorator):
+    """Inside this block, the first op whose forward or backward makes NaN or Inf raises an
+    :class:`AnomalyError` naming the op and the line of user code that created it.
+    (Slower: every op records its creation stack and checks its result.)"""
+
+    def __enter__(self):
+        self.prev = function.anomaly_enabled
+        function.anomaly_enabled = True
+        return self
+
+    def __exit__(self, *exc):
+        function.anomaly_enabled = self.prev
+        return False
+
+
+# ------------------------------------------------------------------ tracing hook
+_trace: list = [None]  # a callable(node, grad_in, grads_out) while a trace is active

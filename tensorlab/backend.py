@@ -1,0 +1,102 @@
+"""Backends: which array module (NumPy or CuPy) holds a tensor's data.
+
+A tensor's device is a property of its array: a ``numpy.ndarray`` lives on ``"cpu"``, a
+``cupy.ndarray`` on ``"cuda"``. Ops never import numpy or cupy for math; they ask
+:func:`xp_of` for the module that owns their input arrays, so one op definition serves both.
+
+This module also owns the random number generators (one per device), so that
+:func:`manual_seed` makes every random draw reproducible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # CuPy is optional: installed with the ``cuda`` extra, usable only with a GPU.
+    import cupy as _cupy
+
+    try:
+        _cupy.cuda.runtime.getDeviceCount()
+        cupy = _cupy
+    except Exception:  # installed, but no GPU or no driver
+        cupy = None
+except ImportError:
+    cupy = None
+
+DEFAULT_DTYPE = np.float32
+DEVICES = ("cpu", "cuda")
+
+# type(array) -> array module. Filled lazily so that NumPy scalar types
+# (np.float32(1.0) and friends, which reductions may return) also map to numpy.
+_XP: dict[type, object] = {np.ndarray: np}
+
+
+def cuda_available() -> bool:
+    """True when CuPy is installed and a CUDA device answers."""
+    return cupy is not None
+
+
+def xp_of(array) -> object:
+    """The array module (``numpy`` or ``cupy``) that owns ``array``."""
+    try:
+        return _XP[type(array)]
+    except KeyError:
+        pass
+    if isinstance(array, np.generic | np.ndarray):
+        xp = np
+    elif cupy is not None and isinstance(array, cupy.ndarray):
+        xp = cupy
+    else:
+        raise TypeError(f"expected a numpy or cupy array, got {type(array).__name__}")
+    _XP[type(array)] = xp
+    return xp
+
+
+def device_of(array) -> str:
+    """``"cpu"`` for NumPy arrays, ``"cuda"`` for CuPy arrays."""
+    return "cpu" if xp_of(array) is np else "cuda"
+
+
+def xp_for(device: str) -> object:
+    """The array module for a device name, with a clear error if it is unavailable."""
+    if device == "cpu":
+        return np
+    if device == "cuda" or device.startswith("cuda:"):
+        if cupy is None:
+            raise RuntimeError(
+                "device 'cuda' needs CuPy and a CUDA GPU; install the extra with "
+                "pip install -e '.[cuda]' on a machine with an NVIDIA GPU"
+            )
+        return cupy
+    raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+
+
+def to_device(array, device: str):
+    """Copy ``array`` to ``device`` (no copy if it is already there)."""
+    xp = xp_for(device)
+    if xp_of(array) is xp:
+        return array
+    if xp is np:
+        return cupy.asnumpy(array)
+    return cupy.asarray(array)
+
+
+# ---------------------------------------------------------------- random numbers
+_generators: dict[str, object] = {}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the random generators of every device, for reproducible runs."""
+    _generators["cpu"] = np.random.default_rng(seed)
+    if cupy is not None:
+        _generators["cuda"] = cupy.random.default_rng(seed)
+
+
+def generator(device: str = "cpu"):
+    """The random generator of ``device`` (seeded from entropy until :func:`manual_seed`)."""
+    gen = _generators.get(device)
+    if gen is None:
+        xp = xp_for(device)
+        gen = np.random.default_rng() if xp is np else cupy.random.default_rng()
+        _generators[device] = gen
+    return gen

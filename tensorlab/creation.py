@@ -1,0 +1,113 @@
+"""Functions that make new tensors: from data, filled with constants, ranges, random draws."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorlab.backend import DEFAULT_DTYPE, generator, xp_for, xp_of
+from tensorlab.tensor import Tensor
+
+
+def _shape(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], tuple | list):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _make(data, requires_grad: bool, name: str | None = None) -> Tensor:
+    t = Tensor._wrap(data)
+    if requires_grad:
+        t.requires_grad_(True)
+    t.name = name
+    return t
+
+
+def tensor(
+    data, dtype=None, device: str = "cpu", requires_grad: bool = False, name: str | None = None
+) -> Tensor:
+    """A tensor from nested lists, scalars or an array. Python floats become float32."""
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device, name=name)
+
+
+def zeros(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+    return _make(xp_for(device).zeros(_shape(shape), dtype=dtype), requires_grad)
+
+
+def ones(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+    return _make(xp_for(device).ones(_shape(shape), dtype=dtype), requires_grad)
+
+
+def full(
+    shape, value, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False
+) -> Tensor:
+    return _make(xp_for(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
+    """Like ``numpy.arange``: integers give an int64 tensor, floats a float32 one."""
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, int | np.integer) for v in (start, stop, step))
+        dtype = np.int64 if is_int else DEFAULT_DTYPE
+    return Tensor._wrap(xp_for(device).arange(start, stop, step, dtype=dtype))
+
+
+def eye(
+    n: int,
+    m: int | None = None,
+    dtype=DEFAULT_DTYPE,
+    device: str = "cpu",
+    requires_grad: bool = False,
+) -> Tensor:
+    return _make(xp_for(device).eye(n, m, dtype=dtype), requires_grad)
+
+
+def randn(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+    """Standard normal draws from the device's generator (see ``manual_seed``)."""
+    data = generator(device).standard_normal(_shape(shape), dtype=np.dtype(dtype).type)
+    return _make(data, requires_grad)
+
+
+def rand(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+    """Uniform draws on [0, 1) from the device's generator."""
+    data = generator(device).random(_shape(shape), dtype=np.dtype(dtype).type)
+    return _make(data, requires_grad)
+
+
+def randint(low: int, high: int, shape, device: str = "cpu") -> Tensor:
+    """Integers drawn uniformly from [low, high)."""
+    return Tensor._wrap(generator(device).integers(low, high, size=_shape((shape,))))
+
+
+def _like(fn, t: Tensor, dtype, requires_grad, *args) -> Tensor:
+    xp = xp_of(t.data)
+    return _make(getattr(xp, fn)(t.data, *args, dtype=dtype or t.dtype), requires_grad)
+
+
+def zeros_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return _like("zeros_like", t, dtype, requires_grad)
+
+
+def ones_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return _like("ones_like", t, dtype, requires_grad)
+
+
+def full_like(t: Tensor, value, dtype=None, requires_grad: bool = False) -> Tensor:
+    return _like("full_like", t, dtype, requires_grad, value)
+
+
+def randn_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return randn(*t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return rand(*t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def from_dlpack(obj) -> Tensor:
+    """A tensor sharing memory with any DLPack producer (PyTorch, CuPy, JAX, NumPy arrays)."""
+    device_type, _ = obj.__dlpack_device__()
+    if device_type == 1:  # kDLCPU
+        return Tensor._wrap(np.from_dlpack(obj))
+    return Tensor._wrap(xp_for("cuda").from_dlpack(obj))

@@ -1,0 +1,142 @@
+"""Function: one node of the computation graph.
+
+Every differentiable op is a subclass with two methods::
+
+    class Exp(Function):
+        def forward(ctx, a):          # raw arrays in, raw array out
+            return xp_of(a).exp(a)
+
+        def backward(ctx, grad):      # Tensor in, one Tensor (or None) per input out
+            return grad * ctx.output
+
+``Op.apply(*tensors, **params)`` runs ``forward`` on the tensors' arrays and, when a gradient
+will be needed, records the node: the ``ctx`` object passed to both methods *is* the node.
+It keeps
+
+- ``ctx.inputs``: the input Tensors (``backward`` reads them; freed after backward),
+- ``ctx.output``: the output Tensor (read through a weak reference: no reference cycle),
+- any attribute ``forward`` chose to store (``ctx.axis = axis``, a mask array, ...).
+
+``backward`` is written with Tensor operations, not raw arrays. Under plain ``backward()`` it
+runs inside ``no_grad`` and costs the same as array code; under ``create_graph=True`` the same
+lines record a graph of the gradient, which is how second derivatives come for free.
+
+Gradients may come back in a broadcast shape; the engine sums them back to each input's shape
+in one place (``Tensor.sum_to``), so no op handles broadcasting in its backward.
+"""
+
+from __future__ import annotations
+
+import traceback
+import weakref
+
+import numpy as np
+
+from tensorlab.backend import xp_of
+from tensorlab.tensor import Tensor
+
+_new_tensor = Tensor.__new__
+_generic = np.generic
+_asarray = np.asarray
+
+# Global switches, read on every op. Changed by no_grad()/enable_grad() and detect_anomaly().
+grad_enabled = True
+anomaly_enabled = False
+
+
+class Function:
+    """Base class of differentiable operations (see the module docstring)."""
+
+    inputs: tuple | None
+    _versions: tuple
+    _output_ref: weakref.ref
+
+    def forward(ctx, *arrays, **params):
+        raise NotImplementedError(f"{type(ctx).__name__}.forward")
+
+    def backward(ctx, grad: Tensor):
+        raise NotImplementedError(f"{type(ctx).__name__} has no backward")
+
+    @property
+    def output(ctx) -> Tensor:
+        """The Tensor this node produced (alive whenever its backward can run)."""
+        return ctx._output_ref()
+
+    @property
+    def name(ctx) -> str:
+        return type(ctx).__name__
+
+    @classmethod
+    def apply(cls, *inputs: Tensor, **params) -> Tensor:
+        """Run ``forward`` on the inputs' arrays; record the node if a gradient may flow."""
+        ctx = cls.__new__(cls)
+        try:
+            data = cls.forward(ctx, *[t.data for t in inputs], **params)
+        except Exception as err:
+            raise _forward_error(cls, inputs, err) from err
+        if data.__class__ is not np.ndarray and isinstance(data, _generic):
+            data = _asarray(data)  # ufuncs on 0-d arrays return NumPy scalars
+
+        out = _new_tensor(Tensor)
+        out.data = data
+        out.grad = None
+        out._version = 0
+        out._hooks = None
+        out.name = None
+        out._retains_grad = False
+        if grad_enabled:
+            for t in inputs:
+                if t.requires_grad:
+                    ctx.inputs = inputs
+                    ctx._versions = tuple([i._version for i in inputs])
+                    ctx._output_ref = weakref.ref(out)
+                    out.requires_grad = True
+                    out._ctx = ctx
+                    if anomaly_enabled:
+                        _check_forward(ctx, data)
+                    return out
+        out.requires_grad = False
+        out._ctx = None
+        return out
+
+
+def _forward_error(cls, inputs, err: Exception) -> Exception:
+    """Turn a NumPy/CuPy error inside a forward into one that names the op and its inputs."""
+    name = cls.__name__
+    devices = {t.device for t in inputs}
+    if len(devices) > 1:
+        where = ", ".join(f"input {i} on {t.device}" for i, t in enumerate(inputs))
+        return RuntimeError(
+            f"{name}: tensors are on different devices ({where}); move them with .to(device) first"
+        )
+    shapes = " and ".join(str(tuple(t.shape)) for t in inputs)
+    kind = ValueError if isinstance(err, ValueError | IndexError) else type(err)
+    try:
+        return kind(f"{name}: inputs of shapes {shapes}: {err}")
+    except Exception:
+        return RuntimeError(f"{name}: inputs of shapes {shapes}: {err}")
+
+
+class AnomalyError(RuntimeError):
+    """Raised inside detect_anomaly() by the first op that produces NaN or Inf."""
+
+
+def _check_forward(ctx, data) -> None:
+    ctx._stack = traceback.extract_stack()[:-3]
+    if data.dtype.kind == "f" and not bool(xp_of(data).isfinite(data).all()):
+        raise AnomalyError(
+            f"{ctx.name} produced NaN or Inf in its forward output\n{creation_site(ctx)}"
+        )
+
+
+def creation_site(ctx) -> str:
+    """Where the user's code created this node (recorded only under detect_anomaly)."""
+    stack = getattr(ctx, "_stack", None)
+    if not stack:
+        return "(creation site not recorded: run inside tensorlab.detect_anomaly())"
+    user = [f for f in stack if "/tensorlab/" not in f.filename.replace("\\", "/")]
+    frame = (user or stack)[-1]
+    return (
+        f'  created at File "{frame.filename}", line {frame.lineno}, in {frame.name}\n'
+        f"    {frame.line}"
+    )

@@ -1,0 +1,251 @@
+"""Elementwise ops: y = f(a) or y = f(a, b), applied entry by entry with broadcasting.
+
+The local gradient of an elementwise op is diagonal, so each backward is one multiplication
+``g * f'(·)``. When ``a`` and ``b`` broadcast, the returned gradient has the broadcast shape;
+the engine sums it back to each input's shape (see ``Tensor.sum_to``).
+"""
+
+from __future__ import annotations
+
+from tensorlab.backend import to_device, xp_of
+from tensorlab.function import Function
+from tensorlab.tensor import Tensor, where
+
+_const = Tensor._wrap
+
+
+class Add(Function):
+    """y = a + b;  da = g,  db = g."""
+
+    def forward(ctx, a, b):
+        return a + b
+
+    def backward(ctx, g):
+        return g, g
+
+
+class Sub(Function):
+    """y = a - b;  da = g,  db = -g."""
+
+    def forward(ctx, a, b):
+        return a - b
+
+    def backward(ctx, g):
+        return g, (-g if ctx.inputs[1].requires_grad else None)
+
+
+class Mul(Function):
+    """y = a * b;  da = g * b,  db = g * a."""
+
+    def forward(ctx, a, b):
+        return a * b
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        return (g * b if a.requires_grad else None), (g * a if b.requires_grad else None)
+
+
+class Div(Function):
+    """y = a / b;  da = g / b,  db = -g * a / b² = -g * y / b."""
+
+    def forward(ctx, a, b):
+        return a / b
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        ga = g / b if a.requires_grad else None
+        gb = -g * ctx.output / b if b.requires_grad else None
+        return ga, gb
+
+
+class Neg(Function):
+    """y = -a;  da = -g."""
+
+    def forward(ctx, a):
+        return -a
+
+    def backward(ctx, g):
+        return -g
+
+
+class PowScalar(Function):
+    """y = a^p for a constant number p;  da = g * p * a^(p-1)."""
+
+    def forward(ctx, a, p):
+        ctx.p = p
+        return a**p
+
+    def backward(ctx, g):
+        a, p = ctx.inputs[0], ctx.p
+        if p == 2:
+            return g * (2 * a)
+        return g * (p * a ** (p - 1))
+
+
+class Pow(Function):
+    """y = a^b elementwise;  da = g * b * a^(b-1),  db = g * y * log(a)  (a > 0 for db)."""
+
+    def forward(ctx, a, b):
+        return a**b
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        ga = g * b * a ** (b - 1) if a.requires_grad else None
+        gb = g * ctx.output * a.log() if b.requires_grad else None
+        return ga, gb
+
+
+class Exp(Function):
+    """y = exp(a);  da = g * y."""
+
+    def forward(ctx, a):
+        return xp_of(a).exp(a)
+
+    def backward(ctx, g):
+        return g * ctx.output
+
+
+class Log(Function):
+    """y = log(a);  da = g / a."""
+
+    def forward(ctx, a):
+        return xp_of(a).log(a)
+
+    def backward(ctx, g):
+        return g / ctx.inputs[0]
+
+
+class Sqrt(Function):
+    """y = √a;  da = g / (2y)."""
+
+    def forward(ctx, a):
+        return xp_of(a).sqrt(a)
+
+    def backward(ctx, g):
+        return g / (2 * ctx.output)
+
+
+class Abs(Function):
+    """y = |a|;  da = g * sign(a)  (0 at a = 0, a subgradient)."""
+
+    def forward(ctx, a):
+        return xp_of(a).abs(a)
+
+    def backward(ctx, g):
+        a = ctx.inputs[0].data
+        return g * _const(xp_of(a).sign(a))
+
+
+class Tanh(Function):
+    """y = tanh(a);  da = g * (1 - y²)."""
+
+    def forward(ctx, a):
+        return xp_of(a).tanh(a)
+
+    def backward(ctx, g):
+        y = ctx.output
+        return g * (1 - y * y)
+
+
+class Sigmoid(Function):
+    """y = σ(a) = 1 / (1 + e^(-a));  da = g * y (1 - y).
+
+    Computed as (1 + tanh(a/2)) / 2, which never overflows.
+    """
+
+    def forward(ctx, a):
+        return 0.5 * (xp_of(a).tanh(0.5 * a) + 1)
+
+    def backward(ctx, g):
+        y = ctx.output
+        return g * (y * (1 - y))
+
+
+class ReLU(Function):
+    """y = max(a, 0);  da = g * [a > 0]."""
+
+    def forward(ctx, a):
+        return xp_of(a).maximum(a, 0)
+
+    def backward(ctx, g):
+        return g * _const(ctx.inputs[0].data > 0)
+
+
+def _tie_mask(a, b):
+    """1 where a > b, ½ where a == b, 0 where a < b: ties share the gradient evenly."""
+    return (a > b) + 0.5 * (a == b)
+
+
+class Maximum(Function):
+    """y = max(a, b);  da = g * [a > b],  db = g * [b > a]  (ties split ½–½)."""
+
+    def forward(ctx, a, b):
+        return xp_of(a).maximum(a, b)
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        m = _tie_mask(a.data, b.data).astype(g.dtype)
+        return g * _const(m), g * _const(1 - m)
+
+
+class Minimum(Function):
+    """y = min(a, b);  da = g * [a < b],  db = g * [b < a]  (ties split ½–½)."""
+
+    def forward(ctx, a, b):
+        return xp_of(a).minimum(a, b)
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        m = _tie_mask(b.data, a.data).astype(g.dtype)
+        return g * _const(m), g * _const(1 - m)
+
+
+class Clip(Function):
+    """y = min(max(a, lo), hi);  da = g * [lo ≤ a ≤ hi]."""
+
+    def forward(ctx, a, lo, hi):
+        ctx.lo, ctx.hi = lo, hi
+        return xp_of(a).clip(a, lo, hi)
+
+    def backward(ctx, g):
+        a = ctx.inputs[0].data
+        inside = xp_of(a).ones(a.shape, dtype=bool)
+        if ctx.lo is not None:
+            inside &= a >= ctx.lo
+        if ctx.hi is not None:
+            inside &= a <= ctx.hi
+        return g * _const(inside)
+
+
+class Where(Function):
+    """y = a where cond else b;  da = g where cond else 0,  db = 0 where cond else g."""
+
+    def forward(ctx, a, b, cond):
+        ctx.cond = cond
+        return xp_of(a).where(cond, a, b)
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        ga = where(ctx.cond, g, 0.0) if a.requires_grad else None
+        gb = where(ctx.cond, 0.0, g) if b.requires_grad else None
+        return ga, gb
+
+
+class Cast(Function):
+    """y = a converted to another float dtype;  da = g converted back."""
+
+    def forward(ctx, a, dtype):
+        return a.astype(dtype)
+
+    def backward(ctx, g):
+        return g.to(ctx.inputs[0].dtype)
+
+
+class ToDevice(Function):
+    """y = a copied to another device;  da = g copied back."""
+
+    def forward(ctx, a, device):
+        return to_device(a, device)
+
+    def backward(ctx, g):
+        return g.to(ctx.inputs[0].device)

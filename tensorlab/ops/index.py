@@ -1,0 +1,108 @@
+"""Indexing ops: reading some entries of a tensor, and the scatter that is their backward.
+
+Reading y = a[key] copies some entries of ``a`` (maybe several times, with repeated integer
+indices). Its backward writes g back where the entries came from and *adds* where one entry
+was read more than once: a scatter-add into zeros. The scatter-add's own backward is the
+read again, so indexing stays differentiable to any order.
+"""
+
+from __future__ import annotations
+
+from tensorlab.backend import xp_of
+from tensorlab.function import Function
+
+
+def _is_basic(key) -> bool:
+    """True when ``key`` uses only ints, slices, None, ``...`` and boolean masks, so each
+    entry of ``a`` is read at most once and the scatter can be a plain assignment."""
+    parts = key if isinstance(key, tuple) else (key,)
+    for k in parts:
+        if hasattr(k, "dtype") and k.dtype.kind != "b":
+            return False
+        if isinstance(k, list):
+            return False
+    return True
+
+
+class GetItem(Function):
+    """y = a[key] (slices, integers, integer arrays, boolean masks);
+    da = zeros like a, with g added at the positions read (repeats accumulate)."""
+
+    def forward(ctx, a, key):
+        ctx.key = key
+        return a[key]
+
+    def backward(ctx, g):
+        return ScatterAdd.apply(g, key=ctx.key, shape=ctx.inputs[0].shape)
+
+
+class ScatterAdd(Function):
+    """y = zeros(shape) with y[key] += a (the backward of ``GetItem``);  da = g[key]."""
+
+    def forward(ctx, a, key, shape):
+        ctx.key = key
+        out = xp_of(a).zeros(shape, dtype=a.dtype)
+        if _is_basic(key):
+            out[key] = a
+        else:
+            xp_of(a).add.at(out, key, a)
+        return out
+
+    def backward(ctx, g):
+        return g[ctx.key]
+
+
+def _along_axis_index(xp, index, axis: int) -> tuple:
+    """Full index tuple such that ``a[t] == take_along_axis(a, index, axis)``."""
+    grids = list(xp.indices(index.shape, sparse=True))
+    grids[axis] = index
+    return tuple(grids)
+
+
+class Gather(Function):
+    """y[..., i, ...] = a[..., index[..., i, ...], ...] along ``axis``;
+    da = zeros like a, with g added at the gathered positions."""
+
+    def forward(ctx, a, axis, index):
+        ctx.axis, ctx.index = axis % a.ndim, index
+        return xp_of(a).take_along_axis(a, index, axis=ctx.axis)
+
+    def backward(ctx, g):
+        return ScatterAlongAxis.apply(g, axis=ctx.axis, index=ctx.index, shape=ctx.inputs[0].shape)
+
+
+class ScatterAlongAxis(Function):
+    """y = zeros(shape) with g added at ``index`` along ``axis`` (the backward of
+    ``Gather``);  da = gather(g, axis, index)."""
+
+    def forward(ctx, a, axis, index, shape):
+        ctx.axis, ctx.index = axis, index
+        xp = xp_of(a)
+        out = xp.zeros(shape, dtype=a.dtype)
+        xp.add.at(out, _along_axis_index(xp, index, axis), a)
+        return out
+
+    def backward(ctx, g):
+        return g.gather(ctx.axis, ctx.index)
+
+
+class Tril(Function):
+    """y = a with entries above diagonal k (of the last two axes) set to 0;  da = tril(g, k)."""
+
+    def forward(ctx, a, k):
+        ctx.k = k
+        return xp_of(a).tril(a, k)
+
+    def backward(ctx, g):
+        return g.tril(ctx.k)
+
+
+class Triu(Function):
+    """y = a with entries below diagonal k (of the last two axes) set to 0;  da = triu(g, k)."""
+
+    def forward(ctx, a, k):
+        ctx.k = k
+        return xp_of(a).triu(a, k)
+
+    def backward(ctx, g):
+        return g.triu(ctx.k)

@@ -1,0 +1,107 @@
+"""Matrix products: matmul and einsum.
+
+For y = a @ b (matrices), y_ij = Σ_k a_ik b_kj, so dL/da_ik = Σ_j g_ij b_kj and
+dL/db_kj = Σ_i a_ik g_ij: da = g bᵀ and db = aᵀ g. Batched products apply this per batch
+entry; batch axes that were broadcast are summed by the engine.
+"""
+
+from __future__ import annotations
+
+from tensorlab.backend import xp_of
+from tensorlab.function import Function
+
+
+class MatMul(Function):
+    """y = a @ b (NumPy semantics: 1-D, 2-D and batched, batch axes broadcast);
+    da = g bᵀ,  db = aᵀ g  (ᵀ swaps the last two axes).
+
+    A 1-D ``a`` is treated as a row (1, n) and a 1-D ``b`` as a column (n, 1); the backward
+    restores those axes in ``g`` before the products and removes them after.
+    """
+
+    def forward(ctx, a, b):
+        return a @ b
+
+    def backward(ctx, g):
+        a, b = ctx.inputs
+        a_vec, b_vec = a.ndim == 1, b.ndim == 1
+        if a_vec:
+            a = a.reshape(1, -1)
+            g = g.unsqueeze(-2)
+        if b_vec:
+            b = b.reshape(-1, 1)
+            g = g.unsqueeze(-1)
+        ga = gb = None
+        if ctx.inputs[0].requires_grad:
+            ga = g @ b.mT
+            if a_vec:
+                ga = ga.reshape(ga.shape[:-2] + (-1,)).sum_to(ctx.inputs[0].shape)
+        if ctx.inputs[1].requires_grad:
+            if b.ndim == 2 and a.ndim > 2:
+                # (..., n, k) @ (k, m): fold the batch into rows, one GEMM instead of a
+                # batch of products that would then be summed.
+                k, m = a.shape[-1], g.shape[-1]
+                gb = a.reshape(-1, k).mT @ g.reshape(-1, m)
+            else:
+                gb = a.mT @ g
+            if b_vec:
+                gb = gb.reshape(gb.shape[:-2] + (-1,)).sum_to(ctx.inputs[1].shape)
+        return ga, gb
+
+
+class Einsum(Function):
+    """y = einsum(spec, a₁, a₂, ...), e.g. ``"bij,bjk->bik"``.
+
+    Each output entry is a sum of products, so dL/daᵢ is another einsum: the gradient g
+    contracted with every other operand, indexed by aᵢ's letters. Letters that appear only in
+    aᵢ (summed away within aᵢ alone) get g broadcast along them.
+    Repeated letters within one operand (diagonals) and ``...`` are not supported.
+    """
+
+    def forward(ctx, *arrays, spec):
+        ins, out = _parse(spec, len(arrays))
+        ctx.ins, ctx.out = ins, out
+        return xp_of(arrays[0]).einsum(f"{','.join(ins)}->{out}", *arrays)
+
+    def backward(ctx, g):
+        grads = []
+        for i, t in enumerate(ctx.inputs):
+            if not t.requires_grad:
+                grads.append(None)
+                continue
+            others = [ctx.inputs[j] for j in range(len(ctx.inputs)) if j != i]
+            other_subs = [ctx.ins[j] for j in range(len(ctx.ins)) if j != i]
+            known = set(ctx.out).union(*other_subs)
+            target = "".join(c for c in ctx.ins[i] if c in known)
+            spec = ",".join([ctx.out, *other_subs]) + "->" + target
+            gi = Einsum.apply(g, *others, spec=spec)
+            if target != ctx.ins[i]:  # put back the axes summed inside operand i alone
+                shape = tuple(n if c in known else 1 for c, n in zip(ctx.ins[i], t.shape))
+                gi = gi.reshape(shape).expand(t.shape)
+            grads.append(gi)
+        return tuple(grads)
+
+
+def _parse(spec: str, n: int) -> tuple[list[str], str]:
+    spec = spec.replace(" ", "")
+    if "." in spec:
+        raise ValueError(f"einsum: '...' is not supported in {spec!r}; name every axis")
+    lhs, _, out = spec.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != n:
+        raise ValueError(f"einsum: {spec!r} names {len(ins)} operands but {n} were given")
+    if not _:
+        letters = "".join(ins)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    for s in ins:
+        if len(set(s)) != len(s):
+            raise ValueError(
+                f"einsum: repeated letter in operand {s!r} of {spec!r} (diagonals "
+                "are not supported)"
+            )
+    return ins, out
+
+
+def einsum(spec: str, *operands):
+    """Differentiable ``einsum`` over Tensors, e.g. ``einsum("ij,jk->ik", a, b)``."""
+    return Einsum.apply(*operands, spec=spec)

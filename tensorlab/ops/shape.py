@@ -1,0 +1,108 @@
+"""Shape ops: they move entries around without changing them.
+
+Each backward moves ``g`` back the opposite way: reshape undoes reshape, the inverse
+permutation undoes a permutation, and summing undoes broadcasting (an entry copied to k places
+receives the sum of the k gradients). ``BroadcastTo`` and ``SumTo`` are each other's backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensorlab.backend import xp_of
+from tensorlab.function import Function
+from tensorlab.tensor import Tensor
+
+
+class Reshape(Function):
+    """y = a viewed with a new shape (same entries, same order);  da = g reshaped back."""
+
+    def forward(ctx, a, shape):
+        return a.reshape(shape)
+
+    def backward(ctx, g):
+        return g.reshape(ctx.inputs[0].shape)
+
+
+class Permute(Function):
+    """y = a with its axes reordered, y.shape[i] = a.shape[axes[i]];
+    da = g permuted by the inverse order."""
+
+    def forward(ctx, a, axes):
+        ctx.axes = axes
+        return a.transpose(axes)
+
+    def backward(ctx, g):
+        inverse = [0] * len(ctx.axes)
+        for i, ax in enumerate(ctx.axes):
+            inverse[ax % len(ctx.axes)] = i
+        return Permute.apply(g, axes=tuple(inverse))
+
+
+class BroadcastTo(Function):
+    """y = a copied along new or size-1 axes to ``shape``;  da = g summed over those axes."""
+
+    def forward(ctx, a, shape):
+        return xp_of(a).broadcast_to(a, shape)
+
+    def backward(ctx, g):
+        return g.sum_to(ctx.inputs[0].shape)
+
+
+class SumTo(Function):
+    """y = a summed over the axes that broadcasting to a.shape would have added or stretched;
+    da = g broadcast back to a.shape.
+
+    This is the one place where gradients of broadcasting ops are reduced to their input's
+    shape: the engine calls it whenever a backward returns a gradient of another shape.
+    """
+
+    def forward(ctx, a, shape):
+        lead = a.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1
+        )
+        out = a.sum(axis=axes, keepdims=True) if axes else a
+        return out.reshape(shape)
+
+    def backward(ctx, g):
+        return g.expand(ctx.inputs[0].shape)
+
+
+class Concatenate(Function):
+    """y = [a₁, a₂, ...] joined along ``axis``;  daᵢ = the slice of g that aᵢ filled."""
+
+    def forward(ctx, *arrays, axis):
+        ctx.axis = axis % arrays[0].ndim
+        return xp_of(arrays[0]).concatenate(arrays, axis=ctx.axis)
+
+    def backward(ctx, g):
+        lead = (slice(None),) * ctx.axis
+        grads, start = [], 0
+        for t in ctx.inputs:
+            n = t.shape[ctx.axis]
+            grads.append(g[lead + (slice(start, start + n),)] if t.requires_grad else None)
+            start += n
+        return tuple(grads)
+
+
+class Stack(Function):
+    """y = [a₁, a₂, ...] stacked along a new ``axis``;  daᵢ = g[..., i, ...] along that axis."""
+
+    def forward(ctx, *arrays, axis):
+        ctx.axis = axis % (arrays[0].ndim + 1)
+        return xp_of(arrays[0]).stack(arrays, axis=ctx.axis)
+
+    def backward(ctx, g):
+        lead = (slice(None),) * ctx.axis
+        return tuple(g[lead + (i,)] if t.requires_grad else None for i, t in enumerate(ctx.inputs))
+
+
+def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis."""
+    return Concatenate.apply(*tensors, axis=axis)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors of equal shape along a new axis."""
+    return Stack.apply(*tensors, axis=axis)

@@ -1,0 +1,596 @@
+"""Tensor: an array, its gradient, and a link to the op that produced it.
+
+A Tensor holds
+
+- ``data``: a NumPy array on ``"cpu"`` or a CuPy array on ``"cuda"`` (the device follows the array),
+- ``requires_grad``: whether gradients should flow to it,
+- ``grad``: the accumulated gradient (a Tensor) after ``backward()``, for leaves,
+- ``_ctx``: the :class:`~tensorlab.function.Function` node that made it (``None`` for leaves).
+
+Its operators and methods do no math themselves: each delegates to one op in ``tensorlab.ops``
+(``a * b`` is ``Mul.apply(a, b)``), which is where forward and backward live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tensorlab.backend import DEFAULT_DTYPE, device_of, to_device, xp_of
+
+Axis = int | tuple[int, ...] | None
+
+
+def _lift(x, like: Tensor) -> Tensor:
+    """A constant Tensor for a Python scalar or array used beside ``like`` in an op.
+
+    Python scalars take ``like``'s dtype (``x * 2`` stays float32), as in NumPy 2 and PyTorch.
+    """
+    if isinstance(x, Tensor):
+        return x
+    xp = xp_of(like.data)
+    kind = like.data.dtype.kind
+    if isinstance(x, bool | int) and not isinstance(x, np.ndarray):
+        dtype = like.data.dtype
+    elif isinstance(x, float):
+        dtype = like.data.dtype if kind == "f" else DEFAULT_DTYPE
+    else:
+        arr = xp.asarray(x)
+        dtype = like.data.dtype if (arr.dtype.kind == "f" and kind == "f") else arr.dtype
+        return Tensor._wrap(arr.astype(dtype, copy=False))
+    return Tensor._wrap(xp.asarray(x, dtype=dtype))
+
+
+def _axis(axis) -> Axis:
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+class Tensor:
+    """An n-dimensional array that can record the operations applied to it."""
+
+    __slots__ = (
+        "data",
+        "grad",
+        "requires_grad",
+        "_ctx",
+        "_version",
+        "_hooks",
+        "_retains_grad",
+        "name",
+        "__weakref__",
+    )
+    __array_priority__ = 1000  # make ndarray + Tensor call Tensor.__radd__
+
+    def __init__(
+        self,
+        data,
+        requires_grad: bool = False,
+        dtype=None,
+        device: str | None = None,
+        name: str | None = None,
+    ):
+        if isinstance(data, Tensor):
+            data = data.data
+        try:
+            xp = xp_of(data)
+        except TypeError:
+            xp = np
+        if xp is np:
+            was_array = isinstance(data, np.ndarray | np.generic)
+            data = np.asarray(data, dtype=dtype)
+            if dtype is None and not was_array and data.dtype == np.float64:
+                data = data.astype(DEFAULT_DTYPE)  # Python floats become float32
+        elif dtype is not None:
+            data = data.astype(dtype, copy=False)
+        if device is not None:
+            data = to_device(data, device)
+        if requires_grad and data.dtype.kind != "f":
+            raise TypeError(
+                f"only floating-point tensors can require gradients; this one has dtype "
+                f"{data.dtype} (integer and boolean tensors index and count, they are not "
+                "differentiated)"
+            )
+        self.data = data
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self._ctx = None
+        self._version = 0
+        self._hooks = None
+        self._retains_grad = False
+        self.name = name
+
+    @staticmethod
+    def _wrap(data) -> Tensor:
+        """A constant Tensor around ``data`` (no checks: the fast path for internal use)."""
+        t = Tensor.__new__(Tensor)
+        t.data = data
+        t.requires_grad = False
+        t.grad = None
+        t._ctx = None
+        t._version = 0
+        t._hooks = None
+        t._retains_grad = False
+        t.name = None
+        return t
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    @property
+    def device(self) -> str:
+        return device_of(self.data)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._ctx is None
+
+    @property
+    def grad_fn(self):
+        """The Function node that produced this tensor, or None for a leaf."""
+        return self._ctx
+
+    @property
+    def T(self) -> Tensor:
+        """All axes reversed (NumPy's ``.T``)."""
+        return Permute.apply(self, axes=tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two axes swapped: the matrix transpose of a batch of matrices."""
+        return self.transpose(-2, -1)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), precision=4, separator=", ", prefix="tensor(")
+        extra = []
+        if self.dtype != DEFAULT_DTYPE:
+            extra.append(f"dtype={self.dtype}")
+        if self.device != "cpu":
+            extra.append(f"device='{self.device}'")
+        if self._ctx is not None:
+            extra.append(f"grad_fn={self._ctx.name}")
+        elif self.requires_grad:
+            extra.append("requires_grad=True")
+        return f"tensor({body}{''.join(', ' + e for e in extra)})"
+
+    # ------------------------------------------------------------------ interop
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array (copied from the GPU if needed; shared on the CPU)."""
+        return to_device(self.data, "cpu")
+
+    def item(self):
+        return self.data.item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def __int__(self) -> int:
+        return int(self.data)
+
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ devices and dtypes
+    def to(self, device_or_dtype) -> Tensor:
+        """A copy on another device (``"cpu"``/``"cuda"``) or with another float dtype.
+
+        Differentiable: the gradient flows back to the original device and dtype.
+        """
+        if isinstance(device_or_dtype, str) and device_or_dtype.split(":")[0] in ("cpu", "cuda"):
+            if device_or_dtype.split(":")[0] == self.device:
+                return self
+            return ToDevice.apply(self, device=device_or_dtype)
+        dtype = np.dtype(device_or_dtype)
+        return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
+
+    def astype(self, dtype) -> Tensor:
+        return self.to(dtype)
+
+    def float(self) -> Tensor:
+        return self.to(np.float32)
+
+    def double(self) -> Tensor:
+        return self.to(np.float64)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def cuda(self) -> Tensor:
+        return self.to("cuda")
+
+    # ------------------------------------------------------------------ autograd
+    def backward(self, grad=None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        from tensorlab.autograd import backward
+
+        backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
+
+    def detach(self) -> Tensor:
+        """The same data, cut from the graph (shares memory; never requires grad)."""
+        return Tensor._wrap(self.data)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        if flag and self.data.dtype.kind != "f":
+            raise TypeError(f"only floating-point tensors can require gradients, not {self.dtype}")
+        if not flag and self._ctx is not None:
+            raise RuntimeError("requires_grad_(False) is only for leaves; use .detach()")
+        self.requires_grad = flag
+        return self
+
+    def retain_grad(self) -> Tensor:
+        """Keep ``.grad`` for this non-leaf tensor after backward (leaves always keep it)."""
+        self._retains_grad = True
+        return self
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> Callable[[], None]:
+        """Call ``hook(grad)`` when this tensor's gradient is computed.
+
+        The hook may return a Tensor to use in place of the gradient. Returns a function that
+        removes the hook.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return lambda: self._hooks.remove(hook)
+
+    # ------------------------------------------------------------------ in place (no graph)
+    def _inplace(self, name: str) -> None:
+        from tensorlab import function
+
+        if function.grad_enabled and self.requires_grad:
+            raise RuntimeError(
+                f"{name}: in-place change of a tensor that requires grad; write it out of "
+                "place (y = x + 1), or wrap it in tensorlab.no_grad() if it is an update"
+            )
+        self._version += 1
+
+    def zero_(self) -> Tensor:
+        self._inplace("zero_")
+        self.data[...] = 0
+        return self
+
+    def fill_(self, value) -> Tensor:
+        self._inplace("fill_")
+        self.data[...] = value
+        return self
+
+    def copy_(self, src) -> Tensor:
+        self._inplace("copy_")
+        self.data[...] = src.data if isinstance(src, Tensor) else src
+        return self
+
+    def add_(self, other, alpha: float = 1.0) -> Tensor:
+        self._inplace("add_")
+        o = other.data if isinstance(other, Tensor) else other
+        self.data += o if alpha == 1.0 else alpha * o
+        return self
+
+    def sub_(self, other) -> Tensor:
+        self._inplace("sub_")
+        self.data -= other.data if isinstance(other, Tensor) else other
+        return self
+
+    def mul_(self, other) -> Tensor:
+        self._inplace("mul_")
+        self.data *= other.data if isinstance(other, Tensor) else other
+        return self
+
+    def __setitem__(self, key, value) -> None:
+        self._inplace("__setitem__")
+        self.data[_index_key(key)] = value.data if isinstance(value, Tensor) else value
+
+    # ------------------------------------------------------------------ arithmetic
+    def __add__(self, other):
+        return Add.apply(self, _lift(other, self))
+
+    def __radd__(self, other):
+        return Add.apply(_lift(other, self), self)
+
+    def __sub__(self, other):
+        return Sub.apply(self, _lift(other, self))
+
+    def __rsub__(self, other):
+        return Sub.apply(_lift(other, self), self)
+
+    def __mul__(self, other):
+        return Mul.apply(self, _lift(other, self))
+
+    def __rmul__(self, other):
+        return Mul.apply(_lift(other, self), self)
+
+    def __truediv__(self, other):
+        return Div.apply(self, _lift(other, self))
+
+    def __rtruediv__(self, other):
+        return Div.apply(_lift(other, self), self)
+
+    def __neg__(self):
+        return Neg.apply(self)
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, Tensor):
+            return Pow.apply(self, exponent)
+        return PowScalar.apply(self, p=exponent)
+
+    def __rpow__(self, base):
+        return Pow.apply(_lift(base, self), self)
+
+    def __matmul__(self, other):
+        return MatMul.apply(self, _lift(other, self))
+
+    def __rmatmul__(self, other):
+        return MatMul.apply(_lift(other, self), self)
+
+    # comparisons give boolean tensors (no gradient)
+    def _compare(self, other, op) -> Tensor:
+        return Tensor._wrap(op(self.data, other.data if isinstance(other, Tensor) else other))
+
+    def __lt__(self, other):
+        return self._compare(other, np.less)
+
+    def __le__(self, other):
+        return self._compare(other, np.less_equal)
+
+    def __gt__(self, other):
+        return self._compare(other, np.greater)
+
+    def __ge__(self, other):
+        return self._compare(other, np.greater_equal)
+
+    def __eq__(self, other):
+        return self._compare(other, np.equal)
+
+    def __ne__(self, other):
+        return self._compare(other, np.not_equal)
+
+    def __invert__(self):
+        return Tensor._wrap(~self.data)
+
+    # ------------------------------------------------------------------ elementwise
+    def exp(self) -> Tensor:
+        return Exp.apply(self)
+
+    def log(self) -> Tensor:
+        return Log.apply(self)
+
+    def sqrt(self) -> Tensor:
+        return Sqrt.apply(self)
+
+    def abs(self) -> Tensor:
+        return Abs.apply(self)
+
+    def tanh(self) -> Tensor:
+        return Tanh.apply(self)
+
+    def sigmoid(self) -> Tensor:
+        return Sigmoid.apply(self)
+
+    def relu(self) -> Tensor:
+        return ReLU.apply(self)
+
+    def pow(self, exponent) -> Tensor:
+        return self**exponent
+
+    def maximum(self, other) -> Tensor:
+        return Maximum.apply(self, _lift(other, self))
+
+    def minimum(self, other) -> Tensor:
+        return Minimum.apply(self, _lift(other, self))
+
+    def clip(self, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy's names
+        return Clip.apply(self, lo=min, hi=max)
+
+    def masked_fill(self, mask, value: float) -> Tensor:
+        """``value`` where ``mask`` is true, ``self`` elsewhere (``mask`` broadcasts)."""
+        return where(mask, value, self)
+
+    # ------------------------------------------------------------------ reductions
+    def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return Sum.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return Mean.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return Max.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def min(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return Min.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        return Var.apply(self, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
+
+    def logsumexp(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return LogSumExp.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        return Softmax.apply(self, axis=axis)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        return LogSoftmax.apply(self, axis=axis)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return Tensor._wrap(self.data.argmax(axis=axis, keepdims=keepdims))
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return Tensor._wrap(self.data.argmin(axis=axis, keepdims=keepdims))
+
+    # ------------------------------------------------------------------ shape
+    def reshape(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return Reshape.apply(self, shape=shape)
+
+    view = reshape
+
+    def flatten(self, start: int = 0, end: int = -1) -> Tensor:
+        s = self.shape
+        start, end = start % max(len(s), 1), end % max(len(s), 1)
+        return self.reshape(s[:start] + (-1,) + s[end + 1 :]) if s else self.reshape(1)
+
+    def permute(self, *axes) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], tuple | list):
+            axes = tuple(axes[0])
+        return Permute.apply(self, axes=axes)
+
+    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
+        """Swap two axes (PyTorch's meaning; NumPy's ``transpose(axes)`` is ``permute``)."""
+        axes = list(range(self.ndim))
+        axes[axis0], axes[axis1] = axes[axis1], axes[axis0]
+        return Permute.apply(self, axes=tuple(axes))
+
+    def expand(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        shape = tuple(
+            s if s != -1 else self.shape[i - len(shape) + self.ndim] for i, s in enumerate(shape)
+        )
+        return BroadcastTo.apply(self, shape=shape)
+
+    broadcast_to = expand
+
+    def sum_to(self, shape: tuple[int, ...]) -> Tensor:
+        """Sum over broadcast axes so the result has ``shape`` (undoes broadcasting)."""
+        return self if self.shape == tuple(shape) else SumTo.apply(self, shape=tuple(shape))
+
+    def squeeze(self, axis: Axis = None) -> Tensor:
+        s = self.shape
+        if axis is None:
+            axes = {i for i, n in enumerate(s) if n == 1}
+        else:
+            axes = {a % self.ndim for a in (axis if isinstance(axis, tuple) else (axis,))}
+            bad = [a for a in axes if s[a] != 1]
+            if bad:
+                raise ValueError(f"squeeze: axis {bad[0]} of shape {s} has size {s[bad[0]]}, not 1")
+        return self.reshape(tuple(n for i, n in enumerate(s) if i not in axes))
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        axis = axis % (self.ndim + 1)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def split(self, split_size_or_sections, axis: int = 0) -> list[Tensor]:
+        return split(self, split_size_or_sections, axis)
+
+    def chunk(self, chunks: int, axis: int = 0) -> list[Tensor]:
+        n = self.shape[axis]
+        return split(self, -(-n // chunks), axis)
+
+    def tril(self, k: int = 0) -> Tensor:
+        return Tril.apply(self, k=k)
+
+    def triu(self, k: int = 0) -> Tensor:
+        return Triu.apply(self, k=k)
+
+    # ------------------------------------------------------------------ indexing
+    def __getitem__(self, key) -> Tensor:
+        return GetItem.apply(self, key=_index_key(key))
+
+    def gather(self, axis: int, index) -> Tensor:
+        """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``axis``."""
+        idx = index.data if isinstance(index, Tensor) else index
+        return Gather.apply(self, axis=axis, index=idx)
+
+
+def _index_key(key):
+    """Replace Tensors inside an index by their arrays."""
+    if isinstance(key, Tensor):
+        return key.data
+    if isinstance(key, tuple):
+        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+    if isinstance(key, list):
+        return np.asarray(key)
+    return key
+
+
+def where(condition, a, b) -> Tensor:
+    """``a`` where ``condition`` is true, else ``b`` (all three broadcast together)."""
+    like = a if isinstance(a, Tensor) else b
+    if not isinstance(like, Tensor):
+        raise TypeError("where: a or b must be a Tensor")
+    cond = condition.data if isinstance(condition, Tensor) else condition
+    return Where.apply(_lift(a, like), _lift(b, like), cond=cond)
+
+
+def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    """Split along ``axis`` into pieces of a given size (int) or of the given sizes (list)."""
+    n = x.shape[axis]
+    if isinstance(split_size_or_sections, int):
+        size = split_size_or_sections
+        sizes = [min(size, n - i) for i in range(0, n, size)]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of axis {axis}")
+    lead = (slice(None),) * (axis % x.ndim)
+    out, start = [], 0
+    for s in sizes:
+        out.append(GetItem.apply(x, key=lead + (slice(start, start + s),)))
+        start += s
+    return out
+
+
+# The ops import Tensor, so they are imported after the class exists.
+from tensorlab.ops.elementwise import (  # noqa: E402
+    Abs,
+    Add,
+    Cast,
+    Clip,
+    Div,
+    Exp,
+    Log,
+    Maximum,
+    Minimum,
+    Mul,
+    Neg,
+    Pow,
+    PowScalar,
+    ReLU,
+    Sigmoid,
+    Sqrt,
+    Sub,
+    Tanh,
+    ToDevice,
+    Where,
+)
+from tensorlab.ops.index import Gather, GetItem, Tril, Triu  # noqa: E402
+from tensorlab.ops.linalg import MatMul  # noqa: E402
+from tensorlab.ops.nnops import LogSoftmax, Softmax  # noqa: E402
+from tensorlab.ops.reduce import LogSumExp, Max, Mean, Min, Sum, Var  # noqa: E402
+from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, SumTo  # noqa: E402
