@@ -113,19 +113,31 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
+        ids: list[int] = []
+        for chunk, special, first in self.split_special(text, allowed_special):
+            if special:
+                ids.append(self.special[chunk])
+            else:
+                ids.extend(self._encode_ordinary(chunk, first))
+        return ids
+
+    def split_special(
+        self, text: str, allowed_special: AllowedSpecial = "all"
+    ) -> Iterable[tuple[str, bool, bool]]:
+        """Cut text at special tokens: yields (chunk, is_special, starts_the_text)."""
         pattern = self._special_pattern(allowed_special)
         if pattern is None:
-            return self._encode_ordinary(text, True) if text else []
-        ids: list[int] = []
+            if text:
+                yield text, False, True
+            return
         start = 0
         for m in pattern.finditer(text):
             if m.start() > start:
-                ids.extend(self._encode_ordinary(text[start : m.start()], start == 0))
-            ids.append(self.special[m.group()])
+                yield text[start : m.start()], False, start == 0
+            yield m.group(), True, m.start() == 0
             start = m.end()
         if start < len(text):
-            ids.extend(self._encode_ordinary(text[start:], start == 0))
-        return ids
+            yield text[start:], False, start == 0
 
     def encode_batch(
         self, texts: Iterable[str], allowed_special: AllowedSpecial = "all"

@@ -93,3 +93,52 @@ def text_to_bytes(s: str) -> bytes:
     """The inverse of ``bytes_to_text``; raises KeyError for a character outside the table."""
     table = unicode_to_bytes()
     return bytes(table[c] for c in s)
+
+
+# ----- BERT-style text handling (used by WordPiece) --------------------------------------------
+#
+# BERT (Devlin et al., 2019) normalizes text (drop control characters, optionally lowercase and
+# strip accents, put spaces around CJK ideographs) and then splits on whitespace and around every
+# punctuation character. These functions follow the definitions the Hugging Face ``tokenizers``
+# library uses for its ``BertNormalizer`` and ``BertPreTokenizer``, so WordPiece files from there
+# encode identically here.
+
+#: Characters with the Unicode White_Space property (Rust's ``char::is_whitespace``).
+_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+#: ASCII punctuation counts as punctuation for BERT even where Unicode calls it a symbol ('$').
+_PUNCT = r"\p{P}!-/:-@\[-`{-~"
+_BERT_SPLIT = regex.compile(rf"[^{_WHITESPACE}{_PUNCT}]+|[{_PUNCT}]")
+_CJK = regex.compile(
+    "([\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+    "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f])"
+)
+#: Control/format/private/unassigned characters (except tab, newline, CR), plus NUL and U+FFFD.
+_BERT_DROP = regex.compile(r"[\x00\ufffd]|(?![\t\n\r])[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}]")
+_BERT_SPACE = regex.compile(rf"[{_WHITESPACE}]")
+_MARKS = regex.compile(r"\p{Mn}")
+
+
+def bert_normalize(
+    text: str,
+    clean_text: bool = True,
+    handle_chinese_chars: bool = True,
+    strip_accents: bool | None = None,
+    lowercase: bool = False,
+) -> str:
+    """BERT's normalizer. ``strip_accents=None`` means "strip them when lowercasing"."""
+    import unicodedata
+
+    if clean_text:
+        text = _BERT_SPACE.sub(" ", _BERT_DROP.sub("", text))
+    if handle_chinese_chars:
+        text = _CJK.sub(r" \1 ", text)
+    if strip_accents or (strip_accents is None and lowercase):
+        text = _MARKS.sub("", unicodedata.normalize("NFD", text))
+    if lowercase:
+        text = text.lower()
+    return text
+
+
+def bert_pretokenize(text: str) -> list[str]:
+    """Split on whitespace (dropped) and around each punctuation character (kept alone)."""
+    return _BERT_SPLIT.findall(text)

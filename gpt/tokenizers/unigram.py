@@ -1,0 +1,632 @@
+"""Unigram language-model tokenization, as in SentencePiece.
+
+The Unigram model (Kudo, 2018) treats a word as a sequence of pieces drawn independently from a
+vocabulary with probabilities p(piece). A word usually has many segmentations; the tokenizer
+picks the most probable one, argmax over segmentations of the product of p(piece).
+
+A word and its candidate pieces form a *lattice*: nodes are the positions 0..n between
+characters, and every vocabulary piece word[i:j] is an edge i -> j weighted by log p(piece).
+Segmentations are paths from 0 to n, so
+
+* encoding is the best path, found by Viterbi dynamic programming,
+* the total probability of the word is a sum over paths (the forward algorithm), and
+* the expected number of times each piece is used follows from forward and backward sums:
+  E[edge] = exp(alpha[i] + log p + beta[j] - log Z).
+
+Training goes top-down, the opposite of BPE and WordPiece:
+
+1. Seed a large vocabulary: every single character plus the most frequent substrings of words.
+2. Fit p by EM: the E step computes expected piece counts over the corpus with forward-backward,
+   the M step sets p(piece) proportional to its expected count.
+3. Prune: for each piece, estimate how much the corpus likelihood drops if it is removed and its
+   uses fall back to the next-best segmentation of the piece itself. Drop the quarter of pieces
+   whose removal costs least, but never a single character, so every word stays segmentable.
+4. Repeat 2-3 until the vocabulary has the requested size, then run EM once more.
+
+For speed, the lattices of all distinct words are stored as one set of numpy edge arrays and the
+forward, backward and Viterbi passes run over every word at once, one character offset at a
+time.
+
+Text is prepared the SentencePiece way: spaces become "▁" (U+2581) and, by default, a "▁" is
+put in front of the text, so "Hello world" is seen as "▁Hello▁world". Decoding reverses this.
+That makes decode(encode(x)) == x for text whose characters were seen in training, which holds
+no "▁" itself and does not start with a space. Characters never seen in training become the
+unknown token ``<unk>`` (consecutive ones are fused into one).
+
+Sampling a segmentation instead of taking the best one (subword regularization, Kudo 2018)
+is ``encode_sample``: forward sums with probabilities sharpened or flattened by ``alpha``, then a
+random walk backwards from the end of the word.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .pretokenize import METASPACE, UNIGRAM_PATTERN, compile_pattern
+
+_CACHE_LIMIT = 1 << 18
+UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
+
+
+class Unigram(Tokenizer):
+    """Unigram tokenizer.
+
+    ``pieces`` lists (token, log probability) in id order, the unknown token and any special
+    tokens included (their scores are not used for segmentation).
+    """
+
+    kind = "unigram"
+
+    def __init__(
+        self,
+        pieces: Sequence[tuple[str, float]],
+        special_tokens: Sequence[str] = ("<unk>",),
+        unk_token: str = "<unk>",
+        pattern: str = UNIGRAM_PATTERN,
+        prepend_scheme: str = "always",
+        replacement: str = METASPACE,
+        fuse_unk: bool = True,
+    ):
+        if prepend_scheme not in ("always", "first", "never"):
+            raise TokenizerError(f"prepend_scheme must be always/first/never: {prepend_scheme!r}")
+        tokens = [p for p, _ in pieces]
+        index = {t: i for i, t in enumerate(tokens)}
+        if len(index) != len(tokens):
+            raise TokenizerError("Unigram vocabulary has duplicate tokens")
+        missing = [t for t in special_tokens if t not in index]
+        if missing:
+            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
+        if unk_token not in index:
+            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
+        super().__init__({t: index[t] for t in special_tokens})
+        self.pieces = [(t, float(s)) for t, s in pieces]
+        self.itos = tokens
+        self.stoi = index
+        self.unk_token = unk_token
+        self.pattern = pattern
+        self.prepend_scheme = prepend_scheme
+        self.replacement = replacement
+        self.fuse_unk = fuse_unk
+        self._split = compile_pattern(pattern).findall
+        # pieces that segmentation may use: everything but the special tokens
+        self.scores = {t: s for t, s in self.pieces if t not in self.special}
+        self.max_piece_chars = max((len(t) for t in self.scores), default=1)
+        self.min_score = min((s for _, s in self.pieces), default=0.0)
+        self.unk_score = self.min_score - UNK_PENALTY
+        # every prefix of every piece, so a lattice scan can stop once no piece can match
+        self._prefixes = {t[:k] for t in self.scores for k in range(1, len(t) + 1)}
+        self._cache: dict[str, list[int]] = {}
+
+    # ----- text preparation --------------------------------------------------------------------
+
+    def _words(self, text: str, first: bool) -> list[str]:
+        """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
+        r = self.replacement
+        text = text.replace(" ", r)
+        prepend = self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)
+        if prepend and not text.startswith(r):
+            text = r + text
+        return self._split(text)
+
+    # ----- encoding ----------------------------------------------------------------------------
+
+    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
+        cache = self._cache
+        ids: list[int] = []
+        for word in self._words(text, first):
+            try:
+                ids.extend(cache[word])
+            except KeyError:
+                word_ids = self._viterbi(word)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = word_ids
+                ids.extend(word_ids)
+        return ids
+
+    def _edges_from(self, word: str, i: int) -> Iterable[tuple[int, float]]:
+        """Pieces starting at position i: (end position, score). An unknown character gives a
+        one-character edge with the unknown score, so every word has a path."""
+        scores, prefixes = self.scores, self._prefixes
+        has_single = False
+        for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):
+            sub = word[i:j]
+            if sub not in prefixes:
+                break
+            s = scores.get(sub)
+            if s is not None:
+                has_single = has_single or j == i + 1
+                yield j, s
+        if not has_single:
+            yield i + 1, self.unk_score
+
+    def _viterbi(self, word: str) -> list[int]:
+        """The best segmentation: best[j] is the best score of word[:j]. Ties go to the path
+        whose last piece starts earliest (the longer piece), as in SentencePiece."""
+        n = len(word)
+        best = [-math.inf] * (n + 1)
+        back = [0] * (n + 1)
+        best[0] = 0.0
+        for i in range(n):
+            base = best[i]
+            for j, s in self._edges_from(word, i):
+                if base + s > best[j]:
+                    best[j] = base + s
+                    back[j] = i
+        return self._pieces_to_ids(word, _backtrack(back, n))
+
+    def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
+        stoi, unk = self.stoi, self.stoi[self.unk_token]
+        ids = []
+        for i, j in zip(cuts, cuts[1:]):
+            t = word[i:j]
+            k = stoi.get(t) if t in self.scores else None
+            if k is None:
+                if self.fuse_unk and ids and ids[-1] == unk:
+                    continue
+                k = unk
+            ids.append(k)
+        return ids
+
+    def encode_sample(
+        self, text: str, alpha: float = 0.1, seed: int | None = None, allowed_special="all"
+    ) -> list[int]:
+        """Sample a segmentation with probability proportional to p(segmentation) ** alpha.
+
+        Small alpha flattens the distribution (more varied splits), large alpha approaches the
+        Viterbi segmentation. The same seed gives the same ids.
+        """
+        if alpha <= 0:
+            raise TokenizerError(f"alpha must be positive, got {alpha}")
+        rng = random.Random(seed)
+        ids: list[int] = []
+        for chunk, special, first in self.split_special(text, allowed_special):
+            if special:
+                ids.append(self.special[chunk])
+                continue
+            for word in self._words(chunk, first):
+                ids.extend(self._sample_word(word, alpha, rng))
+        return ids
+
+    def _sample_word(self, word: str, alpha: float, rng: random.Random) -> list[int]:
+        n = len(word)
+        # forward: logf[j] = log of the summed (sharpened) probability of all paths to j
+        logf = [-math.inf] * (n + 1)
+        logf[0] = 0.0
+        into: list[list[tuple[int, float]]] = [[] for _ in range(n + 1)]
+        for i in range(n):
+            for j, s in self._edges_from(word, i):
+                into[j].append((i, alpha * s))
+        for j in range(1, n + 1):
+            logf[j] = _logsumexp([logf[i] + s for i, s in into[j]])
+        # backward: from the end, pick the previous cut in proportion to its path mass
+        cuts = [n]
+        j = n
+        while j > 0:
+            options = into[j]
+            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]
+            j = rng.choices([i for i, _ in options], weights)[0]
+            cuts.append(j)
+        return self._pieces_to_ids(word, cuts[::-1])
+
+    # ----- decoding and lookups ----------------------------------------------------------------
+
+    def _decode_pieces(self, ids: list[int]) -> str:
+        text = "".join(self.itos[i] for i in ids).replace(self.replacement, " ")
+        if self.prepend_scheme != "never" and text.startswith(" "):
+            text = text[1:]
+        return text
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = self.check_ids(ids)
+        if not self.special:
+            return self._decode_pieces(ids)
+        # the leading "▁" is only stripped at the very start of the text
+        out, run = [], []
+        for i in ids:
+            if i in self._special_by_id:
+                out.append(self._join(run, not out))
+                out.append(self._special_by_id[i])
+                run = []
+            else:
+                run.append(i)
+        out.append(self._join(run, not out))
+        return "".join(out)
+
+    def _join(self, ids: list[int], at_start: bool) -> str:
+        text = "".join(self.itos[i] for i in ids).replace(self.replacement, " ")
+        strip = self.prepend_scheme == "always" or (self.prepend_scheme == "first" and at_start)
+        if strip and at_start and text.startswith(" "):
+            text = text[1:]
+        return text
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def id_to_token(self, i: int) -> str:
+        (i,) = self.check_ids([i])
+        return self.itos[i]
+
+    def token_to_id(self, token: str) -> int:
+        i = self.stoi.get(token)
+        if i is None:
+            raise TokenizerError(f"token {token!r} is not in the vocabulary")
+        return i
+
+    def score(self, token: str) -> float:
+        """The log probability of a piece."""
+        return self.pieces[self.token_to_id(token)][1]
+
+    # ----- training ----------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        text_or_iterator: str | Iterable[str],
+        vocab_size: int,
+        special_tokens: Sequence[str] = (),
+        unk_token: str = "<unk>",
+        max_piece_chars: int = 16,
+        seed_size: int | None = None,
+        shrink: float = 0.75,
+        em_iterations: int = 2,
+        pattern: str = UNIGRAM_PATTERN,
+        prepend_scheme: str = "always",
+        verbose: bool = False,
+    ) -> Unigram:
+        """Train a vocabulary of ``vocab_size`` tokens (unk and special tokens included; they
+        take the first ids, then pieces follow from most to least probable).
+
+        ``seed_size`` is the size of the initial candidate vocabulary (default 8x the target);
+        each pruning round keeps ``shrink`` of the pieces.
+        """
+        specials = check_special_tokens(special_tokens)
+        if unk_token in specials:
+            specials.remove(unk_token)
+        specials.insert(0, unk_token)
+        if not 0 < shrink < 1:
+            raise TokenizerError(f"shrink must be between 0 and 1, got {shrink}")
+        proto = cls([(t, 0.0) for t in specials], specials, unk_token, pattern, prepend_scheme)
+        splitter = proto._special_re
+        counts: dict[str, int] = {}
+        for chunk in iter_texts(text_or_iterator):
+            parts = splitter.split(chunk) if splitter else [chunk]
+            for k, part in enumerate(parts):
+                for w in proto._words(part, k == 0):
+                    counts[w] = counts.get(w, 0) + 1
+        if not counts:
+            raise TokenizerError("cannot train on empty text")
+        target = vocab_size - len(specials)
+        lattice = _Lattice(counts, max_piece_chars)
+        n_chars = len(lattice.chars)
+        if target < n_chars:
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is below the base alphabet: the text has {n_chars} "
+                f"distinct characters, + {len(specials)} special tokens"
+            )
+        if target > lattice.n_candidates:
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is more than the text supports: it has only "
+                f"{lattice.n_candidates} distinct substrings of up to {max_piece_chars} "
+                f"characters (+{len(specials)} special tokens)"
+            )
+        pieces = lattice.fit(target, seed_size or 8 * target, shrink, em_iterations, verbose)
+        pieces.sort(key=lambda ts: (-ts[1], ts[0]))
+        return cls(
+            [(t, 0.0) for t in specials] + pieces, specials, unk_token, pattern, prepend_scheme
+        )
+
+
+def _backtrack(back: list[int], n: int) -> list[int]:
+    cuts = [n]
+    while n > 0:
+        n = back[n]
+        cuts.append(n)
+    return cuts[::-1]
+
+
+def _logsumexp(xs: list[float]) -> float:
+    m = max(xs)
+    if m == -math.inf:
+        return m
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+class _Lattice:
+    """All distinct training words and their candidate pieces, as flat numpy arrays.
+
+    Nodes: word w of length L owns nodes ``base[w] .. base[w] + L`` (the cuts between its
+    characters). Every substring of up to ``max_len`` characters is a candidate, with an id
+    ("sid"); an edge (start node, end node, sid) exists for each occurrence. Pieces in the
+    current vocabulary are a subset of the sids; edges of other sids are filtered out.
+    """
+
+    def __init__(self, counts: dict[str, int], max_len: int):
+        self.words = list(counts)
+        self.freq = np.array([counts[w] for w in self.words], dtype=np.float64)
+        lengths = np.array([len(w) for w in self.words], dtype=np.int64)
+        self.base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+        self.n_nodes = int(lengths.sum() + len(self.words))
+        self.max_len = max_len
+        self.sid_of: dict[str, int] = {}
+        sid_of = self.sid_of
+        sids: list[int] = []
+        # one pass over every substring occurrence; (start, end) come from the enumeration order
+        for w in self.words:
+            n = len(w)
+            for i in range(n):
+                for j in range(i + 1, min(n, i + max_len) + 1):
+                    s = w[i:j]
+                    k = sid_of.get(s)
+                    if k is None:
+                        k = sid_of[s] = len(sid_of)
+                    sids.append(k)
+        self.strings = list(sid_of)
+        self.n_candidates = len(self.strings)
+        self.sid = np.array(sids, dtype=np.int64)
+        starts, ends = _spans(lengths, max_len)
+        word_of_edge = np.repeat(np.arange(len(self.words)), _n_spans(lengths, max_len))
+        self.start = self.base[word_of_edge] + starts
+        self.end = self.base[word_of_edge] + ends
+        self.end_off = ends
+        self.start_off = starts
+        self.word_of_edge = word_of_edge
+        self.first_node = self.base
+        self.last_node = self.base + lengths
+        sid_len = np.array([len(s) for s in self.strings], dtype=np.int64)
+        self.sid_len = sid_len
+        # frequency of each candidate (occurrences weighted by word counts)
+        self.sid_freq = np.bincount(self.sid, weights=self.freq[word_of_edge])
+        self.chars = [s for s in self.strings if len(s) == 1]
+
+    def fit(
+        self, target: int, seed_size: int, shrink: float, em_iterations: int, verbose: bool
+    ) -> list[tuple[str, float]]:
+        """Seed, then alternate EM and pruning until ``target`` pieces remain."""
+        n_sid = self.n_candidates
+        required = self.sid_len == 1
+        # the seed: all characters, then the substrings seen at least twice with the largest
+        # freq * length (a head start for long pieces), up to seed_size in all
+        score = self.sid_freq * self.sid_len
+        score[required] = np.inf
+        score[(self.sid_freq < 2) & ~required] = -np.inf
+        order = np.argsort(-score, kind="stable")
+        n_keep = max(target, min(seed_size, int(np.isfinite(score).sum() + required.sum())))
+        alive = np.zeros(n_sid, dtype=bool)
+        alive[order[:n_keep]] = True
+        logp = np.where(alive, np.log(np.maximum(score, 1.0)), -np.inf)
+        logp[required] = np.log(self.sid_freq[required] * 1.0)
+        logp = _normalize(logp, alive)
+        alt = _Alternatives(self, alive)
+
+        while True:
+            for _ in range(em_iterations):
+                logp, loglik = self._em_step(logp, alive)
+            n_alive = int(alive.sum())
+            if verbose:
+                print(f"unigram: {n_alive} pieces, log-likelihood {loglik:.1f}")
+            if n_alive <= target:
+                break
+            keep = max(target, int(n_alive * shrink))
+            alive = self._prune(logp, alive, keep, required, alt)
+            logp = _normalize(np.where(alive, logp, -np.inf), alive)
+        return [(self.strings[k], float(logp[k])) for k in np.flatnonzero(alive)]
+
+    # ----- the passes over all words at once ---------------------------------------------------
+
+    def _edges(self, alive: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(alive[self.sid])
+
+    def _em_step(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, float]:
+        """One E step (expected piece counts by forward-backward) and M step (renormalize)."""
+        e = self._edges(alive)
+        start, end, w = self.start[e], self.end[e], logp[self.sid[e]]
+        alpha = _sweep(self.n_nodes, self.first_node, start, end, self.end_off[e], w, "sum")
+        beta = _sweep(
+            self.n_nodes, self.last_node, end, start, -self.start_off[e], w, "sum"
+        )  # backwards: from each word's last node, offsets in decreasing order
+        log_z = alpha[self.last_node]
+        wf = self.freq[self.word_of_edge[e]]
+        post = np.exp(alpha[start] + w + beta[end] - log_z[self.word_of_edge[e]]) * wf
+        expected = np.bincount(self.sid[e], weights=post, minlength=self.n_candidates)
+        # a floor keeps every living piece at a finite log probability
+        expected = np.where(alive, np.maximum(expected, 1e-3), 0.0)
+        with np.errstate(divide="ignore"):
+            new_logp = np.log(expected) - math.log(expected.sum())
+        return np.where(alive, new_logp, -np.inf), float((log_z * self.freq).sum())
+
+    def _prune(
+        self,
+        logp: np.ndarray,
+        alive: np.ndarray,
+        keep: int,
+        required: np.ndarray,
+        alt: _Alternatives,
+    ) -> np.ndarray:
+        """Keep the ``keep`` pieces whose removal would cost the most likelihood.
+
+        For a piece s used F(s) times in the best segmentations, removing it sends those uses to
+        s's own best segmentation without s (its "alternative" pieces t), whose counts each grow
+        by F(s). The loss is F(s) * (log p(s) - sum_t log p'(t)), p' being the re-normalized
+        frequencies after the move. Pieces never used (F = 0) cost nothing; characters stay.
+        """
+        e = self._edges(alive)
+        freq = self._viterbi_counts(logp, e)
+        total = freq.sum()
+        owners, alts = alt.segment(logp, alive)
+        n_alt = np.bincount(owners, minlength=self.n_candidates)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_sp = np.log(freq) - math.log(total)
+            log_total_alt = np.log(total + freq * (n_alt - 1))
+            alt_terms = np.log(freq[alts] + freq[owners])
+            sum_alt = np.bincount(owners, weights=alt_terms, minlength=self.n_candidates)
+            loss = freq * (log_sp - (sum_alt - n_alt * log_total_alt))
+        loss = np.where(freq > 0, loss, 0.0)
+        loss = np.where(np.isfinite(loss), loss, np.inf)  # no alternative: never remove
+        loss[~alive] = -np.inf
+        loss[required] = np.inf
+        order = np.argsort(-loss, kind="stable")
+        new_alive = np.zeros_like(alive)
+        new_alive[order[:keep]] = True
+        return new_alive
+
+    def _viterbi_counts(self, logp: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """How often each piece appears in the best segmentations of the corpus."""
+        back = _viterbi(
+            self.n_nodes,
+            self.first_node,
+            self.start[e],
+            self.end[e],
+            self.end_off[e],
+            logp[self.sid[e]],
+        )
+        counts = np.zeros(self.n_candidates)
+        node = self.last_node.copy()
+        weight = self.freq.copy()
+        first = self.first_node
+        while len(node):
+            edge = e[back[node]]
+            np.add.at(counts, self.sid[edge], weight)
+            node = self.start[edge]
+            more = node != first
+            node, first, weight = node[more], first[more], weight[more]
+        return counts
+
+
+class _Alternatives:
+    """Each candidate piece as its own little lattice, without the edge that is the whole piece:
+    its best path is the segmentation the piece would get if it were removed."""
+
+    def __init__(self, lat: _Lattice, alive: np.ndarray):
+        owners = np.flatnonzero(alive & (lat.sid_len > 1))
+        strings = [lat.strings[k] for k in owners]
+        lengths = np.array([len(s) for s in strings], dtype=np.int64)
+        sid_of = lat.sid_of
+        sids = []
+        for s in strings:
+            n = len(s)
+            for i in range(n):
+                for j in range(i + 1, min(n, i + lat.max_len) + 1):
+                    sids.append(sid_of[s[i:j]])
+        sid = np.array(sids, dtype=np.int64)
+        starts, ends = _spans(lengths, lat.max_len)
+        word = np.repeat(np.arange(len(owners)), _n_spans(lengths, lat.max_len))
+        not_whole = ~((starts == 0) & (ends == lengths[word]))
+        base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+        self.owners = owners
+        self.n_nodes = int(lengths.sum() + len(owners))
+        self.first_node = base
+        self.last_node = base + lengths
+        self.sid = sid[not_whole]
+        self.word = word[not_whole]
+        self.start = (base[word] + starts)[not_whole]
+        self.end = (base[word] + ends)[not_whole]
+        self.end_off = ends[not_whole]
+
+    def segment(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For every living owner piece, its alternative pieces: parallel arrays (owner, alt)."""
+        e = np.flatnonzero(alive[self.sid])
+        back = _viterbi(
+            self.n_nodes,
+            self.first_node,
+            self.start[e],
+            self.end[e],
+            self.end_off[e],
+            logp[self.sid[e]],
+        )
+        live = alive[self.owners]
+        node, first = self.last_node[live], self.first_node[live]
+        owner = self.owners[live]
+        out_owner, out_alt = [], []
+        while len(node):
+            edge = e[back[node]]
+            out_owner.append(owner)
+            out_alt.append(self.sid[edge])
+            node = self.start[edge]
+            more = node != first
+            node, first, owner = node[more], first[more], owner[more]
+        if not out_owner:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(out_owner), np.concatenate(out_alt)
+
+
+def _n_spans(lengths: np.ndarray, max_len: int) -> np.ndarray:
+    """Number of substrings of up to max_len characters in a string of each length."""
+    m = np.minimum(lengths, max_len)
+    return m * lengths - m * (m - 1) // 2
+
+
+_SPAN_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _spans(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) offsets of every substring, in the order the enumeration loops visit them:
+    for i in range(n): for j in range(i + 1, min(n, i + max_len) + 1)."""
+    starts, ends = [], []
+    for n in lengths.tolist():
+        key = (n, max_len)
+        if key not in _SPAN_CACHE:
+            s = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + max_len) + 1)]
+            arr = np.array(s, dtype=np.int64).reshape(-1, 2)
+            _SPAN_CACHE[key] = (arr[:, 0], arr[:, 1])
+        a, b = _SPAN_CACHE[key]
+        starts.append(a)
+        ends.append(b)
+    return np.concatenate(starts), np.concatenate(ends)
+
+
+def _normalize(logp: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    m = logp[alive].max()
+    return np.where(alive, logp - (m + math.log(np.exp(logp[alive] - m).sum())), -np.inf)
+
+
+def _layers(offsets: np.ndarray, nodes: np.ndarray):
+    """Sort edges by (offset, node) and yield, per offset, the edge indices and the groups of
+    edges that share a node (as reduceat boundaries)."""
+    order = np.lexsort((nodes, offsets))
+    off_sorted = offsets[order]
+    cuts = np.flatnonzero(np.diff(off_sorted)) + 1
+    for chunk in np.split(order, cuts):
+        n = nodes[chunk]
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(n)) + 1])
+        yield chunk, bounds, n[bounds]
+
+
+def _sweep(n_nodes, sources, frm, to, offset, w, mode):
+    """Forward (or, with edges reversed, backward) log-sum over paths for all words at once.
+
+    Nodes are processed in order of ``offset`` so every edge's source is final before use.
+    """
+    acc = np.full(n_nodes, -np.inf)
+    acc[sources] = 0.0
+    for chunk, bounds, targets in _layers(offset, to):
+        vals = acc[frm[chunk]] + w[chunk]
+        m = np.maximum.reduceat(vals, bounds)
+        sizes = np.diff(np.append(bounds, len(vals)))
+        s = np.add.reduceat(np.exp(vals - np.repeat(m, sizes)), bounds)
+        acc[targets] = m + np.log(s)
+    return acc
+
+
+def _viterbi(n_nodes, sources, frm, to, offset, w):
+    """Best incoming edge of every node (an index into the given edge arrays), all words at
+    once. Ties go to the edge that comes first among those ending at the node."""
+    best = np.full(n_nodes, -np.inf)
+    best[sources] = 0.0
+    back = np.zeros(n_nodes, dtype=np.int64)
+    for chunk, bounds, targets in _layers(offset, to):
+        vals = best[frm[chunk]] + w[chunk]
+        m = np.maximum.reduceat(vals, bounds)
+        sizes = np.diff(np.append(bounds, len(vals)))
+        is_max = np.flatnonzero(vals == np.repeat(m, sizes))
+        group = np.searchsorted(bounds, is_max, side="right") - 1
+        first = is_max[np.concatenate([[True], group[1:] != group[:-1]])]
+        best[targets] = m
+        back[targets] = chunk[first]
+    return back

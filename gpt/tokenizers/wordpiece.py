@@ -1,0 +1,284 @@
+"""WordPiece, the subword tokenizer of BERT.
+
+WordPiece (Schuster & Nakajima, 2012; used by BERT, Devlin et al., 2019) splits each word into
+pieces from a vocabulary. A piece that continues a word carries the prefix ``##``, so "playing"
+may become ``play ##ing`` and the vocabulary tells word starts from word middles.
+
+Training builds the vocabulary bottom-up like BPE, but chooses merges differently. Under a
+unigram language model over the current pieces, merging a and b into ab raises the corpus
+log-likelihood by roughly
+
+    count(ab) * log( count(ab) * N / (count(a) * count(b)) )
+
+and WordPiece as commonly implemented ranks pairs by the core of that expression,
+
+    score(a, b) = count(ab) / (count(a) * count(b)),
+
+which favours pairs whose parts rarely occur apart, not merely frequent pairs. Pair counts are
+kept incrementally as in ``bpe.py``. Scores are trickier: a merge changes count(a) and count(b),
+which changes the score of *every* pair containing a or b, up or down. So after each merge we
+re-push those pairs onto the heap with fresh scores, and a popped entry counts only if its score
+still equals the pair's current score.
+
+Encoding is greedy longest-match-first within each word: take the longest vocabulary piece that
+starts the word, then the longest ``##`` piece that continues it, and so on. If at some point no
+piece matches, the whole word becomes ``[UNK]``. Text is normalized and split into words the
+way BERT does it (``pretokenize.bert_normalize`` / ``bert_pretokenize``), so decoding is not
+exact: whitespace and, if enabled, case and accents are lost.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .pretokenize import bert_normalize, bert_pretokenize
+
+_CACHE_LIMIT = 1 << 18
+
+
+class WordPiece(Tokenizer):
+    """WordPiece tokenizer. ``vocab`` lists every token in id order, special tokens included."""
+
+    kind = "wordpiece"
+
+    def __init__(
+        self,
+        vocab: Sequence[str],
+        special_tokens: Sequence[str] = ("[UNK]",),
+        unk_token: str = "[UNK]",
+        prefix: str = "##",
+        max_word_chars: int = 100,
+        lowercase: bool = False,
+        strip_accents: bool | None = None,
+        clean_text: bool = True,
+        handle_chinese_chars: bool = True,
+    ):
+        vocab = list(vocab)
+        index = {t: i for i, t in enumerate(vocab)}
+        if len(index) != len(vocab):
+            raise TokenizerError("WordPiece vocabulary has duplicate tokens")
+        missing = [t for t in special_tokens if t not in index]
+        if missing:
+            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
+        if unk_token not in index:
+            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
+        super().__init__({t: index[t] for t in special_tokens})
+        self.itos = vocab
+        self.stoi = index
+        self.unk_token = unk_token
+        self.prefix = prefix
+        self.max_word_chars = max_word_chars
+        self.normalizer = dict(
+            clean_text=clean_text,
+            handle_chinese_chars=handle_chinese_chars,
+            strip_accents=strip_accents,
+            lowercase=lowercase,
+        )
+        self.max_piece_chars = max(len(t) for t in vocab)
+        self._cache: dict[str, list[int]] = {}
+
+    # ----- training ----------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        text_or_iterator: str | Iterable[str],
+        vocab_size: int,
+        special_tokens: Sequence[str] = (),
+        unk_token: str = "[UNK]",
+        lowercase: bool = False,
+        prefix: str = "##",
+    ) -> WordPiece:
+        """Learn a vocabulary of ``vocab_size`` tokens (special tokens and ``unk_token`` included,
+        they take the first ids). Special tokens in the training text are skipped."""
+        specials = check_special_tokens(special_tokens)
+        if unk_token not in specials:
+            specials.insert(0, unk_token)
+        words: Counter[str] = Counter()
+        norm = dict(lowercase=lowercase)
+        splitter = _splitter(specials)
+        for chunk in iter_texts(text_or_iterator):
+            for part in splitter.split(chunk):
+                words.update(bert_pretokenize(bert_normalize(part, **norm)))
+        if not words:
+            raise TokenizerError("cannot train on empty text")
+
+        # the base alphabet: each character as a word start and as a continuation
+        alphabet: set[str] = set()
+        for w in words:
+            alphabet.add(w[0])
+            alphabet.update(prefix + c for c in w[1:])
+        itos = specials + sorted(alphabet)
+        if vocab_size < len(itos):
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is below the base alphabet: {len(itos)} tokens "
+                f"({len(alphabet)} characters/continuations + {len(specials)} special)"
+            )
+        stoi = {t: i for i, t in enumerate(itos)}
+        seqs = [[stoi[w[0]]] + [stoi[prefix + c] for c in w[1:]] for w in words]
+        n_base = len(itos)
+        _learn_merges(seqs, list(words.values()), itos, vocab_size - n_base, prefix)
+        if len(itos) < vocab_size:
+            raise TokenizerError(
+                f"vocab_size {vocab_size} is more than the text supports: at most "
+                f"{len(itos)} tokens can be learned from it"
+            )
+        return cls(itos, specials, unk_token, prefix, lowercase=lowercase)
+
+    # ----- encoding ----------------------------------------------------------------------------
+
+    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
+        cache = self._cache
+        ids: list[int] = []
+        for word in bert_pretokenize(bert_normalize(text, **self.normalizer)):
+            try:
+                ids.extend(cache[word])
+            except KeyError:
+                word_ids = self._encode_word(word)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = word_ids
+                ids.extend(word_ids)
+        return ids
+
+    def _encode_word(self, word: str) -> list[int]:
+        """Greedy longest-match-first; the whole word is [UNK] if it cannot be covered."""
+        unk = [self.stoi[self.unk_token]]
+        if len(word) > self.max_word_chars:
+            return unk
+        stoi, prefix = self.stoi, self.prefix
+        ids = []
+        start, n = 0, len(word)
+        while start < n:
+            end = min(n, start + self.max_piece_chars)
+            while end > start:
+                piece = word[start:end] if start == 0 else prefix + word[start:end]
+                i = stoi.get(piece)
+                if i is not None:
+                    ids.append(i)
+                    break
+                end -= 1
+            else:
+                return unk
+            start = end
+        return ids
+
+    def _decode_pieces(self, ids: list[int]) -> str:
+        """Join pieces: ``##`` pieces glue to the previous one, other pieces start a new word."""
+        out: list[str] = []
+        for i in ids:
+            t = self.itos[i]
+            if out and t.startswith(self.prefix):
+                out.append(t[len(self.prefix) :])
+            else:
+                if out:
+                    out.append(" ")
+                out.append(t)
+        return "".join(out)
+
+    # ----- lookups -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def id_to_token(self, i: int) -> str:
+        (i,) = self.check_ids([i])
+        return self.itos[i]
+
+    def token_to_id(self, token: str) -> int:
+        i = self.stoi.get(token)
+        if i is None:
+            raise TokenizerError(f"token {token!r} is not in the vocabulary")
+        return i
+
+
+def _splitter(specials: list[str]):
+    import re
+
+    return re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
+
+
+def _learn_merges(
+    words: list[list[int]], freqs: list[int], itos: list[str], n_merges: int, prefix: str
+) -> None:
+    """Merge by likelihood score until ``n_merges`` new tokens exist (or no pair is left).
+
+    ``itos`` grows with each new token. Two different merges can spell the same token (a+##bc
+    and ab+##c are both "abc"); the second one then reuses the first one's id.
+    """
+    stoi = {t: i for i, t in enumerate(itos)}
+    n_target = len(itos) + n_merges
+    tok_count: dict[int, int] = {}
+    pair_count: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], set[int]] = {}
+    pairs_of: dict[int, set[tuple[int, int]]] = {}  # token -> pairs it has been part of
+    for wi, (w, f) in enumerate(zip(words, freqs)):
+        for t in w:
+            tok_count[t] = tok_count.get(t, 0) + f
+        for p in zip(w, w[1:]):
+            pair_count[p] = pair_count.get(p, 0) + f
+            where.setdefault(p, set()).add(wi)
+            pairs_of.setdefault(p[0], set()).add(p)
+            pairs_of.setdefault(p[1], set()).add(p)
+
+    def score(p: tuple[int, int]) -> float:
+        return pair_count[p] / (tok_count[p[0]] * tok_count[p[1]])
+
+    touched: set[tuple[int, int]] = set()  # pairs whose count changed in this merge
+
+    def bump(p: tuple[int, int], d: int, wi: int) -> None:
+        pair_count[p] = pair_count.get(p, 0) + d
+        touched.add(p)
+        if d > 0:
+            where.setdefault(p, set()).add(wi)
+            pairs_of.setdefault(p[0], set()).add(p)
+            pairs_of.setdefault(p[1], set()).add(p)
+
+    heap = [(-score(p), p) for p in pair_count]
+    heapq.heapify(heap)
+    while len(itos) < n_target and heap:
+        neg, pair = heapq.heappop(heap)
+        if pair_count.get(pair, 0) <= 0 or -neg != score(pair):
+            continue  # stale: a fresher entry for this pair is in the heap (or it is gone)
+        a, b = pair
+        text = itos[a] + itos[b][len(prefix) :]
+        c = stoi.get(text)
+        if c is None:
+            c = stoi[text] = len(itos)
+            itos.append(text)
+        n_ab = pair_count[pair]
+        touched.clear()
+        for wi in where.pop(pair):
+            w = words[wi]
+            f = freqs[wi]
+            out: list[int] = []
+            i, n = 0, len(w)
+            found = False
+            while i < n:
+                if w[i] == a and i + 1 < n and w[i + 1] == b:
+                    found = True
+                    if out:
+                        bump((out[-1], a), -f, wi)
+                        bump((out[-1], c), f, wi)
+                    if i + 2 < n:
+                        bump((b, w[i + 2]), -f, wi)
+                        bump((c, w[i + 2]), f, wi)
+                    out.append(c)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            if found:
+                words[wi] = out
+        del pair_count[pair]
+        tok_count[a] -= n_ab
+        tok_count[b] -= n_ab
+        tok_count[c] = tok_count.get(c, 0) + n_ab
+        # every pair whose count or whose parts' counts changed gets a fresh heap entry
+        for p in touched | pairs_of.get(a, set()) | pairs_of.get(b, set()) | pairs_of.get(c, set()):
+            if pair_count.get(p, 0) > 0:
+                heapq.heappush(heap, (-score(p), p))
