@@ -49,7 +49,7 @@ def topological_order(roots: Sequence) -> list:
             continue
         mark(id(node))
         push((node, True))
-        if node.__class__ is Tensor:
+        if isinstance(node, Tensor):  # a leaf (Parameters are Tensors too)
             continue
         inputs = node.inputs
         if inputs is None:  # freed by an earlier backward: the structure survives in .parents
@@ -119,7 +119,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
             g = pending.pop(id(node), None)
             if g is None:
                 continue
-            if node.__class__ is Tensor:  # a leaf
+            if isinstance(node, Tensor):  # a leaf (Parameters are Tensors too)
                 if node._hooks:
                     g = _run_hooks(node._hooks, g)
                 if capture is not None:
@@ -173,7 +173,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
         function.grad_enabled = saved_mode
         if not retain_graph:
             for node in order:
-                if node.__class__ is not Tensor:
+                if not isinstance(node, Tensor):
                     _free(node)
     if capture is not None:
         return results

@@ -1,0 +1,1 @@
+"""Layers: each a Module (and, where it makes sense, a function in nn.functional)."""

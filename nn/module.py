@@ -1,0 +1,363 @@
+"""Module: a container of parameters and submodules, shaped like ``torch.nn.Module``.
+
+Assigning a :class:`Parameter` or a :class:`Module` to an attribute registers it under that
+name, so ``named_parameters()`` can walk the tree and ``state_dict()`` can name every tensor
+by its path (``blocks.0.attn.W_Q``). Attributes stay ordinary Python attributes: reading
+``self.weight`` costs nothing extra in a forward pass.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from tensorlab import Tensor
+from tensorlab.backend import to_device
+
+
+class Parameter(Tensor):
+    """A Tensor that is a learnable weight of a Module: a leaf that requires grad."""
+
+    __slots__ = ()
+
+    def __init__(self, data, requires_grad: bool = True, name: str | None = None):
+        super().__init__(
+            data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad, name=name
+        )
+
+    def __repr__(self) -> str:
+        return "Parameter(" + super().__repr__() + ")"
+
+
+class _Handle:
+    """Returned by ``register_*_hook``; ``remove()`` takes the hook out again."""
+
+    def __init__(self, hooks: dict, key: int):
+        self.hooks, self.key = hooks, key
+
+    def remove(self) -> None:
+        self.hooks.pop(self.key, None)
+
+
+class Module:
+    """Base class of layers and models. Subclasses define ``forward``; call the module."""
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_forward_hooks", {})
+        object.__setattr__(self, "_forward_pre_hooks", {})
+        object.__setattr__(self, "training", True)
+
+    # ------------------------------------------------------------------ registration
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() (call super().__init__())"
+            )
+        for registry in (self._parameters, self._modules, self._buffers):
+            registry.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        for registry in (self._parameters, self._modules, self._buffers):
+            registry.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """A tensor that belongs to the module but is not learned (e.g. a causal mask).
+
+        Persistent buffers are saved in ``state_dict()``; non-persistent ones are rebuilt.
+        """
+        object.__setattr__(self, name, tensor)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        setattr(self, name, param)
+        if param is None:
+            self._parameters[name] = None
+
+    # ------------------------------------------------------------------ calling
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        if self._forward_pre_hooks:
+            for hook in list(self._forward_pre_hooks.values()):
+                new = hook(self, args)
+                if new is not None:
+                    args = new if isinstance(new, tuple) else (new,)
+        out = self.forward(*args, **kwargs)
+        if self._forward_hooks:
+            for hook in list(self._forward_hooks.values()):
+                new = hook(self, args, out)
+                if new is not None:
+                    out = new
+        return out
+
+    def register_forward_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, inputs, output)`` runs after forward; a non-None return replaces
+        the output."""
+        key = id(hook) ^ len(self._forward_hooks)
+        self._forward_hooks[key] = hook
+        return _Handle(self._forward_hooks, key)
+
+    def register_forward_pre_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, inputs)`` runs before forward; a non-None return replaces inputs."""
+        key = id(hook) ^ len(self._forward_pre_hooks)
+        self._forward_pre_hooks[key] = hook
+        return _Handle(self._forward_pre_hooks, key)
+
+    # ------------------------------------------------------------------ traversal
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            yield name, m
+            children = [
+                (f"{name}.{k}" if name else k, c) for k, c in m._modules.items() if c is not None
+            ]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        yield from ((k, m) for k, m in self._modules.items() if m is not None)
+
+    def children(self) -> Iterator[Module]:
+        for _, m in self.named_children():
+            yield m
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, parameter) pairs; a parameter shared by two modules appears once."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mname, m in mods:
+            for pname, p in m._parameters.items():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mname}.{pname}" if mname else pname), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        for mname, m in self.named_modules(prefix):
+            for bname, b in m._buffers.items():
+                if b is not None:
+                    yield (f"{mname}.{bname}" if mname else bname), b
+
+    def buffers(self) -> Iterator[Tensor]:
+        for _, b in self.named_buffers():
+            yield b
+
+    def num_parameters(self) -> int:
+        """Number of learnable scalars (shared parameters counted once)."""
+        return sum(p.size for p in self.parameters())
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        """Call ``fn`` on every submodule (children first) and on self."""
+        for m in reversed(list(self.modules())):
+            fn(m)
+        return self
+
+    # ------------------------------------------------------------------ modes and devices
+    def train(self, mode: bool = True) -> Module:
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad = Tensor._wrap(p.grad.data * 0)
+
+    def to(self, device: str) -> Module:
+        """Move every parameter and buffer to ``device`` (in place, keeping identities)."""
+        for p in self.parameters():
+            p.data = to_device(p.data, device)
+            if p.grad is not None:
+                p.grad = Tensor._wrap(to_device(p.grad.data, device))
+        for m in self.modules():
+            for k, b in m._buffers.items():
+                if b is not None:
+                    b.data = to_device(b.data, device)
+        return self
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> OrderedDict[str, np.ndarray]:
+        """Every parameter and persistent buffer, by dotted name, as NumPy arrays (copies)."""
+        out: OrderedDict[str, np.ndarray] = OrderedDict()
+        for mname, m in self.named_modules():
+            items = list(m._parameters.items()) + [
+                (k, b) for k, b in m._buffers.items() if k not in m._non_persistent
+            ]
+            for k, t in items:
+                if t is not None:
+                    key = f"{mname}.{k}" if mname else k
+                    out.setdefault(key, to_device(t.data, "cpu").copy())
+        return out
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> tuple[list[str], list[str]]:
+        """Copy arrays from ``state`` into this module's parameters and buffers.
+
+        With ``strict=True`` a missing key, an unexpected key or a shape mismatch raises a
+        KeyError/ValueError naming the key (and both shapes); nothing is changed then.
+        Returns ``(missing, unexpected)`` keys.
+        """
+        own: dict[str, Tensor] = {}
+        for mname, m in self.named_modules():
+            for k, t in list(m._parameters.items()) + [
+                (k, b) for k, b in m._buffers.items() if k not in m._non_persistent
+            ]:
+                if t is not None:
+                    own.setdefault(f"{mname}.{k}" if mname else k, t)
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append(f"missing keys: {', '.join(missing)}")
+            if unexpected:
+                parts.append(f"unexpected keys: {', '.join(unexpected)}")
+            raise KeyError(f"load_state_dict ({type(self).__name__}): " + "; ".join(parts))
+        for k, t in own.items():
+            if k in state:
+                shape = tuple(np.shape(state[k]))
+                if shape != t.shape:
+                    raise ValueError(
+                        f"load_state_dict: {k!r} has shape {shape} in the state "
+                        f"but {t.shape} in the model"
+                    )
+        for k, t in own.items():
+            if k in state:
+                value = state[k].data if isinstance(state[k], Tensor) else state[k]
+                t.data = to_device(np.asarray(value, dtype=t.dtype).copy(), t.device)
+                t._version += 1
+        return missing, unexpected
+
+    # ------------------------------------------------------------------ printing
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for name, m in self._modules.items():
+            child = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {child}")
+        if len(lines) == 1:
+            return lines[0] + ")"
+        return "\n".join(lines) + "\n)"
+
+
+class HookPoint(Module):
+    """An identity module: a named place (``blocks.0.attn.hook_pattern``) where forward hooks
+    can read or replace an activation. ``run_with_cache`` in ``gpt.circuits`` uses them."""
+
+    def forward(self, x):
+        return x
+
+
+class Sequential(Module):
+    """Modules applied one after another."""
+
+    def __init__(self, *modules: Module):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+class ModuleList(Module):
+    """A list of modules, registered as ``0``, ``1``, ... (``blocks.0.attn``)."""
+
+    def __init__(self, modules: Iterable[Module] = ()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m: Module) -> ModuleList:
+        setattr(self, str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """A dict of modules, registered under their keys."""
+
+    def __init__(self, modules: dict[str, Module] | None = None):
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self[k] = m
+
+    def __setitem__(self, key: str, m: Module) -> None:
+        setattr(self, key, m)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
