@@ -206,7 +206,7 @@ class Module:
             if p.grad is not None:
                 p.grad = Tensor._wrap(to_device(p.grad.data, device))
         for m in self.modules():
-            for k, b in m._buffers.items():
+            for b in m._buffers.values():
                 if b is not None:
                     b.data = to_device(b.data, device)
         return self
