@@ -8,6 +8,7 @@ by its path (``blocks.0.attn.W_Q``). Attributes stay ordinary Python attributes:
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 
@@ -29,6 +30,9 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter(" + super().__repr__() + ")"
+
+
+_hook_ids = itertools.count()  # unique keys for hooks, so a removal never hits another hook
 
 
 class _Handle:
@@ -61,8 +65,14 @@ class Module:
             raise AttributeError(
                 f"cannot assign {name!r} before Module.__init__() (call super().__init__())"
             )
+        if name in self._buffers and (value is None or type(value) is Tensor):
+            # assigning a new tensor (or None) to a buffer's name keeps it a buffer
+            self._buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
         for registry in (self._parameters, self._modules, self._buffers):
             registry.pop(name, None)
+        self._non_persistent.discard(name)
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):
@@ -79,9 +89,13 @@ class Module:
 
         Persistent buffers are saved in ``state_dict()``; non-persistent ones are rebuilt.
         """
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
         object.__setattr__(self, name, tensor)
         self._buffers[name] = tensor
-        if not persistent:
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
             self._non_persistent.add(name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
@@ -110,13 +124,13 @@ class Module:
     def register_forward_hook(self, hook: Callable) -> _Handle:
         """``hook(module, inputs, output)`` runs after forward; a non-None return replaces
         the output."""
-        key = id(hook) ^ len(self._forward_hooks)
+        key = next(_hook_ids)
         self._forward_hooks[key] = hook
         return _Handle(self._forward_hooks, key)
 
     def register_forward_pre_hook(self, hook: Callable) -> _Handle:
         """``hook(module, inputs)`` runs before forward; a non-None return replaces inputs."""
-        key = id(hook) ^ len(self._forward_pre_hooks)
+        key = next(_hook_ids)
         self._forward_pre_hooks[key] = hook
         return _Handle(self._forward_pre_hooks, key)
 
