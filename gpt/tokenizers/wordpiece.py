@@ -166,12 +166,16 @@ class WordPiece(Tokenizer):
             start = end
         return ids
 
+    def decode(self, ids: Iterable[int]) -> str:
+        """Words joined by spaces; special tokens count as words of their own."""
+        return self._decode_pieces(self.check_ids(ids))
+
     def _decode_pieces(self, ids: list[int]) -> str:
         """Join pieces: ``##`` pieces glue to the previous one, other pieces start a new word."""
         out: list[str] = []
         for i in ids:
             t = self.itos[i]
-            if out and t.startswith(self.prefix):
+            if out and t.startswith(self.prefix) and i not in self._special_by_id:
                 out.append(t[len(self.prefix) :])
             else:
                 if out:

@@ -1,0 +1,402 @@
+"""Hugging Face ``tokenizer.json`` and GPT-2 ``vocab.json`` + ``merges.txt`` files.
+
+A ``tokenizer.json`` describes a pipeline: normalizer -> pre-tokenizer -> model -> (post-
+processor, decoder), plus "added tokens" that are cut out of the text before anything else
+runs. This package reads and writes the pipelines its own tokenizers correspond to:
+
+* byte-level BPE: no normalizer, a ``ByteLevel`` pre-tokenizer (GPT-2's pattern), a ``BPE``
+  model whose tokens are spelled in GPT-2's printable byte alphabet,
+* WordPiece: ``BertNormalizer`` (or none), ``BertPreTokenizer``, a ``WordPiece`` model,
+* Unigram: no normalizer, ``Metaspace`` (optionally followed by a ``Split`` on a regex), a
+  ``Unigram`` model with log probabilities.
+
+Anything else (another normalizer, BPE dropout, byte fallback, ...) is rejected with an error
+that names the file and the unsupported part, rather than silently encoding differently.
+Post-processors (e.g. BERT's ``[CLS] ... [SEP]`` template) are not applied: ``encode`` gives
+what the Hugging Face library gives with ``add_special_tokens=False``.
+
+GPT-2's original files are a ``vocab.json`` (token -> id) and a ``merges.txt`` (one merge
+"a b" per line, after a ``#version`` header), both in the printable byte alphabet.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .base import Tokenizer, TokenizerError, TokenizerFileError
+from .bpe import ByteBPE
+from .pretokenize import (
+    GPT2_PATTERN,
+    METASPACE,
+    METASPACE_SPLIT_PATTERN,
+    bytes_to_text,
+    text_to_bytes,
+)
+from .unigram import Unigram
+from .wordpiece import WordPiece
+
+# ----- reading ---------------------------------------------------------------------------------
+
+
+def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tokenizer:
+    """Build our tokenizer from a parsed ``tokenizer.json``."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise TokenizerFileError(path, "'model' must be a JSON object")
+    kind = model.get("type") or _guess_model_type(model)
+    try:
+        added = _added_tokens(data.get("added_tokens") or [])
+        if kind == "BPE":
+            return _read_bpe(data, model, added, path)
+        if kind == "WordPiece":
+            return _read_wordpiece(data, model, added, path)
+        if kind == "Unigram":
+            return _read_unigram(data, model, added, path)
+    except TokenizerFileError:
+        raise
+    except TokenizerError as e:
+        raise TokenizerFileError(path, f"invalid {kind} model: {e}") from None
+    except KeyError as e:
+        raise TokenizerFileError(path, f"{kind} model is missing the field {e}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise TokenizerFileError(path, f"malformed {kind} model: {e}") from None
+    raise TokenizerFileError(path, f"unsupported model type {kind!r}")
+
+
+def load_hf(path: str | os.PathLike) -> Tokenizer:
+    """Read a Hugging Face ``tokenizer.json``."""
+    from .files import read_json
+
+    data = read_json(path)
+    if not isinstance(data, dict) or "model" not in data:
+        raise TokenizerFileError(path, "not a Hugging Face tokenizer.json (no 'model')")
+    return from_hf_json(data, path)
+
+
+def _guess_model_type(model: dict) -> str | None:
+    if "merges" in model:
+        return "BPE"
+    if isinstance(model.get("vocab"), list):
+        return "Unigram"
+    if "continuing_subword_prefix" in model and "max_input_chars_per_word" in model:
+        return "WordPiece"
+    return None
+
+
+def _added_tokens(entries: list) -> dict[str, int]:
+    added = {}
+    for e in entries:
+        added[e["content"]] = e["id"]
+    return added
+
+
+def _require(cond: bool, path, problem: str) -> None:
+    if not cond:
+        raise TokenizerFileError(path, problem)
+
+
+def _ids_to_list(vocab: dict[str, int], added: dict[str, int], path) -> list[str]:
+    """Merge model vocab and added tokens into one list indexed by id (no gaps allowed)."""
+    by_id: dict[int, str] = {}
+    for t, i in list(vocab.items()) + list(added.items()):
+        _require(isinstance(i, int) and i >= 0, path, f"token {t!r} has a bad id {i!r}")
+        if by_id.setdefault(i, t) != t:
+            raise TokenizerFileError(path, f"id {i} is used by both {by_id[i]!r} and {t!r}")
+    n = len(by_id)
+    _require(set(by_id) == set(range(n)), path, f"token ids are not 0..{n - 1} without gaps")
+    return [by_id[i] for i in range(n)]
+
+
+def _read_bpe(data, model, added, path) -> ByteBPE:
+    _require(data.get("normalizer") is None, path, "BPE: normalizers are not supported")
+    pre = data.get("pre_tokenizer") or {}
+    _require(
+        pre.get("type") == "ByteLevel" and pre.get("use_regex", True),
+        path,
+        f"BPE: only a ByteLevel pre-tokenizer is supported, found {pre.get('type')!r}",
+    )
+    for field in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+        _require(not model.get(field), path, f"BPE: {field}={model.get(field)!r} not supported")
+    _require(not model.get("byte_fallback"), path, "BPE: byte_fallback is not supported")
+    vocab_t2i = model["vocab"]
+    _require(isinstance(vocab_t2i, dict), path, "BPE: 'vocab' must map tokens to ids")
+    itos = _ids_to_list(vocab_t2i, added, path)
+    vocab: dict[int, bytes] = {}
+    for i, t in enumerate(itos):
+        if t in added:
+            continue
+        try:
+            vocab[i] = text_to_bytes(t)
+        except KeyError:
+            raise TokenizerFileError(
+                path, f"BPE token {t!r} is not in the byte-level alphabet (not a byte-level BPE?)"
+            ) from None
+    merges = []
+    for k, m in enumerate(model["merges"]):
+        a, b = m.split(" ") if isinstance(m, str) else m
+        if a not in vocab_t2i or b not in vocab_t2i:
+            raise TokenizerFileError(path, f"merge {k} ({a!r}, {b!r}) uses unknown tokens")
+        merges.append((vocab_t2i[a], vocab_t2i[b]))
+    return ByteBPE(
+        vocab,
+        merges,
+        {t: added[t] for t in added},
+        GPT2_PATTERN,
+        add_prefix_space=bool(pre.get("add_prefix_space", False)),
+        ignore_merges=bool(model.get("ignore_merges", False)),
+    )
+
+
+def _read_wordpiece(data, model, added, path) -> WordPiece:
+    norm = data.get("normalizer")
+    if norm is None:
+        options = dict(
+            clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False
+        )
+    else:
+        _require(
+            norm.get("type") == "BertNormalizer",
+            path,
+            f"WordPiece: only BertNormalizer is supported, found {norm.get('type')!r}",
+        )
+        options = dict(
+            clean_text=bool(norm.get("clean_text", True)),
+            handle_chinese_chars=bool(norm.get("handle_chinese_chars", True)),
+            strip_accents=norm.get("strip_accents"),
+            lowercase=bool(norm.get("lowercase", True)),
+        )
+    pre = data.get("pre_tokenizer") or {}
+    _require(
+        pre.get("type") == "BertPreTokenizer",
+        path,
+        f"WordPiece: only BertPreTokenizer is supported, found {pre.get('type')!r}",
+    )
+    itos = _ids_to_list(model["vocab"], added, path)
+    unk = model.get("unk_token", "[UNK]")
+    specials = list(added)
+    if unk not in specials:
+        specials.append(unk)
+    return WordPiece(
+        itos,
+        specials,
+        unk,
+        model.get("continuing_subword_prefix", "##"),
+        int(model.get("max_input_chars_per_word", 100)),
+        **options,
+    )
+
+
+def _read_unigram(data, model, added, path) -> Unigram:
+    _require(data.get("normalizer") is None, path, "Unigram: normalizers are not supported")
+    _require(not model.get("byte_fallback"), path, "Unigram: byte_fallback is not supported")
+    pre = data.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    meta = steps[0] if steps else {}
+    _require(
+        meta.get("type") == "Metaspace",
+        path,
+        f"Unigram: expected a Metaspace pre-tokenizer, found {meta.get('type')!r}",
+    )
+    replacement = meta.get("replacement", METASPACE)
+    if "prepend_scheme" in meta:
+        scheme = meta["prepend_scheme"]
+    else:  # files from before tokenizers 0.19
+        scheme = "always" if meta.get("add_prefix_space", True) else "never"
+    if len(steps) == 1:
+        _require(meta.get("split", True), path, "Unigram: Metaspace(split=False) alone")
+        pattern = METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement)
+    else:
+        split = steps[1]
+        ok = (
+            len(steps) == 2
+            and not meta.get("split", True)
+            and split.get("type") == "Split"
+            and split.get("behavior") == "Isolated"
+            and not split.get("invert", False)
+            and "Regex" in (split.get("pattern") or {})
+        )
+        _require(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
+        pattern = split["pattern"]["Regex"]
+    pieces = [(t, float(s)) for t, s in model["vocab"]]
+    itos = _ids_to_list({t: i for i, (t, _) in enumerate(pieces)}, added, path)
+    _require(len(itos) == len(pieces), path, "Unigram: added tokens outside the model vocab")
+    unk_id = model.get("unk_id")
+    _require(isinstance(unk_id, int), path, "Unigram: the model has no unk_id")
+    _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")
+    unk = pieces[unk_id][0]
+    specials = list(added)
+    if unk not in specials:
+        specials.append(unk)
+    return Unigram(pieces, specials, unk, pattern, scheme, replacement, fuse_unk=True)
+
+
+def load_gpt2(
+    vocab_path: str | os.PathLike,
+    merges_path: str | os.PathLike,
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",),
+) -> ByteBPE:
+    """Read GPT-2's ``vocab.json`` + ``merges.txt``. Tokens listed in ``special_tokens`` that
+    the vocabulary holds become special tokens."""
+    from .files import read_json
+
+    vocab_t2i = read_json(vocab_path)
+    if not isinstance(vocab_t2i, dict) or not all(isinstance(i, int) for i in vocab_t2i.values()):
+        raise TokenizerFileError(vocab_path, "expected a JSON object mapping tokens to ids")
+    try:
+        with open(merges_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise TokenizerFileError(merges_path, "no such file") from None
+    except UnicodeDecodeError as e:
+        raise TokenizerFileError(merges_path, f"not UTF-8 text ({e.reason})") from None
+    merges = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or (n == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise TokenizerFileError(merges_path, f"line {n}: expected two tokens, got {line!r}")
+        merges.append(parts)
+    data = {
+        "added_tokens": [
+            {"id": vocab_t2i[t], "content": t} for t in special_tokens if t in vocab_t2i
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "model": {"type": "BPE", "vocab": vocab_t2i, "merges": merges},
+    }
+    try:
+        return from_hf_json(data, vocab_path)
+    except TokenizerFileError as e:
+        raise TokenizerFileError(f"{vocab_path} + {merges_path}", e.problem) from None
+
+
+# ----- writing ---------------------------------------------------------------------------------
+
+
+def to_hf_json(tok: Tokenizer) -> dict[str, Any]:
+    """The ``tokenizer.json`` object for a ByteBPE, WordPiece or Unigram tokenizer."""
+    added = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for t, i in sorted(tok.special.items(), key=lambda kv: kv[1])
+    ]
+    head = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added}
+    if isinstance(tok, ByteBPE):
+        return head | _bpe_pipeline(tok)
+    if isinstance(tok, WordPiece):
+        return head | _wordpiece_pipeline(tok)
+    if isinstance(tok, Unigram):
+        return head | _unigram_pipeline(tok)
+    raise TokenizerError(f"{type(tok).__name__} has no Hugging Face tokenizer.json form")
+
+
+def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:
+    if tok.pattern == GPT2_PATTERN:
+        pre = {
+            "type": "ByteLevel",
+            "add_prefix_space": tok.add_prefix_space,
+            "trim_offsets": True,
+            "use_regex": True,
+        }
+    else:
+        raise TokenizerError("only ByteBPE with GPT-2's pattern can be saved as tokenizer.json")
+    vocab = {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
+    vocab.update(tok.special)
+    merges = [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]
+    return {
+        "normalizer": None,
+        "pre_tokenizer": pre,
+        "post_processor": None,
+        "decoder": {
+            "type": "ByteLevel",
+            "add_prefix_space": True,
+            "trim_offsets": True,
+            "use_regex": True,
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tok.ignore_merges,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
+def _wordpiece_pipeline(tok: WordPiece) -> dict[str, Any]:
+    return {
+        "normalizer": {"type": "BertNormalizer", **tok.normalizer},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": tok.prefix, "cleanup": True},
+        "model": {
+            "type": "WordPiece",
+            "unk_token": tok.unk_token,
+            "continuing_subword_prefix": tok.prefix,
+            "max_input_chars_per_word": tok.max_word_chars,
+            "vocab": {t: i for i, t in enumerate(tok.itos)},
+        },
+    }
+
+
+def _unigram_pipeline(tok: Unigram) -> dict[str, Any]:
+    r, scheme = tok.replacement, tok.prepend_scheme
+    if tok.pattern == METASPACE_SPLIT_PATTERN.replace(METASPACE, r):
+        pre = {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme, "split": True}
+    else:
+        pre = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme, "split": False},
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": tok.pattern},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+            ],
+        }
+    return {
+        "normalizer": None,
+        "pre_tokenizer": pre,
+        "post_processor": None,
+        "decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme, "split": True},
+        "model": {
+            "type": "Unigram",
+            "unk_id": tok.stoi[tok.unk_token],
+            "vocab": [[t, s] for t, s in tok.pieces],
+            "byte_fallback": False,
+        },
+    }
+
+
+def save_gpt2(tok: ByteBPE, folder: str | os.PathLike) -> None:
+    """Write ``vocab.json`` and ``merges.txt`` (GPT-2's layout) into ``folder``."""
+    import json
+    from pathlib import Path
+
+    from .files import atomic_write_text
+
+    if not isinstance(tok, ByteBPE) or tok.pattern != GPT2_PATTERN:
+        raise TokenizerError("only a ByteBPE with GPT-2's pattern has a GPT-2 file form")
+    folder = Path(folder)
+    vocab = {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
+    vocab.update(tok.special)
+    lines = ["#version: 0.2"]
+    lines += [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]
+    atomic_write_text(folder / "vocab.json", json.dumps(vocab, ensure_ascii=False))
+    atomic_write_text(folder / "merges.txt", "\n".join(lines) + "\n")
