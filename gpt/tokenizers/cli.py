@@ -1,0 +1,129 @@
+"""The ``tokenizer-report`` command: measure tokenizers on held-out text.
+
+    python -m gpt.tokenizers.cli --text data.txt                      # train all four, compare
+    python -m gpt.tokenizers.cli --text data.txt --kinds bpe,unigram --vocab-size 4096
+    python -m gpt.tokenizers.cli --text data.txt --tokenizer tok.json # a saved tokenizer
+
+Without ``--tokenizer``, each kind is trained on the first ``--train-fraction`` of the file and
+measured on the rest. With ``--tokenizer`` (repeatable; our format, Hugging Face
+``tokenizer.json`` or a GPT-2 folder), the whole file is the held-out text unless
+``--train-fraction`` is given. ``python -m gpt tokenizer-report`` runs the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .base import TokenizerError
+from .files import load
+from .metrics import format_reports, report
+
+KIND_NAMES = ("char", "bpe", "wordpiece", "unigram")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text", required=True, help="UTF-8 text file to measure on")
+    p.add_argument(
+        "--tokenizer",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a saved tokenizer to report on (repeatable); default: train --kinds",
+    )
+    p.add_argument(
+        "--kinds",
+        default=",".join(KIND_NAMES),
+        help=f"comma-separated kinds to train (of {', '.join(KIND_NAMES)})",
+    )
+    p.add_argument("--vocab-size", type=int, default=1024, help="for bpe, wordpiece, unigram")
+    p.add_argument(
+        "--train-fraction",
+        type=float,
+        default=None,
+        help="share of the file used for training; the rest is held out (default 0.9)",
+    )
+    p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
+    p.add_argument("--save-dir", help="save each trained tokenizer as DIR/KIND.json")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON")
+
+
+def add_report_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``tokenizer-report`` on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "tokenizer-report",
+        help="measure tokenizers on held-out text",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(func=run_report)
+    return p
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Run the command; returns a process exit code (0 ok, 2 bad input)."""
+    from . import KINDS
+
+    try:
+        text = Path(args.text).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: cannot read {args.text}: {e}", file=sys.stderr)
+        return 2
+    fraction = args.train_fraction
+    if fraction is None:
+        fraction = 0.0 if args.tokenizer else 0.9
+    if not 0.0 <= fraction < 1.0:
+        print(f"error: --train-fraction must be in [0, 1), got {fraction}", file=sys.stderr)
+        return 2
+    cut = int(len(text) * fraction)
+    train_text, heldout = text[:cut], text[cut:]
+    reports = []
+    try:
+        for path in args.tokenizer:
+            reports.append(report(load(path), heldout, name=Path(path).name))
+        if not args.tokenizer:
+            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+            unknown = [k for k in kinds if k not in KINDS]
+            if unknown:
+                print(f"error: unknown kinds {unknown}; choose from {KIND_NAMES}", file=sys.stderr)
+                return 2
+            for kind in kinds:
+                t0 = time.perf_counter()
+                if kind == "char":
+                    tok = KINDS[kind].train(train_text, None, args.special, unknown="replace")
+                else:
+                    tok = KINDS[kind].train(train_text, args.vocab_size, args.special)
+                seconds = time.perf_counter() - t0
+                if not args.json:
+                    print(f"trained {kind} (vocab {tok.vocab_size}) in {seconds:.2f}s")
+                if args.save_dir:
+                    Path(args.save_dir).mkdir(parents=True, exist_ok=True)
+                    tok.save(Path(args.save_dir) / f"{kind}.json")
+                reports.append(report(tok, heldout, name=kind))
+    except TokenizerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=1))
+    else:
+        print(f"held-out text: {len(heldout.encode('utf-8'))} bytes, {len(heldout)} characters")
+        print(format_reports(reports))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m gpt.tokenizers.cli",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    return run_report(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
