@@ -34,6 +34,7 @@ from tensorlab.creation import (
     zeros,
     zeros_like,
 )
+from tensorlab.draw import draw  # the function replaces the submodule's name here
 from tensorlab.function import AnomalyError, Function
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
@@ -44,13 +45,6 @@ float64 = "float64"
 int64 = "int64"
 
 cat = concatenate
-
-
-def draw(*args, **kwargs):
-    """Draw the graph that produced a tensor (see :func:`tensorlab.draw.draw`)."""
-    from tensorlab.draw import draw as _draw
-
-    return _draw(*args, **kwargs)
 
 
 def exp(x: Tensor) -> Tensor:

@@ -27,6 +27,7 @@ in one place (``Tensor.sum_to``), so no op handles broadcasting in its backward.
 
 from __future__ import annotations
 
+import operator
 import traceback
 import weakref
 
@@ -36,6 +37,7 @@ from tensorlab.backend import xp_of
 from tensorlab.tensor import Tensor
 
 _new_tensor = Tensor.__new__
+_version_of = operator.attrgetter("_version")
 _generic = np.generic
 _asarray = np.asarray
 
@@ -71,7 +73,12 @@ class Function:
         """Run ``forward`` on the inputs' arrays; record the node if a gradient may flow."""
         ctx = cls.__new__(cls)
         try:
-            data = cls.forward(ctx, *[t.data for t in inputs], **params)
+            if len(inputs) == 1:  # the common arities skip building a list of arrays
+                data = cls.forward(ctx, inputs[0].data, **params)
+            elif len(inputs) == 2:
+                data = cls.forward(ctx, inputs[0].data, inputs[1].data, **params)
+            else:
+                data = cls.forward(ctx, *[t.data for t in inputs], **params)
         except Exception as err:
             raise _forward_error(cls, inputs, err) from err
         if data.__class__ is not np.ndarray and isinstance(data, _generic):
@@ -88,7 +95,7 @@ class Function:
             for t in inputs:
                 if t.requires_grad:
                     ctx.inputs = inputs
-                    ctx._versions = tuple([i._version for i in inputs])
+                    ctx._versions = tuple(map(_version_of, inputs))
                     ctx._output_ref = weakref.ref(out)
                     out.requires_grad = True
                     out._ctx = ctx
