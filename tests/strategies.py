@@ -76,3 +76,51 @@ def distinct(x: np.ndarray, gap: float = 1e-3) -> np.ndarray:
     order = np.argsort(flat, kind="stable")
     flat[order] += np.arange(flat.size) * gap
     return flat.reshape(x.shape)
+
+
+# ---------------------------------------------------------------- additions for op tests
+def positive(shape, low: float = 0.2, high: float = 3.0):
+    """Arrays with entries in [low, high] (log, sqrt, the base of pow)."""
+    return values(shape, low, high)
+
+
+def nonzero(shape, low: float = 0.3, high: float = 2.0):
+    """Arrays with |entries| in [low, high] and either sign (divisors)."""
+    return st.tuples(values(shape, low, high), hnp.arrays(np.bool_, shape)).map(
+        lambda t: np.where(t[1], -t[0], t[0])
+    )
+
+
+@st.composite
+def broadcast_shapes(
+    draw, num_shapes: int = 2, min_dims: int = 0, max_dims: int = 3, min_side: int = 1
+):
+    """``num_shapes`` shapes that broadcast together; ``min_side=0`` allows empty axes."""
+    shapes = draw(
+        hnp.mutually_broadcastable_shapes(
+            num_shapes=num_shapes,
+            min_dims=min_dims,
+            max_dims=max_dims,
+            min_side=min_side,
+            max_side=4 if min_side else 3,
+        )
+    )
+    return shapes.input_shapes
+
+
+# (n?,k),(k,m?): 1-D, 2-D and batched products whose batch axes broadcast (``@`` semantics).
+matmul_shapes = hnp.mutually_broadcastable_shapes(
+    signature=np.matmul.signature, max_dims=2, max_side=3
+).map(lambda s: s.input_shapes)
+
+
+@st.composite
+def keepdims_axis(draw, shape):
+    """(axis, keepdims) for a reduction over ``shape``: None, int (maybe negative) or tuple."""
+    return draw(axis_for(len(shape))), draw(st.booleans())
+
+
+@st.composite
+def bool_mask(draw, shape):
+    """A boolean array of ``shape`` (a mask for indexing or masked_fill)."""
+    return draw(hnp.arrays(np.bool_, shape))

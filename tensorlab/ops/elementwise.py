@@ -77,6 +77,8 @@ class PowScalar(Function):
 
     def backward(ctx, g):
         a, p = ctx.inputs[0], ctx.p
+        if p == 0:  # d(a⁰)/da = 0 everywhere, also at a = 0 where a^(p-1) is inf
+            return g * 0.0
         if p == 2:
             return g * (2 * a)
         return g * (p * a ** (p - 1))

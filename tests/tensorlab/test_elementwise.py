@@ -1,0 +1,310 @@
+"""Elementwise ops: forward against NumPy, first and second derivatives against finite
+differences (tolerances and their justification: see ``opcheck.py``), Python and NumPy
+operators on both sides, ``sum_to`` and ``Cast``.
+
+Inputs are drawn over small shapes (0-d, size-1 axes, and empty axes where the op allows),
+binary ops over every pair of broadcastable shapes, and non-smooth ops away from their kinks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from opcheck import check_op, leaf
+from strategies import (
+    away_from,
+    broadcast_shapes,
+    distinct,
+    nonzero,
+    positive,
+    shapes_with_empty,
+    small_shapes,
+    values,
+)
+
+import tensorlab as tl
+
+any_shape = st.one_of(small_shapes, shapes_with_empty)
+gg_shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# name: (tensor fn, numpy fn, array strategy for a shape)
+UNARY = {
+    "neg": (lambda x: -x, np.negative, values),
+    "exp": (lambda x: x.exp(), np.exp, values),
+    "log": (lambda x: x.log(), np.log, positive),
+    "sqrt": (lambda x: x.sqrt(), np.sqrt, positive),
+    "abs": (lambda x: x.abs(), np.abs, lambda s: values(s).map(lambda a: away_from(a, [0.0]))),
+    "tanh": (lambda x: x.tanh(), np.tanh, values),
+    "sigmoid": (lambda x: x.sigmoid(), _sigmoid, lambda s: values(s, -6, 6)),
+    "relu": (
+        lambda x: x.relu(),
+        lambda a: np.maximum(a, 0),
+        lambda s: values(s).map(lambda a: away_from(a, [0.0])),
+    ),
+    "clip": (
+        lambda x: x.clip(-0.5, 0.7),
+        lambda a: np.clip(a, -0.5, 0.7),
+        lambda s: values(s).map(lambda a: away_from(a, [-0.5, 0.7])),
+    ),
+    "clip_min": (
+        lambda x: x.clip(min=0.25),
+        lambda a: np.maximum(a, 0.25),
+        lambda s: values(s).map(lambda a: away_from(a, [0.25])),
+    ),
+    "clip_max": (
+        lambda x: x.clip(max=-0.25),
+        lambda a: np.minimum(a, -0.25),
+        lambda s: values(s).map(lambda a: away_from(a, [-0.25])),
+    ),
+    "square": (lambda x: x**2, np.square, values),
+    "cube": (lambda x: x**3, lambda a: a**3, values),
+    "pow_0": (lambda x: x**0, lambda a: a**0, values),
+    "pow_1": (lambda x: x**1, lambda a: a**1, values),
+    "pow_half": (lambda x: x**0.5, np.sqrt, positive),
+    "pow_neg1": (lambda x: x**-1, np.reciprocal, positive),
+    "pow_1.5": (lambda x: x**1.5, lambda a: a**1.5, positive),
+    "pow_method": (lambda x: x.pow(-2.5), lambda a: a**-2.5, positive),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@given(data=st.data())
+def test_unary(name, data):
+    fn, np_fn, strategy = UNARY[name]
+    x = data.draw(any_shape.flatmap(strategy), label="x")
+    check_op(fn, np_fn, x)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@given(data=st.data())
+def test_unary_second_order(name, data):
+    fn, np_fn, strategy = UNARY[name]
+    x = data.draw(gg_shapes.flatmap(strategy), label="x")
+    check_op(fn, np_fn, x, gradgrad=True)
+
+
+def test_module_level_functions_match_methods():
+    x = leaf(np.linspace(-1.5, 1.5, 7))
+    for f in ("exp", "tanh", "sigmoid", "relu"):
+        np.testing.assert_array_equal(getattr(tl, f)(x).numpy(), getattr(x, f)().numpy())
+    np.testing.assert_array_equal(tl.log(x.abs() + 1).numpy(), np.log(np.abs(x.numpy()) + 1))
+
+
+def test_sigmoid_saturates_without_overflow():
+    with np.errstate(over="raise"):
+        y = leaf([-1000.0, 1000.0]).sigmoid()
+    np.testing.assert_array_equal(y.numpy(), [0.0, 1.0])
+
+
+# name: (tensor fn, numpy fn, strategies of a and b for their shapes)
+BINARY = {
+    "add": (lambda a, b: a + b, np.add, values, values),
+    "sub": (lambda a, b: a - b, np.subtract, values, values),
+    "mul": (lambda a, b: a * b, np.multiply, values, values),
+    "div": (lambda a, b: a / b, np.divide, values, nonzero),
+    "pow": (lambda a, b: a**b, np.power, positive, values),
+}
+
+
+def _draw_binary(data, name, min_side=1, max_dims=3):
+    _, _, sa, sb = BINARY[name]
+    shape_a, shape_b = data.draw(
+        broadcast_shapes(min_side=min_side, max_dims=max_dims), label="shapes"
+    )
+    return data.draw(sa(shape_a), label="a"), data.draw(sb(shape_b), label="b")
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@given(data=st.data(), empty=st.booleans())
+def test_binary_broadcast(name, data, empty):
+    fn, np_fn, _, _ = BINARY[name]
+    a, b = _draw_binary(data, name, min_side=0 if empty else 1)
+    check_op(fn, np_fn, a, b)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@given(data=st.data())
+def test_binary_second_order(name, data):
+    fn, np_fn, _, _ = BINARY[name]
+    a, b = _draw_binary(data, name, max_dims=2)
+    check_op(fn, np_fn, a, b, gradgrad=True)
+
+
+@st.composite
+def untied_pair(draw, max_dims=3):
+    """Two broadcastable arrays with no value in common (no ties for maximum/minimum)."""
+    shape_a, shape_b = draw(broadcast_shapes(max_dims=max_dims))
+    both = draw(values((int(np.prod(shape_a)) + int(np.prod(shape_b)),)))
+    both = distinct(both)
+    n = int(np.prod(shape_a))
+    return both[:n].reshape(shape_a), both[n:].reshape(shape_b)
+
+
+@pytest.mark.parametrize(
+    "fn, np_fn",
+    [(lambda a, b: a.maximum(b), np.maximum), (lambda a, b: tl.minimum(a, b), np.minimum)],
+    ids=["maximum", "minimum"],
+)
+@given(pair=untied_pair())
+def test_maximum_minimum(fn, np_fn, pair):
+    check_op(fn, np_fn, *pair)
+
+
+@pytest.mark.parametrize(
+    "fn, np_fn",
+    [(lambda a, b: tl.maximum(a, b), np.maximum), (lambda a, b: a.minimum(b), np.minimum)],
+    ids=["maximum", "minimum"],
+)
+@given(pair=untied_pair(max_dims=2))
+def test_maximum_minimum_second_order(fn, np_fn, pair):
+    check_op(fn, np_fn, *pair, gradgrad=True)
+
+
+def test_maximum_tie_splits_the_gradient():
+    a, b = leaf([1.0, 2.0, 3.0]), leaf([1.0, 5.0, 0.0])
+    a.maximum(b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [0.5, 1.0, 0.0])
+
+
+@given(shapes=broadcast_shapes(num_shapes=3), data=st.data())
+def test_where(shapes, data):
+    shape_c, shape_a, shape_b = shapes
+    cond = data.draw(hnp.arrays(np.bool_, shape_c), label="cond")
+    a = data.draw(values(shape_a), label="a")
+    b = data.draw(values(shape_b), label="b")
+    check_op(lambda x, y: tl.where(cond, x, y), lambda x, y: np.where(cond, x, y), a, b)
+    check_op(
+        lambda x, y: tl.where(tl.tensor(cond), x, y),
+        lambda x, y: np.where(cond, x, y),
+        a,
+        b,
+        gradgrad=True,
+    )
+
+
+@given(shapes=broadcast_shapes(), data=st.data())
+def test_where_with_a_scalar_branch(shapes, data):
+    shape_c, shape_a = shapes
+    cond = data.draw(hnp.arrays(np.bool_, shape_c), label="cond")
+    a = data.draw(values(shape_a), label="a")
+    check_op(lambda x: tl.where(cond, 0.5, x), lambda x: np.where(cond, 0.5, x), a)
+    check_op(lambda x: tl.where(cond, x, -1.0), lambda x: np.where(cond, x, -1.0), a)
+
+
+# ---------------------------------------------------------------- Python / NumPy operators
+C = np.array([[0.5, -1.5, 2.0], [1.25, 3.0, -0.75]])  # a NumPy constant of shape (2, 3)
+
+OPERATORS = {
+    "x + 2": (lambda x: x + 2, lambda a: a + 2),
+    "2 + x": (lambda x: 2 + x, lambda a: 2 + a),
+    "x - 2.5": (lambda x: x - 2.5, lambda a: a - 2.5),
+    "2 - x": (lambda x: 2 - x, lambda a: 2 - a),
+    "3 * x": (lambda x: 3 * x, lambda a: 3 * a),
+    "x / 4": (lambda x: x / 4, lambda a: a / 4),
+    "2 / x": (lambda x: 2 / x, lambda a: 2 / a),
+    "x ** 2": (lambda x: x**2, lambda a: a**2),
+    "2 ** x": (lambda x: 2**x, lambda a: 2**a),
+    "1.5 ** x": (lambda x: 1.5**x, lambda a: 1.5**a),
+    "-x": (lambda x: -x, lambda a: -a),
+    "+x": (lambda x: +x, lambda a: +a),
+    "C * x": (lambda x: C * x, lambda a: C * a),
+    "x * C": (lambda x: x * C, lambda a: a * C),
+    "C + x": (lambda x: C + x, lambda a: C + a),
+    "C - x": (lambda x: C - x, lambda a: C - a),
+    "C / x": (lambda x: C / x, lambda a: C / a),
+    "x / C": (lambda x: x / C, lambda a: a / C),
+    "C ** x": (lambda x: np.abs(C) ** x, lambda a: np.abs(C) ** a),
+    "C[0] * x": (lambda x: C[0] * x, lambda a: C[0] * a),
+    "x @ C.T": (lambda x: x @ C.T, lambda a: a @ C.T),
+    "C.T @ x": (lambda x: C.T @ x, lambda a: C.T @ a),
+    "np.float64 * x": (lambda x: np.float64(1.5) * x, lambda a: 1.5 * a),
+}
+
+
+@pytest.mark.parametrize("expr", sorted(OPERATORS))
+@given(x=positive((2, 3), 0.5, 2.0))
+def test_operators_with_constants(expr, x):
+    fn, np_fn = OPERATORS[expr]
+    check_op(fn, np_fn, x)
+
+
+def test_operators_keep_float32():
+    x = tl.ones(2, 3)
+    c32 = np.ones((2, 3), dtype=np.float64)
+    for y in (x + 2, 2 - x, x * 2.5, 2.5 / x, x**2, 2**x, c32 * x, x - c32):
+        assert isinstance(y, tl.Tensor)
+        assert y.dtype == np.float32
+
+
+def test_operator_gradients_of_reflected_ops():
+    x = leaf([0.5, 1.0, 2.0])
+    (2 - x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [-1.0, -1.0, -1.0])
+    x.grad = None
+    (2 / x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), -2 / x.numpy() ** 2, rtol=1e-15)
+    x.grad = None
+    (2**x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.log(2) * 2 ** x.numpy(), rtol=1e-15)
+
+
+# ---------------------------------------------------------------- sum_to and Cast
+@st.composite
+def sum_to_case(draw):
+    target, other = draw(broadcast_shapes())
+    big = np.broadcast_shapes(target, other)
+    return draw(values(big)), target
+
+
+@given(case=sum_to_case())
+def test_sum_to(case):
+    x, target = case
+    lead = x.ndim - len(target)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(target) if n == 1 and x.shape[lead + i] != 1
+    )
+
+    def np_sum_to(a):
+        return a.sum(axis=axes, keepdims=True).reshape(target)
+
+    out = check_op(lambda t: t.sum_to(target), np_sum_to, x, gradgrad=True)
+    assert out.shape == target
+
+
+def test_sum_to_same_shape_is_identity():
+    x = leaf(np.ones((2, 3)))
+    assert x.sum_to((2, 3)) is x
+
+
+@pytest.mark.parametrize("src, dst", [(np.float64, np.float32), (np.float32, np.float64)])
+def test_cast_value_dtype_and_gradient(src, dst):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((3, 4))
+    w = rng.standard_normal((3, 4)).astype(dst)
+    x = tl.tensor(data.astype(src), requires_grad=True)
+    y = x.to(dst)
+    assert y.dtype == dst
+    np.testing.assert_array_equal(y.numpy(), data.astype(src).astype(dst))
+    (y * tl.tensor(w)).sum().backward()
+    assert x.grad.dtype == src  # the gradient comes back in the input's dtype
+    np.testing.assert_array_equal(x.grad.numpy(), w.astype(src))
+
+
+def test_cast_helpers():
+    x = tl.tensor(np.arange(3.0), requires_grad=True)  # float64
+    assert x.float().dtype == np.float32
+    assert x.float().double().dtype == np.float64
+    assert x.astype("float32").dtype == np.float32
+    assert x.to(np.float64) is x
+    x.float().double().sum().backward()
+    assert x.grad.dtype == np.float64
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(3))
