@@ -39,6 +39,7 @@ from tensorlab.function import AnomalyError, Function
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
 from tensorlab.ops.shape import concatenate, stack
+from tensorlab.trace import trace_backward
 
 float32 = "float32"
 float64 = "float64"

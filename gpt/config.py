@@ -1,0 +1,250 @@
+"""Model configurations: one dataclass per architecture, its rules of thumb, and its costs.
+
+Leave a field as ``None`` and the usual rule fills it in:
+
+- ``d_head = d_model / n_head``
+- ``d_ff = 4 · d_model`` for a plain MLP, ``8/3 · d_model`` (rounded up to a multiple of 8)
+  for a gated one (SwiGLU, GeGLU, ReGLU, GLU), which keeps the parameter count of the
+  4·d_model MLP (Shazeer 2020, "GLU Variants Improve Transformer").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+
+GATED = ("glu", "reglu", "geglu", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "elu", *GATED)
+POSITIONAL = ("none", "learned", "sinusoidal", "relative", "rope")
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("pre", "post", "sandwich")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+class ConfigNote(UserWarning):
+    """A configuration is valid but unusual (printed once, when the config is made)."""
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+def _positive(**values) -> None:
+    for name, v in values.items():
+        if not isinstance(v, int) or v <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass
+class GPTConfig:
+    """A decoder-only transformer. Defaults: nanoGPT's small character-level CPU model."""
+
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    d_head: int | None = None
+    d_ff: int | None = None
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    norm_placement: str = "pre"
+    norm_eps: float = 1e-5
+    parallel: bool = False  # attention and MLP read the same input (GPT-J style)
+    attn_only: bool = False  # no MLP sublayers (the circuits papers' toy models)
+    positional: str = "learned"
+    rope_base: float = 10000.0
+    max_relative_distance: int = 32
+    bias: bool = True
+    dropout: float = 0.0
+    tie_weights: bool = True
+    final_norm: bool = True
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        _positive(
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            n_head=self.n_head,
+            d_model=self.d_model,
+        )
+        if not isinstance(self.n_layer, int) or self.n_layer < 0:
+            raise ConfigError(f"n_layer must be an integer >= 0, got {self.n_layer!r}")
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        _check_choice("positional", self.positional, POSITIONAL)
+        if self.d_head is None:
+            if self.d_model % self.n_head:
+                raise ConfigError(
+                    f"d_model={self.d_model} is not divisible by "
+                    f"n_head={self.n_head}; choose them so, or set d_head"
+                )
+            self.d_head = self.d_model // self.n_head
+        _positive(d_head=self.d_head)
+        if self.positional == "rope" and self.d_head % 2:
+            raise ConfigError(
+                f"positional='rope' rotates pairs of dimensions, so d_head must "
+                f"be even, got {self.d_head}"
+            )
+        if self.d_ff is None:
+            self.d_ff = default_d_ff(self.d_model, self.activation)
+        _positive(d_ff=self.d_ff)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        for note in self.notes():
+            warnings.warn(note, ConfigNote, stacklevel=3)
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
+    def notes(self) -> list[str]:
+        """Valid but unusual choices worth a word."""
+        out = []
+        if self.n_layer > 0:
+            ratio = self.d_model / self.n_layer
+            if not 16 <= ratio <= 1024:
+                out.append(
+                    f"d_model / n_layer = {ratio:.0f}: far from the ~128 that works well at "
+                    "small scale (Kaplan et al. 2020 find loss flat over a wide range of aspect "
+                    "ratios, degrading outside about 20-200)"
+                )
+        return out
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
+        return cls(**d)
+
+    # ------------------------------------------------------------------ costs
+    def num_parameters(self, non_embedding: bool = False) -> int:
+        """Parameters of the model this config builds (see gpt.model.GPT; tested equal)."""
+        d, L, f = self.d_model, self.n_layer, self.d_ff
+        hd = self.n_head * self.d_head
+        b = 1 if self.bias else 0
+        norm = d * (2 if self.norm == "layernorm" and self.bias else 1)
+        attn = 4 * d * hd + b * (3 * hd + d)
+        if self.positional == "relative":
+            attn += self.n_head * (2 * self.max_relative_distance + 1)
+        mlp = (
+            0
+            if self.attn_only
+            else (3 if self.gated else 2) * d * f + b * ((2 if self.gated else 1) * f + d)
+        )
+        norms_per_block = (1 if self.attn_only else 2) * (
+            2 if self.norm_placement == "sandwich" else 1
+        )
+        if self.parallel and not self.attn_only and self.norm_placement == "pre":
+            norms_per_block = 1
+        block = attn + mlp + norms_per_block * norm
+        embed = self.vocab_size * d + (self.block_size * d if self.positional == "learned" else 0)
+        head = 0 if self.tie_weights else self.vocab_size * d
+        total = embed + L * block + (norm if self.final_norm else 0) + head
+        if non_embedding:
+            total -= embed
+        return total
+
+    def flops_per_token(self, training: bool = True) -> int:
+        """Approximate FLOPs per token: 2N for the weight products plus 2·L·T·d for attention
+        scores and their mix, per forward; ×3 for forward + backward (Kaplan et al. 2020,
+        Table 1; Chinchilla, Hoffmann et al. 2022, App. F)."""
+        n = self.num_parameters(non_embedding=True) + self.vocab_size * self.d_model
+        fwd = 2 * n + 2 * self.n_layer * self.block_size * self.n_head * self.d_head
+        return 3 * fwd if training else fwd
+
+
+def default_d_ff(d_model: int, activation: str) -> int:
+    if activation in GATED:
+        return -(-int(8 * d_model / 3) // 8) * 8
+    return 4 * d_model
+
+
+@dataclass
+class Seq2SeqConfig:
+    """An encoder-decoder transformer. Defaults follow "Attention is all you need" (post-norm,
+    sinusoidal positions, ReLU FFN), scaled down."""
+
+    src_vocab_size: int = 16
+    tgt_vocab_size: int = 16
+    max_len: int = 64
+    n_encoder_layer: int = 2
+    n_decoder_layer: int = 2
+    n_head: int = 4
+    d_model: int = 64
+    d_ff: int | None = None
+    activation: str = "relu"
+    norm: str = "layernorm"
+    norm_placement: str = "post"
+    norm_eps: float = 1e-5
+    positional: str = "sinusoidal"
+    bias: bool = True
+    dropout: float = 0.1
+    tie_weights: bool = True
+    pad_id: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _positive(
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            max_len=self.max_len,
+            n_head=self.n_head,
+            d_model=self.d_model,
+            n_encoder_layer=self.n_encoder_layer,
+            n_decoder_layer=self.n_decoder_layer,
+        )
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        _check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        if self.d_model % self.n_head:
+            raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        if self.d_ff is None:
+            self.d_ff = default_d_ff(self.d_model, self.activation)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, dict] = {
+    # nanoGPT's CPU configuration for character-level Shakespeare
+    "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64),
+    # nanoGPT's shakespeare-char GPU configuration
+    "small-char": dict(n_layer=6, n_head=6, d_model=384, block_size=256),
+    # a two-layer attention-only model for induction-head experiments
+    "attn-only-2l": dict(
+        n_layer=2, n_head=4, d_model=64, block_size=64, attn_only=True, positional="learned"
+    ),
+    # GPT-2 small's shape (124M parameters with vocab 50257)
+    "gpt2-small": dict(
+        vocab_size=50257,
+        n_layer=12,
+        n_head=12,
+        d_model=768,
+        block_size=1024,
+        activation="gelu_tanh",
+    ),
+}
+
+
+def preset(name: str, **overrides) -> GPTConfig:
+    """A named configuration (``PRESETS``), with any field overridden."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return GPTConfig(**{**PRESETS[name], **overrides})
