@@ -1,0 +1,147 @@
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tokenizer_strategies import small_corpus, unicode_text
+
+from gpt.tokenizers import ByteBPE, TokenizerError
+from gpt.tokenizers.pretokenize import GPT2_PATTERN, pretokenize
+
+
+@pytest.fixture(scope="module")
+def bpe(train_text):
+    return ByteBPE.train(train_text, 600, special_tokens=["<|endoftext|>"])
+
+
+def test_wikipedia_example_by_hand():
+    # aaabdaaabac: "aa" occurs 4 times -> Z. Then ZabdZabac has "Za" and "ab" twice each; the
+    # tie goes to the smaller pair of ids, (a, b) = (97, 98) -> Y. Then ZYdZYac: "ZY" -> X.
+    tok = ByteBPE.train("aaabdaaabac", 259)
+    a, b = ord("a"), ord("b")
+    assert tok.merges == [(a, a), (a, b), (256, 257)]
+    assert tok.token_bytes(258) == b"aaab"
+    # encoding replays the merges: X d X a c
+    assert tok.encode("aaabdaaabac") == [258, ord("d"), 258, a, ord("c")]
+    assert tok.decode(tok.encode("aaabdaaabac")) == "aaabdaaabac"
+
+
+def naive_bpe(text: str, n_merges: int) -> list[tuple[int, int]]:
+    """Recount every pair after every merge: slow, obviously right, the reference."""
+    words = Counter(pretokenize(text, GPT2_PATTERN))
+    seqs = {w: list(w.encode()) for w in words}
+    merges = []
+    for new_id in range(256, 256 + n_merges):
+        counts = Counter()
+        for w, f in words.items():
+            for p in zip(seqs[w], seqs[w][1:]):
+                counts[p] += f
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        for w in seqs:
+            s, out, i = seqs[w], [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[w] = out
+    return merges
+
+
+@given(small_corpus, st.integers(1, 12))
+def test_incremental_training_matches_full_recount(text, n_merges):
+    expected = naive_bpe(text, n_merges)
+    if len(expected) < n_merges:
+        with pytest.raises(TokenizerError, match="more than the text supports"):
+            ByteBPE.train(text, 256 + n_merges)
+    else:
+        assert ByteBPE.train(text, 256 + n_merges).merges == expected
+
+
+def test_incremental_training_matches_full_recount_on_real_text(train_text):
+    text = train_text[:20_000]
+    assert ByteBPE.train(text, 256 + 60).merges == naive_bpe(text, 60)
+
+
+@given(unicode_text)
+def test_round_trip_any_unicode(bpe, text):
+    assert bpe.decode(bpe.encode(text)) == text
+
+
+@given(unicode_text)
+def test_round_trip_when_trained_on_the_text_itself(text):
+    tok = ByteBPE.train(text + "x", 256)  # no merges: pure bytes
+    assert tok.encode(text) == list(text.encode("utf-8"))
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_training_is_deterministic(train_text):
+    a = ByteBPE.train(train_text[:50_000], 400)
+    b = ByteBPE.train(iter([train_text[:25_000], train_text[25_000:50_000]]), 400)
+    assert a.merges == ByteBPE.train(train_text[:50_000], 400).merges
+    # an iterator of chunks gives the same merges when no pre-token spans a chunk boundary
+    assert len(b.merges) == len(a.merges)
+
+
+def test_merges_stay_inside_pre_tokens(bpe):
+    for i in range(256, bpe.vocab_size - 1):
+        word = bpe.token_bytes(i).decode("utf-8", errors="replace")
+        assert len(pretokenize(word)) == 1, word
+
+
+def test_special_tokens_are_never_split(bpe):
+    eot = bpe.token_to_id("<|endoftext|>")
+    assert eot == bpe.vocab_size - 1
+    ids = bpe.encode("hello<|endoftext|>world<|endoftext|>")
+    assert ids.count(eot) == 2
+    assert bpe.decode(ids) == "hello<|endoftext|>world<|endoftext|>"
+    # treated as plain text when not allowed
+    plain = bpe.encode("<|endoftext|>", allowed_special="none")
+    assert eot not in plain and bpe.decode(plain) == "<|endoftext|>"
+    assert bpe.encode("<|endoftext|>", allowed_special={"<|endoftext|>"}) == [eot]
+
+
+def test_special_tokens_in_training_text_are_not_merged():
+    text = "ab<|eot|>ab<|eot|>ab<|eot|>"
+    tok = ByteBPE.train(text, 258, special_tokens=["<|eot|>"])
+    assert tok.merges == [(ord("a"), ord("b"))]
+
+
+def test_invalid_utf8_from_byte_tokens_is_replaced(bpe):
+    # the first byte of a 2-byte character alone is not valid UTF-8
+    first_byte = "é".encode()[0]
+    assert bpe.decode([first_byte]) == "\ufffd"
+    assert bpe.decode_bytes([first_byte]) == bytes([first_byte])
+
+
+def test_cache_gives_the_same_ids(bpe, heldout_text):
+    cold = ByteBPE(bpe.vocab, bpe.merges, bpe.special).encode(heldout_text)
+    assert bpe.encode(heldout_text) == cold
+    assert bpe.encode(heldout_text) == cold  # warm
+
+
+def test_batch_encode_and_lookups(bpe):
+    texts = ["hello there", "", "général 🤗"]
+    assert bpe.encode_batch(texts) == [bpe.encode(t) for t in texts]
+    assert bpe.decode_batch(bpe.encode_batch(texts)) == texts
+    space_t = bpe.token_to_id("Ġt")  # GPT-2's printable spelling of b" t"
+    assert bpe.token_bytes(space_t) == b" t"
+    assert bpe.id_to_token(space_t) == "Ġt"
+    with pytest.raises(TokenizerError):
+        bpe.token_to_id("definitely not a token")
+
+
+def test_custom_pattern_whitespace_split():
+    tok = ByteBPE.train("aa bb aa bb", 258, pattern=r"\S+|\s+")
+    assert tok.decode(tok.encode("aa bb")) == "aa bb"
+    assert tok.pattern == r"\S+|\s+"
+
+
+def test_invalid_pattern_is_a_clear_error():
+    with pytest.raises(TokenizerError, match="invalid pre-tokenizer pattern"):
+        ByteBPE.train("abc", 257, pattern="(unclosed")
