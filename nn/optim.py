@@ -1,1 +1,471 @@
-"""(being written)"""
+"""Optimizers, gradient clipping and learning-rate schedules.
+
+An optimizer owns *param groups*: a list of dicts, each with ``"params"`` (a list of Parameters)
+and that group's hyperparameters (``lr``, ``weight_decay``, ...), so that for example biases and
+norm gains can skip weight decay (:func:`param_groups_for_decay`). ``step()`` reads each
+parameter's ``.grad`` and updates ``.data`` in place.
+
+The update runs every iteration over every parameter, so it works on the raw arrays
+(``p.data``, ``p.grad.data``) with in-place array ops from the array's own module (NumPy or
+CuPy), and bumps ``p._version`` after changing ``p.data`` (the engine uses versions to notice a
+tensor saved for backward being changed).
+
+Notation, per parameter ``p`` with gradient ``g`` at step ``t = 1, 2, ...``: learning rate
+``η``, weight decay ``λ``, momentum ``μ``, Adam's ``β1, β2, ε``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from tensorlab import Tensor
+from tensorlab.backend import to_device, xp_for, xp_of
+
+ParamsArg = Iterable[Tensor] | Iterable[dict]
+
+
+def _is_array(x) -> bool:
+    """True for NumPy and CuPy arrays (the per-parameter state), False for numbers."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic)
+
+
+class Optimizer:
+    """Base class: param groups, ``zero_grad``, ``state_dict``/``load_state_dict``.
+
+    ``params`` is an iterable of Parameters, or of dicts ``{"params": [...], **hyperparameters}``
+    (one per group); a group's missing hyperparameters are taken from ``defaults``.
+    ``self.state[p]`` holds the per-parameter state (momentum buffers, moments, step counts).
+    """
+
+    def __init__(self, params: ParamsArg, defaults: dict):
+        self.defaults = defaults
+        self.param_groups: list[dict] = []
+        self.state: dict[Tensor, dict] = {}
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, group: dict) -> None:
+        """Add a group of parameters with its own hyperparameters (defaults fill the rest)."""
+        group = dict(group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor (it has a grad_fn)")
+            if id(p) in seen:
+                raise ValueError(
+                    f"a parameter of shape {p.shape} appears in more than one param group"
+                )
+            seen.add(id(p))
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients: ``p.grad = None`` (default, frees memory) or fill with 0."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.data[...] = 0
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ saving and resuming
+    def state_dict(self) -> dict:
+        """Everything needed to resume exactly, as plain numbers and NumPy arrays (copies).
+
+        ``{"state": {index: {name: array or number}}, "param_groups": [{hyper..., "params":
+        [index, ...]}]}``: parameters are referred to by their position across all groups in
+        order, so the dict holds no references to live tensors.
+        """
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        groups = []
+        for g in self.param_groups:
+            saved = {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+            saved["params"] = [index[id(p)] for p in g["params"]]
+            groups.append(saved)
+        state = {}
+        for p, s in self.state.items():
+            state[index[id(p)]] = {
+                k: (to_device(v, "cpu").copy() if _is_array(v) else v) for k, v in s.items()
+            }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyperparameters and per-parameter state saved by :meth:`state_dict`.
+
+        The optimizer must have the same groups with the same number of parameters; a mismatch,
+        or a state array whose shape differs from its parameter's, raises ValueError (and
+        nothing is changed). Integer keys may also be given as strings (as after JSON).
+        """
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"load_state_dict: the state has {len(groups)} param groups, this optimizer "
+                f"has {len(self.param_groups)}"
+            )
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, (saved, own) in enumerate(zip(groups, self.param_groups)):
+            if len(saved["params"]) != len(own["params"]):
+                raise ValueError(
+                    f"load_state_dict: param group {i} has {len(saved['params'])} parameters in "
+                    f"the state but {len(own['params'])} in this optimizer"
+                )
+        new_state: dict[Tensor, dict] = {}
+        for key, s in state_dict["state"].items():
+            i = int(key)
+            if not 0 <= i < len(params):
+                raise ValueError(
+                    f"load_state_dict: state for parameter {i}, but there are only "
+                    f"{len(params)} parameters"
+                )
+            p = params[i]
+            xp = xp_for(p.device)
+            entry = {}
+            for k, v in s.items():
+                if _is_array(v):
+                    if tuple(v.shape) != p.shape:
+                        raise ValueError(
+                            f"load_state_dict: state {k!r} of parameter {i} has shape "
+                            f"{tuple(v.shape)} but the parameter has shape {p.shape}"
+                        )
+                    v = xp.array(to_device(v, p.device), dtype=p.dtype)  # a copy
+                entry[k] = v
+            new_state[p] = entry
+        for saved, own in zip(groups, self.param_groups):
+            for k, v in saved.items():
+                if k != "params":
+                    own[k] = tuple(v) if isinstance(own.get(k), tuple) else v
+        self.state = new_state
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            hyper = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
+            lines.append(f"  group {i}: {len(g['params'])} params, {hyper}")
+        return "\n".join(lines) + "\n)"
+
+
+# ------------------------------------------------------------------ SGD
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, Nesterov momentum and L2 decay.
+
+    ::
+
+        g ← g + λ·p                                   (weight decay, if λ > 0)
+        b ← g                        at the first step (momentum buffer, if μ > 0)
+        b ← μ·b + (1 − dampening)·g  afterwards
+        d ← g + μ·b  (nesterov)   or   d ← b  (classic momentum)   or   d ← g  (μ = 0)
+        p ← p − η·d
+    """
+
+    def __init__(
+        self,
+        params: ParamsArg,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(
+                f"SGD: lr={lr}, momentum={momentum}, weight_decay={weight_decay} must be >= 0"
+            )
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
+        defaults = dict(
+            lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+            nesterov=nesterov,
+        )  # fmt: skip
+        super().__init__(params, defaults)
+
+    def step(self) -> None:
+        for group in self.param_groups:
+            lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
+            wd, nesterov = group["weight_decay"], group["nesterov"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d = p.grad.data
+                if wd != 0:
+                    d = d + wd * p.data  # a new array: the gradient itself is left alone
+                if mu != 0:
+                    state = self.state.setdefault(p, {})
+                    buf = state.get("momentum_buffer")
+                    if buf is None:
+                        buf = state["momentum_buffer"] = d.copy()
+                    else:
+                        buf *= mu
+                        buf += (1 - damp) * d
+                    d = d + mu * buf if nesterov else buf
+                p.data -= lr * d
+                p._version += 1
+
+
+# ------------------------------------------------------------------ Adam and AdamW
+class Adam(Optimizer):
+    """Adam (Kingma & Ba 2015) with L2 weight decay coupled into the gradient.
+
+    ::
+
+        g ← g + λ·p                       (L2 decay: it passes through the adaptive scaling)
+        m ← β1·m + (1 − β1)·g             (first moment, m₀ = 0)
+        v ← β2·v + (1 − β2)·g²            (second moment, v₀ = 0)
+        m̂ = m / (1 − β1ᵗ),  v̂ = v / (1 − β2ᵗ)   (bias correction for the zero start)
+        p ← p − η · m̂ / (√v̂ + ε)
+    """
+
+    decoupled = False  # AdamW sets this: decay the weights directly instead of the gradient
+
+    def __init__(
+        self,
+        params: ParamsArg,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
+        b1, b2 = betas
+        if lr < 0 or eps < 0 or weight_decay < 0:
+            raise ValueError(
+                f"{type(self).__name__}: lr={lr}, eps={eps}, "
+                f"weight_decay={weight_decay} must be >= 0"
+            )
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"{type(self).__name__}: betas {betas} must lie in [0, 1)")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+
+    def step(self) -> None:
+        decoupled = self.decoupled
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g, w = p.grad.data, p.data
+                xp = xp_of(w)
+                state = self.state.get(p)
+                if state is None:
+                    state = self.state[p] = {
+                        "step": 0,
+                        "m": xp.zeros_like(w),
+                        "v": xp.zeros_like(w),
+                    }
+                state["step"] = t = state["step"] + 1
+                m, v = state["m"], state["v"]
+                if wd != 0:
+                    if decoupled:
+                        w *= 1 - lr * wd  # p ← p − η·λ·p
+                    else:
+                        g = g + wd * w
+                m *= b1
+                m += (1 - b1) * g
+                v *= b2
+                v += (1 - b2) * (g * g)
+                # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), the same as the formula
+                # above with m̂ and v̂ written out, without two more full-size arrays.
+                denom = xp.sqrt(v)
+                denom /= math.sqrt(1 - b2**t)
+                denom += eps
+                step = m / denom
+                step *= lr / (1 - b1**t)
+                w -= step
+                p._version += 1
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter 2019).
+
+    The decay shrinks the weights directly instead of being added to the gradient, so it is
+    not rescaled by ``1 / √v̂`` (every weight decays at the same rate)::
+
+        p ← p − η·λ·p
+        then the Adam step with the raw gradient g (see :class:`Adam`, without g ← g + λ·p)
+    """
+
+    decoupled = True
+
+    def __init__(
+        self,
+        params: ParamsArg,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def param_groups_for_decay(module, weight_decay: float) -> list[dict]:
+    """Two param groups, following nanoGPT's rule: every parameter with 2 or more axes (matrices
+    of linear layers, embeddings) decays; 1-D ones (biases, norm gains) and scalars do not.
+
+    ``[{"params": matrices, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0}]``
+    (parameters with ``requires_grad=False`` are left out).
+    """
+    decay, no_decay = [], []
+    for p in module.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+# ------------------------------------------------------------------ gradient clipping
+def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: float = 1e-6) -> float:
+    """Scale all gradients together so that their joint L2 norm is at most ``max_norm``.
+
+    ::
+
+        n = √(Σ_p Σ_i g_pi²)        (accumulated in float64)
+        g ← g · max_norm / (n + ε)   for every gradient, if that factor is below 1
+
+    Returns ``n``, the norm before clipping (useful to log). Gradients are scaled in place; the
+    engine never lets two leaves share one gradient array, so each is scaled once. A NaN or
+    infinite norm leaves NaNs (or zeros) in the gradients: check the returned value.
+    """
+    if isinstance(params, Tensor):
+        params = [params]
+    grads = [p.grad.data for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total_sq = 0.0
+    for g in grads:
+        flat = g.astype(xp_of(g).float64, copy=False).ravel()
+        total_sq = total_sq + flat @ flat  # stays on the device until float() below
+    norm = math.sqrt(float(total_sq))
+    scale = max_norm / (norm + eps)
+    if scale < 1.0 or math.isnan(scale):
+        for g in grads:
+            g *= scale
+    return norm
+
+
+# ------------------------------------------------------------------ learning-rate schedules
+def cosine_with_warmup(step: int, warmup: int, total: int, lr: float, min_lr: float) -> float:
+    """Linear warmup, then a half cosine from ``lr`` down to ``min_lr`` (as in nanoGPT)::
+
+        step < warmup:           lr · (step + 1) / (warmup + 1)
+        warmup <= step < total:  min_lr + ½ (1 + cos(π · r)) · (lr − min_lr),
+                                 r = (step − warmup) / (total − warmup)
+        step >= total:           min_lr
+
+    The warmup never gives 0 (step 0 already learns), and reaches ``lr`` at ``step = warmup``.
+    """
+    if warmup < 0 or total < warmup:
+        raise ValueError(f"need 0 <= warmup <= total, got warmup={warmup}, total={total}")
+    if step < warmup:
+        return lr * (step + 1) / (warmup + 1)
+    if step >= total:
+        return min_lr
+    r = (step - warmup) / (total - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (lr - min_lr)
+
+
+class LRScheduler:
+    """Sets each group's ``lr`` to ``base_lr · factor(step)``; call ``step()`` once per update.
+
+    ``base_lr`` is each group's ``lr`` when the scheduler is made (kept in the group as
+    ``"initial_lr"``, so a second scheduler on the same optimizer starts from the same place).
+    The schedule is applied for step 0 at construction. Subclasses define :meth:`factor`.
+    """
+
+    def __init__(self, optimizer: Optimizer):
+        self.optimizer = optimizer
+        self.base_lrs = [g.setdefault("initial_lr", g["lr"]) for g in optimizer.param_groups]
+        self.last_step = 0
+        self._apply()
+
+    def factor(self, step: int) -> float:
+        raise NotImplementedError
+
+    def get_lr(self) -> list[float]:
+        """The learning rate of each group at the current step."""
+        f = self.factor(self.last_step)
+        return [base * f for base in self.base_lrs]
+
+    def _apply(self) -> None:
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            group["lr"] = lr
+
+    def step(self) -> None:
+        self.last_step += 1
+        self._apply()
+
+    def state_dict(self) -> dict:
+        """``{"last_step": int, "base_lrs": [float, ...]}`` (the schedule itself is code)."""
+        return {"last_step": self.last_step, "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last_step = int(state["last_step"])
+        self.base_lrs = [float(x) for x in state["base_lrs"]]
+        self._apply()
+
+
+class LambdaLR(LRScheduler):
+    """``lr = base_lr · lr_lambda(step)`` for a function of your choice."""
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float]):
+        self.lr_lambda = lr_lambda
+        super().__init__(optimizer)
+
+    def factor(self, step: int) -> float:
+        return self.lr_lambda(step)
+
+
+class StepLR(LRScheduler):
+    """``lr = base_lr · γ^⌊step / step_size⌋``: divide by ``1/γ`` every ``step_size`` steps."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
+        if step_size < 1:
+            raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}")
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def factor(self, step: int) -> float:
+        return self.gamma ** (step // self.step_size)
+
+
+class CosineWithWarmupLR(LRScheduler):
+    """:func:`cosine_with_warmup` as a scheduler: each group goes from ``base_lr`` (after
+    ``warmup`` steps) down to ``min_lr_ratio · base_lr`` at ``total`` steps."""
+
+    def __init__(self, optimizer: Optimizer, warmup: int, total: int, min_lr_ratio: float = 0.1):
+        self.warmup, self.total, self.min_lr_ratio = warmup, total, min_lr_ratio
+        super().__init__(optimizer)
+
+    def factor(self, step: int) -> float:
+        return cosine_with_warmup(step, self.warmup, self.total, 1.0, self.min_lr_ratio)
+
+
+__all__ = [
+    "Optimizer",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "param_groups_for_decay",
+    "clip_grad_norm_",
+    "cosine_with_warmup",
+    "LRScheduler",
+    "LambdaLR",
+    "StepLR",
+    "CosineWithWarmupLR",
+]
