@@ -1,0 +1,102 @@
+"""Sampling text from a trained model: greedy, temperature, top-k, top-p, with a KV cache.
+
+With a key/value cache the prompt is run once, and each new token then costs one position's
+forward pass: the keys and values of earlier positions are kept instead of recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+import tensorlab as tl
+
+
+def sample_next(
+    logits: np.ndarray,
+    rng: np.random.Generator,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> int:
+    """Choose the next token id from one row of logits.
+
+    ``temperature == 0`` is greedy (argmax). Otherwise the logits are divided by the
+    temperature, cut to the ``top_k`` largest and/or the smallest set whose probability
+    reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020), and sampled.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if temperature == 0:
+        return int(np.argmax(logits))
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    z = logits / temperature
+    if top_k is not None and top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z < kth, -np.inf, z)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(cum, top_p) + 1)]
+        mask = np.zeros_like(p)
+        mask[keep] = 1.0
+        p = p * mask / (p * mask).sum()
+    return int(rng.choice(p.size, p=p))
+
+
+def generate(
+    model,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_tokens: Sequence[int] = (),
+    use_cache: bool = True,
+) -> list[int]:
+    """Continue ``prompt`` (token ids) by up to ``max_new_tokens`` tokens.
+
+    Stops early at any id in ``stop_tokens`` (which is included in the output). The model
+    must be a ``gpt.model.GPT``; its context is cut to the last ``block_size`` tokens.
+    """
+    ids = [int(i) for i in prompt]
+    if not ids:
+        raise ValueError("generate: the prompt is empty; give at least one token id")
+    vocab = model.config.vocab_size
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise ValueError(
+            f"generate: prompt ids {bad[:5]} are outside the model's vocabulary "
+            f"(size {vocab}); was the prompt encoded with another tokenizer?"
+        )
+    rng = np.random.default_rng(seed)
+    block = model.config.block_size
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    stops = set(stop_tokens)
+    cache = None
+    try:
+        with tl.no_grad():
+            for _ in range(max_new_tokens):
+                if use_cache and model.supports_cache:
+                    if cache is None or cache.length >= block:
+                        cache = model.new_cache()
+                        context = ids[-(block - 1) :] if len(ids) >= block else ids
+                    else:
+                        context = ids[-1:]
+                    logits, _ = model(tl.tensor(np.array([context]), device=device), cache=cache)
+                else:
+                    context = ids[-block:]
+                    logits, _ = model(tl.tensor(np.array([context]), device=device))
+                nxt = sample_next(logits.numpy()[0, -1], rng, temperature, top_k, top_p)
+                ids.append(nxt)
+                if nxt in stops:
+                    break
+    finally:
+        model.train(was_training)
+    return ids

@@ -1,0 +1,273 @@
+"""Train a GPT on a text file: the loop nanoGPT made familiar, in a few readable pieces.
+
+    python -m gpt train --text input.txt --max-iters 2000
+
+Every ``eval_interval`` iterations the loss is estimated on ``eval_iters`` random batches of
+the training and validation splits, logged (JSON lines), and a checkpoint is written
+atomically. ``--resume`` reloads the checkpoint — model, optimizer moments, learning-rate
+step, and the random generators' states — so the run continues bit for bit as if it had
+never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import nn
+import tensorlab as tl
+from gpt.config import GPTConfig
+from gpt.data import check_length, get_batch, load_text, split_ids
+from gpt.model import GPT
+
+
+@dataclass
+class TrainConfig:
+    """How to train (the model's shape lives in GPTConfig)."""
+
+    text: str | None = None  # path; None = the CPython docs text (gpt.data.default_text)
+    tokenizer: str = "char"  # char | bpe | wordpiece | unigram | path to a saved tokenizer
+    tokenizer_vocab_size: int = 512  # for trained subword tokenizers
+    out_dir: str = "out"
+    max_iters: int = 2000
+    eval_interval: int = 250
+    eval_iters: int = 200
+    log_interval: int = 10
+    batch_size: int = 12
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # None = max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    val_fraction: float = 0.1
+    seed: int = 1337
+    device: str = "cpu"
+    resume: bool = False
+    sample_tokens: int = 200
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def learning_rate(it: int, cfg: TrainConfig) -> float:
+    """Linear warmup to ``learning_rate``, then cosine decay to ``min_lr``."""
+    decay_iters = cfg.lr_decay_iters or cfg.max_iters
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= decay_iters:
+        return cfg.min_lr
+    progress = (it - cfg.warmup_iters) / max(1, decay_iters - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def build_tokenizer(cfg: TrainConfig, text: str):
+    """Train the chosen tokenizer on the text, or load a saved one."""
+    import gpt.tokenizers as tk
+
+    if cfg.tokenizer in tk.KINDS:
+        cls = tk.KINDS[cfg.tokenizer]
+        if cfg.tokenizer == "char":
+            return cls.train(text)
+        return cls.train(text, vocab_size=cfg.tokenizer_vocab_size)
+    return tk.load(cfg.tokenizer)
+
+
+def estimate_loss(
+    model: GPT, splits: dict, cfg: TrainConfig, block_size: int, it: int
+) -> dict[str, float]:
+    """Mean loss over ``eval_iters`` random batches of each split, in eval mode.
+
+    The batches come from a generator seeded by (seed, iteration), so evaluating never
+    disturbs the training batches' random stream."""
+    model.eval()
+    out = {}
+    with tl.no_grad():
+        for name, ids in splits.items():
+            rng = np.random.default_rng([cfg.seed, it, len(name)])
+            losses = []
+            for _ in range(cfg.eval_iters):
+                x, y = get_batch(ids, block_size, cfg.batch_size, rng)
+                _, loss = model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
+                losses.append(loss.item())
+            out[name] = float(np.mean(losses))
+    model.train()
+    return out
+
+
+class Trainer:
+    """Holds everything a run needs, so that a checkpoint can capture and restore it."""
+
+    def __init__(
+        self, model_cfg: GPTConfig, cfg: TrainConfig, text: str | None = None, tokenizer=None
+    ):
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        text = load_text(cfg.text) if text is None else text
+        self.tokenizer = tokenizer or build_tokenizer(cfg, text)
+        if model_cfg.vocab_size != self.tokenizer.vocab_size:
+            model_cfg = GPTConfig.from_dict(
+                {**model_cfg.to_dict(), "vocab_size": self.tokenizer.vocab_size}
+            )
+        ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        train_ids, val_ids = split_ids(ids, cfg.val_fraction)
+        check_length(train_ids, model_cfg.block_size, "training")
+        check_length(val_ids, model_cfg.block_size, "validation")
+        self.splits = {"train": train_ids, "val": val_ids}
+        self.model_cfg = model_cfg
+
+        tl.manual_seed(cfg.seed)
+        self.model = GPT(model_cfg).to(cfg.device)
+        groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
+        self.optimizer = nn.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+        self.rng = np.random.default_rng(cfg.seed)
+        self.iter = 0
+        self.history: list[dict] = []
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out / "ckpt.safetensors"
+
+    def save(self) -> None:
+        """Write model, optimizer, iteration and random states atomically."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save(self.out / "tokenizer.json")
+        nn.serialization.save_checkpoint(
+            self.checkpoint_path,
+            self.model,
+            self.optimizer,
+            iter=self.iter,
+            model_config=self.model_cfg.to_dict(),
+            rng_state=self.rng.bit_generator.state,
+            tl_rng_state=tl.backend.generator(self.cfg.device).bit_generator.state,
+            history=self.history,
+        )
+
+    def load(self) -> None:
+        """Restore everything :meth:`save` wrote (the configs must match)."""
+        extra = nn.serialization.load_checkpoint(self.checkpoint_path, self.model, self.optimizer)
+        if extra.get("model_config") != self.model_cfg.to_dict():
+            raise ValueError(
+                f"checkpoint {self.checkpoint_path} was written for a different model config:\n"
+                f"  checkpoint: {extra.get('model_config')}\n  this run:   "
+                f"{self.model_cfg.to_dict()}"
+            )
+        self.iter = int(extra["iter"])
+        self.rng.bit_generator.state = extra["rng_state"]
+        tl.backend.generator(self.cfg.device).bit_generator.state = extra["tl_rng_state"]
+        self.history = list(extra.get("history", []))
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> float:
+        """One optimization step on a fresh random batch; returns the loss."""
+        cfg = self.cfg
+        lr = learning_rate(self.iter, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(self.splits["train"], self.model_cfg.block_size, cfg.batch_size, self.rng)
+        _, loss = self.model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
+        self.model.zero_grad()
+        loss.backward()
+        if cfg.grad_clip > 0:
+            nn.optim.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.iter += 1
+        return loss.item()
+
+    def run(self, max_iters: int | None = None) -> list[dict]:
+        cfg = self.cfg
+        stop = cfg.max_iters if max_iters is None else max_iters
+        if cfg.resume and self.checkpoint_path.exists():
+            self.load()
+        log = self.out / "log.jsonl"
+        self.out.mkdir(parents=True, exist_ok=True)
+        tokens_per_iter = cfg.batch_size * self.model_cfg.block_size
+        t0, last = time.perf_counter(), self.iter
+        while self.iter < stop:
+            loss = self.step()
+            it = self.iter
+            if cfg.progress and (it % cfg.log_interval == 0 or it == stop):
+                dt = time.perf_counter() - t0
+                tps = tokens_per_iter * (it - last) / max(dt, 1e-9)
+                print(
+                    f"\riter {it:>5}/{stop}  loss {loss:.4f}  lr {learning_rate(it - 1, cfg):.2e}"
+                    f"  {tps:,.0f} tok/s",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                t0, last = time.perf_counter(), it
+            if it % cfg.eval_interval == 0 or it == stop:
+                losses = estimate_loss(self.model, self.splits, cfg, self.model_cfg.block_size, it)
+                record = {
+                    "iter": it,
+                    "train_loss": losses["train"],
+                    "val_loss": losses["val"],
+                    "lr": learning_rate(it - 1, cfg),
+                }
+                self.history.append(record)
+                with open(log, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                if cfg.progress:
+                    print(
+                        f"\riter {it:>5}: train {losses['train']:.4f}, val "
+                        f"{losses['val']:.4f}" + " " * 30,
+                        file=sys.stderr,
+                    )
+                self.save()
+        return self.history
+
+    def sample(
+        self,
+        prompt: str = "\n",
+        max_new_tokens: int | None = None,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+    ) -> str:
+        from gpt.generate import generate
+
+        ids = self.tokenizer.encode(prompt) or [0]
+        out = generate(
+            self.model,
+            ids,
+            max_new_tokens or self.cfg.sample_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            seed=self.cfg.seed,
+        )
+        return self.tokenizer.decode(out)
+
+
+def plot_history(history: list[dict], path: str | os.PathLike) -> bool:
+    """Save a PNG loss curve if matplotlib is installed; returns whether it did."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    its = [h["iter"] for h in history]
+    ax.plot(its, [h["train_loss"] for h in history], label="train")
+    ax.plot(its, [h["val_loss"] for h in history], label="val")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def config_summary(model_cfg: GPTConfig, cfg: TrainConfig) -> str:
+    return json.dumps({"model": model_cfg.to_dict(), "train": asdict(cfg)}, indent=1)
