@@ -1,0 +1,197 @@
+"""Shape ops (reshape, permute/transpose, .T/.mT, broadcast_to/expand, squeeze/unsqueeze,
+flatten, concatenate, stack, split/chunk): forward against NumPy, first and second
+derivatives against finite differences (tolerances: see ``opcheck.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from opcheck import check_op, leaf
+from strategies import nonscalar_shapes, shapes_with_empty, small_shapes, values
+
+import tensorlab as tl
+
+arrays = small_shapes.flatmap(values)
+
+
+@st.composite
+def reshape_case(draw):
+    x = draw(st.one_of(arrays, shapes_with_empty.flatmap(values)))
+    dims = list(x.shape)
+    new = draw(st.permutations(dims)) if dims else []
+    new = list(new)
+    for _ in range(draw(st.integers(0, 2))):  # insert size-1 axes
+        new.insert(draw(st.integers(0, len(new))), 1)
+    if new and x.size and draw(st.booleans()):  # let one axis be inferred
+        new[draw(st.integers(0, len(new) - 1))] = -1
+    return x, tuple(new)
+
+
+@given(case=reshape_case(), gg=st.booleans())
+def test_reshape(case, gg):
+    x, shape = case
+    check_op(lambda t: t.reshape(shape), lambda a: a.reshape(shape), x, gradgrad=gg)
+    check_op(lambda t: t.reshape(*shape), lambda a: a.reshape(shape), x)
+
+
+@given(x=arrays, data=st.data())
+def test_permute(x, data):
+    axes = data.draw(st.permutations(range(x.ndim)), label="axes")
+    axes = tuple(a - x.ndim if data.draw(st.booleans()) else a for a in axes)  # some negative
+    check_op(lambda t: t.permute(axes), lambda a: a.transpose(axes), x, gradgrad=True)
+    if axes:
+        check_op(lambda t: t.permute(*axes), lambda a: a.transpose(axes), x)
+
+
+@given(x=nonscalar_shapes.filter(lambda s: len(s) >= 2).flatmap(values), data=st.data())
+def test_transpose_and_mT(x, data):
+    i = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis0")
+    j = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis1")
+    check_op(lambda t: t.transpose(i, j), lambda a: np.swapaxes(a, i, j), x)
+    check_op(lambda t: t.mT, lambda a: np.swapaxes(a, -2, -1), x, gradgrad=True)
+
+
+@given(x=arrays)
+def test_T(x):
+    check_op(lambda t: t.T, lambda a: a.T, x)
+
+
+@st.composite
+def broadcast_case(draw):
+    shape = draw(small_shapes)
+    # a target shape that ``shape`` broadcasts to: new leading axes, size-1 axes stretched
+    lead = draw(st.lists(st.integers(1, 3), max_size=2))
+    tail = [draw(st.integers(1, 3)) if n == 1 else n for n in shape]
+    return draw(values(shape)), tuple(lead + tail)
+
+
+@given(case=broadcast_case(), gg=st.booleans())
+def test_broadcast_to_and_expand(case, gg):
+    x, target = case
+    check_op(lambda t: t.broadcast_to(target), lambda a: np.broadcast_to(a, target), x, gradgrad=gg)
+    # expand with -1 keeps an existing axis's size
+    lead = len(target) - x.ndim
+    spec = tuple(-1 if i >= lead and x.shape[i - lead] == n else n for i, n in enumerate(target))
+    check_op(lambda t: t.expand(*spec), lambda a: np.broadcast_to(a, target), x)
+
+
+def test_broadcast_gradient_sums_copies():
+    x = leaf([[1.0], [2.0]])
+    x.expand(2, 5).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[5.0], [5.0]])
+
+
+@given(x=small_shapes.flatmap(values), data=st.data())
+def test_squeeze_unsqueeze(x, data):
+    ones = [i for i, n in enumerate(x.shape) if n == 1]
+    check_op(lambda t: t.squeeze(), np.squeeze, x)
+    if ones:
+        ax = data.draw(st.sampled_from(ones), label="axis")
+        ax = ax - x.ndim if data.draw(st.booleans()) else ax
+        check_op(lambda t: t.squeeze(ax), lambda a: np.squeeze(a, ax), x)
+        check_op(lambda t: t.squeeze((ax,)), lambda a: np.squeeze(a, (ax,)), x)
+    ax = data.draw(st.integers(-x.ndim - 1, x.ndim), label="new axis")
+    check_op(lambda t: t.unsqueeze(ax), lambda a: np.expand_dims(a, ax), x, gradgrad=True)
+
+
+def test_squeeze_of_a_non_unit_axis_raises():
+    with pytest.raises(ValueError, match="size 3"):
+        tl.ones(2, 3).squeeze(1)
+
+
+@given(x=nonscalar_shapes.flatmap(values))
+def test_flatten(x):
+    check_op(lambda t: t.flatten(), lambda a: a.reshape(-1), x)
+    if x.ndim >= 2:
+        check_op(lambda t: t.flatten(1), lambda a: a.reshape(a.shape[0], -1), x)
+
+
+@st.composite
+def join_case(draw, new_axis: bool):
+    base = draw(nonscalar_shapes)
+    ndim = len(base)
+    n = draw(st.integers(1, 3))
+    if new_axis:
+        axis = draw(st.integers(-ndim - 1, ndim))
+        shapes = [base] * n
+    else:
+        axis = draw(st.integers(-ndim, ndim - 1))
+        ax = axis % ndim
+        shapes = [
+            base[:ax] + (draw(st.integers(0, 3)),) + base[ax + 1 :] for _ in range(n)
+        ]  # sizes along the axis differ (and may be 0)
+    return [draw(values(s)) for s in shapes], axis
+
+
+@given(case=join_case(new_axis=False), gg=st.booleans())
+def test_concatenate(case, gg):
+    parts, axis = case
+    check_op(
+        lambda *ts: tl.concatenate(list(ts), axis=axis),
+        lambda *arrs: np.concatenate(arrs, axis=axis),
+        *parts,
+        gradgrad=gg,
+    )
+    out = tl.cat([tl.tensor(p) for p in parts], axis)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate(parts, axis))
+
+
+@given(case=join_case(new_axis=True), gg=st.booleans())
+def test_stack(case, gg):
+    parts, axis = case
+    check_op(
+        lambda *ts: tl.stack(ts, axis=axis),
+        lambda *arrs: np.stack(arrs, axis=axis),
+        *parts,
+        gradgrad=gg,
+    )
+
+
+def test_concatenate_with_a_constant_part():
+    c = tl.ones(2, 1)
+    check_op(
+        lambda x: tl.concatenate([c, x, c], axis=1),
+        lambda a: np.concatenate([np.ones((2, 1)), a, np.ones((2, 1))], axis=1),
+        np.arange(6.0).reshape(2, 3),
+    )
+
+
+@given(x=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5).flatmap(values))
+def test_split_and_chunk(x):
+    ndim = x.ndim
+    for axis in range(-ndim, ndim):
+        n = x.shape[axis]
+        for size in range(1, n + 1):
+            expected = np.split(x, range(size, n, size), axis=axis)
+            for pieces in (tl.split(leaf(x), size, axis), leaf(x).split(size, axis)):
+                assert len(pieces) == len(expected)
+                for p, e in zip(pieces, expected):
+                    np.testing.assert_array_equal(p.numpy(), e)
+        chunks = leaf(x).chunk(2, axis)
+        expected = np.array_split(x, 2, axis=axis) if n % 2 == 0 else None
+        if expected is not None:
+            for p, e in zip(chunks, expected):
+                np.testing.assert_array_equal(p.numpy(), e)
+        assert sum(c.shape[axis] for c in chunks) == n
+
+    sizes = [1, x.shape[0] - 1] if x.shape[0] > 1 else [1]
+
+    def weighted_pieces(t):  # each piece scaled differently, so a misplaced gradient shows
+        return tl.concatenate(
+            [p * (i + 1.0) for i, p in enumerate(tl.split(t, sizes, 0))] + [t.chunk(2)[0]], 0
+        )
+
+    def np_weighted(a):
+        pieces = np.split(a, np.cumsum(sizes)[:-1], 0)
+        first_chunk = a[: -(-a.shape[0] // 2)]
+        return np.concatenate([p * (i + 1.0) for i, p in enumerate(pieces)] + [first_chunk], 0)
+
+    check_op(weighted_pieces, np_weighted, x, gradgrad=True)
+
+
+def test_split_sizes_must_add_up():
+    with pytest.raises(ValueError, match="add up"):
+        tl.split(tl.ones(5), [2, 2])
