@@ -314,18 +314,21 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, **extra) -> 
     save(state, path)
 
 
-def load_checkpoint(path: str | os.PathLike, model, optimizer=None) -> dict:
+def load_checkpoint(path: str | os.PathLike, model=None, optimizer=None) -> dict:
     """Load a file written by :func:`save_checkpoint` into ``model`` (and ``optimizer``).
 
-    Returns the ``extra`` dict. Raises :class:`SerializationError` if the file is not a
-    checkpoint, and the modules' own errors for missing keys or mismatched shapes.
+    Returns the ``extra`` dict. With ``model=None`` nothing is loaded: a cheap way to read the
+    extras first (for example the config to build the model from). Raises
+    :class:`SerializationError` if the file is not a checkpoint, and the modules' own errors
+    for missing keys or mismatched shapes.
     """
     state = load(path)
     if not isinstance(state, dict) or "model" not in state:
         raise _error(path, "not a checkpoint (no 'model' entry); use load() for plain states")
     if optimizer is not None and "optimizer" not in state:
         raise _error(path, "the checkpoint holds no optimizer state")
-    model.load_state_dict(state["model"])
+    if model is not None:
+        model.load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     return state.get("extra", {})
