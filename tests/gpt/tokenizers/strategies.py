@@ -10,7 +10,9 @@ any_char = st.characters(blacklist_categories=("Cs",))
 #: characters that stress tokenizers: emoji (multi-byte, ZWJ sequences), combining marks,
 #: CJK, right-to-left scripts, whitespace of several kinds, and the SentencePiece space sign
 tricky_char = st.sampled_from(
-    list("aé e\u0301\u0300ñ\n\t\r \u00a0\u3000中文字🤗👍🏽\u200d👨‍👩‍👧ςσשלום١٢3'\".,!?<>|\u2581\x00")
+    list(
+        "aé e\u0301\u0300ñ\n\t\r \u00a0\u3000中文字🤗👍🏽\u200d👨‍👩‍👧ςσשלום١٢3'\".,!?<>|\u2581\x00"
+    )
 )
 
 #: text mixing both

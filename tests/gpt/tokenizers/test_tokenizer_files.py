@@ -1,0 +1,130 @@
+import json
+import os
+
+import pytest
+
+import gpt.tokenizers as tk
+from gpt.tokenizers import TokenizerFileError
+
+SAMPLES = ["Hello there, my lord! 🤗 naïve", "  two  spaces\tand\ttabs\n", "<|eot|>x<|eot|>"]
+
+
+@pytest.fixture(scope="module")
+def trained(train_text):
+    text = train_text[:40_000]
+    special = ["<|eot|>"]
+    return {
+        "char": tk.CharTokenizer.train(text, special_tokens=special, unknown="replace"),
+        "bpe": tk.ByteBPE.train(text, 400, special),
+        "wordpiece": tk.WordPiece.train(text, 400, special),
+        "unigram": tk.Unigram.train(text, 400, special),
+    }
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "wordpiece", "unigram"])
+def test_save_load_round_trip(trained, kind, tmp_path):
+    tok = trained[kind]
+    path = tmp_path / f"{kind}.json"
+    tok.save(path)
+    back = tk.load(path)
+    assert type(back) is type(tok)
+    assert back.vocab_size == tok.vocab_size
+    for s in SAMPLES:
+        assert back.encode(s) == tok.encode(s)
+        assert back.decode(back.encode(s)) == tok.decode(tok.encode(s))
+    assert type(tok).load(path).vocab_size == tok.vocab_size
+    # the file is plain JSON in our format, and no temporary file was left behind
+    assert json.loads(path.read_text())["format"] == "tensorlab-tokenizer"
+    assert os.listdir(tmp_path) == [f"{kind}.json"]
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
+def test_huggingface_format_round_trip_within_this_package(trained, kind, tmp_path):
+    tok = trained[kind]
+    tk.save(tok, tmp_path / "tokenizer.json", format="huggingface")
+    for back in (tk.load(tmp_path / "tokenizer.json"), tk.load(tmp_path)):
+        for s in SAMPLES:
+            assert back.encode(s) == tok.encode(s)
+
+
+def test_gpt2_files_round_trip(trained, tmp_path):
+    tok = trained["bpe"]
+    tk.save_gpt2(tok, tmp_path)
+    assert (tmp_path / "merges.txt").read_text().startswith("#version")
+    back = tk.load_gpt2(tmp_path / "vocab.json", tmp_path / "merges.txt", ("<|eot|>",))
+    for s in SAMPLES:
+        assert back.encode(s) == tok.encode(s)
+    assert tk.load(tmp_path / "vocab.json").vocab_size == tok.vocab_size
+
+
+def test_load_wrong_class_is_an_error(trained, tmp_path):
+    trained["char"].save(tmp_path / "c.json")
+    with pytest.raises(TokenizerFileError, match="CharTokenizer, not a ByteBPE"):
+        tk.ByteBPE.load(tmp_path / "c.json")
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("", "not valid JSON"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2, 3]", "expected a JSON object"),
+        ('{"hello": "world"}', "not a tokenizer file"),
+        ('{"format": "tensorlab-tokenizer", "version": 99, "kind": "char"}', "version 99"),
+        (
+            '{"format": "tensorlab-tokenizer", "version": 1, "kind": "magic"}',
+            "unknown tokenizer kind",
+        ),
+        ('{"format": "tensorlab-tokenizer", "version": 1, "kind": "char"}', "missing the field"),
+        (
+            '{"format": "tensorlab-tokenizer", "version": 1, "kind": "byte_bpe", "pattern": "x",'
+            ' "add_prefix_space": false, "ignore_merges": false, "special_tokens": {},'
+            ' "vocab": {"a": 0, "b": 5}, "merges": []}',
+            "without gaps",
+        ),
+        ('{"model": {"type": "WordLevel", "vocab": {}}}', "unsupported model type"),
+        (
+            '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]},'
+            ' "pre_tokenizer": {"type": "ByteLevel"}}',
+            "merge 0",
+        ),
+        (
+            '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},'
+            ' "pre_tokenizer": {"type": "Whitespace"}}',
+            "only a ByteLevel pre-tokenizer",
+        ),
+        (
+            '{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]},'
+            ' "normalizer": {"type": "NFKC"}, "pre_tokenizer": {"type": "Metaspace"}}',
+            "normalizers are not supported",
+        ),
+        ('{"a": 0, "b": 1}', "merges.txt is missing"),
+    ],
+)
+def test_corrupt_or_foreign_files_name_the_file_and_the_problem(tmp_path, content, problem):
+    path = write(tmp_path / "tok.json", content)
+    with pytest.raises(TokenizerFileError, match=problem) as info:
+        tk.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_and_binary_files(tmp_path):
+    with pytest.raises(TokenizerFileError, match="no such file"):
+        tk.load(tmp_path / "nope.json")
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(TokenizerFileError, match="not UTF-8"):
+        tk.load(tmp_path / "bin.json")
+    with pytest.raises(TokenizerFileError, match="folder has no tokenizer.json"):
+        tk.load(tmp_path)
+
+
+def test_bad_merges_txt(tmp_path):
+    write(tmp_path / "vocab.json", '{"a": 0, "b": 1}')
+    write(tmp_path / "merges.txt", "#version: 0.2\na b c\n")
+    with pytest.raises(TokenizerFileError, match="line 2"):
+        tk.load(tmp_path)
