@@ -208,7 +208,9 @@ class SGD(Optimizer):
                     state = self.state.setdefault(p, {})
                     buf = state.get("momentum_buffer")
                     if buf is None:
-                        buf = state["momentum_buffer"] = d.copy()
+                        # xp.array copies, and keeps a 0-d array an array (d.copy() of a
+                        # NumPy scalar would be a scalar, which `buf *= mu` cannot change)
+                        buf = state["momentum_buffer"] = xp_of(d).array(d)
                     else:
                         buf *= mu
                         buf += (1 - damp) * d

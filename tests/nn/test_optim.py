@@ -1,0 +1,455 @@
+"""Optimizers, clipping and schedules: against the update rules worked by hand in plain Python
+floats, and against PyTorch when it is installed."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nn
+import tensorlab as tl
+from nn.optim import (
+    SGD,
+    Adam,
+    AdamW,
+    CosineWithWarmupLR,
+    LambdaLR,
+    StepLR,
+    clip_grad_norm_,
+    cosine_with_warmup,
+    param_groups_for_decay,
+)
+
+
+def param(values) -> nn.Parameter:
+    return nn.Parameter(tl.tensor(np.asarray(values, dtype=np.float64), dtype=np.float64))
+
+
+def set_grad(p, values) -> None:
+    p.grad = tl.tensor(np.asarray(values, dtype=np.float64), dtype=np.float64)
+
+
+# ------------------------------------------------------------------ references in plain floats
+def ref_sgd(w, grads, lr, mu=0.0, damp=0.0, wd=0.0, nesterov=False):
+    """SGD on a list of floats, one element at a time, written from the formulas."""
+    w, buf = list(w), [None] * len(w)
+    for g in grads:
+        for i in range(len(w)):
+            d = g[i] + wd * w[i]
+            if mu:
+                buf[i] = d if buf[i] is None else mu * buf[i] + (1 - damp) * d
+                d = d + mu * buf[i] if nesterov else buf[i]
+            w[i] -= lr * d
+    return w
+
+
+def ref_adam(w, grads, lr, b1, b2, eps, wd=0.0, decoupled=False):
+    w, m, v = list(w), [0.0] * len(w), [0.0] * len(w)
+    for t, g in enumerate(grads, start=1):
+        for i in range(len(w)):
+            gi = g[i]
+            if decoupled:
+                w[i] = w[i] - lr * wd * w[i]
+            else:
+                gi = gi + wd * w[i]
+            m[i] = b1 * m[i] + (1 - b1) * gi
+            v[i] = b2 * v[i] + (1 - b2) * gi * gi
+            m_hat = m[i] / (1 - b1**t)
+            v_hat = v[i] / (1 - b2**t)
+            w[i] -= lr * m_hat / (math.sqrt(v_hat) + eps)
+    return w
+
+
+W0 = [0.5, -1.5, 2.0, 0.0]
+GRADS = [[0.1, -0.2, 0.3, 1.0], [-0.4, 0.5, 0.0, 1.0], [0.2, 0.2, -0.7, -2.0]]
+
+
+def run(opt_cls, grads=GRADS, **kw):
+    p = param(W0)
+    opt = opt_cls([p], **kw)
+    for g in grads:
+        set_grad(p, g)
+        opt.step()
+    return p.data.tolist()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(lr=0.1),
+        dict(lr=0.1, weight_decay=0.05),
+        dict(lr=0.1, momentum=0.9),
+        dict(lr=0.1, momentum=0.9, dampening=0.3),
+        dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    ],
+)
+def test_sgd_matches_hand_rule(kw):
+    ref = ref_sgd(
+        W0,
+        GRADS,
+        kw["lr"],
+        kw.get("momentum", 0.0),
+        kw.get("dampening", 0.0),
+        kw.get("weight_decay", 0.0),
+        kw.get("nesterov", False),
+    )
+    np.testing.assert_allclose(run(SGD, **kw), ref, rtol=1e-14, atol=1e-15)
+
+
+def test_sgd_first_step_by_hand():
+    # one step, worked out on paper: w - lr * g
+    assert run(SGD, grads=GRADS[:1], lr=0.5) == pytest.approx([0.45, -1.4, 1.85, -0.5])
+    # nesterov at step 1: buf = g, d = g + mu * g = 1.9 g
+    out = run(SGD, grads=GRADS[:1], lr=0.5, momentum=0.9, nesterov=True)
+    assert out == pytest.approx([0.5 - 0.5 * 1.9 * 0.1, -1.5 + 0.5 * 1.9 * 0.2, 2.0 - 0.285, -0.95])
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_adam_matches_hand_rule(wd):
+    kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=wd)
+    ref = ref_adam(W0, GRADS, 0.01, 0.9, 0.99, 1e-8, wd=wd, decoupled=False)
+    np.testing.assert_allclose(run(Adam, **kw), ref, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.1, 0.5])
+def test_adamw_matches_hand_rule(wd):
+    kw = dict(lr=0.01, betas=(0.8, 0.9), eps=1e-8, weight_decay=wd)
+    ref = ref_adam(W0, GRADS, 0.01, 0.8, 0.9, 1e-8, wd=wd, decoupled=True)
+    np.testing.assert_allclose(run(AdamW, **kw), ref, rtol=1e-13, atol=1e-15)
+
+
+def test_adam_first_step_is_lr_times_sign():
+    # with bias correction, step 1 is m̂ / √v̂ = g / |g|: every weight moves by lr (eps aside)
+    out = run(Adam, grads=[[0.1, -0.2, 0.3, 1e-3]], lr=0.01, eps=0.0)
+    np.testing.assert_allclose(out, [0.49, -1.49, 1.99, -0.01], rtol=1e-12)
+
+
+def test_adamw_decay_is_decoupled():
+    # a zero gradient: Adam's coupled decay is normalised (moves by ~lr), AdamW's is lr·λ·w
+    p = param([2.0])
+    AdamW([p], lr=0.1, weight_decay=0.5, eps=0.0)
+    opt = AdamW([p], lr=0.1, weight_decay=0.5)
+    set_grad(p, [0.0])
+    opt.step()
+    assert p.data[0] == pytest.approx(2.0 * (1 - 0.1 * 0.5))
+    q = param([2.0])
+    opt = Adam([q], lr=0.1, weight_decay=0.5, eps=0.0)
+    set_grad(q, [0.0])
+    opt.step()
+    assert q.data[0] == pytest.approx(2.0 - 0.1)
+
+
+def test_step_updates_in_place_and_bumps_version():
+    for cls, kw in [(SGD, dict(lr=0.1, momentum=0.9)), (Adam, {}), (AdamW, {})]:
+        p = param([1.0, 2.0])
+        array, v0 = p.data, p._version
+        opt = cls([p], **kw)
+        set_grad(p, [1.0, 1.0])
+        opt.step()
+        assert p.data is array and p._version == v0 + 1
+        assert p.grad.data.tolist() == [1.0, 1.0]  # the gradient itself is not modified
+
+
+def test_params_without_grad_are_skipped():
+    a, b = param([1.0]), param([1.0])
+    opt = Adam([a, b], lr=0.1)
+    set_grad(a, [1.0])
+    opt.step()
+    assert b.data[0] == 1.0 and b not in opt.state and opt.state[a]["step"] == 1
+
+
+def test_float32_params_keep_their_dtype():
+    p = nn.Parameter(tl.ones((3, 2)))
+    opt = AdamW([p], lr=0.1)
+    p.grad = tl.ones((3, 2))
+    opt.step()
+    assert p.dtype == np.float32 and opt.state[p]["m"].dtype == np.float32
+
+
+# ------------------------------------------------------------------ against PyTorch
+TORCH_CASES = [
+    ("SGD", dict(lr=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("Adam", dict(lr=0.01, betas=(0.9, 0.95), eps=1e-6)),
+    ("Adam", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, betas=(0.9, 0.95), weight_decay=0.1)),
+    ("AdamW", dict(lr=0.003)),
+]
+
+
+@pytest.mark.parametrize("name,kw", TORCH_CASES)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_matches_torch(name, kw, seed):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 4), (4,), ()]
+    init = [rng.standard_normal(s) for s in shapes]
+    ours = [param(w.copy()) for w in init]
+    theirs = [torch.tensor(w.copy(), requires_grad=True) for w in init]
+    opt = getattr(nn.optim, name)(ours, **kw)
+    topt = getattr(torch.optim, name)(theirs, **kw)
+    for step in range(6):
+        for i, (p, tp) in enumerate(zip(ours, theirs)):
+            if step == 2 and i == 1:  # a missing gradient: the parameter skips this step
+                p.grad, tp.grad = None, None
+                continue
+            g = rng.standard_normal(shapes[i])
+            set_grad(p, g)
+            tp.grad = torch.tensor(g)
+        opt.step()
+        topt.step()
+    for p, tp in zip(ours, theirs):
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_clip_grad_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in [(5, 3), (3,), (7,)]]
+    ours = [nn.Parameter(tl.zeros(g.shape)) for g in grads]
+    theirs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
+    for p, tp, g in zip(ours, theirs, grads):
+        p.grad, tp.grad = tl.tensor(g.copy()), torch.tensor(g.copy())
+    n = clip_grad_norm_(ours, 1.0)
+    tn = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    assert n == pytest.approx(float(tn), rel=1e-6)
+    for p, tp in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.data, tp.grad.numpy(), rtol=1e-6)
+
+
+def test_step_lr_matches_torch():
+    torch = pytest.importorskip("torch")
+    ours = SGD([param([1.0])], lr=0.5)
+    tp = torch.zeros(1, requires_grad=True)
+    topt = torch.optim.SGD([tp], lr=0.5)
+    sched, tsched = (
+        StepLR(ours, step_size=3, gamma=0.5),
+        torch.optim.lr_scheduler.StepLR(topt, 3, 0.5),
+    )
+    for _ in range(10):
+        assert ours.param_groups[0]["lr"] == pytest.approx(topt.param_groups[0]["lr"])
+        topt.step()
+        sched.step()
+        tsched.step()
+
+
+# ------------------------------------------------------------------ param groups
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(tl.ones((3, 2)))
+        self.bias = nn.Parameter(tl.ones(2))
+        self.gain = nn.Parameter(tl.ones(2))
+        self.frozen = nn.Parameter(tl.ones((2, 2)), requires_grad=False)
+
+
+def test_param_groups_for_decay():
+    m = Tiny()
+    groups = param_groups_for_decay(m, 0.1)
+    assert [p for p in groups[0]["params"]] == [m.weight] and groups[0]["weight_decay"] == 0.1
+    assert groups[1]["params"] == [m.bias, m.gain] and groups[1]["weight_decay"] == 0.0
+
+
+def test_no_decay_group_is_not_decayed():
+    m = Tiny()
+    opt = AdamW(param_groups_for_decay(m, 0.5), lr=0.1)
+    for p in (m.weight, m.bias, m.gain):
+        p.grad = tl.zeros(p.shape)  # zero gradient: only the decay can move a weight
+    opt.step()
+    np.testing.assert_allclose(m.weight.data, 1 - 0.1 * 0.5)
+    assert m.bias.data.tolist() == [1.0, 1.0] and m.gain.data.tolist() == [1.0, 1.0]
+
+
+def test_groups_have_their_own_hyperparameters():
+    a, b = param([1.0]), param([1.0])
+    opt = SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
+    set_grad(a, [1.0])
+    set_grad(b, [1.0])
+    opt.step()
+    assert a.data[0] == pytest.approx(0.9) and b.data[0] == pytest.approx(0.5)
+    assert opt.param_groups[1]["momentum"] == 0.0  # filled from the defaults
+
+
+def test_bad_param_lists():
+    p = param([1.0])
+    with pytest.raises(ValueError, match="empty"):
+        SGD([], lr=0.1)
+    with pytest.raises(ValueError, match="more than one param group"):
+        SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
+    with pytest.raises(ValueError, match="non-leaf"):
+        SGD([p * 2], lr=0.1)
+    with pytest.raises(ValueError, match="nesterov"):
+        SGD([p], lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="betas"):
+        Adam([p], betas=(0.9, 1.0))
+
+
+def test_zero_grad():
+    p = param([1.0, 2.0])
+    opt = SGD([p], lr=0.1)
+    set_grad(p, [3.0, 4.0])
+    g = p.grad
+    opt.zero_grad(set_to_none=False)
+    assert p.grad is g and p.grad.data.tolist() == [0.0, 0.0]
+    opt.zero_grad()
+    assert p.grad is None
+
+
+# ------------------------------------------------------------------ clipping
+def test_clip_grad_norm_value_and_scaling():
+    a, b = param([0.0, 0.0]), param([0.0])
+    set_grad(a, [3.0, 0.0])
+    set_grad(b, [4.0])
+    norm = clip_grad_norm_([a, b], max_norm=1.0)
+    assert norm == pytest.approx(5.0)
+    np.testing.assert_allclose(a.grad.data, [0.6, 0.0], rtol=1e-5)
+    np.testing.assert_allclose(b.grad.data, [0.8], rtol=1e-5)
+    assert clip_grad_norm_([a, b], max_norm=10.0) == pytest.approx(1.0, rel=1e-5)
+    np.testing.assert_allclose(a.grad.data, [0.6, 0.0], rtol=1e-5)  # below max: unchanged
+
+
+def test_clip_grad_norm_accumulates_in_float64():
+    # 10^6 float32 entries of 1e-3: a float32 running sum would drift; float64 gives exactly 1.0
+    p = nn.Parameter(tl.zeros(10**6))
+    p.grad = tl.full((10**6,), 1e-3)
+    norm = clip_grad_norm_(p, max_norm=100.0)
+    expected = math.sqrt(10**6 * float(np.float32(1e-3)) ** 2)
+    assert norm == pytest.approx(expected, rel=1e-12)
+
+
+@given(st.lists(st.floats(-10, 10), min_size=1, max_size=8), st.floats(0.01, 5))
+def test_clipped_norm_is_at_most_max(values, max_norm):
+    p = param([0.0] * len(values))
+    set_grad(p, values)
+    clip_grad_norm_([p], max_norm)
+    assert np.linalg.norm(p.grad.data) <= max_norm * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ schedules
+def test_cosine_with_warmup_landmarks():
+    lr, mn, warm, total = 1.0, 0.1, 10, 110
+    assert cosine_with_warmup(0, warm, total, lr, mn) == pytest.approx(1 / 11)  # never 0
+    assert cosine_with_warmup(warm, warm, total, lr, mn) == pytest.approx(lr)  # the peak
+    assert cosine_with_warmup(60, warm, total, lr, mn) == pytest.approx((lr + mn) / 2)
+    assert cosine_with_warmup(total, warm, total, lr, mn) == mn
+    assert cosine_with_warmup(10 * total, warm, total, lr, mn) == mn
+    assert cosine_with_warmup(0, 0, 5, lr, mn) == lr  # no warmup: start at the peak
+
+
+@given(st.integers(0, 50), st.integers(0, 200))
+def test_cosine_with_warmup_shape(warmup, extra):
+    total = warmup + extra
+    lrs = [cosine_with_warmup(s, warmup, total, 3e-4, 3e-5) for s in range(total + 3)]
+    assert all(0 < x <= 3e-4 for x in lrs)  # the warmup starts near 0, below min_lr
+    assert all(x >= 3e-5 - 1e-15 for x in lrs[warmup:])
+    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup]))  # rising
+    if extra > 0:
+        assert lrs[warmup] == pytest.approx(3e-4)  # the peak
+    assert all(a >= b - 1e-15 for a, b in zip(lrs[warmup:], lrs[warmup + 1 :]))  # then falling
+
+
+def test_schedulers_set_group_lrs():
+    a, b = param([1.0]), param([1.0])
+    opt = SGD([{"params": [a]}, {"params": [b], "lr": 0.2}], lr=0.1)
+    sched = LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.2]
+    sched.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.05, 0.1])
+    opt2 = SGD([param([1.0])], lr=1.0)
+    cos = CosineWithWarmupLR(opt2, warmup=2, total=12, min_lr_ratio=0.1)
+    seen = [opt2.param_groups[0]["lr"]]
+    for _ in range(13):
+        cos.step()
+        seen.append(opt2.param_groups[0]["lr"])
+    assert seen == pytest.approx([cosine_with_warmup(s, 2, 12, 1.0, 0.1) for s in range(14)])
+
+
+def test_scheduler_state_dict_round_trip():
+    opt = SGD([param([1.0])], lr=1.0)
+    sched = StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(5):
+        sched.step()
+    state = sched.state_dict()
+    opt2 = SGD([param([1.0])], lr=1.0)
+    sched2 = StepLR(opt2, step_size=2, gamma=0.5)
+    sched2.load_state_dict(state)
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"] == 0.25
+    sched.step()
+    sched2.step()
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+# ------------------------------------------------------------------ optimizer state_dict
+def make_problem(seed=0):
+    """A tiny least-squares problem: parameters and a deterministic gradient function."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((8, 3)).astype(np.float32)
+    y = rng.standard_normal((8, 2)).astype(np.float32)
+    w = nn.Parameter(tl.tensor(rng.standard_normal((3, 2)).astype(np.float32)))
+    b = nn.Parameter(tl.zeros(2))
+
+    def grads():
+        loss = (((tl.tensor(x) @ w + b) - tl.tensor(y)) ** 2).mean()
+        w.grad = b.grad = None
+        loss.backward()
+
+    return [w, b], grads
+
+
+@pytest.mark.parametrize("cls,kw", [(AdamW, dict(lr=0.05)), (SGD, dict(lr=0.05, momentum=0.9))])
+def test_resume_from_state_dict_is_bit_identical(cls, kw):
+    params, grads = make_problem()
+    opt = cls([{"params": params[:1]}, {"params": params[1:], "weight_decay": 0.0}], **kw)
+    for _ in range(10):
+        grads()
+        opt.step()
+    straight = [p.data.copy() for p in params]
+
+    params2, grads2 = make_problem()
+    opt2 = cls([{"params": params2[:1]}, {"params": params2[1:], "weight_decay": 0.0}], **kw)
+    for _ in range(4):
+        grads2()
+        opt2.step()
+    saved_params = [p.data.copy() for p in params2]
+    saved = opt2.state_dict()
+    # a fresh run: new parameters with the saved values, a new optimizer loaded from the dict
+    params3, grads3 = make_problem()
+    for p, a in zip(params3, saved_params):
+        p.data[...] = a
+    opt3 = cls([{"params": params3[:1]}, {"params": params3[1:]}], lr=123.0)
+    opt3.load_state_dict(saved)
+    assert opt3.param_groups[0]["lr"] == kw["lr"] and opt3.param_groups[1]["weight_decay"] == 0.0
+    for _ in range(6):
+        grads3()
+        opt3.step()
+    for a, p in zip(straight, params3):
+        np.testing.assert_array_equal(a, p.data)
+
+
+def test_state_dict_is_detached_copies():
+    params, grads = make_problem()
+    opt = Adam(params, lr=0.1)
+    grads()
+    opt.step()
+    sd = opt.state_dict()
+    assert sd["state"][0]["step"] == 1 and sd["param_groups"][0]["params"] == [0, 1]
+    sd["state"][0]["m"][...] = 99.0
+    assert not np.any(opt.state[params[0]]["m"] == 99.0)
+
+
+def test_load_state_dict_errors():
+    params, grads = make_problem()
+    opt = Adam(params, lr=0.1)
+    grads()
+    opt.step()
+    sd = opt.state_dict()
+    with pytest.raises(ValueError, match="1 param groups.*2"):
+        Adam([{"params": params[:1]}, {"params": params[1:]}]).load_state_dict(sd)
+    with pytest.raises(ValueError, match="2 parameters in the state but 1"):
+        Adam(params[:1]).load_state_dict(sd)
+    other = [nn.Parameter(tl.zeros((2, 2))), nn.Parameter(tl.zeros(2))]
+    with pytest.raises(ValueError, match=r"parameter 0 has shape \(3, 2\).*\(2, 2\)"):
+        Adam(other).load_state_dict(sd)
