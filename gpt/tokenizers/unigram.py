@@ -106,6 +106,8 @@ class Unigram(Tokenizer):
 
     def _words(self, text: str, first: bool) -> list[str]:
         """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
+        if not text:
+            return []
         r = self.replacement
         text = text.replace(" ", r)
         prepend = self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)

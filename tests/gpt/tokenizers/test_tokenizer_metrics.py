@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+import gpt.tokenizers as tk
+from gpt.tokenizers.cli import main
+from gpt.tokenizers.metrics import first_difference
+
+
+def test_first_difference():
+    assert first_difference("abc", "abc") is None
+    assert first_difference("abc", "abd") == 2
+    assert first_difference("abc", "ab") == 2
+
+
+def test_report_on_a_char_tokenizer_by_hand():
+    tok = tk.CharTokenizer.train("abcd", unknown="replace")  # vocab: a b c d <unk>
+    r = tk.report(tok, "aab€")
+    assert r.n_tokens == 4 and r.n_chars == 4 and r.n_bytes == 6  # € is 3 bytes
+    assert r.bytes_per_token == 1.5
+    assert r.used_share == 3 / 5  # a, b, <unk>
+    assert r.rare_below == 3 and r.rare_share == 3 / 5  # a twice, b and <unk> once
+    assert r.unk_rate == 1 / 4
+    assert not r.reversible and r.first_difference == 3
+    assert "unk" in tk.format_reports([r])
+
+
+def test_report_bpe_is_reversible(train_text, heldout_text):
+    tok = tk.ByteBPE.train(train_text[:50_000], 400)
+    r = tk.report(tok, heldout_text[:5000], name="bpe")
+    assert r.reversible and r.first_difference is None and r.unk_rate == 0
+    assert r.bytes_per_token > 1.5
+    table = tk.format_reports([r])
+    assert table.splitlines()[2].startswith("bpe")
+
+
+@pytest.fixture
+def text_file(tmp_path, train_text):
+    path = tmp_path / "text.txt"
+    path.write_text(train_text[:40_000], encoding="utf-8")
+    return path
+
+
+def test_cli_trains_all_kinds_and_reports(text_file, tmp_path, capsys):
+    save_dir = tmp_path / "toks"
+    args = ["--text", str(text_file), "--vocab-size", "300", "--save-dir", str(save_dir)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for kind in ("char", "bpe", "wordpiece", "unigram"):
+        assert f"\n{kind} " in out
+        assert (save_dir / f"{kind}.json").exists()
+    assert (
+        main(["--text", str(text_file), "--tokenizer", str(save_dir / "bpe.json"), "--json"]) == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["name"] == "bpe.json" and row["reversible"]
+
+
+def test_cli_bad_input(text_file, tmp_path, capsys):
+    assert main(["--text", str(tmp_path / "missing.txt")]) == 2
+    assert main(["--text", str(text_file), "--kinds", "bpe,magic"]) == 2
+    assert main(["--text", str(text_file), "--tokenizer", str(text_file)]) == 2
+    assert main(["--text", str(text_file), "--vocab-size", "10", "--kinds", "bpe"]) == 2
+    assert main(["--text", str(text_file), "--train-fraction", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "below the base alphabet" in err and "magic" in err
+
+
+def test_add_report_parser():
+    import argparse
+
+    from gpt.tokenizers.cli import add_report_parser, run_report
+
+    parser = argparse.ArgumentParser()
+    add_report_parser(parser.add_subparsers())
+    args = parser.parse_args(["tokenizer-report", "--text", "x.txt"])
+    assert args.func is run_report and args.vocab_size == 1024
