@@ -17,6 +17,7 @@ non-leaf tensor, plus the leaf tensors themselves. ``backward`` does three thing
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Sequence
 
 from tensorlab import function
@@ -264,6 +265,11 @@ class set_grad_enabled(contextlib.ContextDecorator):
     def __init__(self, mode: bool):
         self.mode = mode
 
+    def _recreate_cm(self):
+        # Used by ContextDecorator on each call of a decorated function: a fresh copy, so
+        # that recursive calls do not overwrite each other's saved mode.
+        return copy.copy(self)
+
     def __enter__(self):
         self.prev = function.grad_enabled
         function.grad_enabled = self.mode
@@ -296,6 +302,9 @@ class detect_anomaly(contextlib.ContextDecorator):
     """Inside this block, the first op whose forward or backward makes NaN or Inf raises an
     :class:`AnomalyError` naming the op and the line of user code that created it.
     (Slower: every op records its creation stack and checks its result.)"""
+
+    def _recreate_cm(self):  # a fresh copy per call of a decorated function (see above)
+        return copy.copy(self)
 
     def __enter__(self):
         self.prev = function.anomaly_enabled

@@ -28,6 +28,7 @@ in one place (``Tensor.sum_to``), so no op handles broadcasting in its backward.
 from __future__ import annotations
 
 import operator
+import os
 import traceback
 import weakref
 
@@ -124,12 +125,17 @@ def _forward_error(cls, inputs, err: Exception) -> Exception:
         return RuntimeError(f"{name}: inputs of shapes {shapes}: {err}")
 
 
+# Frames from files under this directory are tensorlab's own, not the user's code (a path test,
+# not a substring test: the user's files may sit in a folder named tensorlab too, as tests do).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 class AnomalyError(RuntimeError):
     """Raised inside detect_anomaly() by the first op that produces NaN or Inf."""
 
 
 def _check_forward(ctx, data) -> None:
-    ctx._stack = traceback.extract_stack()[:-3]
+    ctx._stack = traceback.extract_stack()[:-1]  # tensorlab's own frames are skipped below
     if data.dtype.kind == "f" and not bool(xp_of(data).isfinite(data).all()):
         raise AnomalyError(
             f"{ctx.name} produced NaN or Inf in its forward output\n{creation_site(ctx)}"
@@ -141,7 +147,7 @@ def creation_site(ctx) -> str:
     stack = getattr(ctx, "_stack", None)
     if not stack:
         return "(creation site not recorded: run inside tensorlab.detect_anomaly())"
-    user = [f for f in stack if "/tensorlab/" not in f.filename.replace("\\", "/")]
+    user = [f for f in stack if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
     frame = (user or stack)[-1]
     return (
         f'  created at File "{frame.filename}", line {frame.lineno}, in {frame.name}\n'
