@@ -79,6 +79,17 @@ def _run_hooks(hooks, g: Tensor) -> Tensor:
     return g
 
 
+def _owned(g: Tensor, create_graph: bool, stored: set) -> Tensor:
+    """``g`` to store as a ``.grad``, copied when its memory may be shared: a view (maybe a
+    read-only broadcast), a gradient already stored in this pass (``a + b`` sends the same
+    tensor to both), or, without create_graph, a tensor that carries a graph."""
+    if g.data.base is None and id(g) not in stored and (create_graph or not g.requires_grad):
+        return g
+    if create_graph and g.requires_grad:
+        return g * 1.0  # a copy that stays in the graph
+    return Tensor._wrap(g.data.copy())
+
+
 def _free(node) -> None:
     """Drop what ``node`` saved for backward, keeping only the graph's structure."""
     inputs = node.inputs
@@ -127,12 +138,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                     if id(node) in capture:
                         results[capture[id(node)]] = g
                     continue
-                if not create_graph and (
-                    g.requires_grad or g.data.base is not None or id(g) in stored
-                ):
-                    g = Tensor._wrap(g.data.copy())  # never alias another gradient's memory
-                stored.add(id(g))
-                node.grad = g if node.grad is None else node.grad + g
+                if node.grad is None:
+                    node.grad = _owned(g, create_graph, stored)
+                    stored.add(id(node.grad))
+                else:
+                    node.grad = node.grad + g
                 continue
 
             out = node._output_ref()
@@ -140,7 +150,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                 if out._hooks:
                     g = _run_hooks(out._hooks, g)
                 if out._retains_grad:
-                    out.grad = g if out.grad is None else out.grad + g
+                    if out.grad is None:
+                        out.grad = _owned(g, create_graph, stored)
+                        stored.add(id(out.grad))
+                    else:
+                        out.grad = out.grad + g
             if capture is not None and id(node) in capture:
                 results[capture[id(node)]] = g
             ins = node.inputs

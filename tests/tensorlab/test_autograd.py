@@ -1,0 +1,563 @@
+"""The backward engine: accumulation, retained and freed graphs, in-place checks, error
+messages, ``tl.grad`` (higher order included), grad modes, hooks, anomaly detection, deep
+graphs, broadcasting, gradient aliasing and devices."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import numpy as np
+import pytest
+from opcheck import leaf
+
+import tensorlab as tl
+
+rng = np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_modes():
+    """A test that breaks grad mode must not make every later test fail with it."""
+    yield
+    tl.function.grad_enabled = True
+    tl.function.anomaly_enabled = False
+
+
+def _line() -> int:
+    """The line number of the caller's next line."""
+    return inspect.currentframe().f_back.f_lineno + 1
+
+
+# ---------------------------------------------------------------- accumulation
+def test_gradients_accumulate_across_backward_calls():
+    x = leaf([1.0, -2.0, 3.0])
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * x.numpy())
+    (x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * x.numpy() + 3)
+
+
+def test_tensor_used_twice_in_one_graph():
+    x = leaf([0.5, -1.5])
+    y = x * x + x.exp() * x  # x reaches the output along four paths
+    y.sum().backward()
+    xn = x.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * xn + np.exp(xn) * (1 + xn), rtol=1e-14)
+
+
+def test_diamond_graph():
+    x = leaf([0.3, 0.7])
+    h = x * 2.0
+    y = (h.tanh() * h.sigmoid()).sum()
+    y.backward()
+    hn = 2 * x.numpy()
+    s = 1 / (1 + np.exp(-hn))
+    t = np.tanh(hn)
+    expected = 2 * ((1 - t**2) * s + t * s * (1 - s))
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-13)
+
+
+def test_module_level_backward():
+    x = leaf([2.0])
+    tl.backward((x * x).sum())
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0])
+
+
+# ---------------------------------------------------------------- retained and freed graphs
+def test_retain_graph_allows_a_second_backward():
+    x = leaf([1.0, 2.0])
+    y = (x * x.exp()).sum()
+    y.backward(retain_graph=True)
+    first = x.grad.numpy().copy()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first, rtol=1e-15)
+
+
+def test_second_backward_through_freed_graph_raises():
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="retain_graph") as err:
+        y.backward()
+    assert "freed" in str(err.value) and "second time" in str(err.value)
+
+
+def test_freed_intermediate_node_is_named():
+    x = leaf([1.0, 2.0])
+    h = x.exp()
+    y = (h * 2.0).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="freed"):
+        (h * 3.0).sum().backward()  # reaches the freed Exp node
+    assert np.array_equal(x.grad.numpy(), 2 * np.exp(x.numpy()))  # nothing added
+
+
+def test_tl_grad_frees_the_graph_unless_asked():
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    tl.grad(y, x, retain_graph=True)
+    (g,) = tl.grad(y, x)
+    np.testing.assert_array_equal(g.numpy(), 2 * x.numpy())
+    with pytest.raises(RuntimeError, match="freed"):
+        tl.grad(y, x)
+
+
+# ---------------------------------------------------------------- in-place changes
+def test_inplace_change_of_a_saved_tensor_is_detected():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    y = (a * b).sum()
+    with tl.no_grad():
+        b.mul_(2)  # b was saved by Mul for a's gradient
+    with pytest.raises(RuntimeError, match="Mul") as err:
+        y.backward()
+    assert "in place" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: t.add_(1.0),
+        lambda t: t.sub_(1.0),
+        lambda t: t.zero_(),
+        lambda t: t.fill_(2.0),
+        lambda t: t.copy_(np.ones(2)),
+        lambda t: t.__setitem__(0, 5.0),
+    ],
+    ids=["add_", "sub_", "zero_", "fill_", "copy_", "setitem"],
+)
+def test_every_inplace_method_bumps_the_version(change):
+    x = leaf([1.0, 2.0])
+    h = x.exp()  # a non-leaf saved by Log below
+    y = h.log().sum()
+    with tl.no_grad():
+        change(h)
+    with pytest.raises(RuntimeError, match="Log.*in place"):
+        y.backward()
+
+
+def test_inplace_on_a_leaf_that_requires_grad_is_refused():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="mul_"):
+        x.mul_(2)
+    with pytest.raises(RuntimeError, match="in-place"):
+        x[0] = 3.0
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
+    with tl.no_grad():
+        x.mul_(2)  # an update, allowed
+    np.testing.assert_array_equal(x.numpy(), [2.0, 4.0])
+
+
+# ---------------------------------------------------------------- error messages
+def test_backward_of_a_non_scalar_needs_a_gradient():
+    x = leaf(np.ones((2, 3)))
+    with pytest.raises(RuntimeError, match=r"\(2, 3\)"):
+        (x * 2).backward()
+    with pytest.raises(RuntimeError, match=r"grad has shape \(3,\)"):
+        (x * 2).backward(np.ones(3))
+    y = x * 2
+    y.backward(np.full((2, 3), 0.5))
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones((2, 3)))
+
+
+def test_backward_of_a_tensor_without_graph_raises():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tl.ones(2).sum().backward()
+    x = leaf([1.0])
+    with tl.no_grad():
+        y = x * 2
+    with pytest.raises(RuntimeError, match="no_grad"):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tl.tensor([1, 2, 3], requires_grad=True),
+        lambda: tl.zeros(3, dtype=np.int64, requires_grad=True),
+        lambda: tl.arange(3).requires_grad_(),
+    ],
+)
+def test_integer_tensors_cannot_require_grad(make):
+    with pytest.raises(TypeError, match="int64"):
+        make()
+
+
+def test_bool_tensors_cannot_require_grad():
+    with pytest.raises(TypeError, match="bool"):
+        tl.tensor([True, False], requires_grad=True)
+
+
+def test_shape_mismatch_names_op_and_shapes():
+    a, b = tl.ones(2, 3), tl.ones(4)
+    with pytest.raises(ValueError, match=r"Add.*\(2, 3\).*\(4,\)"):
+        a + b
+    with pytest.raises(ValueError, match=r"Mul.*\(2, 3\).*\(4,\)"):
+        a * b
+
+
+# ---------------------------------------------------------------- tl.grad
+def test_grad_returns_without_touching_dot_grad():
+    x, w = leaf([1.0, 2.0]), leaf([3.0, -1.0])
+    y = (x * w).sum()
+    gx, gw = tl.grad(y, [x, w])
+    np.testing.assert_array_equal(gx.numpy(), w.numpy())
+    np.testing.assert_array_equal(gw.numpy(), x.numpy())
+    assert x.grad is None and w.grad is None
+    assert not gx.requires_grad
+
+
+def test_grad_with_grad_outputs():
+    x = leaf([[1.0, 2.0], [3.0, 4.0]])
+    v = np.array([[1.0, -1.0], [0.5, 2.0]])
+    (g,) = tl.grad(x * x, x, grad_outputs=tl.tensor(v))
+    np.testing.assert_array_equal(g.numpy(), 2 * x.numpy() * v)
+    # several outputs, each with its own grad_output
+    y1, y2 = x.sum(0), x.exp()
+    (g,) = tl.grad([y1, y2], [x], grad_outputs=[tl.tensor([1.0, 2.0]), tl.tensor(v)])
+    np.testing.assert_allclose(g.numpy(), [[1.0, 2.0]] + np.exp(x.numpy()) * v, rtol=1e-15)
+
+
+def test_grad_of_an_intermediate():
+    x = leaf([1.0, 2.0])
+    h = x * 3.0
+    y = (h * h).sum()
+    (gh,) = tl.grad(y, h)
+    np.testing.assert_array_equal(gh.numpy(), 2 * h.numpy())
+
+
+def test_hessian_vector_product_of_a_cubic():
+    x = leaf(rng.standard_normal(5))
+    v = tl.tensor(rng.standard_normal(5))
+    (g,) = tl.grad((x**3).sum(), x, create_graph=True)
+    assert g.requires_grad
+    np.testing.assert_allclose(g.numpy(), 3 * x.numpy() ** 2, rtol=1e-14)
+    (hv,) = tl.grad((g * v).sum(), x)
+    np.testing.assert_allclose(hv.numpy(), 6 * x.numpy() * v.numpy(), rtol=1e-14)  # H = diag(6x)
+
+
+def test_full_hessian_of_a_quadratic_form():
+    n = 4
+    a_np = rng.standard_normal((n, n))
+    a = tl.tensor(a_np)
+    x = leaf(rng.standard_normal(n))
+    (g,) = tl.grad(x @ (a @ x), x, create_graph=True)
+    np.testing.assert_allclose(g.numpy(), (a_np + a_np.T) @ x.numpy(), rtol=1e-12)
+    hessian = np.stack(
+        [
+            tl.grad(g, x, grad_outputs=tl.tensor(np.eye(n)[i]), retain_graph=True)[0].numpy()
+            for i in range(n)
+        ]
+    )
+    np.testing.assert_allclose(hessian, a_np + a_np.T, rtol=1e-12, atol=1e-14)
+
+
+def test_third_derivative():
+    x = leaf([0.7, -0.2])
+    (g1,) = tl.grad(x.tanh().sum(), x, create_graph=True)
+    (g2,) = tl.grad(g1.sum(), x, create_graph=True)
+    (g3,) = tl.grad(g2.sum(), x)
+    t = np.tanh(x.numpy())
+    np.testing.assert_allclose(g2.numpy(), -2 * t * (1 - t**2), rtol=1e-13)
+    np.testing.assert_allclose(g3.numpy(), (1 - t**2) * (6 * t**2 - 2), rtol=1e-13)
+
+
+def test_backward_with_create_graph_gives_differentiable_grads():
+    x = leaf([1.5, -0.5])
+    (x**3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    (h,) = tl.grad(x.grad.sum(), x)
+    np.testing.assert_allclose(h.numpy(), 6 * x.numpy(), rtol=1e-14)
+
+
+def test_grad_allow_unused():
+    x, unused = leaf([1.0]), leaf([2.0])
+    y = (x * 2).sum()
+    with pytest.raises(RuntimeError, match="input 1.*allow_unused"):
+        tl.grad(y, [x, unused], retain_graph=True)
+    gx, gu = tl.grad(y, [x, unused], allow_unused=True)
+    np.testing.assert_array_equal(gx.numpy(), [2.0])
+    assert gu is None
+
+
+def test_grad_of_an_input_that_does_not_require_grad_raises():
+    x = leaf([1.0])
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tl.grad((x * 2).sum(), tl.ones(1))
+
+
+# ---------------------------------------------------------------- grad modes
+def test_no_grad_context_records_nothing():
+    x = leaf([1.0])
+    with tl.no_grad():
+        assert not tl.is_grad_enabled()
+        y = x * 2
+        with tl.enable_grad():
+            assert tl.is_grad_enabled()
+            z = x * 2
+        assert not tl.is_grad_enabled()
+    assert tl.is_grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None
+    assert z.requires_grad and z.grad_fn is not None
+
+
+def test_set_grad_enabled_context():
+    x = leaf([1.0])
+    with tl.set_grad_enabled(False):
+        assert not (x * 2).requires_grad
+        with tl.set_grad_enabled(True):
+            assert (x * 2).requires_grad
+    assert tl.is_grad_enabled()
+
+
+def test_grad_mode_decorators():
+    x = leaf([1.0])
+
+    @tl.no_grad()
+    def f(t):
+        return t * 2
+
+    @tl.enable_grad()
+    def g(t):
+        return t * 2
+
+    @tl.set_grad_enabled(False)
+    def h(t):
+        return t * 2
+
+    assert not f(x).requires_grad
+    assert not h(x).requires_grad
+    with tl.no_grad():
+        assert g(x).requires_grad
+    assert tl.is_grad_enabled()
+    assert f.__name__ == "f"
+
+
+def test_grad_mode_is_restored_after_an_exception():
+    with pytest.raises(KeyError):
+        with tl.no_grad():
+            raise KeyError
+    assert tl.is_grad_enabled()
+
+
+def test_recursive_decorated_function_restores_grad_mode():
+    @tl.no_grad()
+    def depth(n):
+        assert not tl.is_grad_enabled()
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    assert depth(3) == 3
+    assert tl.is_grad_enabled()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="grad mode is one process-wide flag (tensorlab.function.grad_enabled), not "
+    "thread-local as in PyTorch: no_grad in one thread switches recording off in all",
+)
+def test_grad_mode_is_per_thread():
+    inside, release = threading.Event(), threading.Event()
+
+    def work():
+        with tl.no_grad():
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=work)
+    t.start()
+    inside.wait(5)
+    try:
+        assert tl.is_grad_enabled()  # this thread did not ask for no_grad
+    finally:
+        release.set()
+        t.join()
+
+
+# ---------------------------------------------------------------- hooks and retain_grad
+def test_hooks_on_a_leaf_read_and_replace():
+    x = leaf([1.0, 2.0])
+    seen = []
+    x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    x.register_hook(lambda g: g * 10)
+    (x * 3.0).sum().backward()
+    np.testing.assert_array_equal(seen[0], [3.0, 3.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [30.0, 30.0])
+
+
+def test_hooks_on_a_non_leaf_read_and_replace():
+    x = leaf([1.0, 2.0])
+    h = x * 2.0
+    seen = []
+    h.register_hook(lambda g: seen.append(g.numpy().copy()))
+    remove = h.register_hook(lambda g: g * 0.5)
+    (h * h).sum().backward(retain_graph=True)
+    np.testing.assert_array_equal(seen[0], 2 * h.numpy())
+    # the replaced gradient is what flows on to x: d/dx = 0.5 * 2h * 2
+    np.testing.assert_array_equal(x.grad.numpy(), 0.5 * 2 * h.numpy() * 2)
+    remove()
+    x.grad = None
+    (h * h).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * h.numpy() * 2)
+    assert len(seen) == 2
+
+
+def test_hook_remove_handle_on_a_leaf():
+    x = leaf([1.0])
+    calls = []
+    remove = x.register_hook(lambda g: calls.append(1))
+    (x * 2).sum().backward()
+    remove()
+    (x * 2).sum().backward()
+    assert calls == [1]
+
+
+def test_hook_returning_a_wrong_shape_raises():
+    x = leaf([1.0, 2.0])
+    x.register_hook(lambda g: g.sum())
+    with pytest.raises(RuntimeError, match="shape"):
+        (x * 2).sum().backward()
+
+
+def test_hook_on_a_tensor_without_grad_raises():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tl.ones(2).register_hook(lambda g: g)
+
+
+def test_retain_grad_on_a_non_leaf():
+    x = leaf([1.0, -2.0])
+    h = x * 3.0
+    kept = (x * 2.0).retain_grad()
+    y = (h * h + kept).sum()
+    y.backward()
+    assert h.grad is None  # non-leaves keep no gradient by default
+    np.testing.assert_array_equal(kept.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * h.numpy() * 3 + 2)
+
+
+# ---------------------------------------------------------------- anomaly detection
+def test_anomaly_in_forward_names_op_and_line():
+    x = leaf([1.0, -1.0])
+    with tl.detect_anomaly():
+        with pytest.raises(tl.AnomalyError, match="Log") as err:
+            line = _line()
+            (x * 2.0).log()
+    msg = str(err.value)
+    assert "forward" in msg
+    assert f'{os.path.basename(__file__)}", line {line}' in msg
+
+
+def test_anomaly_in_backward_names_op_and_line():
+    x = leaf([0.0, 4.0])
+    with tl.detect_anomaly():
+        line = _line()
+        y = x.sqrt()  # fine forward; the gradient 1 / (2 sqrt(x)) is inf at 0
+        z = (y * 2.0).sum()
+        with pytest.raises(tl.AnomalyError, match="Sqrt") as err:
+            z.backward()
+    msg = str(err.value)
+    assert "backward" in msg
+    assert f'{os.path.basename(__file__)}", line {line}' in msg
+
+
+def test_no_anomaly_check_outside_the_context():
+    x = leaf([-1.0])
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(x.log().item())
+    assert isinstance(tl.AnomalyError("x"), RuntimeError)
+
+
+# ---------------------------------------------------------------- deep graphs
+def test_chain_of_100k_ops_needs_no_recursion():
+    c = 1.00001
+    x = leaf([1.0, 2.0])
+    y = x
+    for _ in range(100_000):
+        y = y * c
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [c**100_000] * 2, rtol=1e-9)
+
+
+# ---------------------------------------------------------------- broadcasting
+def test_broadcast_gradients_are_summed_back():
+    a = leaf(rng.standard_normal((3, 1)))
+    b = leaf(rng.standard_normal((4,)))
+    c = leaf(2.0)  # 0-d
+    d = leaf(rng.standard_normal((2, 1, 1)))
+    y = a * b + c * d  # shape (2, 3, 4)
+    assert y.shape == (2, 3, 4)
+    y.sum().backward()
+    an, bn, cn, dn = a.numpy(), b.numpy(), c.numpy(), d.numpy()
+    assert a.grad.shape == (3, 1) and b.grad.shape == (4,)
+    assert c.grad.shape == () and d.grad.shape == (2, 1, 1)
+    np.testing.assert_allclose(a.grad.numpy(), np.full((3, 1), 2 * bn.sum()), rtol=1e-14)
+    np.testing.assert_allclose(b.grad.numpy(), np.full(4, 2 * an.sum()), rtol=1e-14)
+    np.testing.assert_allclose(c.grad.numpy(), 12 * dn.sum(), rtol=1e-14)
+    np.testing.assert_allclose(d.grad.numpy(), np.full((2, 1, 1), 12 * cn), rtol=1e-14)
+
+
+# ---------------------------------------------------------------- aliasing
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_leaf_gradients_are_never_aliased(create_graph):
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a + b).sum().backward(create_graph=create_graph)
+    with tl.no_grad():
+        a.grad.mul_(2)
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+
+
+def test_leaf_gradient_not_aliased_with_a_retained_gradient():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    s = (a + b).retain_grad()
+    (s * s).sum().backward()
+    with tl.no_grad():
+        a.grad.zero_()
+        b.grad.add_(1.0)
+    np.testing.assert_array_equal(s.grad.numpy(), 2 * s.numpy())
+    np.testing.assert_array_equal(a.grad.numpy(), [0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x.sum(),  # gradient is a broadcast view of one number
+        lambda x: x.reshape(4).sum(),  # a reshaped view
+        lambda x: x.T.sum(),  # a transposed view
+        lambda x: x.expand(3, 2, 2).sum(),
+    ],
+)
+def test_leaf_gradients_are_writable(make):
+    x = leaf(np.ones((2, 2)))
+    make(x).backward()
+    with tl.no_grad():
+        x.grad.mul_(0.5)
+        x.grad.add_(1.0)
+    assert x.grad.shape == (2, 2)
+
+
+# ---------------------------------------------------------------- devices
+def test_backward_on_device(device):
+    x = tl.tensor(np.array([1.0, 2.0]), device=device, requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    assert x.grad.device == device
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_mixed_devices_raise():
+    if not tl.cuda_available():
+        pytest.skip("mixing devices needs a CUDA GPU with CuPy; none on this machine")
+    a = tl.ones(3)
+    b = tl.ones(3, device="cuda")
+    with pytest.raises(RuntimeError, match="different devices"):
+        a + b
+
+
+def test_device_round_trip_gradient():
+    if not tl.cuda_available():
+        pytest.skip("moving to the GPU needs a CUDA GPU with CuPy; none on this machine")
+    x = leaf([1.0, 2.0])
+    (x.to("cuda") * 3.0).sum().backward()
+    assert x.grad.device == "cpu"
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
