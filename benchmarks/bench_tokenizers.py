@@ -1,0 +1,146 @@
+"""Benchmark: training and encoding speed of gpt.tokenizers beside Hugging Face ``tokenizers``.
+
+    python benchmarks/bench_tokenizers.py [--text FILE] [--vocab-size 4096] [--repeat 3]
+
+Measures, on one text (default: tinyshakespeare, 1.1 MB):
+
+* byte-level BPE training to ``--vocab-size``,
+* Unigram training to ``--vocab-size``,
+* WordPiece training (for information; there is no target for it),
+* byte-level BPE encoding throughput in MB/s, cold (fresh tokenizer, empty cache) and warm.
+
+The Hugging Face library runs single-threaded (RAYON_NUM_THREADS=1, set before it is imported)
+so the comparison is one core against one core. Each number is the median of ``--repeat`` runs.
+Both libraries encode with the same vocabulary: ours is exported as tokenizer.json and loaded
+there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["RAYON_NUM_THREADS"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import gpt.tokenizers as tk  # noqa: E402
+
+DEFAULT_TEXT = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+def median_time(fn, repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def hf_library():
+    try:
+        import tokenizers
+    except ImportError:
+        return None
+    return tokenizers
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--text", default=str(DEFAULT_TEXT))
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    text = Path(args.text).read_text(encoding="utf-8")
+    mb = len(text.encode("utf-8")) / 1e6
+    V, R = args.vocab_size, args.repeat
+    hf = hf_library()
+    rows = []  # (what, ours seconds or MB/s, hf value, unit)
+    print(f"text: {args.text} ({mb:.2f} MB), vocab {V}, median of {R} runs", flush=True)
+
+    t_bpe, bpe = median_time(lambda: tk.ByteBPE.train(text, V), R)
+    t_uni, _ = median_time(lambda: tk.Unigram.train(text, V), R)
+    t_wp, _ = median_time(lambda: tk.WordPiece.train(text, V), R)
+    t_cold, ids = median_time(lambda: tk.ByteBPE(bpe.vocab, bpe.merges).encode(text), R)
+    bpe.encode(text)  # fill the cache
+    t_warm, _ = median_time(lambda: bpe.encode(text), R)
+
+    hf_bpe = hf_uni = hf_wp = hf_enc = None
+    if hf is not None:
+        from tokenizers import models, pre_tokenizers, trainers
+
+        def hf_train(model, trainer, pre):
+            t = hf.Tokenizer(model)
+            t.pre_tokenizer = pre
+            t.train_from_iterator([text], trainer)
+            return t
+
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        hf_bpe, _ = median_time(
+            lambda: hf_train(
+                models.BPE(),
+                trainers.BpeTrainer(vocab_size=V, initial_alphabet=alphabet, show_progress=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False),
+            ),
+            R,
+        )
+        hf_uni, _ = median_time(
+            lambda: hf_train(
+                models.Unigram(),
+                trainers.UnigramTrainer(
+                    vocab_size=V, special_tokens=["<unk>"], unk_token="<unk>", show_progress=False
+                ),
+                pre_tokenizers.Metaspace(),
+            ),
+            R,
+        )
+        hf_wp, _ = median_time(
+            lambda: hf_train(
+                models.WordPiece(unk_token="[UNK]"),
+                trainers.WordPieceTrainer(
+                    vocab_size=V, special_tokens=["[UNK]"], show_progress=False
+                ),
+                pre_tokenizers.BertPreTokenizer(),
+            ),
+            R,
+        )
+        with tempfile.TemporaryDirectory() as d:
+            tk.save(bpe, Path(d) / "tokenizer.json", format="huggingface")
+            theirs = hf.Tokenizer.from_file(str(Path(d) / "tokenizer.json"))
+        hf_enc, enc = median_time(lambda: theirs.encode(text), R)
+        assert enc.ids == ids, "ids differ from the tokenizers library"
+
+    rows = [
+        ("byte-level BPE train", t_bpe, hf_bpe, "s", "<= 2 s"),
+        ("Unigram train", t_uni, hf_uni, "s", "<= 6.5 s"),
+        ("WordPiece train", t_wp, hf_wp, "s", "-"),
+        ("BPE encode, cold cache", mb / t_cold, hf_enc and mb / hf_enc, "MB/s", ">= 2 MB/s"),
+        ("BPE encode, warm cache", mb / t_warm, hf_enc and mb / hf_enc, "MB/s", "-"),
+    ]
+    print()
+    print("| measurement | gpt.tokenizers | HF tokenizers (1 thread) | our speed / HF's | target |")
+    print("|---|---|---|---|---|")
+    for what, ours, theirs, unit, target in rows:
+        if theirs:
+            # > 1 means we are faster
+            ratio = f"{(ours / theirs if unit == 'MB/s' else theirs / ours):.2f}x"
+            theirs_s = f"{theirs:.2f} {unit}"
+        else:
+            ratio, theirs_s = "-", "not installed" if hf is None else "-"
+        print(f"| {what} | {ours:.2f} {unit} | {theirs_s} | {ratio} | {target} |")
+    if hf is not None:
+        print("\nids from our BPE and from the tokenizers library on the same file: identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
