@@ -82,14 +82,14 @@ def _is_array(x) -> bool:
 
 def _flatten(obj, path: tuple[str, ...], arrays: dict[str, np.ndarray]):
     """The JSON-able tree of ``obj``; its arrays are moved into ``arrays`` by dotted path."""
+    if isinstance(obj, Tensor):
+        obj = obj.data
     if _is_array(obj):
         name = ".".join(path) if path else "tensor"
         if name in arrays:
             raise ValueError(f"save: two arrays would both be stored as {name!r}; rename a key")
         arrays[name] = to_device(obj, "cpu")
         return {"__tensor__": name}
-    if isinstance(obj, Tensor):
-        return _flatten(obj.data, path, arrays)
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in obj):
             return {k: _flatten(v, (*path, k), arrays) for k, v in obj.items()}
@@ -250,6 +250,7 @@ def _read_npz(path) -> tuple[dict[str, np.ndarray], str | None]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
+            arrays = {k: a.astype(a.dtype.newbyteorder("="), copy=False) for k, a in arrays.items()}
     except FileNotFoundError:
         raise
     except Exception as e:  # zipfile.BadZipFile, EOFError, ValueError, OSError, ...

@@ -1,0 +1,372 @@
+"""nn.serialization: round trips, interop with the official safetensors reader/writer,
+corrupt files, atomic writes, checkpoints that resume bit-identically."""
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import nn
+import tensorlab as tl
+from nn import serialization as ser
+from nn.optim import AdamW, StepLR
+from nn.serialization import SerializationError, load, load_checkpoint, save, save_checkpoint
+
+FORMATS = ["safetensors", "npz"]
+
+
+# ------------------------------------------------------------------ a small model
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.W = nn.Parameter(tl.randn(3, 4))
+        self.b = nn.Parameter(tl.zeros(4))
+        self.register_buffer("mask", tl.tensor(np.tril(np.ones((4, 4), dtype=np.float32))))
+        self.register_buffer("cache", tl.zeros(2), persistent=False)
+
+    def forward(self, x):
+        return (x @ self.W + self.b).tanh()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.layers = nn.ModuleList([Inner(), Inner()])
+        self.out = nn.Parameter(tl.randn(4, 2))
+
+    def forward(self, x):
+        return self.layers[1](self.inner(x) @ self.layers[0].W.T) @ self.out
+
+
+def make(seed):
+    tl.manual_seed(seed)
+    return Net()
+
+
+# ------------------------------------------------------------------ round trips
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_model_state_round_trip(tmp_path, fmt):
+    a, b = make(0), make(1)
+    path = tmp_path / f"m.{fmt}"
+    save(a.state_dict(), path)
+    b.load_state_dict(load(path))
+    assert list(b.state_dict()) == list(a.state_dict())
+    assert "inner.mask" in a.state_dict() and "inner.cache" not in a.state_dict()
+    for (k, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nested_state_round_trip(tmp_path, fmt):
+    state = {
+        "arrays": {"f": np.arange(6.0).reshape(2, 3), "i": np.array([1, -2], dtype=np.int64)},
+        "opt": {"state": {0: {"step": 3, "m": np.ones(2, np.float32)}, 7: {}}, "lr": 1e-3},
+        "list": [1, 2.5, "x", None, True, [np.zeros((0, 3), np.float16)]],
+        "scalar": np.array(2.0),
+        "big_int": 2**100,  # e.g. a random generator's state
+        "__dunder": "kept",
+    }
+    path = tmp_path / f"s.{fmt}"
+    save(state, path)
+    back = load(path)
+    assert back["opt"]["state"][0]["step"] == 3 and set(back["opt"]["state"]) == {0, 7}
+    assert back["big_int"] == 2**100 and back["__dunder"] == "kept"
+    assert back["list"][:5] == [1, 2.5, "x", None, True]
+    assert back["list"][5][0].shape == (0, 3) and back["list"][5][0].dtype == np.float16
+    np.testing.assert_array_equal(back["arrays"]["f"], state["arrays"]["f"])
+    assert back["arrays"]["i"].dtype == np.int64 and back["scalar"].shape == ()
+    assert back["opt"]["state"][0]["m"].dtype == np.float32
+
+
+dtypes = st.sampled_from(["bool", "uint8", "int8", "int16", "int32", "int64", "float16",
+                          "float32", "float64", ">f4", ">i8"])  # fmt: skip
+
+
+@given(
+    st.dictionaries(
+        st.text("abcdefgh._", min_size=1, max_size=6),
+        st.tuples(dtypes, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)),
+        max_size=4,
+    )
+)
+def test_any_arrays_round_trip(tmp_path_factory, spec):
+    rng = np.random.default_rng(0)
+    arrays = {k: np.asarray(rng.standard_normal(s) * 50).astype(dt) for k, (dt, s) in spec.items()}
+    d = tmp_path_factory.mktemp("rt")
+    for fmt in FORMATS:
+        back = load(save(arrays, d / f"a.{fmt}") or d / f"a.{fmt}")
+        assert list(back) == list(arrays)
+        for k in arrays:
+            assert back[k].dtype == arrays[k].dtype.newbyteorder("=") and back[k].flags.writeable
+            np.testing.assert_array_equal(back[k], arrays[k])
+
+
+def test_tensors_and_noncontiguous_arrays(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    save({"t": tl.tensor(a), "nc": a.T, "s": a[::2, 1:]}, tmp_path / "x.safetensors")
+    back = load(tmp_path / "x.safetensors")
+    np.testing.assert_array_equal(back["t"], a)
+    np.testing.assert_array_equal(back["nc"], a.T)
+    np.testing.assert_array_equal(back["s"], a[::2, 1:])
+
+
+def test_unstorable_values(tmp_path):
+    with pytest.raises(ValueError, match="unknown extension '.pt'"):
+        save({}, tmp_path / "x.pt")
+    with pytest.raises(TypeError, match="cannot store a set"):
+        save({"a": {1, 2}}, tmp_path / "x.safetensors")
+    with pytest.raises(TypeError, match="complex128"):
+        save({"a": np.ones(2, complex)}, tmp_path / "x.safetensors")
+    with pytest.raises(ValueError, match="both be stored as 'a.b'"):
+        save({"a": {"b": np.ones(1)}, "a.b": np.ones(1)}, tmp_path / "x.safetensors")
+
+
+# ------------------------------------------------------------------ the official library
+def test_files_we_write_are_read_by_safetensors(tmp_path):
+    st_np = pytest.importorskip("safetensors.numpy", reason="pip install safetensors")
+    state = make(0).state_dict()
+    state["ints"] = np.arange(5, dtype=np.int64)
+    state["flags"] = np.array([True, False])
+    save(state, tmp_path / "m.safetensors")
+    theirs = st_np.load_file(tmp_path / "m.safetensors")
+    assert set(theirs) == set(state)
+    for k in state:
+        assert theirs[k].dtype == state[k].dtype
+        np.testing.assert_array_equal(theirs[k], state[k])
+
+
+def test_files_safetensors_writes_are_read_by_us(tmp_path):
+    st_np = pytest.importorskip("safetensors.numpy", reason="pip install safetensors")
+    state = {
+        "w": np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32),
+        "h": np.arange(7, dtype=np.float16),
+        "i": np.arange(4, dtype=np.int32),
+        "scalar": np.array(3.0),
+    }
+    st_np.save_file(state, tmp_path / "t.safetensors", metadata={"format": "np"})
+    back = load(tmp_path / "t.safetensors")  # no tensorlab tree: a flat dict
+    assert set(back) == set(state)
+    for k in state:
+        assert back[k].dtype == state[k].dtype
+        np.testing.assert_array_equal(back[k], state[k])
+
+
+# ------------------------------------------------------------------ damaged files
+def saved_file(tmp_path) -> bytes:
+    path = tmp_path / "good.safetensors"
+    save({"a": np.arange(10.0), "b": {"c": np.ones((2, 3), np.float32)}}, path)
+    return path.read_bytes()
+
+
+def assert_serialization_error(path, match):
+    with pytest.raises(SerializationError, match=match) as e:
+        load(path)
+    assert str(path) in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_truncated_files(tmp_path):
+    raw = saved_file(tmp_path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    for cut in [0, 3, 8, 9, 8 + n // 2, 8 + n, 8 + n + 5, len(raw) - 1]:
+        path = tmp_path / f"cut{cut}.safetensors"
+        path.write_bytes(raw[:cut])
+        assert_serialization_error(path, "too short|only .* follow|not valid JSON|past the end")
+
+
+def test_corrupt_headers(tmp_path):
+    raw = saved_file(tmp_path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+
+    def write(name, head: dict | bytes, length=None, data=raw[8 + n :]):
+        text = head if isinstance(head, bytes) else json.dumps(head).encode()
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+        return path
+
+    def patched(name, **changes):
+        h = json.loads(json.dumps(header))
+        h["a"].update(changes)
+        return write(name, h)
+
+    assert_serialization_error(write("huge", header, length=2**62), "implausibly large")
+    assert_serialization_error(write("json", b"{not json" + b" " * 7), "not valid JSON")
+    assert_serialization_error(write("list", b"[1, 2]"), "not an object")
+    assert_serialization_error(patched("dtype", dtype="Q7"), "'a'.*unknown or unsupported dtype")
+    assert_serialization_error(patched("past", data_offsets=[0, 10**6]), "'a'.*past the end")
+    assert_serialization_error(patched("neg", data_offsets=[5, 2]), "'a'.*not \\[begin, end\\]")
+    assert_serialization_error(patched("size", shape=[3, 3]), "'a'.*needs 72")
+    assert_serialization_error(patched("shape", shape=[-1]), "'a'.*shape")
+    bad_meta = dict(header, __metadata__={"x": 1})
+    assert_serialization_error(write("meta", bad_meta), "strings to strings")
+    bad_tree = dict(header, __metadata__={ser.TREE_KEY: "{oops"})
+    assert_serialization_error(write("tree", bad_tree), "not valid JSON")
+    missing = dict(header, __metadata__={ser.TREE_KEY: '{"z": {"__tensor__": "nope"}}'})
+    assert_serialization_error(write("missing", missing), "'nope'")
+
+
+def test_flipped_header_bytes(tmp_path):
+    raw = bytearray(saved_file(tmp_path))
+    (n,) = struct.unpack("<Q", raw[:8])
+    rng = np.random.default_rng(0)
+    for i in rng.choice(8 + n, size=40, replace=False):
+        bad = bytearray(raw)
+        bad[i] ^= 0xFF
+        path = tmp_path / "flip.safetensors"
+        path.write_bytes(bytes(bad))
+        try:
+            load(path)  # a flip inside a name or a metadata string can still be a valid file
+        except SerializationError as e:
+            assert str(path) in str(e)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_garbage_files(tmp_path, fmt):
+    rng = np.random.default_rng(0)
+    for i, size in enumerate([0, 1, 7, 8, 100, 5000]):
+        path = tmp_path / f"g{i}.{fmt}"
+        path.write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        assert_serialization_error(path, ".")
+
+
+def test_truncated_npz(tmp_path):
+    path = tmp_path / "x.npz"
+    save({"a": np.arange(100.0)}, path)
+    raw = path.read_bytes()
+    for cut in [10, len(raw) // 2, len(raw) - 10]:
+        bad = tmp_path / f"cut{cut}.npz"
+        bad.write_bytes(raw[:cut])
+        assert_serialization_error(bad, "not a readable .npz")
+
+
+def test_missing_file_is_a_plain_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "nothing.safetensors")
+
+
+# ------------------------------------------------------------------ atomic writes
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_failed_write_leaves_old_file_intact(tmp_path, monkeypatch, fmt):
+    path = tmp_path / f"ckpt.{fmt}"
+    save({"a": np.arange(3.0)}, path)
+    before = path.read_bytes()
+    writer = "_write_safetensors" if fmt == "safetensors" else "_write_npz"
+    real = getattr(ser, writer)
+
+    def half_then_crash(f, *args):
+        real(f, *args)
+        f.truncate(f.tell() // 2)  # half the bytes are out, then the "disk fills up"
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(ser, writer, half_then_crash)
+    with pytest.raises(OSError, match="No space"):
+        save({"a": np.arange(1000.0)}, path)
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [path.name]  # no temporary file left behind
+    np.testing.assert_array_equal(load(path)["a"], np.arange(3.0))
+
+
+def test_failed_rename_leaves_no_temp_file(tmp_path, monkeypatch):
+    def boom(src, dst):
+        raise OSError("rename failed")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="rename failed"):
+        save({"a": np.ones(2)}, tmp_path / "x.safetensors")
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_replaces_existing_file(tmp_path):
+    path = tmp_path / "x.safetensors"
+    save({"a": np.ones(2)}, path)
+    save({"b": np.zeros(3)}, path)
+    assert list(load(path)) == ["b"] and os.listdir(tmp_path) == ["x.safetensors"]
+
+
+# ------------------------------------------------------------------ checkpoints
+def loss_of(model, x):
+    return (model(x) ** 2).mean()
+
+
+def train(model, opt, sched, x, steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_of(model, x).backward()
+        opt.step()
+        sched.step()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_checkpoint_resume_is_bit_identical(tmp_path, fmt):
+    x = tl.tensor(np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32))
+
+    def fresh():
+        m = make(0)
+        opt = AdamW(nn.optim.param_groups_for_decay(m, 0.1), lr=0.01)
+        return m, opt, StepLR(opt, step_size=3, gamma=0.5)
+
+    m1, o1, s1 = fresh()
+    train(m1, o1, s1, x, 8)
+
+    m2, o2, s2 = fresh()
+    train(m2, o2, s2, x, 5)
+    path = tmp_path / f"ckpt.{fmt}"
+    save_checkpoint(path, m2, o2, iter=5, sched=s2.state_dict(), config={"d": [3, 4], "a": "x"})
+
+    m3, o3, s3 = make(7), None, None  # different initial weights: all of it must come from disk
+    o3 = AdamW(nn.optim.param_groups_for_decay(m3, 0.1), lr=0.01)
+    s3 = StepLR(o3, step_size=3, gamma=0.5)
+    extra = load_checkpoint(path, m3, o3)
+    s3.load_state_dict(extra["sched"])
+    assert extra["iter"] == 5 and extra["config"] == {"d": [3, 4], "a": "x"}
+    assert load_checkpoint(path)["iter"] == 5  # model=None: only the extras
+    train(m3, o3, s3, x, 3)
+    for (k, a), b in zip(m1.state_dict().items(), m3.state_dict().values()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+    assert o1.param_groups[0]["lr"] == o3.param_groups[0]["lr"]
+
+
+def test_checkpoint_errors(tmp_path):
+    m = make(0)
+    save({"weights": np.ones(2)}, tmp_path / "plain.safetensors")
+    with pytest.raises(SerializationError, match="not a checkpoint"):
+        load_checkpoint(tmp_path / "plain.safetensors", m)
+    save_checkpoint(tmp_path / "c.safetensors", m)
+    opt = AdamW(m.parameters())
+    with pytest.raises(SerializationError, match="no optimizer state"):
+        load_checkpoint(tmp_path / "c.safetensors", m, opt)
+
+
+# ------------------------------------------------------------------ load_state_dict errors
+def test_missing_and_unexpected_keys_are_named(tmp_path):
+    m = make(0)
+    state = m.state_dict()
+    del state["inner.W"]
+    state["inner.extra"] = np.ones(1)
+    save(state, tmp_path / "s.safetensors")
+    with pytest.raises(KeyError) as e:
+        m.load_state_dict(load(tmp_path / "s.safetensors"))
+    assert "inner.W" in str(e.value) and "inner.extra" in str(e.value)
+    assert "missing" in str(e.value) and "unexpected" in str(e.value)
+    missing, unexpected = m.load_state_dict(load(tmp_path / "s.safetensors"), strict=False)
+    assert missing == ["inner.W"] and unexpected == ["inner.extra"]
+
+
+def test_shape_mismatch_names_key_and_both_shapes():
+    m = make(0)
+    state = m.state_dict()
+    state["layers.1.b"] = np.zeros(5, np.float32)
+    before = m.layers[0].W.data.copy()
+    state["layers.0.W"] = before + 1
+    with pytest.raises(ValueError) as e:
+        m.load_state_dict(state)
+    msg = str(e.value)
+    assert "layers.1.b" in msg and "(5,)" in msg and "(4,)" in msg
+    np.testing.assert_array_equal(m.layers[0].W.data, before)  # nothing changed
