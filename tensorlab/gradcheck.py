@@ -97,6 +97,8 @@ def gradcheck(
                 f"gradcheck: input {i} has dtype {x.dtype}; finite differences "
                 "need float64 (use .double() or dtype=float64)"
             )
+    # first position of each input (not list.index: Tensor == is elementwise)
+    position = {id(x): i for i, x in reversed(list(enumerate(inputs)))}
     analytic = _analytic_jacobians(fn, inputs, wrt)
     n_out = analytic[0].shape[0]
     report = []
@@ -108,7 +110,7 @@ def gradcheck(
             r, c = np.unravel_index(np.argmax(np.where(bad, err, -1)), err.shape)
             idx = tuple(int(i) for i in np.unravel_index(c, x.shape)) if x.shape else ()
             report.append(
-                f"  input {inputs.index(x)} (shape {x.shape}): {int(bad.sum())} of {bad.size} "
+                f"  input {position[id(x)]} (shape {x.shape}): {int(bad.sum())} of {bad.size} "
                 f"Jacobian entries differ; worst at output entry {r}, input index {idx}: "
                 f"analytic {a[r, c]:.6g}, numeric {n[r, c]:.6g}, error {err[r, c]:.3g} "
                 f"(allowed {atol + rtol * abs(n[r, c]):.3g})"
