@@ -1,0 +1,154 @@
+"""Positional information for attention, four ways.
+
+- :class:`SinusoidalPositionalEncoding` (Vaswani et al. 2017): fixed sines and cosines added
+  to the token embeddings, PE(t, 2i) = sin(t ω_i), PE(t, 2i+1) = cos(t ω_i), ω_i = 10000^(-2i/d).
+- :class:`LearnedPositionalEmbedding` (GPT-2): a learned vector per absolute position, added.
+- :class:`RelativePositionBias`: a learned scalar per head and per (clipped) offset j - i,
+  added to the attention scores. The scalar-per-head bias is T5's (Raffel et al. 2020); the
+  clipping of |j - i| at a maximum distance is Shaw et al. (2018)'s (T5 uses log-spaced
+  buckets instead, and Shaw et al. add learned *vectors* to the keys rather than scalars).
+- :class:`RotaryEmbedding` (RoPE, Su et al. 2021): queries and keys are rotated pair by pair by
+  angles proportional to their position, so q_i · k_j depends on i and j only through j - i.
+
+The last two plug into :class:`~nn.layers.attention.MultiHeadAttention` (``rotary=`` and
+``relative_bias=``); the first two are added to the residual stream by the model.
+Each takes an ``offset``: the position of the first token, for decoding with a cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nn.fused import Rotary
+from nn.layers._util import constant, normal
+from nn.module import Module
+from tensorlab import Tensor
+from tensorlab.backend import DEFAULT_DTYPE, xp_for, xp_of
+
+__all__ = [
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "sinusoidal_table",
+]
+
+
+def sinusoidal_table(n_positions: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """The (n_positions, d) float64 table PE(t, 2i) = sin(t ω_i), PE(t, 2i+1) = cos(t ω_i),
+    ω_i = base^(-2i/d)."""
+    t = np.arange(n_positions, dtype=np.float64)[:, None]
+    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    pe = np.zeros((n_positions, d))
+    pe[:, 0::2] = np.sin(t * omega)
+    pe[:, 1::2] = np.cos(t * omega[: d // 2])
+    return pe
+
+
+class SinusoidalPositionalEncoding(Module):
+    """x + PE[offset : offset + T] for x (B, T, d): fixed, nothing learned. The table is a
+    non-persistent buffer ``pe`` (max_len, d) (rebuilt, not saved in the state dict)."""
+
+    def __init__(
+        self,
+        d: int,
+        max_len: int = 4096,
+        base: float = 10000.0,
+        dtype=DEFAULT_DTYPE,
+        device: str = "cpu",
+    ):
+        super().__init__()
+        self.d, self.max_len = d, max_len
+        table = sinusoidal_table(max_len, d, base).astype(np.dtype(dtype))
+        self.register_buffer("pe", Tensor(table, device=device), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        T = x.shape[-2]
+        if offset + T > self.max_len:
+            raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
+        return x + Tensor._wrap(self.pe.data[offset : offset + T])
+
+
+class LearnedPositionalEmbedding(Module):
+    """x + W_pos[offset : offset + T] for x (B, T, d). Parameter ``W_pos`` (max_len, d),
+    drawn from N(0, std²)."""
+
+    def __init__(
+        self, max_len: int, d: int, std: float = 0.02, dtype=DEFAULT_DTYPE, device: str = "cpu"
+    ):
+        super().__init__()
+        self.max_len, self.d = max_len, d
+        self.W_pos = normal((max_len, d), std, dtype, device)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        T = x.shape[-2]
+        if offset + T > self.max_len:
+            raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
+        return x + self.W_pos[offset : offset + T]
+
+
+class RelativePositionBias(Module):
+    """A learned score bias b_h(j - i) for head h, query position i and key position j, with the
+    offset clipped to [-max_distance, max_distance]: offsets beyond share one value.
+
+    Parameter ``W`` (n_head, 2·max_distance + 1); column ``max_distance + r`` holds the bias
+    of offset r. ``forward(T_q, T_k)`` gives the (n_head, T_q, T_k) bias to add to the scores;
+    queries are the last T_q of the T_k positions (query i sits at i + T_k - T_q), which is the
+    layout of decoding with a key/value cache. In a causal model only offsets ≤ 0 are used.
+    """
+
+    def __init__(
+        self, n_head: int, max_distance: int = 16, dtype=DEFAULT_DTYPE, device: str = "cpu"
+    ):
+        super().__init__()
+        self.n_head, self.max_distance = n_head, max_distance
+        self.W = constant((n_head, 2 * max_distance + 1), 0.0, dtype, device)
+
+    def offsets(self, T_q: int, T_k: int):
+        """The clipped offsets j - i as column indices of W, shape (T_q, T_k)."""
+        xp = xp_of(self.W.data)
+        i = xp.arange(T_q)[:, None] + (T_k - T_q)
+        j = xp.arange(T_k)[None, :]
+        return xp.clip(j - i, -self.max_distance, self.max_distance) + self.max_distance
+
+    def forward(self, T_q: int, T_k: int | None = None) -> Tensor:
+        T_k = T_q if T_k is None else T_k
+        return self.W[:, self.offsets(T_q, T_k)]
+
+
+class RotaryEmbedding(Module):
+    """Rotary position embedding for x (..., T, d_head): the pair (x_{2i}, x_{2i+1}) at
+    position t is rotated by the angle t θ_i, θ_i = base^(-2i/d_head).
+
+    Because rotations compose, R(iθ)ᵀ R(jθ) = R((j - i)θ), a rotated query at i and a rotated
+    key at j have a dot product that depends on their positions only through j - i. Nothing is
+    learned; cos/sin tables are built once per dtype and grown on demand.
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0):
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"RotaryEmbedding: d_head must be even, got {d_head}")
+        self.d_head, self.base = d_head, base
+        self._tables: dict = {}
+
+    def tables(self, n: int, dtype, device: str = "cpu"):
+        """(cos, sin), each (n, d_head/2), for positions 0..n-1."""
+        key = (np.dtype(dtype).str, device)
+        cached = self._tables.get(key)
+        if cached is None or cached[0].shape[0] < n:
+            n = max(n, 2 * cached[0].shape[0] if cached else 64)
+            theta = self.base ** (-np.arange(0, self.d_head, 2, dtype=np.float64) / self.d_head)
+            angle = np.arange(n, dtype=np.float64)[:, None] * theta
+            xp = xp_for(device)
+            cached = tuple(xp.asarray(f(angle).astype(dtype)) for f in (np.cos, np.sin))
+            self._tables[key] = cached
+        return cached
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        T = x.shape[-2]
+        cos, sin = self.tables(offset + T, x.dtype, x.device)
+        return Rotary.apply(x, cos=cos[offset : offset + T], sin=sin[offset : offset + T])
+
+    def extra_repr(self) -> str:
+        return f"d_head={self.d_head}, base={self.base}"
