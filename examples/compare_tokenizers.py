@@ -1,0 +1,71 @@
+"""Four tokenizers, one text: which one compresses best, and what does each give up?
+
+    python examples/compare_tokenizers.py [--text FILE] [--vocab-size 2048]
+
+Trains a character tokenizer, byte-level BPE, WordPiece and Unigram on the first 90% of a text
+(tinyshakespeare if it is in ../shared/data beside the repository, else the help-topic text
+that ships with CPython) and measures each on the last 10%, which none of them has seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import gpt.tokenizers as tk  # noqa: E402
+
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+def default_text() -> tuple[str, str]:
+    if SHAKESPEARE.exists():
+        return SHAKESPEARE.read_text(encoding="utf-8"), str(SHAKESPEARE)
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k] for k in sorted(topics)), "pydoc_data.topics (CPython help)"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--text", help="a UTF-8 text file (default: tinyshakespeare)")
+    p.add_argument("--vocab-size", type=int, default=2048)
+    args = p.parse_args()
+    if args.text:
+        text, source = Path(args.text).read_text(encoding="utf-8"), args.text
+    else:
+        text, source = default_text()
+    cut = int(len(text) * 0.9)
+    train, heldout = text[:cut], text[cut:]
+    print(f"text: {source}, training on {len(train):,} characters, held out {len(heldout):,}\n")
+
+    tokenizers = {
+        "char": lambda: tk.CharTokenizer.train(train, unknown="replace"),
+        "bpe": lambda: tk.ByteBPE.train(train, args.vocab_size),
+        "wordpiece": lambda: tk.WordPiece.train(train, args.vocab_size),
+        "unigram": lambda: tk.Unigram.train(train, args.vocab_size),
+    }
+    reports, trained = [], {}
+    for name, make in tokenizers.items():
+        t0 = time.perf_counter()
+        tok = make()
+        print(f"trained {name:<9} vocab {tok.vocab_size:>5} in {time.perf_counter() - t0:5.2f} s")
+        trained[name] = tok
+        reports.append(tk.report(tok, heldout, name=name))
+    print()
+    print(tk.format_reports(reports))
+
+    lines = [line for line in heldout.splitlines() if len(line.split()) >= 6]
+    sentence = lines[0] if lines else heldout[:80]
+    print(f"\nhow each one cuts {sentence!r}:")
+    for name, tok in trained.items():
+        pieces = [tok.id_to_token(i) for i in tok.encode(sentence)]
+        print(f"  {name:<9} {len(pieces):>3} tokens: {' | '.join(pieces)}")
+
+
+if __name__ == "__main__":
+    main()
