@@ -188,10 +188,8 @@ class SGD(Optimizer):
             )
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
-        defaults = dict(
-            lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-            nesterov=nesterov,
-        )  # fmt: skip
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening)
+        defaults.update(weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
 
     def step(self) -> None:
