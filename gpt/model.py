@@ -1,0 +1,200 @@
+"""A decoder-only transformer (GPT), built from ``nn`` blocks.
+
+The residual stream ``resid`` (B, T, d_model) starts as token embeddings (plus positions),
+each block reads it and adds what its attention and MLP write, and the unembedding W_U turns
+the final stream into next-token logits:
+
+    resid = W_E[tokens] (+ W_pos)
+    resid = resid + attn(norm(resid));  resid = resid + mlp(norm(resid))    (per block, pre-norm)
+    logits = norm(resid) @ W_U
+
+Hook points (identity modules) name every activation a circuits analysis reads:
+``hook_embed``, ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
+``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
+and inside attention ``blocks.{i}.attn.hook_pattern`` (and q, k, v, z).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nn
+import nn.functional as F
+from gpt.config import GPTConfig
+from nn.init import gpt2_init_, gpt2_residual_init_
+from tensorlab import Tensor
+
+
+def make_norm(cfg) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+class Block(nn.Module):
+    """One transformer block: attention then MLP, each added to the residual stream.
+
+    ``norm_placement``: "pre" normalizes each sublayer's input (GPT-2), "post" normalizes the
+    stream after each addition (the original Transformer), "sandwich" normalizes both the
+    input and the output of each sublayer. ``parallel`` feeds attention and MLP the same
+    normalized input and adds both at once (GPT-J).
+    """
+
+    def __init__(self, cfg: GPTConfig, rotary=None):
+        super().__init__()
+        self.placement, self.parallel = cfg.norm_placement, cfg.parallel and not cfg.attn_only
+        relative = cfg.max_relative_distance if cfg.positional == "relative" else None
+        self.ln1 = make_norm(cfg)
+        self.attn = nn.MultiHeadAttention(
+            cfg.d_model,
+            cfg.n_head,
+            bias=cfg.bias,
+            dropout=cfg.dropout,
+            causal=True,
+            rotary=rotary,
+            relative_bias=relative,
+        )
+        self.mlp = None
+        if not cfg.attn_only:
+            if not (self.parallel and self.placement == "pre"):
+                self.ln2 = make_norm(cfg)
+            self.mlp = nn.FeedForward(
+                cfg.d_model, cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
+            )
+        if self.placement == "sandwich":
+            self.ln1_out = make_norm(cfg)
+            if self.mlp is not None:
+                self.ln2_out = make_norm(cfg)
+        self.hook_resid_pre = nn.HookPoint()
+        self.hook_attn_out = nn.HookPoint()
+        self.hook_resid_mid = nn.HookPoint()
+        self.hook_mlp_out = nn.HookPoint()
+        self.hook_resid_post = nn.HookPoint()
+
+    def forward(self, resid: Tensor, cache=None) -> Tensor:
+        resid = self.hook_resid_pre(resid)
+        if self.placement == "post":
+            resid = self.ln1(resid + self.hook_attn_out(self.attn(resid, cache=cache)))
+            resid = self.hook_resid_mid(resid)
+            if self.mlp is not None:
+                resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
+            return self.hook_resid_post(resid)
+        h = self.ln1(resid)
+        attn_out = self.attn(h, cache=cache)
+        if self.placement == "sandwich":
+            attn_out = self.ln1_out(attn_out)
+        attn_out = self.hook_attn_out(attn_out)
+        if self.parallel:  # attention and MLP both read the block's input
+            h2 = h if self.placement == "pre" else self.ln2(resid)
+            mlp_out = self.mlp(h2)
+            if self.placement == "sandwich":
+                mlp_out = self.ln2_out(mlp_out)
+            return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(mlp_out))
+        resid = self.hook_resid_mid(resid + attn_out)
+        if self.mlp is not None:
+            mlp_out = self.mlp(self.ln2(resid))
+            if self.placement == "sandwich":
+                mlp_out = self.ln2_out(mlp_out)
+            resid = resid + self.hook_mlp_out(mlp_out)
+        return self.hook_resid_post(resid)
+
+
+class GPTCache:
+    """Key/value caches of every layer, and how many positions they hold."""
+
+    def __init__(self, n_layer: int):
+        self.layers = [nn.KVCache() for _ in range(n_layer)]
+        self.length = 0
+
+
+class GPT(nn.Module):
+    """A decoder-only language model. ``forward(idx, targets=None, cache=None)`` returns
+    ``(logits, loss)``: logits (B, T, vocab_size), and the mean cross-entropy when targets
+    (B, T) are given (else None)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, std=cfg.init_std)
+        self.hook_embed = nn.HookPoint()
+        self.pos = None
+        rotary = None
+        if cfg.positional == "learned":
+            self.pos = nn.LearnedPositionalEmbedding(cfg.block_size, cfg.d_model, std=cfg.init_std)
+        elif cfg.positional == "sinusoidal":
+            self.pos = nn.SinusoidalPositionalEncoding(cfg.d_model, max_len=cfg.block_size)
+        elif cfg.positional == "rope":
+            rotary = nn.RotaryEmbedding(cfg.d_head, base=cfg.rope_base)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg) if cfg.final_norm else None
+        if not cfg.tie_weights:  # unembedding (d_model, vocab_size); else W_U = W_Eᵀ
+            self.W_U = nn.Parameter(np.zeros((cfg.d_model, cfg.vocab_size), np.float32))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialization: N(0, 0.02²) matrices, zero biases, unit norm gains, and
+        the residual output projections scaled by 1/√(2·n_layer)."""
+        cfg = self.config
+        gpt2_init_(self, std=cfg.init_std)
+        for block in self.blocks:
+            gpt2_residual_init_(block.attn.W_O, max(cfg.n_layer, 1), cfg.init_std)
+            if block.mlp is not None:
+                gpt2_residual_init_(block.mlp.W_out, max(cfg.n_layer, 1), cfg.init_std)
+            if block.attn.relative_bias is not None:
+                nn.init.zeros_(block.attn.relative_bias.W)
+
+    @property
+    def W_E(self) -> Tensor:
+        """Token embedding (vocab_size, d_model)."""
+        return self.embed.W
+
+    def __getattr__(self, name: str):
+        # Only reached when normal lookup fails: with tied weights there is no W_U
+        # parameter, and the unembedding is the embedding's transpose.
+        if name == "W_U":
+            return self.embed.W.T
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    @property
+    def supports_cache(self) -> bool:
+        return True
+
+    def new_cache(self) -> GPTCache:
+        return GPTCache(self.config.n_layer)
+
+    def forward(self, idx, targets=None, cache: GPTCache | None = None):
+        idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))
+        if idx.ndim != 2:
+            raise ValueError(f"GPT expects token ids of shape (batch, time), got {idx.shape}")
+        B, T = idx.shape
+        offset = cache.length if cache is not None else 0
+        cfg = self.config
+        if offset + T > cfg.block_size:
+            raise ValueError(
+                f"sequence of {offset + T} positions is longer than block_size={cfg.block_size}"
+            )
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"token ids must be integers, got dtype {idx.dtype}")
+        lo, hi = int(idx.data.min()), int(idx.data.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            raise ValueError(
+                f"token id {hi if hi >= cfg.vocab_size else lo} is outside the "
+                f"model's vocabulary of {cfg.vocab_size}; was the text encoded with "
+                "another tokenizer?"
+            )
+        resid = self.hook_embed(self.embed(idx))
+        if self.pos is not None:
+            resid = self.pos(resid, offset=offset)
+        resid = self.drop(resid)
+        for i, block in enumerate(self.blocks):
+            resid = block(resid, cache=cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += T
+        if self.ln_f is not None:
+            resid = self.ln_f(resid)
+        logits = resid @ self.W_U
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits, targets)
+        return logits, loss
