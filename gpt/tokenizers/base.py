@@ -72,7 +72,7 @@ class Tokenizer:
     def __init__(self, special_tokens: dict[str, int] | None = None):
         self.special: dict[str, int] = dict(special_tokens or {})
         self._special_by_id = {i: t for t, i in self.special.items()}
-        self._special_re = _alternation(self.special)
+        self._special_re = special_splitter(self.special)
 
     # ----- what subclasses provide -------------------------------------------------------------
 
@@ -203,7 +203,7 @@ class Tokenizer:
         if unknown:
             known = sorted(self.special)
             raise TokenizerError(f"unknown special tokens: {unknown}; known: {known}")
-        return _alternation(chosen)
+        return special_splitter(chosen)
 
     # ----- files -------------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class Tokenizer:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, special={len(self.special)})"
 
 
-def _alternation(tokens: Iterable[str]) -> re.Pattern | None:
+def special_splitter(tokens: Iterable[str]) -> re.Pattern | None:
     """A regex matching any of the given literal strings, longest first ('<ab>' before '<a>')."""
     tokens = sorted(tokens, key=lambda t: (-len(t), t))
     if not tokens:

@@ -37,7 +37,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
 from .pretokenize import GPT2_PATTERN, bytes_to_text, compile_pattern, text_to_bytes
 
 Pair = tuple[int, int]
@@ -117,7 +117,7 @@ class ByteBPE(Tokenizer):
                 f"{len(specials)} special tokens = {256 + len(specials)}"
             )
         split = compile_pattern(pattern).findall
-        special_re = _special_splitter(specials)
+        special_re = special_splitter(specials)
         word_counts: Counter[str] = Counter()
         for chunk in iter_texts(text_or_iterator):
             for part in special_re.split(chunk) if special_re else (chunk,):
@@ -229,14 +229,6 @@ class ByteBPE(Tokenizer):
         if i is None:
             raise TokenizerError(f"token {token!r} is not in the vocabulary")
         return i
-
-
-def _special_splitter(specials: list[str]):
-    import re
-
-    if not specials:
-        return None
-    return re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
 
 
 def _learn_merges(

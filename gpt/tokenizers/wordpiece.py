@@ -33,7 +33,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
 from .pretokenize import bert_normalize, bert_pretokenize
 
 _CACHE_LIMIT = 1 << 18
@@ -99,7 +99,7 @@ class WordPiece(Tokenizer):
             specials.insert(0, unk_token)
         words: Counter[str] = Counter()
         norm = dict(lowercase=lowercase)
-        splitter = _splitter(specials)
+        splitter = special_splitter(specials)
         for chunk in iter_texts(text_or_iterator):
             for part in splitter.split(chunk):
                 words.update(bert_pretokenize(bert_normalize(part, **norm)))
@@ -198,12 +198,6 @@ class WordPiece(Tokenizer):
         if i is None:
             raise TokenizerError(f"token {token!r} is not in the vocabulary")
         return i
-
-
-def _splitter(specials: list[str]):
-    import re
-
-    return re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
 
 
 def _learn_merges(
