@@ -1,7 +1,7 @@
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizer_strategies import small_corpus, unicode_text
 
@@ -53,6 +53,7 @@ def naive_bpe(text: str, n_merges: int) -> list[tuple[int, int]]:
     return merges
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(small_corpus, st.integers(1, 12))
 def test_incremental_training_matches_full_recount(text, n_merges):
     expected = naive_bpe(text, n_merges)
@@ -68,11 +69,13 @@ def test_incremental_training_matches_full_recount_on_real_text(train_text):
     assert ByteBPE.train(text, 256 + 60).merges == naive_bpe(text, 60)
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(unicode_text)
 def test_round_trip_any_unicode(bpe, text):
     assert bpe.decode(bpe.encode(text)) == text
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(unicode_text)
 def test_round_trip_when_trained_on_the_text_itself(text):
     tok = ByteBPE.train(text + "x", 256)  # no merges: pure bytes

@@ -1,10 +1,11 @@
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from tokenizer_strategies import unicode_text
 
 from gpt.tokenizers import CharTokenizer, TokenizerError
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(unicode_text)
 def test_round_trip_on_its_own_training_text(text):
     tok = CharTokenizer.train(text + "x")

@@ -8,7 +8,7 @@ comparison uses ``add_special_tokens=False``.
 import os
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizer_strategies import tricky_char, unicode_text
 
@@ -181,6 +181,7 @@ def hf_pairs(train_text, tmp_path_factory):
     }
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(unicode_text)
 def test_bpe_parity_on_any_unicode(hf_pairs, text):
     ours, theirs = hf_pairs["bpe"]
@@ -188,6 +189,7 @@ def test_bpe_parity_on_any_unicode(hf_pairs, text):
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(text=stable_text)
 def test_parity_on_generated_text(hf_pairs, kind, text):
     ours, theirs = hf_pairs[kind]

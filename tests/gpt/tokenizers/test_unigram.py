@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizer_strategies import text_over
 
@@ -110,6 +110,7 @@ def small_unigram():
     return Unigram.train(text, vocab_size=40)
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(text_over(ALPHABET))
 def test_round_trip_over_the_training_alphabet(small_unigram, text):
     # the promise: exact unless the text starts with a space (the prefix "▁" is stripped)
@@ -119,6 +120,7 @@ def test_round_trip_over_the_training_alphabet(small_unigram, text):
         assert small_unigram.decode(ids) == text
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
 @given(text_over(ALPHABET), st.integers(0, 1000))
 def test_sampled_segmentations_decode_to_the_same_text(small_unigram, text, seed):
     ids = small_unigram.encode_sample(text, alpha=0.5, seed=seed)
