@@ -173,8 +173,19 @@ def default_d_ff(d_model: int, activation: str) -> int:
 
 @dataclass
 class Seq2SeqConfig:
-    """An encoder-decoder transformer. Defaults follow "Attention is all you need" (post-norm,
-    sinusoidal positions, ReLU FFN), scaled down."""
+    """An encoder-decoder transformer (see ``gpt.seq2seq.Transformer``). Defaults follow
+    "Attention is all you need" (Vaswani et al. 2017): post-norm, sinusoidal positions, ReLU
+    FFN, dropout 0.1, embeddings scaled by √d_model, the target embedding tied to the output
+    projection; scaled down (the paper's base model: 6 + 6 layers, d_model 512, 8 heads).
+
+    ``share_embeddings`` also ties the source embedding to the target one (the paper does, with
+    a joint BPE vocabulary; it needs equal vocabularies). ``final_norm`` (None: automatic)
+    adds a norm after each stack, which pre-norm and sandwich placements need and post-norm
+    (whose last sublayer already ends with one) does not. ``label_smoothing`` is the ε of the
+    training loss (the paper uses 0.1; the default 0 keeps the loss a plain cross-entropy).
+    ``pad_id`` positions are masked out of attention and of the loss; ``bos_id`` starts every
+    decoder input and ``eos_id`` ends every target.
+    """
 
     src_vocab_size: int = 16
     tgt_vocab_size: int = 16
@@ -188,11 +199,17 @@ class Seq2SeqConfig:
     norm: str = "layernorm"
     norm_placement: str = "post"
     norm_eps: float = 1e-5
+    final_norm: bool | None = None
     positional: str = "sinusoidal"
     bias: bool = True
     dropout: float = 0.1
     tie_weights: bool = True
+    share_embeddings: bool = False
+    scale_embeddings: bool = True
+    label_smoothing: float = 0.0
     pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -213,13 +230,66 @@ class Seq2SeqConfig:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
+        _positive(d_ff=self.d_ff)
+        if self.final_norm is None:
+            self.final_norm = self.norm_placement != "post"
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                f"{self.src_vocab_size} and {self.tgt_vocab_size}"
+            )
+        for name in ("pad_id", "bos_id", "eos_id"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 0 <= v < self.tgt_vocab_size:
+                raise ConfigError(f"{name}={v!r} is outside the target vocabulary")
+        if self.pad_id >= self.src_vocab_size:
+            raise ConfigError(f"pad_id={self.pad_id} is outside the source vocabulary")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
 
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Seq2SeqConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
+        return cls(**d)
+
+    def num_parameters(self) -> int:
+        """Parameters of the model this config builds (tested equal to the model's count)."""
+        d, f = self.d_model, self.d_ff
+        b = 1 if self.bias else 0
+        norm = d * (2 if self.norm == "layernorm" and self.bias else 1)
+        attn = 4 * d * d + b * 4 * d
+        mlp = (3 if self.gated else 2) * d * f + b * ((2 if self.gated else 1) * f + d)
+        per_norm = 2 if self.norm_placement == "sandwich" else 1
+        enc_block = attn + mlp + 2 * per_norm * norm
+        dec_block = 2 * attn + mlp + 3 * per_norm * norm
+        pos = self.max_len * d if self.positional == "learned" else 0
+        src_embed = 0 if self.share_embeddings else self.src_vocab_size * d
+        embed = src_embed + self.tgt_vocab_size * d + 2 * pos  # each stack its own positions
+        head = 0 if self.tie_weights else self.tgt_vocab_size * d
+        final = 2 * norm if self.final_norm else 0
+        return (
+            embed
+            + self.n_encoder_layer * enc_block
+            + self.n_decoder_layer * dec_block
+            + final
+            + head
+        )
 
 
 PRESETS: dict[str, dict] = {
