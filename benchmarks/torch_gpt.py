@@ -62,7 +62,7 @@ class TorchGPT(tnn.Module):
         logits = self.ln_f(x) @ self.wte.weight.T
         loss = None
         if targets is not None:
-            loss = TF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+            loss = TF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
 
 

@@ -193,7 +193,7 @@ class GPT(nn.Module):
             cache.length += T
         if self.ln_f is not None:
             resid = self.ln_f(resid)
-        logits = resid @ self.W_U
+        logits = F.linear(resid, self.W_U)  # (B, T, vocab): one GEMM over all positions
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits, targets)

@@ -103,6 +103,10 @@ def estimate_loss(
     return out
 
 
+# On a terminal the progress line rewrites itself; in a log file each update is a line.
+_CR, _END = ("\r", "") if sys.stderr.isatty() else ("", "\n")
+
+
 class Trainer:
     """Holds everything a run needs, so that a checkpoint can capture and restore it."""
 
@@ -198,10 +202,10 @@ class Trainer:
             if cfg.progress and (it % cfg.log_interval == 0 or it == stop):
                 dt = time.perf_counter() - t0
                 tps = tokens_per_iter * (it - last) / max(dt, 1e-9)
+                lr = learning_rate(it - 1, cfg)
                 print(
-                    f"\riter {it:>5}/{stop}  loss {loss:.4f}  lr {learning_rate(it - 1, cfg):.2e}"
-                    f"  {tps:,.0f} tok/s",
-                    end="",
+                    f"{_CR}iter {it:>5}/{stop}  loss {loss:.4f}  lr {lr:.2e}  {tps:,.0f} tok/s",
+                    end=_END,
                     file=sys.stderr,
                     flush=True,
                 )
@@ -219,8 +223,8 @@ class Trainer:
                     f.write(json.dumps(record) + "\n")
                 if cfg.progress:
                     print(
-                        f"\riter {it:>5}: train {losses['train']:.4f}, val "
-                        f"{losses['val']:.4f}" + " " * 30,
+                        f"{_CR}iter {it:>5}: train {losses['train']:.4f}, val "
+                        f"{losses['val']:.4f}" + " " * (30 if _CR else 0),
                         file=sys.stderr,
                     )
                 self.save()

@@ -1,0 +1,60 @@
+"""GPTConfig: defaults filled by the usual rules, clear errors, and cost formulas."""
+
+import warnings
+
+import pytest
+
+from gpt.config import ConfigError, ConfigNote, GPTConfig, preset
+
+
+def test_rules_fill_in_defaults():
+    c = GPTConfig(d_model=128, n_head=4)
+    assert c.d_head == 32 and c.d_ff == 512
+    g = GPTConfig(d_model=96, n_head=4, activation="swiglu")
+    assert g.d_ff == 256  # 8/3 · 96 = 256, already a multiple of 8
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(d_model=130, n_head=4), ["d_model=130", "n_head=4"]),
+        (dict(activation="tanhh"), ["activation", "tanhh"]),
+        (dict(positional="alibi"), ["positional", "alibi"]),
+        (dict(norm_placement="middle"), ["norm_placement"]),
+        (dict(n_head=0), ["n_head"]),
+        (dict(dropout=1.0), ["dropout"]),
+        (dict(d_model=36, n_head=4, positional="rope"), ["rope", "d_head"]),
+    ],
+)
+def test_invalid_configs_name_the_field(kwargs, words):
+    with pytest.raises(ConfigError) as e:
+        GPTConfig(**kwargs)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_unusual_aspect_ratio_gets_a_note():
+    with pytest.warns(ConfigNote, match="d_model / n_layer"):
+        GPTConfig(d_model=64, n_head=4, n_layer=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GPTConfig()  # 128 / 4 = 32: no note
+
+
+def test_gpt2_small_parameter_count_matches_the_published_124m():
+    # 124,439,808 with tied embeddings (GPT-2 small, Radford et al. 2019; as counted by
+    # Hugging Face's GPT2LMHeadModel).
+    assert preset("gpt2-small").num_parameters() == 124_439_808
+
+
+def test_flops_per_token_is_about_six_n():
+    c = preset("gpt2-small")
+    n = c.num_parameters()
+    assert 6 * n < c.flops_per_token() < 7 * n
+
+
+def test_from_dict_round_trip_and_unknown_field():
+    c = GPTConfig(n_layer=2)
+    assert GPTConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ConfigError, match="n_layers"):
+        GPTConfig.from_dict({**c.to_dict(), "n_layers": 3})
