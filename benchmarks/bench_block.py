@@ -73,6 +73,18 @@ def median_ms(step, reps: int, warmup: int = 10) -> float:
     return statistics.median(times)
 
 
+def interleaved_ms(steps, reps: int, warmup: int = 10) -> list[float]:
+    """Median ms of each step, timed in turns."""
+    times = [[] for _ in steps]
+    for i in range(warmup + reps):
+        for step, ts in zip(steps, times):
+            t0 = time.perf_counter()
+            step()
+            if i >= warmup:
+                ts.append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(ts) for ts in times]
+
+
 def ours(approximate: str):
     tl.manual_seed(0)
     block = Block(approximate)
@@ -129,12 +141,12 @@ def bench_embedding() -> None:
         idx = rng.integers(0, V, size=(B, T))
         g = rng.standard_normal((B, T, D)).astype(np.float32)
 
-        def add_at():
+        def add_at(idx=idx, g=g, V=V):
             out = np.zeros((V, D), np.float32)
             np.add.at(out, idx.reshape(-1), g.reshape(-1, D))
             return out
 
-        def sort_reduceat():
+        def sort_reduceat(idx=idx, g=g, V=V):
             return scatter_add_rows(idx, g, V)
 
         for fn in (add_at, sort_reduceat):
@@ -164,13 +176,15 @@ def main() -> None:
         return
     print(f"block: B={B} T={T} d_model={D} n_head={H}, float32, causal, GELU({args.gelu}) MLP 4x")
     print(f"threads: NumPy BLAS {threads}; torch.set_num_threads({threads})")
-    t_ours = median_ms(step, args.reps)
-    print(f"tensorlab      : {t_ours:8.3f} ms (median of {args.reps})")
     try:
-        t_torch = median_ms(torch_step(args.gelu, threads), args.reps)
+        other = torch_step(args.gelu, threads)
     except ImportError:
+        print(f"tensorlab      : {median_ms(step, args.reps):8.3f} ms (median of {args.reps})")
         print("PyTorch not installed: no comparison")
         return
+    # Interleaved (ours, torch, ours, torch, ...) so that both see the same machine load.
+    t_ours, t_torch = interleaved_ms([step, other], args.reps)
+    print(f"tensorlab      : {t_ours:8.3f} ms (median of {args.reps})")
     print(f"PyTorch eager  : {t_torch:8.3f} ms (median of {args.reps})")
     print(f"ratio ours/torch: {t_ours / t_torch:.2f}")
 
