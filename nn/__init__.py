@@ -12,6 +12,7 @@ from nn.module import (
     ModuleList,
     Parameter,
     Sequential,
+    module_scopes,
 )
 
 from nn import functional, init, optim, serialization  # isort: skip

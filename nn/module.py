@@ -8,13 +8,14 @@ by its path (``blocks.0.attn.W_Q``). Attributes stay ordinary Python attributes:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from tensorlab import Tensor
+from tensorlab import Tensor, function
 from tensorlab.backend import to_device
 
 
@@ -375,3 +376,35 @@ class ModuleDict(Module):
 
     def items(self):
         return self._modules.items()
+
+
+@contextlib.contextmanager
+def module_scopes(model: Module):
+    """Inside this block, every op a submodule's forward records is labelled with that
+    module's name (``blocks.0.attn``), so ``tl.draw`` can cluster or collapse modules.
+
+    (Hook points are skipped: hooking them would change the path attention takes.)
+    """
+    stack = function.scope_stack
+    depth = len(stack)
+
+    def enter(name):
+        def hook(module, inputs):
+            stack.append(name)
+
+        return hook
+
+    def leave(module, inputs, output):
+        stack.pop()
+
+    handles = []
+    for name, m in model.named_modules():
+        if name and not isinstance(m, HookPoint):
+            handles.append(m.register_forward_pre_hook(enter(name)))
+            handles.append(m.register_forward_hook(leave))
+    try:
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+        del stack[depth:]

@@ -35,7 +35,7 @@ from tensorlab.creation import (
     zeros_like,
 )
 from tensorlab.draw import draw  # the function replaces the submodule's name here
-from tensorlab.function import AnomalyError, Function
+from tensorlab.function import AnomalyError, Function, named_scope
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
 from tensorlab.ops.shape import concatenate, stack

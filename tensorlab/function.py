@@ -45,6 +45,9 @@ _asarray = np.asarray
 # Global switches, read on every op. Changed by no_grad()/enable_grad() and detect_anomaly().
 grad_enabled = True
 anomaly_enabled = False
+# Names of the enclosing named_scope()s (e.g. module paths while nn.module_scopes is on);
+# each recorded node remembers the innermost one, so tl.draw can group ops by module.
+scope_stack: list[str] = []
 
 
 class Function:
@@ -53,6 +56,7 @@ class Function:
     inputs: tuple | None
     _versions: tuple
     _output_ref: weakref.ref
+    scope: str | None = None  # the named_scope the node was created in, if any
 
     def forward(ctx, *arrays, **params):
         raise NotImplementedError(f"{type(ctx).__name__}.forward")
@@ -100,6 +104,8 @@ class Function:
                     ctx._output_ref = weakref.ref(out)
                     out.requires_grad = True
                     out._ctx = ctx
+                    if scope_stack:
+                        ctx.scope = scope_stack[-1]
                     if anomaly_enabled:
                         _check_forward(ctx, data)
                     return out
@@ -128,6 +134,23 @@ def _forward_error(cls, inputs, err: Exception) -> Exception:
 # Frames from files under this directory are tensorlab's own, not the user's code (a path test,
 # not a substring test: the user's files may sit in a folder named tensorlab too, as tests do).
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class named_scope:
+    """Label every node recorded inside the block with ``name`` (nested scopes join with a
+    dot), so that ``tl.draw`` can draw them as one cluster or collapse them into one box."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        outer = scope_stack[-1] if scope_stack else ""
+        scope_stack.append(f"{outer}.{self.name}" if outer else self.name)
+        return self
+
+    def __exit__(self, *exc):
+        scope_stack.pop()
+        return False
 
 
 class AnomalyError(RuntimeError):
