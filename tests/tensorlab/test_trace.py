@@ -1,0 +1,53 @@
+"""trace_backward: one line per op, each op once, in the order backward runs them."""
+
+import io
+
+import numpy as np
+
+import tensorlab as tl
+from tensorlab.autograd import topological_order
+
+
+def mlp_loss():
+    tl.manual_seed(0)
+    x = tl.randn(4, 3)
+    w1 = tl.randn(3, 5, requires_grad=True)
+    w2 = tl.randn(5, 2, requires_grad=True)
+    h = (x @ w1).tanh()
+    return ((h @ w2).log_softmax()[:, 0] + h.sum(axis=1)).mean()  # h is used twice
+
+
+def test_every_op_once_in_reverse_topological_order():
+    loss = mlp_loss()
+    ops = [n for n in reversed(topological_order([loss._ctx])) if not isinstance(n, tl.Tensor)]
+    buf = io.StringIO()
+    with tl.trace_backward(file=buf) as trace:
+        loss.backward()
+    assert [s.op for s in trace.steps] == [n.name for n in ops]
+    assert len(buf.getvalue().strip().splitlines()) == len(ops)
+    # every consumer of a node is traced before the node itself
+    position = {id(n): i for i, n in enumerate(ops)}
+    for n in ops:
+        for t in n.parents:  # freed graph: structure kept in .parents
+            if not isinstance(t, tl.Tensor):
+                assert position[id(t)] > position[id(n)]
+
+
+def test_steps_record_shapes_and_norms():
+    x = tl.tensor(np.array([[1.0, -2.0]]), requires_grad=True)
+    y = (x * 3).sum()
+    with tl.trace_backward(quiet=True) as trace:
+        y.backward()
+    sum_step, mul_step = trace.steps
+    assert (sum_step.op, sum_step.grad_shape, sum_step.grad_norm) == ("Sum", (), 1.0)
+    assert mul_step.input_shapes == [(1, 2), ()]
+    assert mul_step.sent[0] == ((1, 2), np.sqrt(18.0))  # 3 * ones, norm √(9+9)
+    assert mul_step.sent[1] is None  # the constant 3 needs no gradient
+
+
+def test_tracing_is_off_outside_the_block():
+    loss = mlp_loss()
+    with tl.trace_backward(quiet=True) as trace:
+        pass
+    loss.backward()
+    assert trace.steps == []
