@@ -1,23 +1,11 @@
-"""Fixtures for the tokenizer tests.
-
-``strategies.py`` is registered as the module ``tokenizer_strategies`` so that test folders
-elsewhere in the project can have their own ``strategies.py`` without a name clash.
-"""
+"""Fixtures for the tokenizer tests (their hypothesis strategies are in
+``tokenizer_strategies.py``, named so it cannot shadow the shared ``tests/strategies.py``)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-
-_spec = importlib.util.spec_from_file_location(
-    "tokenizer_strategies", Path(__file__).with_name("strategies.py")
-)
-_module = importlib.util.module_from_spec(_spec)
-sys.modules["tokenizer_strategies"] = _module
-_spec.loader.exec_module(_module)
 
 REPO = Path(__file__).resolve().parents[3]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
