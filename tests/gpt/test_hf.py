@@ -192,9 +192,8 @@ def test_qkv_and_output_reshapes_are_per_head(tmp_path):
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_save_then_load_round_trip(tmp_path, tie):
-    cfg = GPTConfig(vocab_size=V, block_size=NPOS, n_layer=L, n_head=H, d_model=D)
-    cfg.activation, cfg.tie_weights = "gelu_tanh", tie
-    model = GPT(cfg)
+    shape = dict(vocab_size=V, block_size=NPOS, n_layer=L, n_head=H, d_model=D)
+    model = GPT(GPTConfig(**shape, activation="gelu_tanh", tie_weights=tie))
     for p in model.parameters():  # make biases and gains non-trivial
         p.data = p.data + np.random.default_rng(2).standard_normal(p.shape).astype(np.float32)
     save_hf_gpt2(model, tmp_path)
@@ -343,7 +342,9 @@ def test_save_rejects_non_gpt2_shapes(tmp_path):
 # ------------------------------------------------------------------ against transformers
 @pytest.fixture(scope="module")
 def transformers_gpt2():
-    transformers = pytest.importorskip("transformers", reason="transformers is a test-only extra")
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is a test-only extra", exc_type=ImportError
+    )
     torch = pytest.importorskip("torch")
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
