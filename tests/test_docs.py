@@ -1,0 +1,179 @@
+"""The docs stay true to the code.
+
+1. Every code reference in ``docs/*.md`` exists: ``path.py: Name`` (a class, function or
+   attribute defined in that file, ``Class.method`` allowed), ``tests/...py::test_name`` (a
+   test function), bare paths, and relative links between pages (with their #anchors).
+2. Every derivation section names the code that implements it and a test that checks it.
+3. ``examples/backprop_attention.py`` runs, and the hand-written backward, tensorlab's
+   autograd and finite differences agree within the tolerances the example states.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+
+_TOP = r"(?:tensorlab|nn|gpt|tests|examples|benchmarks)"
+CODE_REF = re.compile(rf"`({_TOP}/[\w/]+\.py): ([A-Za-z_][\w.]*)`")
+TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+PATH_REF = re.compile(rf"`((?:{_TOP}|docs)/[\w/.-]+\.(?:py|md))`")
+LINK = re.compile(r"\]\(([^)\s]*)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
+
+# The pages whose "## N. ..." sections are derivations (each must cite code and a test).
+DERIVATION_PAGES = ["derivations.md", "derivations_nn.md"]
+
+
+def _refs(pattern: re.Pattern) -> list[tuple[str, ...]]:
+    found = []
+    for page in PAGES:
+        for m in pattern.finditer(page.read_text(encoding="utf-8")):
+            found.append((page.name, *m.groups()))
+    return found
+
+
+def _defined_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names a module or class body defines: functions, classes, assignments, imports."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names[t.id] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+    return names
+
+
+@functools.cache
+def _module_body(path: Path) -> list[ast.stmt]:
+    return ast.parse(path.read_text(encoding="utf-8")).body
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    """Whether ``path`` defines ``dotted`` (``Name`` or ``Class.attr``), read with ast."""
+    body = _module_body(path)
+    node = None
+    for part in dotted.split("."):
+        names = _defined_names(body)
+        if part not in names:
+            return False
+        node = names[part]
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    return node is not None
+
+
+@pytest.mark.parametrize("page, path, name", _refs(CODE_REF), ids=lambda x: str(x))
+def test_code_references_exist(page, path, name):
+    file = ROOT / path
+    assert file.is_file(), f"{page}: {path} does not exist"
+    assert _defines(file, name), f"{page}: {path} defines no {name}"
+    if path.startswith(("tensorlab/", "nn/")):  # importable: the name is there at run time too
+        obj = importlib.import_module(path[:-3].replace("/", "."))
+        for part in name.split("."):
+            obj = getattr(obj, part)
+
+
+@pytest.mark.parametrize("page, path, name", _refs(TEST_REF), ids=lambda x: str(x))
+def test_cited_tests_exist(page, path, name):
+    file = ROOT / path
+    assert file.is_file(), f"{page}: {path} does not exist"
+    assert _defines(file, name), f"{page}: {path} has no test {name}"
+
+
+@pytest.mark.parametrize("page, path", _refs(PATH_REF), ids=lambda x: str(x))
+def test_cited_paths_exist(page, path):
+    assert (ROOT / path).exists(), f"{page}: {path} does not exist"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_slug(h) for h in HEADING.findall(page.read_text(encoding="utf-8"))}
+
+
+def test_links_between_pages_resolve():
+    checked = 0
+    for page in PAGES:
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            assert dest.exists(), f"{page.name}: link to missing {target}"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest), f"{page.name}: no heading #{anchor} in {dest.name}"
+            checked += 1
+    assert checked >= 10
+
+
+def test_the_docs_cite_plenty():
+    # Guards the regular expressions: if they stopped matching, the checks above would pass
+    # vacuously.
+    assert len(_refs(CODE_REF)) >= 60
+    assert len(_refs(TEST_REF)) >= 80
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    return [(p.splitlines()[0], p) for p in parts]
+
+
+@pytest.mark.parametrize("page", DERIVATION_PAGES)
+def test_every_derivation_cites_code_and_a_test(page):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    numbered = [(title, body) for title, body in _sections(text) if re.match(r"[1-9]\d*\.", title)]
+    assert len(numbered) >= 10
+    for title, body in numbered:
+        assert CODE_REF.search(body), f"{page}: section {title!r} names no implementation"
+        assert TEST_REF.search(body), f"{page}: section {title!r} names no test"
+
+
+def test_readme_indexes_every_page():
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    for page in PAGES:
+        if page.name != "README.md":
+            assert f"]({page.name})" in index, f"docs/README.md does not link {page.name}"
+
+
+# ---------------------------------------------------------------------- the worked example
+def _load_example():
+    path = ROOT / "examples" / "backprop_attention.py"
+    spec = importlib.util.spec_from_file_location("backprop_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_backprop_attention_example_agrees(capsys):
+    ex = _load_example()
+    diffs = ex.main(verbose=True)
+    out = capsys.readouterr().out
+    assert "by hand" in out and "finite diff" in out and "largest |difference|" in out
+    tol = ex.TOLERANCES
+    for pair, d in diffs.items():
+        if pair.startswith("max |dS|"):
+            assert d == 0.0, "masked scores must get no gradient"
+        elif "finite differences" in pair:
+            assert d < tol["vs finite differences"], (pair, d)
+        else:
+            assert d < tol["hand vs autograd"], (pair, d)
+    assert len(diffs) == 6
