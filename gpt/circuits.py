@@ -126,8 +126,8 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
 
     ``fwd_hooks``: pairs ``(name, fn)`` where name is a module name (usually a hook point) or
     a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
-    array) or None to leave the activation as it is. A function that takes two arguments is
-    called as ``fn(activation, name)``.
+    array) or None to leave the activation as it is. A function with two required positional
+    parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
     """
     handles = []
     try:
@@ -143,7 +143,10 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
 def _wrap_hook(fn: Callable, name: str):
     try:
         params = inspect.signature(fn).parameters.values()
-        n_pos = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        n_pos = sum(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+            for p in params
+        )
         varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
     except (TypeError, ValueError):
         n_pos, varargs = 1, False
@@ -285,6 +288,9 @@ class FactoredMatrix:
     def full(self) -> np.ndarray:
         """The dense product A @ B (m, n)."""
         return self.A @ self.B
+
+    # numpy then defers ``ndarray @ F`` to __rmatmul__ instead of densifying F
+    __array_ufunc__ = None
 
     def __array__(self, dtype=None, copy=None):
         return self.full() if dtype is None else self.full().astype(dtype)

@@ -1,0 +1,124 @@
+"""Matplotlib figures for circuits work, saved as PNG files: attention patterns, loss curves,
+scores per head. matplotlib is an optional extra (``pip install 'tensorlab[plot]'``); it is
+imported only when a figure is drawn, and :func:`available` says whether it can be.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["available", "attention_pattern", "loss_curves", "head_scores"]
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ImportError(
+            "gpt.plots needs matplotlib, an optional extra: pip install 'tensorlab[plot]' "
+            "(or pip install matplotlib)"
+        ) from err
+    matplotlib.use("Agg")  # files only, no window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path) -> str:
+    path = os.fspath(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+def attention_pattern(
+    pattern, path, tokens: Sequence | None = None, title: str = "", labels=None
+) -> str:
+    """Heatmap of one head's pattern (T_q, T_k): rows are queries, columns keys. ``tokens``
+    (ids) or ``labels`` (strings) name the positions when there are few enough to read."""
+    plt = _pyplot()
+    pat = np.asarray(pattern, dtype=np.float64)
+    if pat.ndim != 2:
+        raise ValueError(f"expected one head's pattern (T_q, T_k), got shape {pat.shape}")
+    Tq, Tk = pat.shape
+    size = min(10.0, 3 + 0.12 * max(Tq, Tk))
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    im = ax.imshow(pat, cmap="viridis", vmin=0.0, vmax=max(1e-9, float(pat.max())))
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention")
+    if labels is None and tokens is not None:
+        labels = [str(t) for t in np.asarray(tokens).tolist()]
+    if labels is not None and max(Tq, Tk) <= 80:
+        fs = 6 if max(Tq, Tk) > 40 else 8
+        ax.set_xticks(range(Tk), labels[-Tk:], rotation=90, fontsize=fs)
+        ax.set_yticks(range(Tq), labels[-Tq:], fontsize=fs)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def loss_curves(
+    history: Sequence[dict],
+    path,
+    keys: Sequence[str] = ("train_loss", "val_loss"),
+    x: str = "iter",
+    title: str = "",
+) -> str:
+    """Line plot of ``keys`` from a list of records (e.g. a training history) against ``x``;
+    keys a record lacks are skipped."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [h[x] for h in history]
+    for k in keys:
+        pts = [(xv, h[k]) for xv, h in zip(xs, history) if k in h]
+        if pts:
+            ax.plot(*zip(*pts), label=k)
+    ax.set_xlabel(x)
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)
+
+
+def head_scores(scores, path, title: str = "score", kind: str = "heatmap") -> str:
+    """A score per head (n_layer, n_head), as an annotated heatmap or grouped bars
+    (``kind="bar"``)."""
+    plt = _pyplot()
+    s = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    L, H = s.shape
+    if kind == "bar":
+        fig, ax = plt.subplots(figsize=(max(4, 0.5 * L * H + 2), 3.5))
+        w = 0.8 / L
+        for layer in range(L):
+            ax.bar(np.arange(H) + layer * w, s[layer], width=w, label=f"layer {layer}")
+        ax.set_xticks(np.arange(H) + 0.4 - w / 2, [f"head {h}" for h in range(H)])
+        ax.set_ylabel(title)
+        ax.legend()
+    elif kind == "heatmap":
+        fig, ax = plt.subplots(figsize=(1.2 + 0.8 * H, 1.0 + 0.7 * L))
+        im = ax.imshow(s, cmap="magma", vmin=min(0.0, s.min()), vmax=max(1.0, s.max()))
+        for layer in range(L):
+            for h in range(H):
+                ax.text(h, layer, f"{s[layer, h]:.2f}", ha="center", va="center", color="w")
+        ax.set_xticks(range(H), [f"h{h}" for h in range(H)])
+        ax.set_yticks(range(L), [f"L{layer}" for layer in range(L)])
+        fig.colorbar(im, ax=ax, label=title)
+        ax.set_title(title)
+    else:
+        raise ValueError(f"kind must be 'heatmap' or 'bar', got {kind!r}")
+    return _save(fig, path)
