@@ -52,6 +52,7 @@ __all__ = [
     "from_pretrained",
     "load_gpt2_weights",
     "load_hf_state",
+    "num_parameters",
     "convert_hf_state",
     "save_hf_gpt2",
     "tokenizer_from_pretrained",
