@@ -420,7 +420,7 @@ def beam_search(
     beam_size: int = 4,
     max_new_tokens: int | None = None,
     alpha: float = 0.0,
-    early_stopping: bool = True,
+    exhaustive: bool = False,
     return_scores: bool = False,
 ):
     """Beam search: keep the ``beam_size`` most probable prefixes (by log-probability) at
@@ -429,9 +429,11 @@ def beam_search(
 
     At each step the 2k best extensions of the k live prefixes are ranked; an ``eos`` among
     the first k ends its hypothesis, the best k others stay alive (as in fairseq and Hugging
-    Face). ``early_stopping=True`` stops a source once k hypotheses have ended (so k = 1 is
-    greedy decoding exactly); ``False`` goes on while a live prefix could still beat the best
-    ended one (its log-probability only falls, and lp is largest at the maximum length).
+    Face). A source is done when no live prefix can beat its best ended hypothesis: judged by
+    the prefix's score if it ended now, log P / lp(current length) (the default, so k = 1 is
+    greedy decoding exactly, for any α), or with ``exhaustive=True`` by the best it could
+    reach at any length, log P / lp(max length) (log P only falls as a prefix grows; exact
+    for the beam, and the same rule when α = 0).
 
     ``src`` as in :func:`greedy_decode`. Returns the best hypothesis per source (without
     ``bos``), or (hypothesis, score) pairs with ``return_scores``.
@@ -461,7 +463,7 @@ def beam_search(
         cand = (logp[:, :, None] + _log_softmax(logits).reshape(B, k, V)).reshape(B, k * V)
         new_seqs = np.zeros((B, k, t + 1), dtype=np.int64)
         new_logp = np.full((B, k), -np.inf)
-        rows = rep.copy()  # done sources keep their rows (their values no longer matter)
+        rows = np.arange(B * k)  # which old row each new row continues (default: itself)
         lp_now = length_penalty(t + 1, alpha)
         for b in range(B):
             if done[b]:
@@ -490,12 +492,9 @@ def beam_search(
                     (s / lp_now, [*new_seqs[b, j].tolist()]) for j, (_, _, s) in enumerate(alive)
                 ]
             best = max((f[0] for f in finished[b]), default=-np.inf)
-            if not alive or t == max_new - 1:
-                done[b] = True
-            elif early_stopping:
-                done[b] = len(finished[b]) >= k
-            else:
-                done[b] = best >= max(s for _, _, s in alive) / max_lp
+            reach = max((s for _, _, s in alive), default=-np.inf)
+            reach /= max_lp if exhaustive else lp_now  # the best a live prefix could score
+            done[b] = not alive or t == max_new - 1 or best >= reach
         if done.all():
             break
         seqs, logp = new_seqs, new_logp

@@ -1,0 +1,419 @@
+"""The encoder-decoder Transformer: shapes, masks, loss, gradients, cached decoding, beam
+search, and the digit-task example."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nn
+import tensorlab as tl
+from gpt.config import ConfigError, Seq2SeqConfig
+from gpt.seq2seq import (
+    Transformer,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    sequence_score,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+V = 9  # pad 0, bos 1, eos 2, six "words"
+
+
+def small(seed: int = 0, **overrides) -> Transformer:
+    tl.manual_seed(seed)
+    kw = dict(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        max_len=16,
+        n_encoder_layer=2,
+        n_decoder_layer=2,
+        n_head=2,
+        d_model=16,
+        dropout=0.0,
+    )
+    model = Transformer(Seq2SeqConfig(**{**kw, **overrides}))
+    model.eval()
+    return model
+
+
+def sources(seed: int = 0, n: int = 4, length: int = 6) -> np.ndarray:
+    """(n, length) source ids in 3..V-1, the row i padded from position length - i on."""
+    src = np.random.default_rng(seed).integers(3, V, (n, length))
+    for i in range(1, n):
+        src[i, length - i :] = 0
+    return src
+
+
+def targets(seed: int = 1, n: int = 4, length: int = 5) -> np.ndarray:
+    return np.random.default_rng(seed).integers(3, V, (n, length))
+
+
+VARIANTS = [
+    {},
+    dict(norm_placement="pre"),
+    dict(norm_placement="sandwich", norm="rmsnorm"),
+    dict(activation="swiglu", positional="learned", bias=False),
+    dict(tie_weights=False, share_embeddings=True, scale_embeddings=False),
+]
+
+
+# ---------------------------------------------------------------------- shapes and config
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_shapes_and_parameter_count(overrides):
+    model = small(**overrides)
+    src, tgt = sources(), targets()
+    logits, loss = model(src, tgt, tgt)
+    assert logits.shape == (4, 5, V)
+    assert loss.shape == () and np.isfinite(loss.item())
+    memory = model.encode(src)
+    assert memory.shape == (4, 6, 16)
+    assert model.decode(memory, model.padding_mask(src), tgt[:, :2]).shape == (4, 2, V)
+    assert sum(p.size for p in model.parameters()) == model.config.num_parameters()
+    logits2, loss2 = model(src, tgt)
+    assert loss2 is None and np.array_equal(logits2.numpy(), logits.numpy())
+
+
+def test_defaults_follow_the_paper():
+    cfg = Seq2SeqConfig()
+    assert (cfg.norm_placement, cfg.positional, cfg.activation) == ("post", "sinusoidal", "relu")
+    assert cfg.tie_weights and cfg.scale_embeddings and not cfg.final_norm
+    model = Transformer(cfg)
+    assert model.W_U.shape == (cfg.d_model, cfg.tgt_vocab_size)
+    assert model.encoder.scale == pytest.approx(cfg.d_model**0.5)
+    assert model.encoder.ln_f is None and model.decoder.ln_f is None
+    assert Seq2SeqConfig(norm_placement="pre").final_norm
+
+
+def test_shared_embeddings_are_one_parameter():
+    model = small(share_embeddings=True)
+    assert model.encoder.embed is model.decoder.embed
+    names = [n for n, _ in model.named_parameters() if n.endswith("embed.W")]
+    assert names == ["encoder.embed.W"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(share_embeddings=True, src_vocab_size=5),
+        dict(norm_placement="middle"),
+        dict(positional="rope"),
+        dict(eos_id=99),
+        dict(dropout=1.0),
+        dict(d_model=10, n_head=4),
+    ],
+)
+def test_config_errors(bad):
+    with pytest.raises(ConfigError):
+        Seq2SeqConfig(**bad)
+
+
+def test_config_round_trip():
+    cfg = Seq2SeqConfig(norm_placement="pre", activation="geglu")
+    assert Seq2SeqConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown"):
+        Seq2SeqConfig.from_dict({"nope": 1})
+
+
+def test_bad_inputs_say_what_is_wrong():
+    model = small()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(np.array([[3, 99]]), np.array([[1, 3]]))
+    with pytest.raises(TypeError, match="integers"):
+        model(np.array([[3.0, 4.0]]), np.array([[1, 3]]))
+    with pytest.raises(ValueError, match="max_len"):
+        model(np.full((1, 17), 3), np.array([[1, 3]]))
+
+
+# ---------------------------------------------------------------------- masks
+@pytest.mark.parametrize("overrides", VARIANTS[:3])
+def test_source_padding_is_ignored(overrides):
+    model = small(**overrides)
+    src, tgt = sources(), targets()
+    logits = model(src, tgt)[0].numpy()
+    # 1. more padding on the right changes nothing
+    wider = np.concatenate([src, np.zeros((4, 3), np.int64)], axis=1)
+    np.testing.assert_allclose(model(wider, tgt)[0].numpy(), logits, atol=1e-5)
+    # 2. a single unpadded row gives the same logits as in the padded batch
+    np.testing.assert_allclose(
+        model(src[3:, :3], tgt[3:])[0].numpy(), logits[3:], rtol=1e-4, atol=1e-5
+    )
+    # 3. whatever the encoder reads at padded positions changes nothing
+    pad = model.padding_mask(src)
+
+    def scribble(module, inputs, out):
+        noise = np.random.default_rng(5).normal(size=out.shape).astype(np.float32) * 10
+        return out + tl.tensor(noise * pad[..., None])
+
+    handle = model.encoder.hook_embed.register_forward_hook(scribble)
+    try:
+        np.testing.assert_allclose(model(src, tgt)[0].numpy(), logits, atol=1e-5)
+    finally:
+        handle.remove()
+
+
+def test_future_target_tokens_do_not_change_earlier_logits():
+    model = small()
+    src, tgt = sources(), targets()
+    logits = model(src, tgt)[0].numpy()
+    for t in range(tgt.shape[1]):
+        changed = tgt.copy()
+        changed[:, t:] = (changed[:, t:] - 2) % (V - 3) + 3
+        new = model(src, changed)[0].numpy()
+        np.testing.assert_allclose(new[:, :t], logits[:, :t], atol=1e-5)
+        assert not np.allclose(new[:, t], logits[:, t])
+
+
+def test_cross_attention_pattern_is_zero_on_padding():
+    model = small()
+    src, tgt = sources(), targets()
+    seen, modules = {}, dict(model.named_modules())
+    for name in ("encoder.blocks.0.attn", "decoder.blocks.1.cross_attn", "decoder.blocks.0.attn"):
+        hook = modules[f"{name}.hook_pattern"]
+        hook.register_forward_hook(lambda m, i, out, name=name: seen.__setitem__(name, out))
+    logits = model(src, tgt)[0].numpy()
+    pad = model.padding_mask(src)
+    cross = seen["decoder.blocks.1.cross_attn"].numpy()
+    assert cross.shape == (4, 2, 5, 6)
+    assert np.all(cross[np.broadcast_to(pad[:, None, None, :], cross.shape)] == 0)
+    np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(np.triu(seen["decoder.blocks.0.attn"].numpy(), k=1) == 0)
+    assert seen["encoder.blocks.0.attn"].shape == (4, 2, 6, 6)
+    # hooks read, they do not change the result (the hooked path equals the fused one)
+    fresh = small()
+    np.testing.assert_allclose(fresh(src, tgt)[0].numpy(), logits, atol=1e-5)
+
+
+def test_hook_point_names():
+    names = {n for n, m in small().named_modules() if isinstance(m, nn.HookPoint)}
+    for n in (
+        "encoder.hook_embed",
+        "decoder.hook_embed",
+        "encoder.blocks.0.hook_resid_post",
+        "encoder.blocks.0.attn.hook_pattern",
+        "decoder.blocks.1.hook_cross_out",
+        "decoder.blocks.1.hook_resid_cross",
+        "decoder.blocks.0.cross_attn.hook_pattern",
+        "decoder.blocks.0.attn.hook_z",
+    ):
+        assert n in names
+
+
+# ---------------------------------------------------------------------- loss
+def test_loss_ignores_padding():
+    model = small(label_smoothing=0.0)
+    src, tgt_in = sources(), targets()
+    tgt_out = targets(seed=2)
+    tgt_out[0, 3:] = 0
+    tgt_out[2, 1:] = 0
+    logits, loss = model(src, tgt_in, tgt_out)
+    z = logits.numpy().astype(np.float64)
+    lsm = (
+        z
+        - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - z.max(-1)[..., None]
+    )
+    keep = tgt_out != 0
+    picked = np.take_along_axis(lsm, tgt_out[..., None], -1)[..., 0]
+    assert loss.item() == pytest.approx(-picked[keep].mean(), rel=1e-5)
+    # what the decoder reads after the target's end changes nothing that counts
+    changed = tgt_in.copy()
+    changed[0, 4:] = 5
+    changed[2, 2:] = 7
+    assert model(src, changed, tgt_out)[1].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_loss_backward_reaches_every_parameter():
+    model = small(dropout=0.1)
+    model.train()
+    _, loss = model(sources(), targets(), targets(seed=3))
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and np.isfinite(p.grad.numpy()).all(), name
+
+
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_gradcheck_loss_float64(placement):
+    tl.manual_seed(0)
+    cfg = Seq2SeqConfig(
+        src_vocab_size=6,
+        tgt_vocab_size=6,
+        max_len=8,
+        n_encoder_layer=1,
+        n_decoder_layer=1,
+        n_head=2,
+        d_model=8,
+        d_ff=8,
+        dropout=0.0,
+        norm_placement=placement,
+        label_smoothing=0.1,
+    )
+    model = Transformer(cfg)
+    for p in model.parameters():
+        p.data = p.data.astype(np.float64)
+    for _, b in model.named_buffers():
+        b.data = b.data.astype(np.float64)
+    src = np.array([[3, 4, 5, 0], [5, 3, 0, 0]])
+    tgt_in = np.array([[1, 3, 4], [1, 5, 0]])
+    tgt_out = np.array([[3, 4, 2], [5, 2, 0]])
+    params = dict(model.named_parameters())
+    wrt = [
+        params["decoder.embed.W"],  # tied: embedding and unembedding
+        params["encoder.blocks.0.attn.W_QKV"],
+        params["decoder.blocks.0.cross_attn.W_kv"],
+        params["decoder.blocks.0.cross_attn.b_q"],
+        params["decoder.blocks.0.ln2.w"],
+        params["encoder.blocks.0.mlp.W_out"],
+    ]
+    assert all(p.dtype == np.float64 for p in wrt)
+
+    def loss_of(*_params):  # the parameters are perturbed in place; the model reads them
+        return model(src, tgt_in, tgt_out)[1]
+
+    assert tl.gradcheck(loss_of, wrt)
+
+
+# ---------------------------------------------------------------------- decoding
+@pytest.mark.parametrize("overrides", [{}, dict(norm_placement="pre", positional="learned")])
+def test_cached_decoding_matches_full_decoding(overrides):
+    model = small(**overrides)
+    src, tgt = sources(), targets()
+    memory, mask = model.encode(src), model.padding_mask(src)
+    full = model.decode(memory, mask, tgt).numpy()
+    cache = model.new_cache()
+    steps = [model.decode(memory, mask, tgt[:, :2], cache)]  # a 2-token prompt, then 1 by 1
+    steps += [model.decode(memory, mask, tgt[:, t : t + 1], cache) for t in range(2, 5)]
+    assert cache.length == 5
+    np.testing.assert_allclose(np.concatenate([s.numpy() for s in steps], 1), full, atol=1e-5)
+    # cross-attention keys and values were made once, from the memory
+    assert cache.cross_attn[0].k.shape == (4, 2, 6, 8)
+
+
+def test_cached_greedy_equals_uncached_greedy():
+    model = small(seed=3)
+    src = sources(seed=4, n=6)
+    cached = greedy_decode(model, src, max_new_tokens=10)
+    uncached = greedy_decode(model, src, max_new_tokens=10, use_cache=False)
+    assert cached == uncached
+    assert all(1 <= len(h) <= 10 for h in cached)
+    assert all(2 not in h[:-1] for h in cached)  # nothing after eos
+    # one sequence in, one list out; lists of ragged lists are padded
+    assert greedy_decode(model, src[0], max_new_tokens=10) == cached[0]
+    ragged = [list(src[0]), list(src[3, :3])]
+    assert greedy_decode(model, ragged, max_new_tokens=10) == [cached[0], cached[3]]
+
+
+def test_decoding_restores_training_mode():
+    model = small(dropout=0.1)
+    model.train()
+    greedy_decode(model, sources(), max_new_tokens=3)
+    beam_search(model, sources(), beam_size=2, max_new_tokens=3)
+    assert model.training
+
+
+def peaked(seed: int) -> Transformer:
+    """A random model with confident, source-dependent predictions (bigger weights), so that
+    the decoders' choices are not all near-ties."""
+    model = small(seed=seed)
+    for p in model.parameters():
+        if p.ndim >= 2:
+            p.data *= 2.5
+    return model
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_is_greedy(alpha):
+    for seed in range(3):
+        model = peaked(seed)
+        src = sources(seed=seed + 10, n=5)
+        assert beam_search(model, src, 1, max_new_tokens=12, alpha=alpha) == greedy_decode(
+            model, src, max_new_tokens=12
+        )
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+@pytest.mark.parametrize("exhaustive", [False, True])
+def test_beam_never_scores_below_greedy(alpha, exhaustive):
+    better = 0
+    for seed in range(4):
+        model = peaked(seed)
+        src = sources(seed=seed + 20, n=6)
+        greedy = greedy_decode(model, src, max_new_tokens=10)
+        beams = beam_search(
+            model,
+            src,
+            beam_size=4,
+            max_new_tokens=10,
+            alpha=alpha,
+            exhaustive=exhaustive,
+            return_scores=True,
+        )
+        for i, (g, (b, b_score)) in enumerate(zip(greedy, beams)):
+            g_score = sequence_score(model, src[i], g, alpha)
+            # the score beam search reports is the score of what it returns
+            assert b_score == pytest.approx(sequence_score(model, src[i], b, alpha), abs=1e-4)
+            assert b_score >= g_score - 1e-4, (seed, i, g, b)
+            better += b_score > g_score + 1e-4
+    assert better > 0  # the search does find better sequences than greedy, sometimes
+
+
+def test_beam_search_batch_equals_one_by_one():
+    model = peaked(1)
+    src = sources(seed=7, n=4)
+    batch = beam_search(model, src, beam_size=3, max_new_tokens=8, alpha=0.6)
+    one = [
+        beam_search(model, src[i][src[i] != 0], beam_size=3, max_new_tokens=8, alpha=0.6)
+        for i in range(4)
+    ]
+    assert batch == one
+
+
+def test_length_penalty():
+    assert length_penalty(7, 0.0) == 1.0
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+
+
+def test_beam_search_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(small(), sources(), beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search(small(), sources(), alpha=-1)
+
+
+# ---------------------------------------------------------------------- the example
+def run_example(*args: str, timeout: float) -> dict[str, tuple[float, float]]:
+    """Run examples/train_seq2seq.py in its own process (it sets BLAS to one thread before
+    NumPy loads); returns {task: (exact match, token accuracy)} from its summary table."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train_seq2seq.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = re.findall(r"^(copy|reverse|sort)\s+([\d.]+)%\s+([\d.]+)%", proc.stdout, re.M)
+    assert rows, proc.stdout[-2000:]
+    return {task: (float(em) / 100, float(tok) / 100) for task, em, tok in rows}
+
+
+def test_example_quick_learns_to_copy():
+    result = run_example("--quick", "--task", "copy", "--log-every", "0", timeout=120)
+    exact, token = result["copy"]
+    assert token > 0.5  # chance is 10%
+
+
+@pytest.mark.slow
+def test_example_reverse_reaches_99_percent():
+    result = run_example("--task", "reverse", "--log-every", "0", timeout=900)
+    assert result["reverse"][0] >= 0.99
