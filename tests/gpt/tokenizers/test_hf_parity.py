@@ -108,7 +108,7 @@ def test_hf_unigram_file(train_text, heldout_text, tmp_path):
     theirs = train_hf(
         models.Unigram(),
         trainers.UnigramTrainer(vocab_size=800, special_tokens=["<unk>"], unk_token="<unk>"),
-        train_text,
+        train_text[:100_000],
         pre=pre_tokenizers.Metaspace(),
         decoder=decoders.Metaspace(),
         path=tmp_path / "tokenizer.json",
@@ -194,3 +194,67 @@ def test_bpe_parity_on_any_unicode(hf_pairs, text):
 def test_parity_on_generated_text(hf_pairs, kind, text):
     ours, theirs = hf_pairs[kind]
     assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+
+
+VARIANT_SAMPLES = [
+    "Hello<|e|> world<|e|>x",
+    " lead<|e|> <|e|>  two",
+    "<|e|>start",
+    "a\u2581b  c",
+    "  spaced   out  ",
+]
+
+
+@pytest.mark.parametrize("scheme", ["always", "first", "never"])
+@pytest.mark.parametrize("split", [True, False])
+def test_hf_unigram_metaspace_variants(train_text, heldout_text, tmp_path, scheme, split):
+    if split:
+        pre = pre_tokenizers.Metaspace(prepend_scheme=scheme, split=True)
+    else:
+        pre = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(prepend_scheme=scheme, split=False),
+                pre_tokenizers.Split(hf.Regex(r"\s+|[^\s]+"), behavior="isolated"),
+            ]
+        )
+    theirs = train_hf(
+        models.Unigram(),
+        trainers.UnigramTrainer(
+            vocab_size=200, special_tokens=["<unk>", "<|e|>"], unk_token="<unk>"
+        ),
+        train_text[:20_000],
+        pre=pre,
+        decoder=decoders.Metaspace(prepend_scheme=scheme),
+        path=tmp_path / "tokenizer.json",
+    )
+    ours = tk.load(tmp_path / "tokenizer.json")
+    samples = [*VARIANT_SAMPLES, heldout_text[:5000]]
+    check_same(ours, theirs, samples)
+    for s in samples:
+        ids = theirs.encode(s).ids
+        if "\u2581" in theirs.id_to_token(ids[0])[1:]:
+            continue  # their decoder drops every "▁" of the first token, not just the leading one
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("prefix_space", [True, False])
+@pytest.mark.parametrize("ignore_merges", [True, False])
+def test_hf_bpe_variants(train_text, heldout_text, tmp_path, prefix_space, ignore_merges):
+    theirs = train_hf(
+        models.BPE(ignore_merges=ignore_merges),
+        trainers.BpeTrainer(
+            vocab_size=500,
+            special_tokens=["<|e|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+        train_text[:60_000],
+        pre=pre_tokenizers.ByteLevel(add_prefix_space=prefix_space),
+        decoder=decoders.ByteLevel(),
+        path=tmp_path / "tokenizer.json",
+    )
+    ours = tk.load(tmp_path / "tokenizer.json")
+    samples = [*VARIANT_SAMPLES, heldout_text[:5000]]
+    check_same(ours, theirs, samples)
+    for s in samples:
+        ids = theirs.encode(s).ids
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=False)
