@@ -44,6 +44,7 @@ import tensorlab as tl
 from gpt.config import Seq2SeqConfig
 from gpt.model import make_norm
 from tensorlab import Tensor
+from tensorlab.backend import xp_of
 
 __all__ = [
     "Transformer",
@@ -226,12 +227,13 @@ class Seq2SeqCache:
         caches = self.self_attn + (self.cross_attn if cross else [])
         for c in caches:
             if c.k is not None:
-                c.k, c.v = Tensor._wrap(c.k.data[rows]), Tensor._wrap(c.v.data[rows])
+                r = xp_of(c.k.data).asarray(rows)
+                c.k, c.v = Tensor._wrap(c.k.data[r]), Tensor._wrap(c.v.data[r])
 
 
 # ---------------------------------------------------------------------- the model
-def _ids(x, vocab: int, name: str) -> Tensor:
-    x = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
+def _ids(x, vocab: int, name: str, device: str = "cpu") -> Tensor:
+    x = x if isinstance(x, Tensor) else Tensor(np.asarray(x), device=device)
     if x.ndim != 2:
         raise ValueError(f"{name}: expected token ids of shape (batch, time), got {x.shape}")
     if x.dtype.kind not in "iu":
@@ -292,9 +294,13 @@ class Transformer(nn.Module):
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     # ------------------------------------------------------------------ pieces
+    @property
+    def device(self) -> str:
+        return self.decoder.embed.W.device
+
     def padding_mask(self, src) -> np.ndarray:
-        """(B, S) boolean, True at the source's padding positions (``pad_id``)."""
-        data = src.data if isinstance(src, Tensor) else np.asarray(src)
+        """(B, S) boolean NumPy array, True at the source's padding positions (``pad_id``)."""
+        data = src.numpy() if isinstance(src, Tensor) else np.asarray(src)
         return data == self.config.pad_id
 
     def new_cache(self) -> Seq2SeqCache:
@@ -303,7 +309,7 @@ class Transformer(nn.Module):
     def encode(self, src) -> Tensor:
         """Source ids (B, S) -> memory (B, S, d_model)."""
         cfg = self.config
-        src = _ids(src, cfg.src_vocab_size, "src")
+        src = _ids(src, cfg.src_vocab_size, "src", self.device)
         if src.shape[1] > cfg.max_len:
             raise ValueError(f"source of {src.shape[1]} positions exceeds max_len={cfg.max_len}")
         return self.encoder(src, self.padding_mask(src))
@@ -312,7 +318,7 @@ class Transformer(nn.Module):
         """Logits (B, T, tgt_vocab_size) for decoder input ids (B, T). With a cache, tgt_in
         holds only the new positions (which continue from ``cache.length``)."""
         cfg = self.config
-        tgt_in = _ids(tgt_in, cfg.tgt_vocab_size, "tgt_in")
+        tgt_in = _ids(tgt_in, cfg.tgt_vocab_size, "tgt_in", self.device)
         offset = cache.length if cache is not None else 0
         if offset + tgt_in.shape[1] > cfg.max_len:
             raise ValueError(
@@ -322,7 +328,7 @@ class Transformer(nn.Module):
         return F.linear(resid, self.W_U)
 
     def forward(self, src, tgt_in, tgt_out=None):
-        src = _ids(src, self.config.src_vocab_size, "src")
+        src = _ids(src, self.config.src_vocab_size, "src", self.device)
         logits = self.decode(self.encode(src), self.padding_mask(src), tgt_in)
         loss = None
         if tgt_out is not None:
@@ -448,7 +454,8 @@ def beam_search(
     B, k, eos = src.shape[0], beam_size, cfg.eos_id
     memory, src_mask = model.encode(src), model.padding_mask(src)
     rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
-    memory, src_mask = Tensor._wrap(memory.data[rep]), src_mask[rep]
+    memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
+    src_mask = src_mask[rep]
     cache = model.new_cache()
     seqs = np.zeros((B, k, 0), dtype=np.int64)
     logp = np.full((B, k), -np.inf)
