@@ -7,7 +7,9 @@ Measures, on one text (default: tinyshakespeare, 1.1 MB):
 * byte-level BPE training to ``--vocab-size``,
 * Unigram training to ``--vocab-size``,
 * WordPiece training (for information; there is no target for it),
-* byte-level BPE encoding throughput in MB/s, cold (fresh tokenizer, empty cache) and warm.
+* byte-level BPE encoding throughput in MB/s, cold (fresh tokenizer, empty cache) and warm,
+* a naive BPE trainer that recounts every pair after every merge, timed for ``--naive-merges``
+  merges and extrapolated to the full vocabulary: the baseline the incremental trainer beats.
 
 The Hugging Face library runs single-threaded (RAYON_NUM_THREADS=1, set before it is imported)
 so the comparison is one core against one core. Each number is the median of ``--repeat`` runs.
@@ -46,6 +48,36 @@ def median_time(fn, repeat: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def naive_bpe_train(text: str, n_merges: int) -> list[tuple[int, int]]:
+    """BPE training the slow way: recount all pairs of all words after every merge."""
+    from collections import Counter
+
+    from gpt.tokenizers.pretokenize import pretokenize
+
+    words = Counter(pretokenize(text))
+    seqs = [list(w.encode("utf-8")) for w in words]
+    freqs = list(words.values())
+    merges = []
+    for new_id in range(256, 256 + n_merges):
+        counts: Counter = Counter()
+        for s, f in zip(seqs, freqs):
+            for pair in zip(s, s[1:]):
+                counts[pair] += f
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        for k, s in enumerate(seqs):
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[k] = out
+    return merges
+
+
 def hf_library():
     try:
         import tokenizers
@@ -59,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text", default=str(DEFAULT_TEXT))
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--naive-merges", type=int, default=20, help="0 to skip the naive baseline")
     args = p.parse_args(argv)
     text = Path(args.text).read_text(encoding="utf-8")
     mb = len(text.encode("utf-8")) / 1e6
@@ -73,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     t_cold, ids = median_time(lambda: tk.ByteBPE(bpe.vocab, bpe.merges).encode(text), R)
     bpe.encode(text)  # fill the cache
     t_warm, _ = median_time(lambda: bpe.encode(text), R)
+    t_naive = None
+    if args.naive_merges > 0:
+        t, _ = median_time(lambda: naive_bpe_train(text, args.naive_merges), 1)
+        t_naive = t * (V - 256) / args.naive_merges
 
     hf_bpe = hf_uni = hf_wp = hf_enc = None
     if hf is not None:
@@ -121,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [
         ("byte-level BPE train", t_bpe, hf_bpe, "s", "<= 2 s"),
+        *(
+            [(f"naive BPE train (from {args.naive_merges} merges)", t_naive, hf_bpe, "s", "-")]
+            if t_naive
+            else []
+        ),
         ("Unigram train", t_uni, hf_uni, "s", "<= 6.5 s"),
         ("WordPiece train", t_wp, hf_wp, "s", "-"),
         ("BPE encode, cold cache", mb / t_cold, hf_enc and mb / hf_enc, "MB/s", ">= 2 MB/s"),
