@@ -19,6 +19,11 @@ def _fallback_corpus() -> str:
 
 
 @pytest.fixture(scope="session")
+def shakespeare_path() -> Path:
+    return SHAKESPEARE
+
+
+@pytest.fixture(scope="session")
 def corpus() -> str:
     """About 300 KB of English: the start of tinyshakespeare, or CPython's help topics."""
     if SHAKESPEARE.exists():
