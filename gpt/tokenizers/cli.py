@@ -1,5 +1,7 @@
 """The ``tokenizer-report`` command: measure tokenizers on held-out text.
 
+(This file also holds ``tokenizer-train``, which trains one tokenizer and saves it.)
+
     python -m gpt.tokenizers.cli --text data.txt                      # train all four, compare
     python -m gpt.tokenizers.cli --text data.txt --kinds bpe,unigram --vocab-size 4096
     python -m gpt.tokenizers.cli --text data.txt --tokenizer tok.json # a saved tokenizer
@@ -112,6 +114,53 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         print(f"held-out text: {len(heldout.encode('utf-8'))} bytes, {len(heldout)} characters")
         print(format_reports(reports))
+    return 0
+
+
+def add_train_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``tokenizer-train``: train one tokenizer on a file and save it."""
+    p = subparsers.add_parser(
+        "tokenizer-train",
+        help="train a tokenizer on a text file and save it",
+        description="Train a tokenizer on a UTF-8 text file and save it to --out.",
+    )
+    p.add_argument("--text", required=True, help="UTF-8 text file to train on")
+    p.add_argument("--kind", choices=KIND_NAMES, default="bpe")
+    p.add_argument("--vocab-size", type=int, default=1024, help="ignored for char")
+    p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
+    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument(
+        "--format",
+        choices=("tensorlab", "huggingface"),
+        default="tensorlab",
+        help="our JSON format, or a Hugging Face tokenizer.json (not for char)",
+    )
+    p.set_defaults(func=run_train)
+    return p
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train and save; returns a process exit code (0 ok, 2 bad input)."""
+    from . import KINDS
+    from .files import save
+
+    try:
+        text = Path(args.text).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: cannot read {args.text}: {e}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        if args.kind == "char":
+            tok = KINDS["char"].train(text, None, args.special, unknown="replace")
+        else:
+            tok = KINDS[args.kind].train(text, args.vocab_size, args.special)
+        save(tok, args.out, format=args.format)
+    except TokenizerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - t0
+    print(f"trained {args.kind} (vocab {tok.vocab_size}) in {seconds:.2f}s -> {args.out}")
     return 0
 
 

@@ -75,3 +75,46 @@ def test_add_report_parser():
     add_report_parser(parser.add_subparsers())
     args = parser.parse_args(["tokenizer-report", "--text", "x.txt"])
     assert args.func is run_report and args.vocab_size == 1024
+
+
+def test_tokenizer_train_command(text_file, tmp_path, capsys):
+    import argparse
+
+    from gpt.tokenizers.cli import add_train_parser
+
+    parser = argparse.ArgumentParser()
+    add_train_parser(parser.add_subparsers())
+    out = tmp_path / "tok.json"
+    args = parser.parse_args(
+        [
+            "tokenizer-train",
+            "--text",
+            str(text_file),
+            "--kind",
+            "unigram",
+            "--vocab-size",
+            "300",
+            "--out",
+            str(out),
+            "--format",
+            "huggingface",
+        ]
+    )
+    assert args.func(args) == 0
+    tok = tk.load(out)
+    assert isinstance(tok, tk.Unigram) and tok.vocab_size == 300
+    args = parser.parse_args(
+        [
+            "tokenizer-train",
+            "--text",
+            str(text_file),
+            "--kind",
+            "char",
+            "--out",
+            str(out),
+            "--format",
+            "huggingface",
+        ]
+    )
+    assert args.func(args) == 2
+    assert "no Hugging Face tokenizer.json form" in capsys.readouterr().err
