@@ -97,6 +97,17 @@ def _backward(ctx, G, q, k, v, dq=None, dk=None, dv=None):
     return dq, dk, dv, dS
 
 
+def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask):
+    """Boolean (..., T_q, 1): True for query rows that may attend to no key; None if none."""
+    allowed = causal_keep(xp, T_q, T_k) if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is None:
+        return None
+    dead = ~allowed.any(axis=-1, keepdims=True)
+    return dead if dead.any() else None
+
+
 def _backward_graph(ctx, G, q, k, v, bias, causal, mask):
     """The same backward in Tensor ops, with A recomputed from q and k (for create_graph)."""
     S = (q @ k.mT) * ctx.scale
@@ -107,7 +118,12 @@ def _backward_graph(ctx, G, q, k, v, bias, causal, mask):
         S = S + const(_causal_bias(xp, q.shape[-2], k.shape[-2], S.dtype))
     if mask is not None:
         S = tl.where(const(mask), S, -xp.inf)
+    dead = _dead_rows(xp, q.shape[-2], k.shape[-2], causal, mask)
+    if dead is not None:  # rows with every key masked: A = 0, as in the forward (not NaN)
+        S = tl.where(const(dead), 0.0, S)
     A = S.softmax(axis=-1)
+    if dead is not None:
+        A = tl.where(const(dead), 0.0, A)
     Ad = A if ctx.drop is None else A * const(ctx.drop)
     dv = Ad.mT @ G
     dA = G @ v.mT

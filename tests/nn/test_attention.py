@@ -233,3 +233,16 @@ def test_float32_default_and_state_dict_names():
     assert m.W_QKV.dtype == np.float32
     assert list(m.state_dict()) == ["W_QKV", "b_QKV", "W_O", "b_O"]
     assert m(tl.randn(1, 3, 16)).dtype == np.float32
+
+
+def test_fully_masked_row_has_zero_second_order_gradients():
+    """A query row that may attend to no key outputs 0 and gets 0 gradient, also under
+    create_graph (the Tensor-op backward recomputes A and must not make NaN)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (tl.tensor(rng.standard_normal((1, 1, 3, 2)), requires_grad=True) for _ in "qkv")
+    mask = np.ones((3, 3), bool)
+    mask[1] = False
+    sdpa = nn.functional.scaled_dot_product_attention
+    (gq,) = tl.grad(sdpa(q, k, v, mask=mask).sum(), [q], create_graph=True)
+    assert np.all(gq.numpy()[0, 0, 1] == 0) and np.isfinite(gq.numpy()).all()
+    tl.gradgradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask), [q, k, v])
