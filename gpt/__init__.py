@@ -1,0 +1,15 @@
+"""gpt: tokenizers, decoder-only GPTs and encoder-decoder transformers built from ``nn``.
+
+    import gpt
+    tok = gpt.tokenizers.ByteBPE.train(text, vocab_size=512)
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=tok.vocab_size, n_layer=4, n_head=4, d_model=128))
+    logits, loss = model(idx, targets)
+
+``python -m gpt --help`` lists the command-line jobs (train, sample, tokenizer training and
+report).
+"""
+
+from gpt import tokenizers
+from gpt.config import PRESETS, ConfigError, GPTConfig, Seq2SeqConfig, preset
+from gpt.generate import generate, sample_next
+from gpt.model import GPT, Block, GPTCache
