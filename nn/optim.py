@@ -274,18 +274,23 @@ class Adam(Optimizer):
                         w *= 1 - lr * wd  # p ← p − η·λ·p
                     else:
                         g = g + wd * w
+                # One scratch array serves every temporary (this runs for every parameter of
+                # every step): m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g², then
+                # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), which is the formula
+                # above with m̂ and v̂ written out.
+                tmp = xp.multiply(g, 1 - b1, out=xp.empty_like(w))
                 m *= b1
-                m += (1 - b1) * g
+                m += tmp
+                xp.multiply(g, g, out=tmp)
+                tmp *= 1 - b2
                 v *= b2
-                v += (1 - b2) * (g * g)
-                # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), the same as the formula
-                # above with m̂ and v̂ written out, without two more full-size arrays.
-                denom = xp.sqrt(v)
-                denom /= math.sqrt(1 - b2**t)
-                denom += eps
-                step = m / denom
-                step *= lr / (1 - b1**t)
-                w -= step
+                v += tmp
+                xp.sqrt(v, out=tmp)
+                tmp /= math.sqrt(1 - b2**t)
+                tmp += eps
+                xp.divide(m, tmp, out=tmp)
+                tmp *= lr / (1 - b1**t)
+                w -= tmp
                 p._version += 1
 
 
