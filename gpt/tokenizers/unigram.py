@@ -19,7 +19,7 @@ Training goes top-down, the opposite of BPE and WordPiece:
 2. Fit p by EM: the E step computes expected piece counts over the corpus with forward-backward,
    the M step sets p(piece) proportional to its expected count.
 3. Prune: for each piece, estimate how much the corpus likelihood drops if it is removed and its
-   uses fall back to the next-best segmentation of the piece itself. Drop the quarter of pieces
+   uses fall back to the next-best segmentation of the piece itself. Drop the fifth of pieces
    whose removal costs least, but never a single character, so every word stays segmentable.
 4. Repeat 2-3 until the vocabulary has the requested size, then run EM once more.
 
@@ -276,7 +276,7 @@ class Unigram(Tokenizer):
         unk_token: str = "<unk>",
         max_piece_chars: int = 16,
         seed_size: int | None = None,
-        shrink: float = 0.75,
+        shrink: float = 0.8,
         em_iterations: int = 2,
         pattern: str = UNIGRAM_PATTERN,
         prepend_scheme: str = "always",
@@ -376,15 +376,19 @@ class _Lattice:
         word_of_edge = np.repeat(np.arange(len(self.words)), _n_spans(lengths, max_len))
         self.start = self.base[word_of_edge] + starts
         self.end = self.base[word_of_edge] + ends
-        self.end_off = ends
-        self.start_off = starts
-        self.word_of_edge = word_of_edge
+        # edges sorted by (end offset, end node), the order the forward and Viterbi passes visit
+        # them; the backward pass visits them by (start offset descending, start node)
+        order = np.lexsort((self.end, ends))
+        self.sid, self.start, self.end = self.sid[order], self.start[order], self.end[order]
+        self.end_off, self.start_off = ends[order], starts[order]
+        self.word_of_edge = word_of_edge[order]
+        self.backward_order = np.lexsort((self.start, -self.start_off))
         self.first_node = self.base
         self.last_node = self.base + lengths
         sid_len = np.array([len(s) for s in self.strings], dtype=np.int64)
         self.sid_len = sid_len
         # frequency of each candidate (occurrences weighted by word counts)
-        self.sid_freq = np.bincount(self.sid, weights=self.freq[word_of_edge])
+        self.sid_freq = np.bincount(self.sid, weights=self.freq[self.word_of_edge])
         self.chars = [s for s in self.strings if len(s) == 1]
 
     def fit(
@@ -429,10 +433,17 @@ class _Lattice:
         """One E step (expected piece counts by forward-backward) and M step (renormalize)."""
         e = self._edges(alive)
         start, end, w = self.start[e], self.end[e], logp[self.sid[e]]
-        alpha = _sweep(self.n_nodes, self.first_node, start, end, self.end_off[e], w, "sum")
+        alpha = _sweep(self.n_nodes, self.first_node, start, end, self.end_off[e], w)
+        # backwards: from each word's last node, by decreasing start offset
+        b = self.backward_order[alive[self.sid[self.backward_order]]]
         beta = _sweep(
-            self.n_nodes, self.last_node, end, start, -self.start_off[e], w, "sum"
-        )  # backwards: from each word's last node, offsets in decreasing order
+            self.n_nodes,
+            self.last_node,
+            self.end[b],
+            self.start[b],
+            -self.start_off[b],
+            logp[self.sid[b]],
+        )
         log_z = alpha[self.last_node]
         wf = self.freq[self.word_of_edge[e]]
         post = np.exp(alpha[start] + w + beta[end] - log_z[self.word_of_edge[e]]) * wf
@@ -525,11 +536,12 @@ class _Alternatives:
         self.n_nodes = int(lengths.sum() + len(owners))
         self.first_node = base
         self.last_node = base + lengths
-        self.sid = sid[not_whole]
-        self.word = word[not_whole]
-        self.start = (base[word] + starts)[not_whole]
-        self.end = (base[word] + ends)[not_whole]
-        self.end_off = ends[not_whole]
+        start = (base[word] + starts)[not_whole]
+        end = (base[word] + ends)[not_whole]
+        order = np.lexsort((end, ends[not_whole]))  # as in _Lattice: by (end offset, end node)
+        self.sid = sid[not_whole][order]
+        self.start, self.end = start[order], end[order]
+        self.end_off = ends[not_whole][order]
 
     def segment(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For every living owner piece, its alternative pieces: parallel arrays (owner, alt)."""
@@ -589,21 +601,19 @@ def _normalize(logp: np.ndarray, alive: np.ndarray) -> np.ndarray:
 
 
 def _layers(offsets: np.ndarray, nodes: np.ndarray):
-    """Sort edges by (offset, node) and yield, per offset, the edge indices and the groups of
-    edges that share a node (as reduceat boundaries)."""
-    order = np.lexsort((nodes, offsets))
-    off_sorted = offsets[order]
-    cuts = np.flatnonzero(np.diff(off_sorted)) + 1
-    for chunk in np.split(order, cuts):
+    """For edges already sorted by (offset, node): yield, per offset, the edge indices and the
+    groups of edges that share a node (as reduceat boundaries, and the node of each group)."""
+    cuts = np.flatnonzero(np.diff(offsets)) + 1
+    for chunk in np.split(np.arange(len(offsets)), cuts):
         n = nodes[chunk]
         bounds = np.concatenate([[0], np.flatnonzero(np.diff(n)) + 1])
         yield chunk, bounds, n[bounds]
 
 
-def _sweep(n_nodes, sources, frm, to, offset, w, mode):
+def _sweep(n_nodes, sources, frm, to, offset, w):
     """Forward (or, with edges reversed, backward) log-sum over paths for all words at once.
 
-    Nodes are processed in order of ``offset`` so every edge's source is final before use.
+    Edges come sorted by (``offset``, ``to``), so every edge's source is final before use.
     """
     acc = np.full(n_nodes, -np.inf)
     acc[sources] = 0.0
@@ -617,8 +627,9 @@ def _sweep(n_nodes, sources, frm, to, offset, w, mode):
 
 
 def _viterbi(n_nodes, sources, frm, to, offset, w):
-    """Best incoming edge of every node (an index into the given edge arrays), all words at
-    once. Ties go to the edge that comes first among those ending at the node."""
+    """Best incoming edge of every node (an index into the given edge arrays, which come sorted
+    as for ``_sweep``), all words at once. Ties go to the first edge ending at the node: the
+    one starting earliest, i.e. the longest piece."""
     best = np.full(n_nodes, -np.inf)
     best[sources] = 0.0
     back = np.zeros(n_nodes, dtype=np.int64)
