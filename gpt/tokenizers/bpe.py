@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
-from .pretokenize import GPT2_PATTERN, bytes_to_text, compile_pattern, text_to_bytes
+from .pretokenize import GPT2_PATTERN, bytes_to_text, splitter, text_to_bytes
 
 Pair = tuple[int, int]
 
@@ -69,7 +69,7 @@ class ByteBPE(Tokenizer):
         self.pattern = pattern
         self.add_prefix_space = add_prefix_space
         self.ignore_merges = ignore_merges
-        self._split = compile_pattern(pattern).findall
+        self._split = splitter(pattern)
         self._check_ids_layout()
         self.bytes_to_id = {b: i for i, b in self.vocab.items()}
         # byte value -> id of its one-byte token (None if the vocabulary lacks it)
@@ -116,7 +116,7 @@ class ByteBPE(Tokenizer):
                 f"vocab_size {vocab_size} is below the base alphabet: 256 bytes + "
                 f"{len(specials)} special tokens = {256 + len(specials)}"
             )
-        split = compile_pattern(pattern).findall
+        split = splitter(pattern)
         special_re = special_splitter(specials)
         word_counts: Counter[str] = Counter()
         for chunk in iter_texts(text_or_iterator):

@@ -16,6 +16,7 @@ Hugging Face ``tokenizer.json``) store byte strings through it so they remain re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import regex
@@ -50,9 +51,39 @@ def compile_pattern(pattern: str) -> regex.Pattern:
 
 
 def pretokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
-    """Split ``text`` into pre-tokens. Joining them gives back ``text`` when the pattern covers
-    every character (GPT-2's does: its last alternative ``\\s+`` catches the leftovers)."""
-    return compile_pattern(pattern).findall(text)
+    """Split ``text`` into pre-tokens; joining them always gives back ``text``."""
+    return splitter(pattern)(text)
+
+
+#: patterns known to match every character, for which a plain ``findall`` loses nothing
+_COVERING = (GPT2_PATTERN, UNIGRAM_PATTERN, METASPACE_SPLIT_PATTERN)
+
+
+@lru_cache(maxsize=64)
+def splitter(pattern: str) -> Callable[[str], list[str]]:
+    """A function cutting text into the pattern's matches *and* the gaps between them.
+
+    Text the pattern does not match is kept as pre-tokens of its own (Hugging Face calls this
+    the "isolated" split), so a custom pattern can never silently drop characters. For the
+    built-in patterns, which match everything, this is plain ``findall``.
+    """
+    regex_ = compile_pattern(pattern)
+    if pattern in _COVERING:
+        return regex_.findall
+
+    def split(text: str) -> list[str]:
+        out, pos = [], 0
+        for m in regex_.finditer(text):
+            if m.start() > pos:
+                out.append(text[pos : m.start()])
+            if m.end() > m.start():
+                out.append(m.group())
+            pos = m.end()
+        if pos < len(text):
+            out.append(text[pos:])
+        return out
+
+    return split
 
 
 @lru_cache(maxsize=1)

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
-from .pretokenize import METASPACE, UNIGRAM_PATTERN, compile_pattern
+from .pretokenize import METASPACE, UNIGRAM_PATTERN, splitter
 
 _CACHE_LIMIT = 1 << 18
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
@@ -92,7 +92,7 @@ class Unigram(Tokenizer):
         self.prepend_scheme = prepend_scheme
         self.replacement = replacement
         self.fuse_unk = fuse_unk
-        self._split = compile_pattern(pattern).findall
+        self._split = splitter(pattern)
         # pieces that segmentation may use: everything but the special tokens
         self.scores = {t: s for t, s in self.pieces if t not in self.special}
         self.max_piece_chars = max((len(t) for t in self.scores), default=1)

@@ -145,6 +145,14 @@ def test_custom_pattern_whitespace_split():
     assert tok.pattern == r"\S+|\s+"
 
 
+@settings(deadline=None)  # timing varies on a shared 2-core machine
+@given(unicode_text)
+def test_a_pattern_that_misses_characters_loses_nothing(text):
+    # r"\w+" matches no spaces or punctuation: the gaps become pre-tokens of their own
+    tok = ByteBPE.train("hello, world! hello again", 260, pattern=r"\w+")
+    assert tok.decode(tok.encode(text)) == text
+
+
 def test_invalid_pattern_is_a_clear_error():
     with pytest.raises(TokenizerError, match="invalid pre-tokenizer pattern"):
         ByteBPE.train("abc", 257, pattern="(unclosed")

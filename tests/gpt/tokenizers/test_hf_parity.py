@@ -206,15 +206,17 @@ VARIANT_SAMPLES = [
 
 
 @pytest.mark.parametrize("scheme", ["always", "first", "never"])
-@pytest.mark.parametrize("split", [True, False])
+@pytest.mark.parametrize("split", [True, False, "letters only"])
 def test_hf_unigram_metaspace_variants(train_text, heldout_text, tmp_path, scheme, split):
-    if split:
+    if split is True:
         pre = pre_tokenizers.Metaspace(prepend_scheme=scheme, split=True)
     else:
+        # a pattern that covers everything, and one that leaves gaps (kept as pieces too)
+        pattern = r"\s+|[^\s]+" if split is False else r"\p{L}+"
         pre = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.Metaspace(prepend_scheme=scheme, split=False),
-                pre_tokenizers.Split(hf.Regex(r"\s+|[^\s]+"), behavior="isolated"),
+                pre_tokenizers.Split(hf.Regex(pattern), behavior="isolated"),
             ]
         )
     theirs = train_hf(
