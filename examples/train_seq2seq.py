@@ -151,7 +151,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="training steps per task")
     p.add_argument("--quick", action="store_true", help="a short run (for the test suite)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (2e-3; quick 3e-3)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (1e-3; quick 3e-3)")
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-layer", type=int, default=2, help="layers in each stack")
@@ -166,8 +166,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.d_model, args.n_layer, args.n_test = 32, 1, 200
         args.steps = 250 if args.steps is None else args.steps
         args.lr = 3e-3 if args.lr is None else args.lr
-    args.steps = 800 if args.steps is None else args.steps
-    args.lr = 2e-3 if args.lr is None else args.lr
+    args.steps = 1200 if args.steps is None else args.steps
+    args.lr = 1e-3 if args.lr is None else args.lr
     return args
 
 
