@@ -4,8 +4,9 @@ A ``tokenizer.json`` describes a pipeline: normalizer -> pre-tokenizer -> model 
 processor, decoder), plus "added tokens" that are cut out of the text before anything else
 runs. This package reads and writes the pipelines its own tokenizers correspond to:
 
-* byte-level BPE: no normalizer, a ``ByteLevel`` pre-tokenizer (GPT-2's pattern), a ``BPE``
-  model whose tokens are spelled in GPT-2's printable byte alphabet,
+* byte-level BPE: no normalizer, a ``ByteLevel`` pre-tokenizer (GPT-2's pattern) or a regex
+  ``Split`` followed by ``ByteLevel(use_regex=False)`` (a custom pattern, as GPT-4-style files
+  have), a ``BPE`` model whose tokens are spelled in GPT-2's printable byte alphabet,
 * WordPiece: ``BertNormalizer`` (or none), ``BertPreTokenizer``, a ``WordPiece`` model,
 * Unigram: no normalizer, ``Metaspace`` (optionally followed by a ``Split`` on a regex), a
   ``Unigram`` model with log probabilities.
@@ -111,11 +112,28 @@ def _ids_to_list(vocab: dict[str, int], added: dict[str, int], path) -> list[str
 def _read_bpe(data, model, added, path) -> ByteBPE:
     _require(data.get("normalizer") is None, path, "BPE: normalizers are not supported")
     pre = data.get("pre_tokenizer") or {}
-    _require(
-        pre.get("type") == "ByteLevel" and pre.get("use_regex", True),
-        path,
-        f"BPE: only a ByteLevel pre-tokenizer is supported, found {pre.get('type')!r}",
-    )
+    if pre.get("type") == "Sequence":
+        # Split(Regex, Isolated) then ByteLevel(use_regex=False): GPT-4-style custom patterns
+        steps = pre.get("pretokenizers") or []
+        ok = (
+            len(steps) == 2
+            and steps[0].get("type") == "Split"
+            and steps[0].get("behavior") == "Isolated"
+            and not steps[0].get("invert", False)
+            and "Regex" in (steps[0].get("pattern") or {})
+            and steps[1].get("type") == "ByteLevel"
+            and not steps[1].get("use_regex", True)
+            and not steps[1].get("add_prefix_space", False)
+        )
+        _require(ok, path, "BPE: only Split(Regex, Isolated) + ByteLevel(use_regex=False)")
+        pattern, prefix_space = steps[0]["pattern"]["Regex"], False
+    else:
+        _require(
+            pre.get("type") == "ByteLevel" and pre.get("use_regex", True),
+            path,
+            f"BPE: only a ByteLevel pre-tokenizer is supported, found {pre.get('type')!r}",
+        )
+        pattern, prefix_space = GPT2_PATTERN, bool(pre.get("add_prefix_space", False))
     for field in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
         _require(not model.get(field), path, f"BPE: {field}={model.get(field)!r} not supported")
     _require(not model.get("byte_fallback"), path, "BPE: byte_fallback is not supported")
@@ -142,8 +160,8 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
         vocab,
         merges,
         {t: added[t] for t in added},
-        GPT2_PATTERN,
-        add_prefix_space=bool(pre.get("add_prefix_space", False)),
+        pattern,
+        add_prefix_space=prefix_space,
         ignore_merges=bool(model.get("ignore_merges", False)),
     )
 
@@ -307,8 +325,26 @@ def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:
             "trim_offsets": True,
             "use_regex": True,
         }
+    elif not tok.add_prefix_space:
+        pre = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": tok.pattern},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+                {
+                    "type": "ByteLevel",
+                    "add_prefix_space": False,
+                    "trim_offsets": True,
+                    "use_regex": False,
+                },
+            ],
+        }
     else:
-        raise TokenizerError("only ByteBPE with GPT-2's pattern can be saved as tokenizer.json")
+        raise TokenizerError("a custom pattern with add_prefix_space has no tokenizer.json form")
     vocab = {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
     vocab.update(tok.special)
     merges = [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]

@@ -260,3 +260,38 @@ def test_hf_bpe_variants(train_text, heldout_text, tmp_path, prefix_space, ignor
     for s in samples:
         ids = theirs.encode(s).ids
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=False)
+
+
+# GPT-4's pre-tokenizer pattern (published with tiktoken's cl100k_base): case-insensitive
+# contractions, at most three digits per number, newlines kept with the preceding symbols
+GPT4_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+def test_hf_bpe_with_a_custom_split_pattern(train_text, heldout_text, tmp_path):
+    theirs = train_hf(
+        models.BPE(),
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=["<|e|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+        train_text[:100_000],
+        pre=pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(hf.Regex(GPT4_PATTERN), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        ),
+        path=tmp_path / "tokenizer.json",
+    )
+    ours = tk.load(tmp_path / "tokenizer.json")
+    assert ours.pattern == GPT4_PATTERN
+    samples = [*VARIANT_SAMPLES, "I'LL pay 1234567 ducats\r\n\n  x", heldout_text[:5000]]
+    check_same(ours, theirs, samples)
+    # and the other way: our BPE with that pattern, written here, read there
+    mine = tk.ByteBPE.train(train_text[:100_000], 600, ["<|e|>"], pattern=GPT4_PATTERN)
+    tk.save(mine, tmp_path / "mine.json", format="huggingface")
+    check_same(mine, hf.Tokenizer.from_file(str(tmp_path / "mine.json")), samples)
