@@ -13,3 +13,4 @@ from gpt import tokenizers
 from gpt.config import PRESETS, ConfigError, GPTConfig, Seq2SeqConfig, preset
 from gpt.generate import generate, sample_next
 from gpt.model import GPT, Block, GPTCache
+from gpt.seq2seq import Transformer, beam_search, greedy_decode
