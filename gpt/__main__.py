@@ -142,7 +142,16 @@ def main(argv: list[str] | None = None) -> int:
         tok_cli.add_train_parser(sub)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    from gpt.config import ConfigError
+    from gpt.data import DataError
+    from gpt.tokenizers import TokenizerError
+    from nn.serialization import SerializationError
+
+    try:
+        return args.func(args)
+    except (ConfigError, DataError, TokenizerError, SerializationError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
