@@ -232,14 +232,15 @@ class Trainer:
 
     def sample(
         self,
-        prompt: str = "\n",
+        prompt: str | None = None,
         max_new_tokens: int | None = None,
         temperature: float = 0.8,
         top_k: int | None = 40,
     ) -> str:
+        """Generated text; without a prompt it starts from the training text's first token."""
         from gpt.generate import generate
 
-        ids = self.tokenizer.encode(prompt) or [0]
+        ids = self.tokenizer.encode(prompt) if prompt else [int(self.splits["train"][0])]
         out = generate(
             self.model,
             ids,
