@@ -41,15 +41,18 @@ from gpt.config import preset  # noqa: E402
 from gpt.model import GPT  # noqa: E402
 
 
-def make_batch(rng: np.random.Generator, batch: int, T: int, vocab: int, min_len: int = 4):
-    """Random tokens with one segment of random length L repeated at a random later place:
-    inputs x and next-token targets y, (batch, T) each."""
+def make_batch(rng: np.random.Generator, batch: int, T: int, vocab: int, min_len: int = 3):
+    """Sequences that repeat a random segment r of random length L (min_len ≤ L ≤ T/2) over
+    and over, after a few random tokens: inputs x and next-token targets y, (batch, T) each.
+    Every token after the first copy is predictable by looking up its earlier occurrence
+    (induction), and, with L random, by nothing that counts positions."""
     seq = rng.integers(0, vocab, size=(batch, T + 1))
     for b in range(batch):
         L = int(rng.integers(min_len, (T + 1) // 2 + 1))
-        start = int(rng.integers(0, T + 1 - 2 * L + 1))
-        gap = int(rng.integers(0, T + 1 - 2 * L - start + 1))
-        seq[b, start + L + gap : start + 2 * L + gap] = seq[b, start : start + L]
+        start = int(rng.integers(0, 4))
+        r = seq[b, start : start + L].copy()
+        n = T + 1 - start
+        seq[b, start:] = np.tile(r, -(-n // L))[:n]
     return seq[:, :-1], seq[:, 1:]
 
 
@@ -61,6 +64,7 @@ def train(args) -> dict:
         block_size=args.block_size,
         d_model=args.d_model,
         n_head=args.n_head,
+        positional=args.positional,
     )
     model = GPT(cfg)
     opt = nn.optim.AdamW(
@@ -72,7 +76,8 @@ def train(args) -> dict:
     history, found = [], None
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
-        lr = nn.optim.cosine_with_warmup(step - 1, args.warmup, args.steps, args.lr, args.lr / 10)
+        warmup = min(args.warmup, args.steps)
+        lr = nn.optim.cosine_with_warmup(step - 1, warmup, args.steps, args.lr, args.lr / 10)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = make_batch(rng, args.batch, args.block_size, args.vocab)
@@ -128,7 +133,14 @@ def report(model, eval_kw: dict, found, out: Path | None) -> dict:
     if len(model.blocks) >= 2:
         k = circuits.composition_scores(model)["k"][1, :, 0]
         print()
-        print(circuits.format_head_table(k, "K-composition: rows layer-1 heads, columns layer-0"))
+        print(
+            circuits.format_head_table(
+                k,
+                "K-composition of layer-1 heads (rows) with layer-0 heads",
+                row="L1 h",
+                col="L0 h",
+            )
+        )
     if out is not None:
         from gpt import plots
 
@@ -167,12 +179,13 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (seconds), for tests")
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--block-size", type=int, default=48)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--vocab", type=int, default=32)
+    p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--positional", default="learned", help="learned | relative | rope | ...")
+    p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--eval-every", type=int, default=None)
@@ -181,9 +194,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
     if args.steps is None:
-        args.steps = 40 if args.quick else 1500
+        args.steps = 40 if args.quick else 800
     if args.eval_every is None:
-        args.eval_every = 20 if args.quick else 100
+        args.eval_every = 20 if args.quick else 50
     if args.quick:
         args.block_size, args.batch = min(args.block_size, 32), min(args.batch, 8)
     result = train(args)

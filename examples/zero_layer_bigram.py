@@ -11,7 +11,7 @@ equals that table's conditional entropy H(next | current), and in general
 
 The script trains such a model on characters and prints both terms as training goes.
 
-    python examples/zero_layer_bigram.py            # about a minute
+    python examples/zero_layer_bigram.py            # a minute or two
     python examples/zero_layer_bigram.py --quick    # seconds (used by the tests)
 """
 
@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.steps is None:
-        args.steps = 150 if args.quick else 1500
+        args.steps = 150 if args.quick else 600
     if args.quick:
         args.chars = min(args.chars, 30_000)
 

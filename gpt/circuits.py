@@ -726,11 +726,19 @@ def induction_report(
     }
 
 
-def format_head_table(scores: np.ndarray, title: str = "", fmt: str = "{:6.3f}") -> str:
-    """A (n_layer, n_head) array as a small text table."""
-    L, H = scores.shape
+def format_head_table(
+    scores: np.ndarray,
+    title: str = "",
+    fmt: str = "{:6.3f}",
+    row: str = "layer",
+    col: str = "h",
+) -> str:
+    """A (rows, heads) array as a small text table; rows are labelled ``f"{row} {i}"`` and
+    columns ``f"{col}{j}"`` (default: layers × heads)."""
+    R, H = scores.shape
+    width = len(f"{row} {R - 1}")
     lines = [title] if title else []
-    lines.append("        " + " ".join(f"{'h' + str(h):>6}" for h in range(H)))
-    for layer in range(L):
-        lines.append(f"layer {layer} " + " ".join(fmt.format(s) for s in scores[layer]))
+    lines.append(" " * width + " " + " ".join(f"{col + str(h):>6}" for h in range(H)))
+    for i in range(R):
+        lines.append(f"{row + ' ' + str(i):<{width}} " + " ".join(fmt.format(s) for s in scores[i]))
     return "\n".join(lines)
