@@ -16,8 +16,15 @@ real pattern matching), then measures on fresh repeated random sequences [r, r]:
   an induction head works): in-context learning;
 - the K-composition scores between the layer-0 and layer-1 heads.
 
-    python examples/induction_heads.py            # a few minutes on a laptop CPU
+    python examples/induction_heads.py            # ~1 min on an idle 2-core CPU (3000 steps)
     python examples/induction_heads.py --quick    # a few seconds (used by the tests)
+
+Measured (seed 0, defaults): the model learns in context (loss on the second copy of r about
+1.3 nats against 3.65 on the first) but within 3000 steps no head passed an induction score
+of 0.5 (best ≈ 0.3, in layer 0, which cannot be a true induction head); the abrupt formation
+of induction heads (Olsson et al. 2022) may need more steps than this default, which is kept
+short. Try ``--steps 20000`` and watch the score column. The tests check the scores on a
+hand-built induction circuit instead (tests/gpt/test_circuits.py).
 
 With matplotlib installed it writes PNGs (scores per head, the best head's attention pattern,
 the loss curve) to ``--out``.
@@ -194,9 +201,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
     if args.steps is None:
-        args.steps = 40 if args.quick else 800
+        args.steps = 40 if args.quick else 3000
     if args.eval_every is None:
-        args.eval_every = 20 if args.quick else 50
+        args.eval_every = 20 if args.quick else 250
     if args.quick:
         args.block_size, args.batch = min(args.block_size, 32), min(args.batch, 8)
     result = train(args)

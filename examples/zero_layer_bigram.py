@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.steps is None:
-        args.steps = 150 if args.quick else 600
+        args.steps = 150 if args.quick else 1500
     if args.quick:
         args.chars = min(args.chars, 30_000)
 
