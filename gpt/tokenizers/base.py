@@ -93,15 +93,24 @@ class Tokenizer:
         """Decode ids of ordinary (non-special) tokens."""
         raise NotImplementedError
 
+    # Lookups for tokenizers that keep their vocabulary as a table: ``itos`` (id -> token
+    # string) and ``stoi`` (token -> id). Byte-level BPE keeps bytes and overrides these.
+    itos: list[str]
+    stoi: dict[str, int]
+
     @property
     def vocab_size(self) -> int:
-        raise NotImplementedError
+        return len(self.itos)
 
     def id_to_token(self, i: int) -> str:
-        raise NotImplementedError
+        (i,) = self.check_ids([i])
+        return self.itos[i]
 
     def token_to_id(self, token: str) -> int:
-        raise NotImplementedError
+        i = self.stoi.get(token, self.special.get(token))
+        if i is None:
+            raise TokenizerError(f"token {token!r} is not in the vocabulary")
+        return i
 
     # ----- the shared interface ----------------------------------------------------------------
 

@@ -86,20 +86,6 @@ class CharTokenizer(Tokenizer):
             keep = list(counts)
         return cls(sorted(keep), specials, unknown)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def id_to_token(self, i: int) -> str:
-        (i,) = self.check_ids([i])
-        return self.itos[i]
-
-    def token_to_id(self, token: str) -> int:
-        i = self.stoi.get(token, self.special.get(token))
-        if i is None:
-            raise TokenizerError(f"token {token!r} is not in the vocabulary")
-        return i
-
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
         stoi = self.stoi
         try:

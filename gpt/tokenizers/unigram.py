@@ -247,20 +247,6 @@ class Unigram(Tokenizer):
             text = text[1:]
         return text
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def id_to_token(self, i: int) -> str:
-        (i,) = self.check_ids([i])
-        return self.itos[i]
-
-    def token_to_id(self, token: str) -> int:
-        i = self.stoi.get(token)
-        if i is None:
-            raise TokenizerError(f"token {token!r} is not in the vocabulary")
-        return i
-
     def score(self, token: str) -> float:
         """The log probability of a piece."""
         return self.pieces[self.token_to_id(token)][1]

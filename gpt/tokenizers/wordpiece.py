@@ -183,22 +183,6 @@ class WordPiece(Tokenizer):
                 out.append(t)
         return "".join(out)
 
-    # ----- lookups -----------------------------------------------------------------------------
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def id_to_token(self, i: int) -> str:
-        (i,) = self.check_ids([i])
-        return self.itos[i]
-
-    def token_to_id(self, token: str) -> int:
-        i = self.stoi.get(token)
-        if i is None:
-            raise TokenizerError(f"token {token!r} is not in the vocabulary")
-        return i
-
 
 def _learn_merges(
     words: list[list[int]], freqs: list[int], itos: list[str], n_merges: int, prefix: str
