@@ -112,6 +112,25 @@ class Tokenizer:
             raise TokenizerError(f"token {token!r} is not in the vocabulary")
         return i
 
+    # Distinct pre-tokens whose encoding is remembered before the cache is cleared.
+    CACHE_LIMIT: ClassVar[int] = 1 << 18
+
+    def _encode_words(self, words: Iterable[str], encode_word) -> list[int]:
+        """Concatenate ``encode_word(w)`` over the pre-tokens, remembering each distinct
+        pre-token's ids in ``self._cache`` (text repeats words, so most lookups hit)."""
+        cache = self._cache
+        ids: list[int] = []
+        for word in words:
+            try:
+                ids.extend(cache[word])
+            except KeyError:
+                word_ids = encode_word(word)
+                if len(cache) >= self.CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = word_ids
+                ids.extend(word_ids)
+        return ids
+
     # ----- the shared interface ----------------------------------------------------------------
 
     def encode(self, text: str, allowed_special: AllowedSpecial = "all") -> list[int]:

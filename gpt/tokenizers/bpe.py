@@ -42,8 +42,6 @@ from .pretokenize import GPT2_PATTERN, bytes_to_text, splitter, text_to_bytes
 
 Pair = tuple[int, int]
 
-_CACHE_LIMIT = 1 << 18  # distinct pre-tokens kept in the encode cache before it is cleared
-
 
 class ByteBPE(Tokenizer):
     """Byte-level BPE tokenizer.
@@ -145,18 +143,7 @@ class ByteBPE(Tokenizer):
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
         if self.add_prefix_space and not text.startswith(" "):
             text = " " + text
-        cache = self._cache
-        ids: list[int] = []
-        for word in self._split(text):
-            try:
-                ids.extend(cache[word])
-            except KeyError:
-                word_ids = self._encode_word(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = word_ids
-                ids.extend(word_ids)
-        return ids
+        return self._encode_words(self._split(text), self._encode_word)
 
     def _encode_word(self, word: str) -> list[int]:
         """Bytes of one pre-token, then apply merges by rank until none applies."""

@@ -49,7 +49,6 @@ import numpy as np
 from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
 from .pretokenize import METASPACE, UNIGRAM_PATTERN, splitter
 
-_CACHE_LIMIT = 1 << 18
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
 
 
@@ -118,18 +117,7 @@ class Unigram(Tokenizer):
     # ----- encoding ----------------------------------------------------------------------------
 
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        cache = self._cache
-        ids: list[int] = []
-        for word in self._words(text, first):
-            try:
-                ids.extend(cache[word])
-            except KeyError:
-                word_ids = self._viterbi(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = word_ids
-                ids.extend(word_ids)
-        return ids
+        return self._encode_words(self._words(text, first), self._viterbi)
 
     def _edges_from(self, word: str, i: int) -> Iterable[tuple[int, float]]:
         """Pieces starting at position i: (end position, score). An unknown character gives a

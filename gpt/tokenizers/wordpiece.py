@@ -36,8 +36,6 @@ from collections.abc import Iterable, Sequence
 from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
 from .pretokenize import bert_normalize, bert_pretokenize
 
-_CACHE_LIMIT = 1 << 18
-
 
 class WordPiece(Tokenizer):
     """WordPiece tokenizer. ``vocab`` lists every token in id order, special tokens included."""
@@ -131,18 +129,9 @@ class WordPiece(Tokenizer):
     # ----- encoding ----------------------------------------------------------------------------
 
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        cache = self._cache
-        ids: list[int] = []
-        for word in bert_pretokenize(bert_normalize(text, **self.normalizer)):
-            try:
-                ids.extend(cache[word])
-            except KeyError:
-                word_ids = self._encode_word(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = word_ids
-                ids.extend(word_ids)
-        return ids
+        return self._encode_words(
+            bert_pretokenize(bert_normalize(text, **self.normalizer)), self._encode_word
+        )
 
     def _encode_word(self, word: str) -> list[int]:
         """Greedy longest-match-first; the whole word is [UNK] if it cannot be covered."""
