@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from nn.fused._util import const, recording
 from tensorlab.backend import xp_of
 from tensorlab.function import Function
@@ -27,25 +29,37 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _TANH_C = math.sqrt(2.0 / math.pi)  # the tanh form's √(2/π) and its cubic coefficient
 _TANH_K = 0.044715
+_LOG2_E = 1.0 / math.log(2.0)
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
 
 
 def _erf_and_gauss(z):
-    """(erf(z), e^(-z²)) on a raw array; the second is the derivative's shape, reused."""
+    """(erf(z), e^(-z²)) on a raw array; the second is the derivative's shape, reused.
+
+    Written for speed on NumPy, where each line is one pass over memory and some ufuncs are
+    much slower than others: e^(-z²) is computed as 2^(-z² log₂e) (``exp2`` is about twice as
+    fast as ``exp`` for float32), 1/(1 + p|z|) with ``divide`` (faster than ``reciprocal``),
+    and the sign is restored by copying z's sign bit into the result, which is ≥ 0 before that
+    (``copysign`` is not vectorised and costs as much as six multiplications).
+    """
     xp = xp_of(z)
     a = xp.abs(z)
     t = a * _P
     t += 1.0
-    xp.reciprocal(t, out=t)
+    xp.divide(1.0, t, out=t)
     poly = t * _A[4]
     for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
         poly += c
         poly *= t
-    gauss = a * a
-    xp.negative(gauss, out=gauss)
-    xp.exp(gauss, out=gauss)
+    gauss = xp.multiply(a, a, out=a)
+    gauss *= -_LOG2_E
+    xp.exp2(gauss, out=gauss)
     poly *= gauss
-    xp.subtract(1.0, poly, out=poly)
-    return xp.copysign(poly, z, out=poly), gauss
+    xp.subtract(1.0, poly, out=poly)  # erf(|z|) ≥ 0
+    bits = _UINT[poly.dtype.itemsize]
+    sign = xp.bitwise_and(z.view(bits), bits(1 << (8 * poly.dtype.itemsize - 1)))
+    xp.bitwise_or(poly.view(bits), sign, out=poly.view(bits))  # copysign(erf(|z|), z)
+    return poly, gauss
 
 
 def erf(z):

@@ -25,7 +25,7 @@ as strided views inside the node, not as five extra graph nodes.
 from __future__ import annotations
 
 import tensorlab as tl
-from nn.fused._util import const, recording
+from nn.fused._util import const, recording, sum_last
 from tensorlab.backend import device_of, generator, xp_of
 from tensorlab.function import Function
 
@@ -68,7 +68,7 @@ def _forward(ctx, q, k, v, bias, scale, causal, mask, dropout_p, out=None):
         m[m == -xp.inf] = 0
     S -= m
     xp.exp(S, out=S)
-    total = S.sum(axis=-1, keepdims=True)
+    total = sum_last(S)
     if masked:
         total[total == 0] = 1
     S /= total
@@ -90,7 +90,7 @@ def _backward(ctx, G, q, k, v, dq=None, dk=None, dv=None):
     if ctx.drop is not None:
         dS *= ctx.drop
     dS *= A
-    dS -= A * dS.sum(axis=-1, keepdims=True)
+    dS -= A * sum_last(dS)
     dSs = dS * ctx.scale
     dq = xp.matmul(dSs, k, out=dq)
     dk = xp.matmul(dSs.swapaxes(-1, -2), q, out=dk)

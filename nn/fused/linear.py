@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nn.fused._util import recording
+from nn.fused._util import recording, sum_rows
 from tensorlab.function import Function
 
 
@@ -36,5 +36,5 @@ class LinearFn(Function):
         g2 = g.data.reshape(-1, d_out)
         gx = (g2 @ W.data.T).reshape(x.shape) if x.requires_grad else None
         gW = x.data.reshape(-1, d_in).T @ g2 if W.requires_grad else None
-        gb = g2.sum(axis=0) if need_b else None
+        gb = sum_rows(g2) if need_b else None
         return gx, gW, gb

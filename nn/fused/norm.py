@@ -7,13 +7,9 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 
 from __future__ import annotations
 
-from nn.fused._util import recording
+from nn.fused._util import mean_last, recording, sum_rows
 from tensorlab.backend import xp_of
 from tensorlab.function import Function
-
-
-def _rows_sum(a, d: int):
-    return a.reshape(-1, d).sum(axis=0)
 
 
 class LayerNormFn(Function):
@@ -29,9 +25,11 @@ class LayerNormFn(Function):
     def forward(ctx, x, *affine, eps):
         xp = xp_of(x)
         ctx.eps = eps
-        xc = x - x.mean(axis=-1, keepdims=True)
-        rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps)
-        xhat = xc * rstd
+        xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
+        var = mean_last(xp.square(xhat))
+        var += eps
+        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
+        xhat *= rstd
         ctx.xhat, ctx.rstd = xhat, rstd
         if not affine:
             return xhat
@@ -53,18 +51,17 @@ class LayerNormFn(Function):
             grads = (dx, g * xhat, g)  # the engine sums dγ, dβ over the leading axes
             return grads[: len(ctx.inputs)]
         g, xhat, rstd = g.data, ctx.xhat, ctx.rstd
-        d = xhat.shape[-1]
         gh = g * gamma.data if gamma is not None else g
         dx = None
         if x.requires_grad:
-            dx = gh - gh.mean(axis=-1, keepdims=True)
-            dx -= xhat * (gh * xhat).mean(axis=-1, keepdims=True)
+            dx = gh - mean_last(gh)
+            dx -= xhat * mean_last(gh * xhat)
             dx *= rstd
         grads = [dx]
         if gamma is not None:
-            grads.append(_rows_sum(g * xhat, d) if gamma.requires_grad else None)
+            grads.append(sum_rows(g * xhat) if gamma.requires_grad else None)
         if len(ctx.inputs) == 3:
-            grads.append(_rows_sum(g, d) if ctx.inputs[2].requires_grad else None)
+            grads.append(sum_rows(g) if ctx.inputs[2].requires_grad else None)
         return tuple(grads)
 
 
@@ -81,7 +78,9 @@ class RMSNormFn(Function):
     def forward(ctx, x, *gain, eps):
         xp = xp_of(x)
         ctx.eps = eps
-        rstd = 1.0 / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+        var = mean_last(xp.square(x))
+        var += eps
+        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
         xhat = x * rstd
         ctx.xhat, ctx.rstd = xhat, rstd
         return xhat * gain[0] if gain else xhat
@@ -99,8 +98,8 @@ class RMSNormFn(Function):
         gh = g * gamma.data if gamma is not None else g
         dx = None
         if x.requires_grad:
-            dx = gh - xhat * (gh * xhat).mean(axis=-1, keepdims=True)
+            dx = gh - xhat * mean_last(gh * xhat)
             dx *= rstd
         if gamma is None:
             return dx
-        return dx, (_rows_sum(g * xhat, xhat.shape[-1]) if gamma.requires_grad else None)
+        return dx, (sum_rows(g * xhat) if gamma.requires_grad else None)
