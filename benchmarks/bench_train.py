@@ -1,11 +1,22 @@
 """Milliseconds per training iteration of a GPT here and in PyTorch eager (CPU), same run.
 
-    python benchmarks/bench_train.py            # the nanoGPT CPU config (issue #5 target)
-    python benchmarks/bench_train.py --large    # also 6 layers, 6 heads, 384 wide, block 256
+    python benchmarks/bench_train.py               # the nanoGPT CPU config (issue #5 target)
+    python benchmarks/bench_train.py --large       # also 6 layers, 6 heads, 384 wide, block 256
+    python benchmarks/bench_train.py --threads 1   # both frameworks on one core
 
 One iteration = a random batch from tiny Shakespeare (characters), forward, backward,
-gradient clipping at 1.0, and an AdamW step. Peak memory is the growth of the process's
-maximum resident set during the timed loop, measured in a fresh subprocess per framework.
+gradient clipping at 1.0, and an AdamW step.
+
+Timing: both models live in one process and take turns, a block of 5 iterations each, for
+``--blocks`` rounds; the script prints each framework's median iteration time and the median
+over rounds of the per-round ratio. Taking turns matters on a shared virtual machine, whose
+speed drifts by ±20% over a minute: two runs measured a minute apart can differ more than the
+frameworks do, while the ratio within a round is stable. ``--threads N`` sets NumPy's BLAS
+threads (``OPENBLAS_NUM_THREADS``, read when NumPy loads, hence the subprocess) and
+``torch.set_num_threads``; the default is the machine's CPU count, each library's default.
+
+Peak memory is the growth of the process's maximum resident set during a loop of iterations,
+measured in a fresh subprocess per framework.
 """
 
 from __future__ import annotations
@@ -14,8 +25,10 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -27,6 +40,9 @@ CONFIGS = {
     "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64, batch_size=12),
     "large": dict(n_layer=6, n_head=6, d_model=384, block_size=256, batch_size=8),
 }
+BLOCK = 5  # iterations per turn
+PAUSE = 0.3  # seconds between turns: idle BLAS/OpenMP threads spin for up to ~0.1 s after a
+# job, and would take the cores from the other library's turn
 
 
 def load_ids():
@@ -40,9 +56,8 @@ def load_ids():
     return np.array([lut[c] for c in text], dtype=np.int64), len(chars)
 
 
-def run_ours(cfg: dict, iters: int, warmup: int) -> list[float]:
-    import time
-
+def make_ours(cfg: dict):
+    """A function that runs one training iteration of our GPT and returns its seconds."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
@@ -56,8 +71,8 @@ def run_ours(cfg: dict, iters: int, warmup: int) -> list[float]:
     model = GPT(mcfg)
     opt = nn.optim.AdamW(nn.optim.param_groups_for_decay(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
     rng = np.random.default_rng(0)
-    times = []
-    for i in range(warmup + iters):
+
+    def step() -> float:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
         t0 = time.perf_counter()
         _, loss = model(tl.tensor(x), tl.tensor(y))
@@ -65,17 +80,17 @@ def run_ours(cfg: dict, iters: int, warmup: int) -> list[float]:
         loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
+        return time.perf_counter() - t0
+
+    return step
 
 
-def run_torch(cfg: dict, iters: int, warmup: int) -> list[float]:
-    import time
-
+def make_torch(cfg: dict):
+    """The same for the PyTorch reference model (benchmarks/torch_gpt.py)."""
     import torch
 
     from benchmarks.torch_gpt import TorchGPT, make_optimizer
+    from gpt.data import get_batch
 
     torch.manual_seed(0)
     ids, vocab = load_ids()
@@ -83,10 +98,8 @@ def run_torch(cfg: dict, iters: int, warmup: int) -> list[float]:
     model = TorchGPT(vocab, cfg["block_size"], cfg["n_layer"], cfg["n_head"], cfg["d_model"])
     opt = make_optimizer(model, 1e-3, 0.1)
     rng = np.random.default_rng(0)
-    from gpt.data import get_batch
 
-    times = []
-    for i in range(warmup + iters):
+    def step() -> float:
         x, y = get_batch(ids, cfg["block_size"], bs, rng)
         t0 = time.perf_counter()
         _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
@@ -94,44 +107,65 @@ def run_torch(cfg: dict, iters: int, warmup: int) -> list[float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
+        return time.perf_counter() - t0
+
+    return step
 
 
-def child(framework: str, name: str, iters: int, warmup: int) -> None:
-    """Run one framework in this (fresh) process and print JSON with times and memory."""
-    if framework == "torch":
+def child_times(name: str, blocks: int, threads: int) -> None:
+    """Both frameworks in this process, taking turns; prints JSON (medians, ratio)."""
+    cfg = CONFIGS[name]
+    ours = make_ours(cfg)
+    try:
         import torch
 
-        torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
+        torch.set_num_threads(threads)
+        theirs = make_torch(cfg)
+    except ImportError:
+        theirs = None
+    for _ in range(3):  # warm-up: caches, allocator, BLAS threads
+        ours()
+        if theirs:
+            theirs()
+    t_ours, t_ref, ratios = [], [], []
+    for _ in range(blocks):
+        a = [ours() for _ in range(BLOCK)]
+        t_ours += a
+        time.sleep(PAUSE)
+        if theirs:
+            b = [theirs() for _ in range(BLOCK)]
+            time.sleep(PAUSE)
+            t_ref += b
+            ratios.append(statistics.median(a) / statistics.median(b))
+    out = {"ours_ms": 1e3 * statistics.median(t_ours)}
+    if theirs:
+        out.update(ref_ms=1e3 * statistics.median(t_ref), ratio=statistics.median(ratios))
+        out["ratios"] = [round(r, 3) for r in ratios]
+    print(json.dumps(out))
+
+
+def child_memory(framework: str, name: str, iters: int) -> None:
+    """One framework alone in this (fresh) process; prints JSON with the peak RSS growth."""
+    if framework == "torch":
+        import torch  # the libraries' own import is not part of the training run's memory
+
         torch.zeros(1)
     else:
         import nn  # noqa: F401
-        import tensorlab  # noqa: F401
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    fn = run_torch if framework == "torch" else run_ours
-    times = fn(CONFIGS[name], iters, warmup)
+    step = (make_torch if framework == "torch" else make_ours)(CONFIGS[name])
+    for _ in range(iters):
+        step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"median_ms": 1e3 * float(np.median(times)), "peak_mb": (peak - base) / 1024}))
+    print(json.dumps({"peak_mb": (peak - base) / 1024}))
 
 
-def measure(framework: str, name: str, iters: int, warmup: int) -> dict | None:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        framework,
-        "--config",
-        name,
-        "--iters",
-        str(iters),
-        "--warmup",
-        str(warmup),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+def run_child(args: list[str], threads: int) -> dict | None:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    cmd = [sys.executable, os.path.abspath(__file__), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if res.returncode != 0:
-        if framework == "torch" and "No module named 'torch'" in res.stderr:
+        if "No module named 'torch'" in res.stderr:
             return None
         raise RuntimeError(res.stderr)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -140,33 +174,51 @@ def measure(framework: str, name: str, iters: int, warmup: int) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--large", action="store_true")
-    ap.add_argument("--iters", type=int, default=40)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--child", default=None)
-    ap.add_argument("--config", default="tiny")
+    ap.add_argument("--blocks", type=int, default=12, help="rounds of turns (5 iterations each)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--config", default="tiny", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child == "times":
+        child_times(args.config, args.blocks, args.threads)
+        return
     if args.child:
-        child(args.child, args.config, args.iters, args.warmup)
+        child_memory(args.child, args.config, iters=10)
         return
     names = ["tiny", "large"] if args.large else ["tiny"]
     print(
-        f"ms per training iteration (median of {args.iters}, after {args.warmup} warm-up); "
-        "peak = growth of max RSS during the loop"
+        f"ms per training iteration, {args.threads} thread(s): medians over {args.blocks} "
+        f"rounds of {BLOCK} iterations per framework, taken in turns; ratio = median of the "
+        "per-round ratios. peak = growth of max RSS over 10 iterations (own process)."
     )
     print(
         f"{'config':<8} {'tensorlab ms':>13} {'pytorch ms':>11} {'ratio':>7} "
         f"{'tensorlab MB':>13} {'pytorch MB':>11}"
     )
     for name in names:
-        iters = args.iters if name == "tiny" else max(5, args.iters // 4)
-        ours = measure("ours", name, iters, args.warmup)
-        ref = measure("torch", name, iters, args.warmup)
-        ratio = f"{ours['median_ms'] / ref['median_ms']:6.2f}x" if ref else "     -"
-        ref_ms = f"{ref['median_ms']:11.1f}" if ref else "          -"
-        ref_mb = f"{ref['peak_mb']:11.1f}" if ref else "          -"
-        print(
-            f"{name:<8} {ours['median_ms']:13.1f} {ref_ms} {ratio} {ours['peak_mb']:13.1f} {ref_mb}"
+        blocks = args.blocks if name == "tiny" else max(3, args.blocks // 4)
+        t = run_child(
+            [
+                "--child",
+                "times",
+                "--config",
+                name,
+                "--blocks",
+                str(blocks),
+                "--threads",
+                str(args.threads),
+            ],
+            args.threads,
         )
+        mem = run_child(["--child", "ours", "--config", name], args.threads)
+        ref_mem = run_child(["--child", "torch", "--config", name], args.threads)
+        has_ref = "ref_ms" in t
+        ref_ms = f"{t['ref_ms']:11.1f}" if has_ref else "          -"
+        ratio = f"{t['ratio']:6.2f}x" if has_ref else "     -"
+        ref_mb = f"{ref_mem['peak_mb']:11.1f}" if ref_mem else "          -"
+        print(f"{name:<8} {t['ours_ms']:13.1f} {ref_ms} {ratio} {mem['peak_mb']:13.1f} {ref_mb}")
+        if has_ref:
+            print(f"{'':8} per-round ratios: {' '.join(f'{r:.2f}' for r in t['ratios'])}")
 
 
 if __name__ == "__main__":
