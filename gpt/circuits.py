@@ -33,7 +33,8 @@ What the circuits include (``qk_circuit``, ``ov_circuit``):
   final norm's gain into W_U. Each norm also divides by a per-position scale (the RMS, or the
   standard deviation after LayerNorm's centring), which is not a linear map and is left out,
   as are the centring and LayerNorm's bias: for a normed model the circuits are exact up to
-  those. For residual vectors of zero mean and unit RMS (and ``bias=False``) they are exact.
+  those. For residual vectors of zero mean and unit RMS (and ``bias=False``) they are exact,
+  and so they are for a model built with ``norm="none"`` (and ``bias=False``).
 
 Factored matrices. A circuit like W_E W_V^h W_O^h W_U is (vocab × vocab) but of rank at most
 d_head, so it is kept as a :class:`FactoredMatrix` A @ B with A (vocab, d_head) and
@@ -431,7 +432,8 @@ def _check_head(attn, head: int) -> None:
 
 
 def _gain(norm) -> np.ndarray | None:
-    return None if norm is None else _arr(norm.w)
+    w = getattr(norm, "w", None)  # None: no final norm, or norm="none"
+    return None if w is None else _arr(w)
 
 
 def _head_weights(model, layer: int, head: int, fold_ln: bool = True):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 GATED = ("glu", "reglu", "geglu", "swiglu")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "elu", *GATED)
 POSITIONAL = ("none", "learned", "sinusoidal", "relative", "rope")
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "none")
 PLACEMENTS = ("pre", "post", "sandwich")
 
 
@@ -52,7 +52,7 @@ class GPTConfig:
     d_head: int | None = None
     d_ff: int | None = None
     activation: str = "gelu"
-    norm: str = "layernorm"
+    norm: str = "layernorm"  # "none": no norm anywhere (toy models for circuits analysis)
     norm_placement: str = "pre"
     norm_eps: float = 1e-5
     parallel: bool = False  # attention and MLP read the same input (GPT-J style)
@@ -134,7 +134,9 @@ class GPTConfig:
         d, L, f = self.d_model, self.n_layer, self.d_ff
         hd = self.n_head * self.d_head
         b = 1 if self.bias else 0
-        norm = d * (2 if self.norm == "layernorm" and self.bias else 1)
+        norm = (
+            0 if self.norm == "none" else d * (2 if self.norm == "layernorm" and self.bias else 1)
+        )
         attn = 4 * d * hd + b * (3 * hd + d)
         if self.positional == "relative":
             attn += self.n_head * (2 * self.max_relative_distance + 1)
@@ -223,7 +225,7 @@ class Seq2SeqConfig:
             n_decoder_layer=self.n_decoder_layer,
         )
         _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("norm", self.norm, NORMS)
+        _check_choice("norm", self.norm, ("layernorm", "rmsnorm"))
         _check_choice("norm_placement", self.norm_placement, PLACEMENTS)
         _check_choice("positional", self.positional, ("sinusoidal", "learned"))
         if self.d_model % self.n_head:

@@ -25,7 +25,18 @@ from nn.init import gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
 
 
+class NoNorm(nn.Module):
+    """``norm="none"``: the identity, with no parameters. For toy models read with
+    ``gpt.circuits``, whose QK and OV circuits are then exact (no per-position scale left
+    out)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
 def make_norm(cfg) -> nn.Module:
+    if cfg.norm == "none":
+        return NoNorm()
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)

@@ -283,6 +283,43 @@ def test_ov_circuit_row_is_the_heads_logit_contribution():
             np.testing.assert_allclose(contribution[i], OV.row(i), rtol=1e-4, atol=1e-4)
 
 
+def test_circuits_are_exact_without_a_norm():
+    """norm="none" (and no biases): the raw q·k and a lone head's logit contribution equal the
+    QK and OV circuit entries, with no per-position scale to put back."""
+    cfg = small(
+        n_layer=1,
+        attn_only=True,
+        bias=False,
+        tie_weights=False,
+        norm="none",
+        positional="none",
+        init_std=0.5,
+    )
+    tl.manual_seed(4)
+    model = GPT(cfg)
+    assert not any("ln" in name for name, _ in model.named_parameters())
+    V, H = cfg.vocab_size, cfg.n_head
+    i, j = np.meshgrid(np.arange(V), np.arange(V), indexing="ij")
+    tokens = np.stack([j.ravel(), i.ravel()], axis=1)  # key j, then query i
+    _, cache = C.run_with_cache(model, tokens)
+    q, k = cache["blocks.0.attn.hook_q"], cache["blocks.0.attn.hook_k"]
+    single = np.arange(V)[:, None]
+    direct = model.W_E.numpy() @ model.W_U.numpy()
+    for h in range(H):
+        score = (q[:, 1, h] * k[:, 0, h]).sum(-1).reshape(V, V)
+        np.testing.assert_allclose(score, C.qk_circuit(model, 0, h).full(), rtol=1e-4, atol=1e-4)
+
+        def keep_only(z, h=h):
+            z = z.numpy().copy()
+            z[:, :, [g for g in range(H) if g != h]] = 0
+            return z
+
+        logits = C.run_with_hooks(model, single, [("blocks.0.attn.hook_z", keep_only)]).numpy()
+        np.testing.assert_allclose(
+            logits[:, 0] - direct, C.ov_circuit(model, 0, h).full(), rtol=1e-4, atol=1e-4
+        )
+
+
 def test_circuit_factors_and_compositions():
     model = GPT(small(attn_only=True, n_layer=2))
     attn = model.blocks[1].attn
@@ -499,9 +536,15 @@ def test_induction_heads_example_quick(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_induction_heads_example_learns_in_context():
-    """The default run (a few minutes): the loss on the second copy of a repeated random
-    sequence falls well below the first. (Whether a head passes an induction score of 0.5
-    within the default steps depends on the run; the example prints the step if it does.)"""
+def test_induction_heads_example_forms_an_induction_head():
+    """The default run (about 1 min single-threaded; seed 0): a layer-1 head attends from each
+    token of the second copy of [r, r] to the token after its first occurrence, and the loss
+    on the second copy falls near 0. Seeds 0-2 reach a best score of about 0.93 (and 16 of 16
+    seeds tried form the head by step 1100); 0.7 leaves room for other BLAS and platforms
+    while staying far above what any non-induction head scores here (the old training setup
+    peaked at 0.3, a uniform head scores about 1/position)."""
     out = _load_example("induction_heads").main(["--no-plots"])
-    assert out["report"]["second_half"] < out["report"]["first_half"] - 0.5
+    rep = out["report"]
+    assert rep["induction"][1].max() > 0.7
+    assert rep["second_half"] < 0.5 < rep["first_half"] - 3
+    assert out["found"] is not None

@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from gpt.config import ConfigError, ConfigNote, GPTConfig, preset
+from gpt.config import ConfigError, ConfigNote, GPTConfig, Seq2SeqConfig, preset
 
 
 def test_rules_fill_in_defaults():
@@ -20,6 +20,7 @@ def test_rules_fill_in_defaults():
         (dict(d_model=130, n_head=4), ["d_model=130", "n_head=4"]),
         (dict(activation="tanhh"), ["activation", "tanhh"]),
         (dict(positional="alibi"), ["positional", "alibi"]),
+        (dict(norm="batchnorm"), ["norm", "batchnorm", "'none'"]),
         (dict(norm_placement="middle"), ["norm_placement"]),
         (dict(n_head=0), ["n_head"]),
         (dict(dropout=1.0), ["dropout"]),
@@ -58,3 +59,12 @@ def test_from_dict_round_trip_and_unknown_field():
     assert GPTConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ConfigError, match="n_layers"):
         GPTConfig.from_dict({**c.to_dict(), "n_layers": 3})
+
+
+def test_norm_none_has_no_norm_parameters_and_is_gpt_only():
+    with_norm = GPTConfig(n_layer=2, attn_only=True)
+    without = GPTConfig(n_layer=2, attn_only=True, norm="none")
+    # two pre-attention LayerNorms and the final one, a gain and a bias each
+    assert with_norm.num_parameters() - without.num_parameters() == 3 * 2 * with_norm.d_model
+    with pytest.raises(ConfigError, match="norm"):
+        Seq2SeqConfig(norm="none")

@@ -19,6 +19,7 @@ VARIANTS = {
     "sandwich-parallel": dict(norm_placement="sandwich", parallel=True),
     "parallel-untied-geglu": dict(parallel=True, tie_weights=False, activation="geglu"),
     "attn-only": dict(attn_only=True),
+    "no-norm": dict(norm="none", attn_only=True),
     "no-positions": dict(positional="none"),
     "zero-layer": dict(n_layer=0),
 }
