@@ -385,7 +385,7 @@ def module_scopes(model: Module):
 
     (Hook points are skipped: hooking them would change the path attention takes.)
     """
-    stack = function.scope_stack
+    stack = function.modes.scope_stack
     depth = len(stack)
 
     def enter(name):

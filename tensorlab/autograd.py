@@ -124,8 +124,8 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     anomaly = function.anomaly_enabled
     trace = _trace[0]
 
-    saved_mode = function.grad_enabled
-    function.grad_enabled = create_graph
+    saved_mode = function.modes.grad_enabled
+    function.modes.grad_enabled = create_graph
     try:
         for node in reversed(order):
             g = pending.pop(id(node), None)
@@ -185,7 +185,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                 prev = pending.get(k)
                 pending[k] = gi if prev is None else prev + gi
     finally:
-        function.grad_enabled = saved_mode
+        function.modes.grad_enabled = saved_mode
         if not retain_graph:
             for node in order:
                 if not isinstance(node, Tensor):
@@ -285,12 +285,12 @@ class set_grad_enabled(contextlib.ContextDecorator):
         return copy.copy(self)
 
     def __enter__(self):
-        self.prev = function.grad_enabled
-        function.grad_enabled = self.mode
+        self.prev = function.modes.grad_enabled
+        function.modes.grad_enabled = self.mode
         return self
 
     def __exit__(self, *exc):
-        function.grad_enabled = self.prev
+        function.modes.grad_enabled = self.prev
         return False
 
 
@@ -309,7 +309,7 @@ class enable_grad(set_grad_enabled):
 
 
 def is_grad_enabled() -> bool:
-    return function.grad_enabled
+    return function.modes.grad_enabled
 
 
 class detect_anomaly(contextlib.ContextDecorator):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 import traceback
 import weakref
 
@@ -42,12 +43,25 @@ _version_of = operator.attrgetter("_version")
 _generic = np.generic
 _asarray = np.asarray
 
-# Global switches, read on every op. Changed by no_grad()/enable_grad() and detect_anomaly().
-grad_enabled = True
+
+class _ThreadModes(threading.local):
+    """The switches every op reads, one set per thread (as in PyTorch), so that a no_grad()
+    block or a backward pass in one thread does not stop another thread from recording.
+
+    - ``grad_enabled``: record graphs? Changed by no_grad()/enable_grad() and by backward.
+    - ``scope_stack``: names of the enclosing named_scope()s (module paths while
+      nn.module_scopes is on); each recorded node remembers the innermost one, so tl.draw
+      can group ops by module.
+    """
+
+    def __init__(self):
+        self.grad_enabled = True
+        self.scope_stack: list[str] = []
+
+
+modes = _ThreadModes()
+# Process-wide: a debugging switch, changed by detect_anomaly().
 anomaly_enabled = False
-# Names of the enclosing named_scope()s (e.g. module paths while nn.module_scopes is on);
-# each recorded node remembers the innermost one, so tl.draw can group ops by module.
-scope_stack: list[str] = []
 
 
 class Function:
@@ -96,7 +110,7 @@ class Function:
         out._hooks = None
         out.name = None
         out._retains_grad = False
-        if grad_enabled:
+        if modes.grad_enabled:
             for t in inputs:
                 if t.requires_grad:
                     ctx.inputs = inputs
@@ -104,8 +118,8 @@ class Function:
                     ctx._output_ref = weakref.ref(out)
                     out.requires_grad = True
                     out._ctx = ctx
-                    if scope_stack:
-                        ctx.scope = scope_stack[-1]
+                    if modes.scope_stack:
+                        ctx.scope = modes.scope_stack[-1]
                     if anomaly_enabled:
                         _check_forward(ctx, data)
                     return out
@@ -144,12 +158,13 @@ class named_scope:
         self.name = name
 
     def __enter__(self):
-        outer = scope_stack[-1] if scope_stack else ""
-        scope_stack.append(f"{outer}.{self.name}" if outer else self.name)
+        stack = modes.scope_stack
+        outer = stack[-1] if stack else ""
+        stack.append(f"{outer}.{self.name}" if outer else self.name)
         return self
 
     def __exit__(self, *exc):
-        scope_stack.pop()
+        modes.scope_stack.pop()
         return False
 
 

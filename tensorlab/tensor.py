@@ -271,7 +271,7 @@ class Tensor:
     def _inplace(self, name: str) -> None:
         from tensorlab import function
 
-        if function.grad_enabled and self.requires_grad:
+        if function.modes.grad_enabled and self.requires_grad:
             raise RuntimeError(
                 f"{name}: in-place change of a tensor that requires grad; write it out of "
                 "place (y = x + 1), or wrap it in tensorlab.no_grad() if it is an update"

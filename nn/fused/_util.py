@@ -12,7 +12,7 @@ const = Tensor._wrap  # a constant Tensor around an array (no graph, no checks)
 def recording() -> bool:
     """True inside a backward run with ``create_graph=True`` (and in ordinary forward code):
     then a backward must be written in Tensor ops so that it records a graph."""
-    return _function.grad_enabled
+    return _function.modes.grad_enabled
 
 
 # Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when

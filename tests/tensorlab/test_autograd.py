@@ -21,7 +21,7 @@ rng = np.random.default_rng(1234)
 def _restore_global_modes():
     """A test that breaks grad mode must not make every later test fail with it."""
     yield
-    tl.function.grad_enabled = True
+    tl.function.modes.grad_enabled = True
     tl.function.anomaly_enabled = False
 
 
@@ -351,11 +351,6 @@ def test_recursive_decorated_function_restores_grad_mode():
     assert tl.is_grad_enabled()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grad mode is one process-wide flag (tensorlab.function.grad_enabled), not "
-    "thread-local as in PyTorch: no_grad in one thread switches recording off in all",
-)
 def test_grad_mode_is_per_thread():
     inside, release = threading.Event(), threading.Event()
 
