@@ -56,13 +56,21 @@ def load_ids():
     return np.array([lut[c] for c in text], dtype=np.int64), len(chars)
 
 
-def make_ours(cfg: dict):
-    """A function that runs one training iteration of our GPT and returns its seconds."""
+def make_ours(cfg: dict, threads: int):
+    """A function that runs one training iteration of our GPT and returns its seconds.
+
+    With ``threads`` > 1 it runs the way ``python -m gpt train`` does: the batch is split into
+    that many pieces, each piece's forward and backward on its own thread
+    (nn/data_parallel.py), and each matrix product gets one BLAS thread."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
     from gpt.data import get_batch
     from gpt.model import GPT
+    from tensorlab.blas_threads import set_blas_threads
+
+    if threads > 1:
+        set_blas_threads(1)
 
     ids, vocab = load_ids()
     tl.manual_seed(0)
@@ -75,9 +83,14 @@ def make_ours(cfg: dict):
     def step() -> float:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
         t0 = time.perf_counter()
-        _, loss = model(tl.tensor(x), tl.tensor(y))
         model.zero_grad()
-        loss.backward()
+        if threads > 1:
+            batch = (tl.tensor(x), tl.tensor(y))
+            loss_fn = lambda x, y: model(x, y)[1]  # noqa: E731
+            nn.data_parallel.backward(loss_fn, batch, model.parameters(), threads)
+        else:
+            _, loss = model(tl.tensor(x), tl.tensor(y))
+            loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return time.perf_counter() - t0
@@ -115,7 +128,7 @@ def make_torch(cfg: dict):
 def child_times(name: str, blocks: int, threads: int) -> None:
     """Both frameworks in this process, taking turns; prints JSON (medians, ratio)."""
     cfg = CONFIGS[name]
-    ours = make_ours(cfg)
+    ours = make_ours(cfg, threads)
     try:
         import torch
 
@@ -144,7 +157,7 @@ def child_times(name: str, blocks: int, threads: int) -> None:
     print(json.dumps(out))
 
 
-def child_memory(framework: str, name: str, iters: int) -> None:
+def child_memory(framework: str, name: str, iters: int, threads: int) -> None:
     """One framework alone in this (fresh) process; prints JSON with the peak RSS growth."""
     if framework == "torch":
         import torch  # the libraries' own import is not part of the training run's memory
@@ -153,7 +166,7 @@ def child_memory(framework: str, name: str, iters: int) -> None:
     else:
         import nn  # noqa: F401
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step = (make_torch if framework == "torch" else make_ours)(CONFIGS[name])
+    step = make_torch(CONFIGS[name]) if framework == "torch" else make_ours(CONFIGS[name], threads)
     for _ in range(iters):
         step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -183,7 +196,7 @@ def main() -> None:
         child_times(args.config, args.blocks, args.threads)
         return
     if args.child:
-        child_memory(args.child, args.config, iters=10)
+        child_memory(args.child, args.config, iters=10, threads=args.threads)
         return
     names = ["tiny", "large"] if args.large else ["tiny"]
     print(
@@ -210,8 +223,9 @@ def main() -> None:
             ],
             args.threads,
         )
-        mem = run_child(["--child", "ours", "--config", name], args.threads)
-        ref_mem = run_child(["--child", "torch", "--config", name], args.threads)
+        same = ["--config", name, "--threads", str(args.threads)]
+        mem = run_child(["--child", "ours", *same], args.threads)
+        ref_mem = run_child(["--child", "torch", *same], args.threads)
         has_ref = "ref_ms" in t
         ref_ms = f"{t['ref_ms']:11.1f}" if has_ref else "          -"
         ratio = f"{t['ratio']:6.2f}x" if has_ref else "     -"

@@ -121,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-iters", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="cpu (default) or cuda")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads that share each batch (default: min(2, cores); 1 = no splitting)",
+    )
     p.add_argument("--resume", action="store_true", default=None)
     _add_model_args(p)
     p.set_defaults(func=_train)

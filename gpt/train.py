@@ -11,6 +11,7 @@ never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,6 +27,7 @@ import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
+from tensorlab.blas_threads import blas_threads
 
 
 @dataclass
@@ -52,6 +54,7 @@ class TrainConfig:
     val_fraction: float = 0.1
     seed: int = 1337
     device: str = "cpu"
+    threads: int | None = None  # CPU threads sharing each batch (nn.data_parallel); None: auto
     resume: bool = False
     sample_tokens: int = 200
     progress: bool = True
@@ -90,17 +93,28 @@ def estimate_loss(
     disturbs the training batches' random stream."""
     model.eval()
     out = {}
-    with tl.no_grad():
-        for name, ids in splits.items():
-            rng = np.random.default_rng([cfg.seed, it, len(name)])
-            losses = []
-            for _ in range(cfg.eval_iters):
-                x, y = get_batch(ids, block_size, cfg.batch_size, rng)
-                _, loss = model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
-                losses.append(loss.item())
-            out[name] = float(np.mean(losses))
+    for name, ids in splits.items():
+        rng = np.random.default_rng([cfg.seed, it, len(name)])
+        batches = [get_batch(ids, block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)]
+        losses = nn.data_parallel.evaluate(
+            lambda x, y: model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))[1],
+            batches,
+            threads=cpu_threads(cfg),
+        )
+        out[name] = float(np.mean(losses))
     model.train()
     return out
+
+
+def cpu_threads(cfg: TrainConfig) -> int:
+    """How many threads share each batch: 1 on a GPU; ``cfg.threads``, or min(2, cores)."""
+    if cfg.device != "cpu":
+        return 1
+    if cfg.threads is not None:
+        if cfg.threads < 1:
+            raise ValueError(f"TrainConfig.threads must be ≥ 1 (None = automatic): {cfg.threads}")
+        return cfg.threads
+    return min(2, os.cpu_count() or 1)
 
 
 # On a terminal the progress line rewrites itself; in a log file each update is a line.
@@ -133,6 +147,7 @@ class Trainer:
         groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
         self.optimizer = nn.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
         self.rng = np.random.default_rng(cfg.seed)
+        self.threads = cpu_threads(cfg)
         self.iter = 0
         self.history: list[dict] = []
 
@@ -178,14 +193,21 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(self.splits["train"], self.model_cfg.block_size, cfg.batch_size, self.rng)
-        _, loss = self.model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
+        batch = tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
         self.model.zero_grad()
-        loss.backward()
+        if self.threads > 1:  # pieces of the batch on threads at once (see nn/data_parallel.py)
+            loss = nn.data_parallel.backward(
+                lambda x, y: self.model(x, y)[1], batch, self.model.parameters(), self.threads
+            )
+        else:
+            _, loss = self.model(*batch)
+            loss.backward()
+            loss = loss.item()
         if cfg.grad_clip > 0:
             nn.optim.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.iter += 1
-        return loss.item()
+        return loss
 
     def run(self, max_iters: int | None = None) -> list[dict]:
         cfg = self.cfg
@@ -195,6 +217,14 @@ class Trainer:
         log = self.out / "log.jsonl"
         self.out.mkdir(parents=True, exist_ok=True)
         tokens_per_iter = cfg.batch_size * self.model_cfg.block_size
+        # With the batch split over threads, each thread's matrix products get one BLAS thread.
+        one_blas_thread = blas_threads(1) if self.threads > 1 else contextlib.nullcontext()
+        with one_blas_thread:
+            self._loop(stop, log, tokens_per_iter)
+        return self.history
+
+    def _loop(self, stop: int, log: Path, tokens_per_iter: int) -> None:
+        cfg = self.cfg
         t0, last = time.perf_counter(), self.iter
         while self.iter < stop:
             loss = self.step()
@@ -228,7 +258,6 @@ class Trainer:
                         file=sys.stderr,
                     )
                 self.save()
-        return self.history
 
     def sample(
         self,

@@ -15,4 +15,4 @@ from nn.module import (
     module_scopes,
 )
 
-from nn import functional, init, optim, serialization  # isort: skip
+from nn import data_parallel, functional, init, optim, serialization  # isort: skip

@@ -1,0 +1,135 @@
+"""Data parallelism on CPU threads: cut the batch into pieces, run the forward and backward of
+each piece on its own thread, and add up their gradients.
+
+Why threads help at all in Python: NumPy lets go of the interpreter lock (the GIL) inside
+every ufunc loop and every BLAS call, and that is where a training step spends its time. So
+while one thread is in a matrix product or a layer norm, another can be in its own. Only the
+Python between NumPy calls (op dispatch, the backward loop: about 6 ms per step of the tiny
+GPT benchmark) still runs one thread at a time.
+
+Why not leave the cores to BLAS, as NumPy does by default: BLAS parallelises only the matrix
+products. The elementwise work (GELU, layer norm, softmax, cross-entropy) runs on one core.
+Split by batch, everything runs on every core. Each matrix product must then use one BLAS
+thread (``tensorlab.blas_threads.blas_threads(1)`` around the training loop); otherwise the
+pieces' products each try to use all cores and slow each other down several times over.
+
+The gradient is the whole batch's: a loss that is a mean over the batch's n examples splits as
+
+    L = Σ_k (n_k / n) L_k,   so   ∇L = Σ_k (n_k / n) ∇L_k,
+
+where piece k has n_k examples and mean loss L_k. Each piece's backward starts from the seed
+gradient n_k / n instead of 1, so its gradients come out already weighted; the main thread
+adds them into ``.grad``. The sum is the unsplit batch's gradient up to float rounding, not bit
+for bit (it is added in a different order).
+
+Randomness (dropout): piece k draws from its own generator, seeded from the shared one in
+piece order before any thread starts (tensorlab.backend.thread_generators), so a run is
+reproducible, and resumable from a checkpoint, whatever order the threads run in. The masks
+differ from those an unsplit batch would draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+import tensorlab as tl
+from tensorlab.backend import generator, thread_generators
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A pool of ``workers`` threads, kept for the life of the process (one per size)."""
+    pool = _pools.get(workers)
+    if pool is None:
+        pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="data_parallel")
+    return pool
+
+
+def backward(
+    loss_fn: Callable[..., tl.Tensor],
+    batch: Sequence,
+    params: Iterable[tl.Tensor],
+    threads: int = 2,
+) -> float:
+    """Accumulate into each parameter's ``.grad`` the gradient of the whole batch's loss,
+    computed in ``threads`` pieces at once; return that loss as a float.
+
+    ``loss_fn(*piece)`` gets a slice (along axis 0) of every array or tensor in ``batch``, and
+    must return the *mean* loss over that slice's examples (as ``F.cross_entropy`` does), so
+    that the pieces' losses weighted by their sizes give the batch's. Like
+    ``loss.backward()``, this adds to ``.grad``; zero the gradients before it.
+
+        loss = nn.data_parallel.backward(lambda x, y: model(x, y)[1], (x, y),
+                                         model.parameters(), threads=2)
+    """
+    batch = tuple(batch)
+    if not batch:
+        raise ValueError("data_parallel.backward: the batch is empty (no arrays given)")
+    n = len(batch[0])
+    for i, b in enumerate(batch):
+        if len(b) != n:
+            raise ValueError(
+                f"data_parallel.backward: batch entries differ in length along axis 0: "
+                f"entry 0 has {n}, entry {i} has {len(b)}"
+            )
+    if threads < 1:
+        raise ValueError(f"data_parallel.backward: threads must be ≥ 1, got {threads}")
+    params = [p for p in params if p.requires_grad]
+    pieces = max(1, min(threads, n))
+    bounds = [round(k * n / pieces) for k in range(pieces + 1)]
+    device = getattr(batch[0], "device", "cpu")
+    seeds = generator(device).integers(2**63, size=pieces)
+
+    def run(k: int):
+        lo, hi = bounds[k], bounds[k + 1]
+        with thread_generators(seeds[k]):
+            loss = loss_fn(*(b[lo:hi] for b in batch))
+            seed_grad = tl.Tensor._wrap(np.asarray((hi - lo) / n, dtype=loss.dtype))
+            grads = tl.grad(loss, params, seed_grad, allow_unused=True)
+        return (hi - lo) / n * loss.item(), grads
+
+    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
+    results = []
+    try:
+        results.append(run(0))  # the calling thread does the first piece itself
+    finally:
+        results += [f.result() for f in futures]  # wait for every thread, even after an error
+    for i, p in enumerate(params):
+        parts = [grads[i].data for _, grads in results if grads[i] is not None]
+        if not parts:
+            continue
+        total = parts[0] + parts[1] if len(parts) > 1 else parts[0].copy()  # owned memory:
+        for part in parts[2:]:  # a returned gradient may be shared with another parameter's
+            total += part
+        if p.grad is None:
+            p.grad = tl.Tensor._wrap(total)
+        else:
+            p.grad = tl.Tensor._wrap(p.grad.data + total)
+    return sum(loss for loss, _ in results)
+
+
+def evaluate(loss_fn: Callable[..., tl.Tensor], batches: Sequence, threads: int = 2) -> list[float]:
+    """``loss_fn(*batch).item()`` for every batch, without recording a graph, the batches
+    shared out among ``threads`` threads; the losses come back in the batches' order."""
+    if threads < 1:
+        raise ValueError(f"data_parallel.evaluate: threads must be ≥ 1, got {threads}")
+    batches = list(batches)
+    pieces = max(1, min(threads, len(batches)))
+    bounds = [round(k * len(batches) / pieces) for k in range(pieces + 1)]
+
+    def run(k: int) -> list[float]:
+        with tl.no_grad():  # grad mode is per thread: each worker switches it off itself
+            return [loss_fn(*b).item() for b in batches[bounds[k] : bounds[k + 1]]]
+
+    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
+    losses = []
+    try:
+        losses += run(0)
+    finally:
+        for f in futures:
+            losses += f.result()
+    return losses

@@ -1,0 +1,190 @@
+"""nn.data_parallel: the batch split over threads gives the whole batch's loss and gradient."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn import data_parallel
+
+
+class MLP(nn.Module):
+    """A float64 two-layer classifier with optional dropout: small, but every piece of the
+    mechanism (shared weights, a mean loss, random draws) is in it."""
+
+    def __init__(self, d_in=5, d_hidden=7, classes=3, p=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden, dtype=np.float64)
+        self.fc2 = nn.Linear(d_hidden, classes, dtype=np.float64)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc2(self.drop(self.fc1(x).relu())), y)
+
+
+def batch(n, seed=0, d_in=5, classes=3):
+    rng = np.random.default_rng(seed)
+    return tl.tensor(rng.standard_normal((n, d_in))), tl.tensor(rng.integers(0, classes, n))
+
+
+def grads(model):
+    return {k: p.grad.numpy().copy() for k, p in model.named_parameters()}
+
+
+@given(n=st.integers(1, 9), threads=st.integers(1, 4))
+def test_split_batch_matches_whole_batch(n, threads):
+    """Loss and gradients equal one backward over the whole batch, for any batch size and
+    thread count (pieces of unequal size included). Float64, so the only difference is the
+    order of additions: rtol 1e-12 is ~10⁴ ulps of headroom for sums of a few terms."""
+    tl.manual_seed(0)
+    model = MLP()
+    x, y = batch(n)
+    whole = model(x, y)
+    whole.backward()
+    expected = grads(model)
+
+    model.zero_grad()
+    loss = data_parallel.backward(model, (x, y), model.parameters(), threads=threads)
+    assert loss == pytest.approx(whole.item(), rel=1e-12)
+    for k, g in grads(model).items():
+        np.testing.assert_allclose(g, expected[k], rtol=1e-12, atol=1e-15, err_msg=k)
+
+
+def test_float32_gpt_matches_whole_batch():
+    """The real use: a float32 GPT. rtol 1e-4: float32 sums in another order differ by a few
+    ulps (1e-7 each) per addition, over the few hundred additions of a reduction."""
+    from gpt.config import GPTConfig
+    from gpt.model import GPT
+
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=32))
+    rng = np.random.default_rng(1)
+    x, y = (tl.tensor(rng.integers(0, 11, (6, 8))) for _ in range(2))
+    _, whole = model(x, y)
+    whole.backward()
+    expected = grads(model)
+    model.zero_grad()
+    loss = data_parallel.backward(lambda a, b: model(a, b)[1], (x, y), model.parameters(), 2)
+    assert loss == pytest.approx(whole.item(), rel=1e-5)
+    for k, g in grads(model).items():
+        scale = np.abs(expected[k]).max()
+        np.testing.assert_allclose(g, expected[k], rtol=1e-4, atol=1e-6 * scale, err_msg=k)
+
+
+def test_adds_to_existing_grads_like_backward():
+    tl.manual_seed(0)
+    model = MLP()
+    x, y = batch(6)
+    model(x, y).backward()
+    once = grads(model)
+    data_parallel.backward(model, (x, y), model.parameters(), threads=2)
+    for k, g in grads(model).items():
+        np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12, err_msg=k)
+
+
+def test_gradients_do_not_share_memory():
+    """``a + b`` sends one gradient array to both inputs; stored as two .grads it must be two
+    arrays, or an in-place update of one (gradient clipping) would change the other."""
+    a = tl.tensor(np.ones(3), requires_grad=True)
+    b = tl.tensor(np.ones(3), requires_grad=True)
+    x = tl.tensor(np.arange(4.0).reshape(4, 1))
+    data_parallel.backward(lambda x: ((a + b) * x).sum() / 4, (x,), [a, b], threads=1)
+    a.grad.data *= 0
+    np.testing.assert_allclose(b.grad.numpy(), np.full(3, 1.5))
+
+
+def test_unused_parameter_keeps_no_grad():
+    tl.manual_seed(0)
+    model = MLP()
+    spare = tl.tensor(np.ones(2), requires_grad=True)
+    data_parallel.backward(model, batch(4), [*model.parameters(), spare], threads=2)
+    assert spare.grad is None
+
+
+def test_dropout_is_reproducible_and_differs_per_piece():
+    """Each piece draws from a generator seeded, in piece order, from the shared one: the same
+    seed gives the same gradients however the threads were scheduled."""
+    runs = []
+    for _ in range(3):
+        tl.manual_seed(5)
+        model = MLP(p=0.5)
+        data_parallel.backward(model, batch(8), model.parameters(), threads=2)
+        runs.append(grads(model))
+    for k in runs[0]:
+        np.testing.assert_array_equal(runs[0][k], runs[1][k], err_msg=k)
+        np.testing.assert_array_equal(runs[0][k], runs[2][k], err_msg=k)
+
+    masks = []
+
+    def record(x):  # the dropout masks the two pieces drew, for identical inputs
+        masks.append(F.dropout(x, 0.5, True).numpy() != 0)
+        return x.sum() * 0.0
+
+    tl.manual_seed(5)
+    data_parallel.backward(
+        record, (tl.tensor(np.ones((2, 64)), requires_grad=True),), [], threads=2
+    )
+    assert len(masks) == 2 and not np.array_equal(masks[0], masks[1])
+
+
+def test_each_thread_records_its_own_graph():
+    """Grad mode is per thread: a worker's backward (which switches recording off while it
+    runs) must not stop the other pieces' forwards from recording."""
+    seen = []
+
+    def loss_fn(x):
+        seen.append((threading.get_ident(), tl.is_grad_enabled()))
+        return (w * x).sum() / len(x)
+
+    w = tl.tensor(np.ones(3), requires_grad=True)
+    for _ in range(20):
+        w.grad = None
+        data_parallel.backward(loss_fn, (tl.tensor(np.ones((4, 3))),), [w], threads=4)
+        np.testing.assert_allclose(w.grad.numpy(), np.ones(3))
+    assert all(enabled for _, enabled in seen)
+    assert len({ident for ident, _ in seen}) > 1  # the work really ran on several threads
+
+
+def test_error_in_a_worker_reaches_the_caller():
+    def loss_fn(x):
+        if x.shape[0] and x.numpy()[0, 0] > 2:  # only the second piece fails
+            raise ValueError("bad piece")
+        return x.sum()
+
+    x = tl.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    with pytest.raises(ValueError, match="bad piece"):
+        data_parallel.backward(loss_fn, (x,), [x], threads=2)
+
+
+def test_bad_arguments_are_named():
+    x, y = batch(4)
+    with pytest.raises(ValueError, match="entry 0 has 4, entry 1 has 3"):
+        data_parallel.backward(MLP(), (x, y[:3]), [], threads=2)
+    with pytest.raises(ValueError, match="threads must be ≥ 1, got 0"):
+        data_parallel.backward(MLP(), (x, y), [], threads=0)
+    with pytest.raises(ValueError, match="batch is empty"):
+        data_parallel.backward(MLP(), (), [], threads=2)
+
+
+def test_evaluate_returns_losses_in_order_without_graphs():
+    tl.manual_seed(0)
+    model = MLP()
+    batches = [batch(3, seed=s) for s in range(7)]
+    recorded = []
+
+    def loss_fn(x, y):
+        loss = model(x, y)
+        recorded.append(loss.requires_grad)
+        return loss
+
+    losses = data_parallel.evaluate(loss_fn, batches, threads=3)
+    with tl.no_grad():
+        expected = [model(x, y).item() for x, y in batches]
+    assert losses == pytest.approx(expected, rel=1e-12)
+    assert recorded == [False] * 7
+    assert tl.is_grad_enabled()
