@@ -42,12 +42,19 @@ def val_loss(loss_fn, val, seed: int, batches: int = 200) -> float:
     )
 
 
-def train_ours(train, val, vocab: int, seed: int, iters: int) -> tuple[float, float]:
+def train_ours(
+    train, val, vocab: int, seed: int, iters: int, threads: int = 1
+) -> tuple[float, float]:
+    """With threads > 1, as ``python -m gpt train`` runs: the batch split over that many
+    threads (nn/data_parallel.py), one BLAS thread per matrix product."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
     from gpt.model import GPT
+    from tensorlab.blas_threads import set_blas_threads
 
+    if threads > 1:
+        set_blas_threads(1)
     tl.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=vocab, **SHAPE))
     opt = nn.optim.AdamW(nn.optim.param_groups_for_decay(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
@@ -57,9 +64,14 @@ def train_ours(train, val, vocab: int, seed: int, iters: int) -> tuple[float, fl
         for group in opt.param_groups:
             group["lr"] = learning_rate(it, cfg)
         x, y = get_batch(train, SHAPE["block_size"], 12, rng)
-        _, loss = model(tl.tensor(x), tl.tensor(y))
         model.zero_grad()
-        loss.backward()
+        if threads > 1:
+            loss_fn = lambda x, y: model(x, y)[1]  # noqa: E731
+            batch = (tl.tensor(x), tl.tensor(y))
+            nn.data_parallel.backward(loss_fn, batch, model.parameters(), threads)
+        else:
+            _, loss = model(tl.tensor(x), tl.tensor(y))
+            loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     seconds = time.perf_counter() - t0
@@ -104,6 +116,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--only", choices=["ours", "torch"], default=None)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="tensorlab: threads sharing each batch, as in python -m gpt train (PyTorch: "
+        "its default intra-op threads)",
+    )
     args = ap.parse_args()
     ids, vocab = load_ids()
     train, val = split_ids(ids, 0.1)
@@ -114,7 +133,8 @@ def main() -> None:
     for seed in range(args.seeds):
         for name, fn in runners.items():
             try:
-                v, s = fn(train, val, vocab, seed, args.iters)
+                extra = {"threads": args.threads} if fn is train_ours else {}
+                v, s = fn(train, val, vocab, seed, args.iters, **extra)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 continue

@@ -114,7 +114,7 @@ def cpu_threads(cfg: TrainConfig) -> int:
         if cfg.threads < 1:
             raise ValueError(f"TrainConfig.threads must be ≥ 1 (None = automatic): {cfg.threads}")
         return cfg.threads
-    return min(2, os.cpu_count() or 1)
+    return min(2, nn.data_parallel.cores())
 
 
 # On a terminal the progress line rewrites itself; in a log file each update is a line.
@@ -217,9 +217,13 @@ class Trainer:
         log = self.out / "log.jsonl"
         self.out.mkdir(parents=True, exist_ok=True)
         tokens_per_iter = cfg.batch_size * self.model_cfg.block_size
-        # With the batch split over threads, each thread's matrix products get one BLAS thread.
-        one_blas_thread = blas_threads(1) if self.threads > 1 else contextlib.nullcontext()
-        with one_blas_thread:
+        # With the batch split over threads, the pieces share the cores with BLAS: on two cores
+        # each piece's matrix products get one BLAS thread (see docs/data_parallel.md).
+        if self.threads > 1:
+            share = blas_threads(nn.data_parallel.blas_threads_per_piece(self.threads))
+        else:
+            share = contextlib.nullcontext()
+        with share:
             self._loop(stop, log, tokens_per_iter)
         return self.history
 

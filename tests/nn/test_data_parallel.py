@@ -188,3 +188,12 @@ def test_evaluate_returns_losses_in_order_without_graphs():
     assert losses == pytest.approx(expected, rel=1e-12)
     assert recorded == [False] * 7
     assert tl.is_grad_enabled()
+
+
+def test_blas_threads_per_piece_never_oversubscribes():
+    n = data_parallel.cores()
+    assert n >= 1
+    assert data_parallel.blas_threads_per_piece(1) == n
+    for pieces in range(1, 2 * n + 2):
+        per = data_parallel.blas_threads_per_piece(pieces)
+        assert per >= 1 and (per * pieces <= n or per == 1)
