@@ -4,13 +4,14 @@ each piece on its own thread, and add up their gradients.
 Why threads help at all in Python: NumPy lets go of the interpreter lock (the GIL) inside
 every ufunc loop and every BLAS call, and that is where a training step spends its time. So
 while one thread is in a matrix product or a layer norm, another can be in its own. Only the
-Python between NumPy calls (op dispatch, the backward loop: about 6 ms per step of the tiny
-GPT benchmark) still runs one thread at a time.
+Python between NumPy calls (op dispatch, the backward loop: a few milliseconds per step of
+the tiny GPT benchmark) still runs one thread at a time.
 
 Why not leave the cores to BLAS, as NumPy does by default: BLAS parallelises only the matrix
 products. The elementwise work (GELU, layer norm, softmax, cross-entropy) runs on one core.
-Split by batch, everything runs on every core. Each matrix product must then use one BLAS
-thread (``tensorlab.blas_threads.blas_threads(1)`` around the training loop); otherwise the
+Split by batch, everything runs on every core. Each piece's matrix products must then use
+only its share of the cores (:func:`blas_threads_per_piece`: one BLAS thread each on two
+cores, set by ``tensorlab.blas_threads.blas_threads`` around the training loop); otherwise the
 pieces' products each try to use all cores and slow each other down several times over.
 
 The gradient is the whole batch's: a loss that is a mean over the batch's n examples splits as
@@ -92,6 +93,8 @@ def backward(
                 f"data_parallel.backward: batch entries differ in length along axis 0: "
                 f"entry 0 has {n}, entry {i} has {len(b)}"
             )
+    if n == 0:
+        raise ValueError("data_parallel.backward: the batch has no examples (length 0 on axis 0)")
     if threads < 1:
         raise ValueError(f"data_parallel.backward: threads must be ≥ 1, got {threads}")
     params = [p for p in params if p.requires_grad]

@@ -169,6 +169,8 @@ def test_bad_arguments_are_named():
         data_parallel.backward(MLP(), (x, y), [], threads=0)
     with pytest.raises(ValueError, match="batch is empty"):
         data_parallel.backward(MLP(), (), [], threads=2)
+    with pytest.raises(ValueError, match="no examples"):
+        data_parallel.backward(MLP(), (x[:0], y[:0]), [], threads=2)
 
 
 def test_evaluate_returns_losses_in_order_without_graphs():
