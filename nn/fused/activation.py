@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from nn.fused._util import const, recording
+from nn.fused._util import const, recording, row_blocks
 from tensorlab.backend import xp_of
 from tensorlab.function import Function
 
@@ -33,8 +33,9 @@ _LOG2_E = 1.0 / math.log(2.0)
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
 
 
-def _erf_and_gauss(z):
-    """(erf(z), e^(-z²)) on a raw array; the second is the derivative's shape, reused.
+def _erf_and_gauss(z, out=None, gauss_out=None):
+    """(erf(z), e^(-z²)) on a raw array; the second is the derivative's shape, reused. They are
+    written into ``out`` and ``gauss_out`` when given (arrays of z's shape).
 
     Written for speed on NumPy, where each line is one pass over memory and some ufuncs are
     much slower than others: e^(-z²) is computed as 2^(-z² log₂e) (``exp2`` is about twice as
@@ -43,11 +44,14 @@ def _erf_and_gauss(z):
     (``copysign`` is not vectorised and costs as much as six multiplications).
     """
     xp = xp_of(z)
-    a = xp.abs(z)
+    if z.ndim == 0:  # NumPy arithmetic on 0-d arrays returns scalars, which take no out=
+        e, g = _erf_and_gauss(z.reshape(1))
+        return e.reshape(()), g.reshape(())
+    a = xp.abs(z, out=gauss_out)  # |z|, turned into e^(-z²) in place below
     t = a * _P
     t += 1.0
     xp.divide(1.0, t, out=t)
-    poly = t * _A[4]
+    poly = xp.multiply(t, _A[4], out=out)
     for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
         poly += c
         poly *= t
@@ -86,12 +90,19 @@ class GELUFn(Function):
     dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density."""
 
     def forward(ctx, x):
-        e, gauss = _erf_and_gauss(x * _SQRT_HALF)
-        e += 1.0
-        e *= 0.5  # Φ(x)
-        gauss *= _INV_SQRT_2PI  # φ(x)
-        ctx.cdf, ctx.pdf = e, gauss
-        return x * e
+        xp = xp_of(x)
+        y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
+        rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
+        views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
+        for s in row_blocks(rows):  # one block at a time, to stay in cache (see _util)
+            xs, ys, e, gauss = rows[s], views[0][s], views[1][s], views[2][s]
+            _erf_and_gauss(xs * _SQRT_HALF, out=e, gauss_out=gauss)
+            e += 1.0
+            e *= 0.5  # Φ(x)
+            gauss *= _INV_SQRT_2PI  # φ(x)
+            xp.multiply(xs, e, out=ys)
+        ctx.cdf, ctx.pdf = cdf, pdf
+        return y
 
     def backward(ctx, g):
         x = ctx.inputs[0]

@@ -198,6 +198,35 @@ def test_activation_values():
         F.gelu(xt, "fast")
 
 
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0), (7,)])
+def test_gelu_on_scalars_and_empty_arrays(shape):
+    x = t64(np.full(shape, 0.5))
+    y = F.gelu(x)
+    y.sum().backward()
+    assert y.shape == x.grad.shape == shape
+    phi = 0.5 * (1 + math.erf(0.5 / math.sqrt(2)))
+    np.testing.assert_allclose(y.numpy(), np.full(shape, 0.5 * phi), atol=1e-7)
+
+
+def test_gelu_in_blocks_matches_the_formula():
+    """An input bigger than one cache block (nn.fused._util.BLOCK) is done block by block
+    (whole rows, a last block shorter); values and gradients must be those of the formula
+    everywhere, including across block edges and for a non-contiguous input. Tolerances as in
+    test_activation_values: the erf approximation's 1.5e-7, times |x|/2 (|x| ≤ 5 here), and
+    for the gradient Φ + xφ with the exact φ."""
+    from nn.fused._util import BLOCK
+
+    rng = np.random.default_rng(0)
+    xv = rng.uniform(-5, 5, (3, BLOCK // 700 + 5, 700)).transpose(1, 0, 2)  # > 3 blocks
+    x = t64(xv)
+    y = F.gelu(x)
+    y.backward(tl.tensor(np.ones_like(xv)))
+    erf_v = np.vectorize(math.erf)(xv / math.sqrt(2))
+    phi, pdf = 0.5 * (1 + erf_v), np.exp(-0.5 * xv**2) / math.sqrt(2 * math.pi)
+    assert (np.abs(y.numpy() - xv * phi) <= 0.75e-7 * np.abs(xv) + 1e-15).all()
+    np.testing.assert_allclose(x.grad.numpy(), phi + xv * pdf, atol=1e-7)
+
+
 def test_erf_accuracy():
     z = np.linspace(-6, 6, 2001)
     exact = np.array([math.erf(v) for v in z])
