@@ -73,7 +73,7 @@ def train_ours(
             _, loss = model(tl.tensor(x), tl.tensor(y))
             loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        nn.data_parallel.step(opt, threads)  # opt.step(), parameters shared out among threads
     seconds = time.perf_counter() - t0
     model.eval()
     with tl.no_grad():

@@ -205,7 +205,7 @@ class Trainer:
             loss = loss.item()
         if cfg.grad_clip > 0:
             nn.optim.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self.optimizer.step()
+        nn.data_parallel.step(self.optimizer, self.threads)  # optimizer.step() on threads
         self.iter += 1
         return loss
 

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import tensorlab as tl
+from nn.optim import Optimizer
 from tensorlab.backend import generator, thread_generators
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -129,6 +130,41 @@ def backward(
         else:
             p.grad = tl.Tensor._wrap(p.grad.data + total)
     return sum(loss for loss, _ in results)
+
+
+def step(optimizer, threads: int = 2) -> None:
+    """``optimizer.step()`` with the parameters shared out among ``threads`` threads.
+
+    An optimizer's update of one parameter reads and writes only that parameter's arrays and
+    state (``Optimizer.update``), so the updates can run at once; the result is the same, bit
+    for bit, as ``optimizer.step()``. Parameters are dealt out largest first to the thread
+    with the least work so far, so the threads get about equal numbers of elements. An
+    optimizer that overrides ``step`` instead of ``update`` is stepped as usual.
+    """
+    if threads < 1:
+        raise ValueError(f"data_parallel.step: threads must be ≥ 1, got {threads}")
+    work = [(p, g) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if threads == 1 or len(work) < 2 or type(optimizer).update is Optimizer.update:
+        optimizer.step()
+        return
+    pieces = min(threads, len(work))
+    shares: list[list] = [[] for _ in range(pieces)]
+    loads = [0] * pieces
+    for p, g in sorted(work, key=lambda pg: -pg[0].size):
+        k = loads.index(min(loads))
+        shares[k].append((p, g))
+        loads[k] += p.size
+
+    def run(k: int) -> None:
+        for p, g in shares[k]:
+            optimizer.update(p, g)
+
+    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
+    try:
+        run(0)
+    finally:
+        for f in futures:
+            f.result()
 
 
 def evaluate(loss_fn: Callable[..., tl.Tensor], batches: Sequence, threads: int = 2) -> list[float]:

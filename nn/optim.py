@@ -82,7 +82,17 @@ class Optimizer:
                     p.grad.data[...] = 0
 
     def step(self) -> None:
-        raise NotImplementedError
+        """Update every parameter that has a gradient, one :meth:`update` each."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, group)
+
+    def update(self, p: Tensor, group: dict) -> None:
+        """Update one parameter ``p`` (which has a gradient) with its ``group``'s
+        hyperparameters. Each parameter's update touches only its own arrays and state, so
+        updates may run in any order, or at once on several threads (nn.data_parallel.step)."""
+        raise NotImplementedError(f"{type(self).__name__}.update")
 
     # ------------------------------------------------------------------ saving and resuming
     def state_dict(self) -> dict:
@@ -192,29 +202,25 @@ class SGD(Optimizer):
         defaults.update(weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
 
-    def step(self) -> None:
-        for group in self.param_groups:
-            lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
-            wd, nesterov = group["weight_decay"], group["nesterov"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d = p.grad.data
-                if wd != 0:
-                    d = d + wd * p.data  # a new array: the gradient itself is left alone
-                if mu != 0:
-                    state = self.state.setdefault(p, {})
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        # xp.array copies, and keeps a 0-d array an array (d.copy() of a
-                        # NumPy scalar would be a scalar, which `buf *= mu` cannot change)
-                        buf = state["momentum_buffer"] = xp_of(d).array(d)
-                    else:
-                        buf *= mu
-                        buf += (1 - damp) * d
-                    d = d + mu * buf if nesterov else buf
-                p.data -= lr * d
-                p._version += 1
+    def update(self, p: Tensor, group: dict) -> None:
+        lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
+        wd, nesterov = group["weight_decay"], group["nesterov"]
+        d = p.grad.data
+        if wd != 0:
+            d = d + wd * p.data  # a new array: the gradient itself is left alone
+        if mu != 0:
+            state = self.state.setdefault(p, {})
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                # xp.array copies, and keeps a 0-d array an array (d.copy() of a
+                # NumPy scalar would be a scalar, which `buf *= mu` cannot change)
+                buf = state["momentum_buffer"] = xp_of(d).array(d)
+            else:
+                buf *= mu
+                buf += (1 - damp) * d
+            d = d + mu * buf if nesterov else buf
+        p.data -= lr * d
+        p._version += 1
 
 
 # ------------------------------------------------------------------ Adam and AdamW
@@ -251,47 +257,38 @@ class Adam(Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
 
-    def step(self) -> None:
-        decoupled = self.decoupled
-        for group in self.param_groups:
-            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g, w = p.grad.data, p.data
-                xp = xp_of(w)
-                state = self.state.get(p)
-                if state is None:
-                    state = self.state[p] = {
-                        "step": 0,
-                        "m": xp.zeros_like(w),
-                        "v": xp.zeros_like(w),
-                    }
-                state["step"] = t = state["step"] + 1
-                m, v = state["m"], state["v"]
-                if wd != 0:
-                    if decoupled:
-                        w *= 1 - lr * wd  # p ← p − η·λ·p
-                    else:
-                        g = g + wd * w
-                # One scratch array serves every temporary (this runs for every parameter of
-                # every step): m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g², then
-                # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), which is the formula
-                # above with m̂ and v̂ written out.
-                tmp = xp.multiply(g, 1 - b1, out=xp.empty_like(w))
-                m *= b1
-                m += tmp
-                xp.multiply(g, g, out=tmp)
-                tmp *= 1 - b2
-                v *= b2
-                v += tmp
-                xp.sqrt(v, out=tmp)
-                tmp /= math.sqrt(1 - b2**t)
-                tmp += eps
-                xp.divide(m, tmp, out=tmp)
-                tmp *= lr / (1 - b1**t)
-                w -= tmp
-                p._version += 1
+    def update(self, p: Tensor, group: dict) -> None:
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        g, w = p.grad.data, p.data
+        xp = xp_of(w)
+        state = self.state.get(p)
+        if state is None:
+            state = self.state[p] = {"step": 0, "m": xp.zeros_like(w), "v": xp.zeros_like(w)}
+        state["step"] = t = state["step"] + 1
+        m, v = state["m"], state["v"]
+        if wd != 0:
+            if self.decoupled:
+                w *= 1 - lr * wd  # p ← p − η·λ·p
+            else:
+                g = g + wd * w
+        # One scratch array serves every temporary (this runs for every parameter of every
+        # step): m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g², then
+        # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), which is the formula above with
+        # m̂ and v̂ written out.
+        tmp = xp.multiply(g, 1 - b1, out=xp.empty_like(w))
+        m *= b1
+        m += tmp
+        xp.multiply(g, g, out=tmp)
+        tmp *= 1 - b2
+        v *= b2
+        v += tmp
+        xp.sqrt(v, out=tmp)
+        tmp /= math.sqrt(1 - b2**t)
+        tmp += eps
+        xp.divide(m, tmp, out=tmp)
+        tmp *= lr / (1 - b1**t)
+        w -= tmp
+        p._version += 1
 
 
 class AdamW(Adam):

@@ -199,3 +199,48 @@ def test_blas_threads_per_piece_never_oversubscribes():
     for pieces in range(1, 2 * n + 2):
         per = data_parallel.blas_threads_per_piece(pieces)
         assert per >= 1 and (per * pieces <= n or per == 1)
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda ps: nn.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+        lambda ps: nn.optim.Adam(ps, lr=1e-2, weight_decay=0.1),
+        lambda ps: nn.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=0.1),
+    ],
+)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_parallel_step_is_the_serial_step_bit_for_bit(make_opt, threads):
+    """Each parameter's update is independent, so the threads' order cannot matter."""
+    shapes = [(17, 5), (3,), (40,), (2, 2, 2), (), (9, 9)]
+    runs = []
+    for parallel in (False, True):
+        # the same start for both runs
+        params = [
+            tl.tensor(np.arange(np.prod(s)).reshape(s) / 7 - 1, requires_grad=True) for s in shapes
+        ]
+        opt = make_opt(params)
+        for it in range(4):
+            for i, p in enumerate(params):
+                p.grad = tl.tensor(np.sin(np.arange(p.size).reshape(p.shape) + it + i))
+            params[1].grad = None if it == 2 else params[1].grad  # a parameter without a grad
+            if parallel:
+                data_parallel.step(opt, threads)
+            else:
+                opt.step()
+        runs.append([p.numpy().copy() for p in params])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parallel_step_falls_back_for_an_optimizer_without_update():
+    class Halve(nn.optim.Optimizer):
+        def step(self):
+            for p in self.param_groups[0]["params"]:
+                p.data *= 0.5
+
+    ps = [tl.tensor(np.ones(3), requires_grad=True) for _ in range(3)]
+    for p in ps:
+        p.grad = tl.tensor(np.ones(3))
+    data_parallel.step(Halve(ps, {}), threads=2)
+    assert all((p.numpy() == 0.5).all() for p in ps)
