@@ -67,6 +67,23 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return pool
 
 
+def _run_pieces(run: Callable[[int], object], pieces: int) -> list:
+    """[run(0), ..., run(pieces - 1)], at once: piece 0 on the calling thread, the others on
+    the pool. Waits for every piece, even after one fails (the first error is raised)."""
+    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
+    results = []
+    try:
+        results.append(run(0))
+    finally:
+        results += [f.result() for f in futures]
+    return results
+
+
+def _bounds(n: int, pieces: int) -> list[int]:
+    """Where ``pieces`` near-equal consecutive pieces of ``n`` items start (and the end)."""
+    return [round(k * n / pieces) for k in range(pieces + 1)]
+
+
 def backward(
     loss_fn: Callable[..., tl.Tensor],
     batch: Sequence,
@@ -100,7 +117,7 @@ def backward(
         raise ValueError(f"data_parallel.backward: threads must be ≥ 1, got {threads}")
     params = [p for p in params if p.requires_grad]
     pieces = max(1, min(threads, n))
-    bounds = [round(k * n / pieces) for k in range(pieces + 1)]
+    bounds = _bounds(n, pieces)
     device = getattr(batch[0], "device", "cpu")
     seeds = generator(device).integers(2**63, size=pieces)
 
@@ -112,12 +129,7 @@ def backward(
             grads = tl.grad(loss, params, seed_grad, allow_unused=True)
         return (hi - lo) / n * loss.item(), grads
 
-    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
-    results = []
-    try:
-        results.append(run(0))  # the calling thread does the first piece itself
-    finally:
-        results += [f.result() for f in futures]  # wait for every thread, even after an error
+    results = _run_pieces(run, pieces)
     for i, p in enumerate(params):
         parts = [grads[i].data for _, grads in results if grads[i] is not None]
         if not parts:
@@ -159,12 +171,7 @@ def step(optimizer, threads: int = 2) -> None:
         for p, g in shares[k]:
             optimizer.update(p, g)
 
-    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
-    try:
-        run(0)
-    finally:
-        for f in futures:
-            f.result()
+    _run_pieces(run, pieces)
 
 
 def evaluate(loss_fn: Callable[..., tl.Tensor], batches: Sequence, threads: int = 2) -> list[float]:
@@ -174,17 +181,10 @@ def evaluate(loss_fn: Callable[..., tl.Tensor], batches: Sequence, threads: int 
         raise ValueError(f"data_parallel.evaluate: threads must be ≥ 1, got {threads}")
     batches = list(batches)
     pieces = max(1, min(threads, len(batches)))
-    bounds = [round(k * len(batches) / pieces) for k in range(pieces + 1)]
+    bounds = _bounds(len(batches), pieces)
 
     def run(k: int) -> list[float]:
         with tl.no_grad():  # grad mode is per thread: each worker switches it off itself
             return [loss_fn(*b).item() for b in batches[bounds[k] : bounds[k + 1]]]
 
-    futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
-    losses = []
-    try:
-        losses += run(0)
-    finally:
-        for f in futures:
-            losses += f.result()
-    return losses
+    return [loss for part in _run_pieces(run, pieces) for loss in part]
