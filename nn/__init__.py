@@ -12,6 +12,7 @@ from nn.module import (
     ModuleList,
     Parameter,
     Sequential,
+    evaluating,
     module_scopes,
 )
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from tensorlab import Tensor, function
+from tensorlab.autograd import set_grad_enabled
 from tensorlab.backend import to_device
 
 
@@ -376,6 +377,24 @@ class ModuleDict(Module):
 
     def items(self):
         return self._modules.items()
+
+
+@contextlib.contextmanager
+def evaluating(model: Module, grad: bool = False):
+    """Run ``model`` in eval mode (dropout off) and, unless ``grad``, without recording a
+    graph; its previous training mode comes back on exit. For evaluation, sampling, decoding
+    and analysis::
+
+        with nn.evaluating(model):
+            logits, _ = model(idx)
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with set_grad_enabled(grad):
+            yield model
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager

@@ -26,14 +26,22 @@ class Softmax(Function):
         return y * (g - (g * y).sum(axis=ctx.axis, keepdims=True))
 
 
+def log_softmax_array(a, axis: int = -1):
+    """a - logsumexp(a) along ``axis`` on a raw array (shifted by the max: no overflow).
+
+    The one array-level log-softmax: :class:`LogSoftmax` runs it, and code that works on plain
+    arrays (sampling, beam search, circuit tables) calls it instead of writing its own."""
+    xp = xp_of(a)
+    shifted = a - a.max(axis=axis, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+
+
 class LogSoftmax(Function):
     """y = a - logsumexp(a) along ``axis``;  da = g - softmax(a) ⊙ Σ g = g - exp(y) ⊙ Σ g."""
 
     def forward(ctx, a, axis):
         ctx.axis = axis
-        xp = xp_of(a)
-        shifted = a - a.max(axis=axis, keepdims=True)
-        return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        return log_softmax_array(a, axis)
 
     def backward(ctx, g):
         return g - ctx.output.exp() * g.sum(axis=ctx.axis, keepdims=True)
