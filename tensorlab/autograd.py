@@ -16,8 +16,6 @@ non-leaf tensor, plus the leaf tensors themselves. ``backward`` does three thing
 
 from __future__ import annotations
 
-import contextlib
-import copy
 from collections.abc import Sequence
 
 from tensorlab import function
@@ -36,8 +34,9 @@ def _node_of(t: Tensor):
     return t._ctx if t._ctx is not None else t
 
 
-def topological_order(roots: Sequence) -> list:
-    """Nodes reachable from ``roots``, each listed after all of its inputs' nodes."""
+def topological_order(roots: Sequence, stop: set[int] = frozenset()) -> list:
+    """Nodes reachable from ``roots``, each listed after all of its inputs' nodes. Nodes whose
+    id is in ``stop`` are listed but not expanded (their inputs are not followed)."""
     order, seen = [], set()
     stack = [(r, False) for r in roots]
     push, pop, append, mark = stack.append, stack.pop, order.append, seen.add
@@ -50,7 +49,7 @@ def topological_order(roots: Sequence) -> list:
             continue
         mark(id(node))
         push((node, True))
-        if isinstance(node, Tensor):  # a leaf (Parameters are Tensors too)
+        if isinstance(node, Tensor) or id(node) in stop:  # a leaf, or where to stop
             continue
         inputs = node.inputs
         if inputs is None:  # freed by an earlier backward: the structure survives in .parents
@@ -64,6 +63,147 @@ def topological_order(roots: Sequence) -> list:
                 if id(p) not in seen:
                     push((p, False))
     return order
+
+
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None):
+    """The engine behind :meth:`Tensor.backward` and :func:`grad`: the chain rule, node by node.
+
+    Walk the nodes from the output back (reverse topological order), carrying one gradient
+    per node: it is complete once every consumer has sent its share. A node's ``backward``
+    turns it into one gradient per input (:func:`local_grads`); leaves keep theirs in
+    ``.grad``. With ``inputs`` given, their gradients are returned instead (no ``.grad`` is
+    touched).
+    """
+    order = topological_order([_node_of(r) for r in roots])
+    pending: dict[int, Tensor] = {}
+    for r, g in zip(roots, root_grads):
+        _send(pending, r, g)
+    out = _Outputs(inputs, create_graph)
+    with set_grad_enabled(create_graph):  # record the backward's own ops only if asked
+        try:
+            for node in reversed(order):
+                g = pending.pop(id(node), None)
+                if g is None:
+                    continue
+                g = out.arrive(node, g)  # hooks; .grad of leaves and retain_grad tensors
+                if isinstance(node, Tensor):
+                    continue
+                grads = local_grads(node, g, create_graph)
+                for t, gi in zip(node.inputs, grads):
+                    if gi is not None:
+                        _send(pending, t, gi)
+        finally:
+            if not retain_graph:
+                for node in order:
+                    if not isinstance(node, Tensor):
+                        _free(node)
+    return out.results
+
+
+def _send(pending: dict, t: Tensor, g: Tensor) -> None:
+    """Add ``g`` to the gradient waiting at the node that made ``t``."""
+    k = id(t._ctx if t._ctx is not None else t)
+    prev = pending.get(k)
+    pending[k] = g if prev is None else prev + g
+
+
+def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
+    """One node's step of the chain rule: the gradient of each input (a Tensor in the input's
+    shape, or None where no gradient flows), from the gradient ``g`` of its output.
+
+    Usually that is the op's ``backward``. Under ``create_graph`` a fused op (one whose class
+    sets ``composed``) differentiates its composed form instead, so its one hand-written
+    backward can work on raw arrays. Broadcasting is undone here, once for every op
+    (``sum_to``); the checks (freed graph, in-place change, anomaly, trace) are here too.
+    """
+    ins = node.inputs
+    if ins is None:
+        raise RuntimeError(_FREED.format(op=node.name))
+    for t, v in zip(ins, node._versions):
+        if t._version != v:
+            raise RuntimeError(
+                f"{node.name}: an input of shape {t.shape} saved for backward was modified in "
+                f"place (its version went from {v} to {t._version}) after the forward pass; "
+                "make a copy before changing it"
+            )
+    if create_graph and node.composed is not None:
+        grads = _composed_grads(node, g)
+    else:
+        grads = type(node).backward(node, g)
+        if grads.__class__ is not tuple:
+            grads = (grads,)
+    result = []
+    for t, gi in zip(ins, grads):
+        if gi is None or not t.requires_grad:
+            result.append(None)
+            continue
+        if gi.__class__ is not Tensor:
+            gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
+        if gi.shape != t.shape:
+            gi = gi.sum_to(t.shape)
+        if function.modes.anomaly:
+            _check_grad(node, gi)
+        result.append(gi)
+    result += [None] * (len(ins) - len(result))
+    if function.modes.trace is not None:
+        function.modes.trace(node, g, result)
+    return result
+
+
+def _composed_grads(node, g: Tensor) -> list:
+    """A fused op's local gradients as a graph: run its composed form on the same inputs and
+    backpropagate ``g`` through it, stopping at the inputs (they are the variables here)."""
+    ins = node.inputs
+    y = node.composed(*ins, **node.params)
+    wanted = [t for t in ins if t.requires_grad]
+    stop = {id(_node_of(t)) for t in wanted}
+    order = topological_order([_node_of(y)], stop)
+    pending: dict[int, Tensor] = {}
+    _send(pending, y, g)
+    for n in reversed(order):
+        gn = pending.get(id(n))
+        if gn is None or id(n) in stop or isinstance(n, Tensor):
+            continue
+        for t, gi in zip(n.inputs, local_grads(n, gn, create_graph=True)):
+            if gi is not None:
+                _send(pending, t, gi)
+    return [pending.get(id(_node_of(t))) if t.requires_grad else None for t in ins]
+
+
+class _Outputs:
+    """Where gradients end up: a leaf's ``.grad`` (or, for :func:`grad`, the returned list)
+    and the ``.grad`` of non-leaves that asked for it (``retain_grad()``); tensor hooks run
+    first and may replace the gradient."""
+
+    def __init__(self, inputs, create_graph: bool):
+        self.create_graph = create_graph
+        self.stored: set[int] = set()
+        self.capture = None
+        self.results = None
+        if inputs is not None:
+            self.capture: dict[int, list[int]] = {}
+            for i, t in enumerate(inputs):
+                self.capture.setdefault(id(_node_of(t)), []).append(i)
+            self.results = [None] * len(inputs)
+
+    def arrive(self, node, g: Tensor) -> Tensor:
+        t = node if isinstance(node, Tensor) else node._output_ref()
+        if t is None:  # the output tensor is gone: nothing to hook or store
+            return g
+        if t._hooks:
+            g = _run_hooks(t._hooks, g)
+        if self.capture is not None:
+            for i in self.capture.get(id(node), ()):
+                self.results[i] = g
+            if node is t:  # a leaf: grad() returns its gradient and leaves .grad alone
+                return g
+        if node is t or t._retains_grad:
+            if t.grad is None:
+                t.grad = _owned(g, self.create_graph, self.stored)
+                self.stored.add(id(t.grad))
+            else:
+                t.grad = t.grad + g
+        return g
 
 
 def _run_hooks(hooks, g: Tensor) -> Tensor:
@@ -104,95 +244,7 @@ def _free(node) -> None:
             ctx._keep = t
     node.inputs = None
     node._keep = None
-
-
-def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None):
-    """The engine behind :meth:`Tensor.backward` and :func:`grad`.
-
-    With ``inputs`` given, their gradients are returned and no ``.grad`` is touched.
-    """
-    order = topological_order([_node_of(r) for r in roots])
-    pending: dict[int, Tensor] = {}
-    for r, g in zip(roots, root_grads):
-        k = id(_node_of(r))
-        pending[k] = g if k not in pending else pending[k] + g
-    capture = None
-    if inputs is not None:
-        capture = {id(_node_of(t)): i for i, t in enumerate(inputs)}
-        results = [None] * len(inputs)
-    stored: set[int] = set()
-    anomaly = function.anomaly_enabled
-    trace = _trace[0]
-
-    saved_mode = function.modes.grad_enabled
-    function.modes.grad_enabled = create_graph
-    try:
-        for node in reversed(order):
-            g = pending.pop(id(node), None)
-            if g is None:
-                continue
-            if isinstance(node, Tensor):  # a leaf (Parameters are Tensors too)
-                if node._hooks:
-                    g = _run_hooks(node._hooks, g)
-                if capture is not None:
-                    if id(node) in capture:
-                        results[capture[id(node)]] = g
-                    continue
-                if node.grad is None:
-                    node.grad = _owned(g, create_graph, stored)
-                    stored.add(id(node.grad))
-                else:
-                    node.grad = node.grad + g
-                continue
-
-            out = node._output_ref()
-            if out is not None:
-                if out._hooks:
-                    g = _run_hooks(out._hooks, g)
-                if out._retains_grad:
-                    if out.grad is None:
-                        out.grad = _owned(g, create_graph, stored)
-                        stored.add(id(out.grad))
-                    else:
-                        out.grad = out.grad + g
-            if capture is not None and id(node) in capture:
-                results[capture[id(node)]] = g
-            ins = node.inputs
-            if ins is None:
-                raise RuntimeError(_FREED.format(op=node.name))
-            for t, v in zip(ins, node._versions):
-                if t._version != v:
-                    raise RuntimeError(
-                        f"{node.name}: an input of shape {t.shape} saved for backward was "
-                        f"modified in place (its version went from {v} to {t._version}) after "
-                        "the forward pass; make a copy before changing it"
-                    )
-            grads = type(node).backward(node, g)
-            if grads.__class__ is not tuple:
-                grads = (grads,)
-            if trace is not None:
-                trace(node, g, grads)
-            for t, gi in zip(ins, grads):
-                if gi is None or not t.requires_grad:
-                    continue
-                if gi.__class__ is not Tensor:
-                    gi = Tensor._wrap(gi)
-                if gi.shape != t.shape:
-                    gi = gi.sum_to(t.shape)
-                if anomaly:
-                    _check_grad(node, gi)
-                k = id(t._ctx if t._ctx is not None else t)
-                prev = pending.get(k)
-                pending[k] = gi if prev is None else prev + gi
-    finally:
-        function.modes.grad_enabled = saved_mode
-        if not retain_graph:
-            for node in order:
-                if not isinstance(node, Tensor):
-                    _free(node)
-    if capture is not None:
-        return results
-    return None
+    node.params = None
 
 
 def _check_grad(node, g: Tensor) -> None:
@@ -272,26 +324,11 @@ def grad(
     return tuple(results)
 
 
-# ------------------------------------------------------------------ grad mode
-class set_grad_enabled(contextlib.ContextDecorator):
+# ------------------------------------------------------------------ switches
+class set_grad_enabled(function.Switch):
     """Turn graph recording on or off inside a ``with`` block (or a decorated function)."""
 
-    def __init__(self, mode: bool):
-        self.mode = mode
-
-    def _recreate_cm(self):
-        # Used by ContextDecorator on each call of a decorated function: a fresh copy, so
-        # that recursive calls do not overwrite each other's saved mode.
-        return copy.copy(self)
-
-    def __enter__(self):
-        self.prev = function.modes.grad_enabled
-        function.modes.grad_enabled = self.mode
-        return self
-
-    def __exit__(self, *exc):
-        function.modes.grad_enabled = self.prev
-        return False
+    switch = "grad_enabled"
 
 
 class no_grad(set_grad_enabled):
@@ -312,23 +349,12 @@ def is_grad_enabled() -> bool:
     return function.modes.grad_enabled
 
 
-class detect_anomaly(contextlib.ContextDecorator):
+class detect_anomaly(function.Switch):
     """Inside this block, the first op whose forward or backward makes NaN or Inf raises an
     :class:`AnomalyError` naming the op and the line of user code that created it.
     (Slower: every op records its creation stack and checks its result.)"""
 
-    def _recreate_cm(self):  # a fresh copy per call of a decorated function (see above)
-        return copy.copy(self)
+    switch = "anomaly"
 
-    def __enter__(self):
-        self.prev = function.anomaly_enabled
-        function.anomaly_enabled = True
-        return self
-
-    def __exit__(self, *exc):
-        function.anomaly_enabled = self.prev
-        return False
-
-
-# ------------------------------------------------------------------ tracing hook
-_trace: list = [None]  # a callable(node, grad_in, grads_out) while a trace is active
+    def __init__(self):
+        super().__init__(True)

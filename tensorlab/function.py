@@ -27,6 +27,8 @@ in one place (``Tensor.sum_to``), so no op handles broadcasting in its backward.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import operator
 import os
 import threading
@@ -44,24 +46,53 @@ _generic = np.generic
 _asarray = np.asarray
 
 
-class _ThreadModes(threading.local):
-    """The switches every op reads, one set per thread (as in PyTorch), so that a no_grad()
-    block or a backward pass in one thread does not stop another thread from recording.
+class _Modes(threading.local):
+    """The engine's switches, one set per thread (as in PyTorch), so that a ``no_grad()`` block
+    or a backward pass in one thread does not change what another thread records. Every switch
+    is set the same way, by a :class:`Switch` context (``no_grad``, ``enable_grad``,
+    ``detect_anomaly``, ``trace_backward``), and read here:
 
-    - ``grad_enabled``: record graphs? Changed by no_grad()/enable_grad() and by backward.
-    - ``scope_stack``: names of the enclosing named_scope()s (module paths while
-      nn.module_scopes is on); each recorded node remembers the innermost one, so tl.draw
-      can group ops by module.
+    - ``grad_enabled``: record graphs? Off inside ``no_grad()`` and during a plain backward.
+    - ``anomaly``: check every forward and backward result for NaN/Inf (``detect_anomaly()``).
+    - ``trace``: a callable(node, grad, grads) the backward pass calls after each node
+      (``trace_backward()``), or None.
+    - ``scope_stack``: names of the enclosing ``named_scope()``s (a stack, pushed and popped
+      by them); each recorded node remembers the innermost one, so ``tl.draw`` can group ops
+      by module.
     """
 
     def __init__(self):
         self.grad_enabled = True
+        self.anomaly = False
+        self.trace = None
         self.scope_stack: list[str] = []
 
 
-modes = _ThreadModes()
-# Process-wide: a debugging switch, changed by detect_anomaly().
-anomaly_enabled = False
+modes = _Modes()
+
+
+class Switch(contextlib.ContextDecorator):
+    """Set one of :data:`modes`' switches inside a ``with`` block (or a decorated function) and
+    put the old value back after it."""
+
+    switch: str  # the name of the attribute of ``modes`` this context sets
+
+    def __init__(self, value):
+        self.value = value
+
+    def _recreate_cm(self):
+        # ContextDecorator makes a fresh copy per call of a decorated function, so that
+        # recursive calls do not overwrite each other's saved value.
+        return copy.copy(self)
+
+    def __enter__(self):
+        self.prev = getattr(modes, self.switch)
+        setattr(modes, self.switch, self.value)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(modes, self.switch, self.prev)
+        return False
 
 
 class Function:
@@ -71,6 +102,11 @@ class Function:
     _versions: tuple
     _output_ref: weakref.ref
     scope: str | None = None  # the named_scope the node was created in, if any
+    # A fused op (one node for what would be many) sets ``composed`` to the same function
+    # written in engine ops, ``composed(*inputs, **params)``. Its ``backward`` is then a
+    # closed form on arrays for the first order, and under ``create_graph=True`` the engine
+    # differentiates ``composed`` instead (see autograd.local_grads): one hand-written backward.
+    composed = None
 
     def forward(ctx, *arrays, **params):
         raise NotImplementedError(f"{type(ctx).__name__}.forward")
@@ -116,11 +152,12 @@ class Function:
                     ctx.inputs = inputs
                     ctx._versions = tuple(map(_version_of, inputs))
                     ctx._output_ref = weakref.ref(out)
+                    ctx.params = params
                     out.requires_grad = True
                     out._ctx = ctx
                     if modes.scope_stack:
                         ctx.scope = modes.scope_stack[-1]
-                    if anomaly_enabled:
+                    if modes.anomaly:
                         _check_forward(ctx, data)
                     return out
         out.requires_grad = False

@@ -10,13 +10,12 @@ sends to each input (shape and norm). The recorded steps are kept in ``.steps``.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorlab import autograd
+from tensorlab.function import Switch
 
 
 def _norm(t) -> float:
@@ -46,10 +45,14 @@ class Step:
         )
 
 
-class trace_backward(contextlib.ContextDecorator):
-    """Print (and keep in ``.steps``) each step of every backward run inside the block."""
+class trace_backward(Switch):
+    """Print (and keep in ``.steps``) each step of every backward run inside the block (in
+    this thread)."""
+
+    switch = "trace"
 
     def __init__(self, file=None, quiet: bool = False):
+        super().__init__(self._record)
         self.file = file
         self.quiet = quiet
         self.steps: list[Step] = []
@@ -64,12 +67,3 @@ class trace_backward(contextlib.ContextDecorator):
         self.steps.append(step)
         if not self.quiet:
             print(f"{len(self.steps):>3}. {step}", file=self.file or sys.stdout)
-
-    def __enter__(self):
-        self.prev = autograd._trace[0]
-        autograd._trace[0] = self._record
-        return self
-
-    def __exit__(self, *exc):
-        autograd._trace[0] = self.prev
-        return False

@@ -22,7 +22,8 @@ def _restore_global_modes():
     """A test that breaks grad mode must not make every later test fail with it."""
     yield
     tl.function.modes.grad_enabled = True
-    tl.function.anomaly_enabled = False
+    tl.function.modes.anomaly = False
+    tl.function.modes.trace = None
 
 
 def _line() -> int:
