@@ -1,0 +1,161 @@
+"""Hook points by name: activation caching (``run_with_cache``) and interventions
+(``run_with_hooks``, ``hooks``) on a model's :class:`~nn.module.HookPoint` modules, and the
+per-token loss of the logits they return (``token_losses``)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+import nn
+import tensorlab as tl
+from nn.module import HookPoint
+from tensorlab import Tensor
+from tensorlab.ops.nnops import log_softmax_array
+
+
+def hook_names(model) -> list[str]:
+    """The names of every :class:`~nn.module.HookPoint` in ``model`` (module order)."""
+    return [name for name, m in model.named_modules() if isinstance(m, HookPoint)]
+
+
+def _select(model, names) -> dict[str, object]:
+    """Modules chosen by ``names``: None (every hook point), one name, a list of names, or a
+    predicate ``name -> bool`` over the hook point names. Explicit names may also be any
+    other submodule (``"blocks.0.ln1"``), whose output is then what is cached or replaced."""
+    modules = dict(model.named_modules())
+    points = hook_names(model)
+    if names is None:
+        chosen = points
+    elif callable(names):
+        chosen = [n for n in points if names(n)]
+    else:
+        chosen = [names] if isinstance(names, str) else list(names)
+        unknown = [n for n in chosen if n not in modules or n == ""]
+        if unknown:
+            raise KeyError(
+                f"no module named {', '.join(map(repr, unknown))}; the hook points are: "
+                + ", ".join(points)
+            )
+    return {n: modules[n] for n in chosen}
+
+
+def _as_tokens(tokens) -> Tensor:
+    if isinstance(tokens, Tensor):
+        return tokens
+    a = np.asarray(tokens)
+    if a.ndim == 1:
+        a = a[None]
+    return tl.tensor(a.astype(np.int64))
+
+
+def _to_numpy(x) -> np.ndarray:
+    if isinstance(x, Tensor):
+        return np.array(x.numpy(), copy=True)
+    return np.array(x, copy=True)
+
+
+@contextlib.contextmanager
+def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable]] = ()):
+    """Register forward hooks by name for the duration of a ``with`` block; they are removed
+    on exit, also when the block raises.
+
+    ``fwd_hooks``: pairs ``(name, fn)`` where name is a module name (usually a hook point) or
+    a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
+    array) or None to leave the activation as it is. A function with two required positional
+    parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
+    """
+    handles = []
+    try:
+        for name, fn in fwd_hooks:
+            for n, module in _select(model, name).items():
+                handles.append(module.register_forward_hook(_wrap_hook(fn, n)))
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _wrap_hook(fn: Callable, name: str):
+    try:
+        params = inspect.signature(fn).parameters.values()
+        n_pos = sum(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+            for p in params
+        )
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    except (TypeError, ValueError):
+        n_pos, varargs = 1, False
+    two = varargs or n_pos >= 2
+
+    def hook(module, inputs, output):
+        out = fn(output, name) if two else fn(output)
+        if out is not None and not isinstance(out, Tensor):
+            out = tl.tensor(np.asarray(out, dtype=output.dtype), device=output.device)
+        return out
+
+    return hook
+
+
+def run_with_cache(
+    model, tokens, names=None, *, grad: bool = False
+) -> tuple[Tensor, dict[str, np.ndarray]]:
+    """Run ``model`` on ``tokens`` (B, T) (or one sequence (T,)) and record activations.
+
+    Returns ``(logits, cache)``: the logits Tensor (B, T, vocab) and a dict from hook name to a
+    NumPy copy of the activation, in the order the forward pass reached them, e.g.
+    ``cache["blocks.1.attn.hook_pattern"]`` (B, H, T, T). ``names`` selects what to record:
+    None (every hook point), a name or list of names, or a predicate ``name -> bool``.
+
+    The model runs in eval mode (no dropout; restored afterwards) and without building a graph
+    unless ``grad=True``; the hooks are removed afterwards, also on an error. Hooking an
+    attention hook point makes that layer take its composed (unfused) path, so caching only
+    the residual-stream hooks keeps the fast path.
+    """
+    cache: dict[str, np.ndarray] = {}
+
+    def record(name):
+        def fn(act):
+            cache[name] = _to_numpy(act)
+
+        return fn
+
+    selected = _select(model, names)
+    with hooks(model, [(n, record(n)) for n in selected]), nn.evaluating(model, grad=grad):
+        logits, _ = model(_as_tokens(tokens))
+    return logits, cache
+
+
+def run_with_hooks(
+    model,
+    tokens,
+    fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable]] = (),
+    *,
+    grad: bool = False,
+) -> Tensor:
+    """Run ``model`` on ``tokens`` with temporary forward hooks (interventions) and return the
+    logits (B, T, vocab). ``fwd_hooks``: pairs ``(name or predicate, fn)``; ``fn(activation)``
+    returns the replacement or None (see :func:`hooks`). Eval mode, no graph unless ``grad``.
+
+    Example: zero-ablate head 2 of layer 0::
+
+        def ablate(z):           # z (B, T, H, d_head)
+            z = z.numpy().copy(); z[:, :, 2] = 0; return z
+        run_with_hooks(model, tokens, [("blocks.0.attn.hook_z", ablate)])
+    """
+    with hooks(model, fwd_hooks), nn.evaluating(model, grad=grad):
+        logits, _ = model(_as_tokens(tokens))
+    return logits
+
+
+def token_losses(logits, tokens) -> np.ndarray:
+    """Per-token cross-entropy (B, T-1): position t predicts token t+1."""
+    lg = _to_numpy(logits).astype(np.float64)[:, :-1]
+    tok = np.asarray(tokens.numpy() if isinstance(tokens, Tensor) else tokens)
+    if tok.ndim == 1:
+        tok = tok[None]
+    logp = log_softmax_array(lg, axis=-1)
+    return -np.take_along_axis(logp, tok[:, 1:, None], axis=-1)[..., 0]
