@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 
 import tensorlab as tl  # noqa: E402
 from gpt.config import Seq2SeqConfig  # noqa: E402
-from gpt.seq2seq import Transformer, greedy_decode  # noqa: E402
+from gpt.generate_seq2seq import greedy_decode  # noqa: E402
+from gpt.seq2seq import Transformer  # noqa: E402
 from nn.optim import AdamW, clip_grad_norm_, cosine_with_warmup, param_groups_for_decay  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2

@@ -12,5 +12,6 @@ report).
 from gpt import tokenizers
 from gpt.config import PRESETS, ConfigError, GPTConfig, Seq2SeqConfig, preset
 from gpt.generate import generate, sample_next
+from gpt.generate_seq2seq import beam_search, greedy_decode
 from gpt.model import GPT, Block, GPTCache
-from gpt.seq2seq import Transformer, beam_search, greedy_decode
+from gpt.seq2seq import Transformer

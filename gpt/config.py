@@ -97,6 +97,12 @@ class GPTConfig:
         _positive(d_ff=self.d_ff)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.parallel and (self.attn_only or self.norm_placement == "post"):
+            raise ConfigError(
+                "parallel=True runs attention and MLP side by side on the block's input: it "
+                "needs an MLP (attn_only=False) and norm_placement 'pre' or 'sandwich', got "
+                f"attn_only={self.attn_only}, norm_placement={self.norm_placement!r}"
+            )
         for note in self.notes():
             warnings.warn(note, ConfigNote, stacklevel=3)
 

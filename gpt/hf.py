@@ -12,7 +12,7 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     wpe.weight                 (n_pos, d)    -> pos.W_pos          (n_pos, d)
     h.{i}.ln_1.weight / .bias  (d,)          -> blocks.{i}.ln1.w / .b
     h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_QKV (d, 3, H, d_head)
-    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_QKV (3, H, d_head)
+    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_QKV (3d,)
     h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_O   (H, d_head, d)
     h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_O
     h.{i}.ln_2.weight / .bias  (d,)          -> blocks.{i}.ln2.w / .b
@@ -317,7 +317,7 @@ def convert_hf_state(
         out[b + "ln1.w"] = take(h + "ln_1.weight", (d,))
         out[b + "ln1.b"] = take(h + "ln_1.bias", (d,))
         out[b + "attn.W_QKV"] = take(h + "attn.c_attn.weight", (d, 3 * d)).reshape(d, 3, H, dh)
-        out[b + "attn.b_QKV"] = take(h + "attn.c_attn.bias", (3 * d,)).reshape(3, H, dh)
+        out[b + "attn.b_QKV"] = take(h + "attn.c_attn.bias", (3 * d,))
         out[b + "attn.W_O"] = take(h + "attn.c_proj.weight", (d, d)).reshape(H, dh, d)
         out[b + "attn.b_O"] = take(h + "attn.c_proj.bias", (d,))
         out[b + "ln2.w"] = take(h + "ln_2.weight", (d,))

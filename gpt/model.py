@@ -26,9 +26,9 @@ from tensorlab import Tensor
 
 
 class NoNorm(nn.Module):
-    """``norm="none"``: the identity, with no parameters. For toy models read with
-    ``gpt.circuits``, whose QK and OV circuits are then exact (no per-position scale left
-    out)."""
+    """The identity, with no parameters: ``norm="none"`` (toy models read with
+    ``gpt.circuits``, whose QK and OV circuits are then exact), and the output norm of a
+    sublayer in every placement but "sandwich"."""
 
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -42,40 +42,51 @@ def make_norm(cfg) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
 
 
+def sublayer(resid: Tensor, f, norm, norm_out, hook, post: bool) -> Tensor:
+    """The stream after sublayer ``f`` (attention or MLP) adds its output, by norm placement:
+
+        pre (GPT-2):        resid + f(norm(resid))              (norm_out is the identity)
+        sandwich:           resid + norm_out(f(norm(resid)))
+        post (Vaswani):     norm(resid + f(resid))
+
+    ``hook`` sees what the sublayer adds. Shared by the GPT and the encoder-decoder blocks.
+    """
+    if post:
+        return norm(resid + hook(f(resid)))
+    return resid + hook(norm_out(f(norm(resid))))
+
+
 class Block(nn.Module):
     """One transformer block: attention then MLP, each added to the residual stream.
 
-    ``norm_placement``: "pre" normalizes each sublayer's input (GPT-2), "post" normalizes the
-    stream after each addition (the original Transformer), "sandwich" normalizes both the
-    input and the output of each sublayer. ``parallel`` feeds attention and MLP the same
-    normalized input and adds both at once (GPT-J).
+    ``norm_placement`` "pre" (GPT-2), "post" (the original Transformer) or "sandwich" (a norm
+    on both the input and the output of each sublayer): see :func:`sublayer`. ``parallel``
+    (GPT-J) feeds attention and MLP the same block input and adds both outputs at once; with
+    pre-norm they share one norm, as in GPT-J.
     """
 
     def __init__(self, cfg: GPTConfig, rotary=None):
         super().__init__()
-        self.placement, self.parallel = cfg.norm_placement, cfg.parallel and not cfg.attn_only
-        relative = cfg.max_relative_distance if cfg.positional == "relative" else None
+        self.post, self.parallel = cfg.norm_placement == "post", cfg.parallel
         self.ln1 = make_norm(cfg)
         self.attn = nn.MultiHeadAttention(
             cfg.d_model,
             cfg.n_head,
+            d_head=cfg.d_head,
             bias=cfg.bias,
             dropout=cfg.dropout,
             causal=True,
             rotary=rotary,
-            relative_bias=relative,
+            relative_bias=cfg.max_relative_distance if cfg.positional == "relative" else None,
         )
+        self.ln1_out = make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
         self.mlp = None
         if not cfg.attn_only:
-            if not (self.parallel and self.placement == "pre"):
-                self.ln2 = make_norm(cfg)
+            self.ln2 = self.ln1 if cfg.parallel and cfg.norm_placement == "pre" else make_norm(cfg)
             self.mlp = nn.FeedForward(
                 cfg.d_model, cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
             )
-        if self.placement == "sandwich":
-            self.ln1_out = make_norm(cfg)
-            if self.mlp is not None:
-                self.ln2_out = make_norm(cfg)
+            self.ln2_out = make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
         self.hook_resid_pre = nn.HookPoint()
         self.hook_attn_out = nn.HookPoint()
         self.hook_resid_mid = nn.HookPoint()
@@ -84,29 +95,15 @@ class Block(nn.Module):
 
     def forward(self, resid: Tensor, cache=None) -> Tensor:
         resid = self.hook_resid_pre(resid)
-        if self.placement == "post":
-            resid = self.ln1(resid + self.hook_attn_out(self.attn(resid, cache=cache)))
-            resid = self.hook_resid_mid(resid)
-            if self.mlp is not None:
-                resid = self.ln2(resid + self.hook_mlp_out(self.mlp(resid)))
-            return self.hook_resid_post(resid)
-        h = self.ln1(resid)
-        attn_out = self.attn(h, cache=cache)
-        if self.placement == "sandwich":
-            attn_out = self.ln1_out(attn_out)
-        attn_out = self.hook_attn_out(attn_out)
-        if self.parallel:  # attention and MLP both read the block's input
-            h2 = h if self.placement == "pre" else self.ln2(resid)
-            mlp_out = self.mlp(h2)
-            if self.placement == "sandwich":
-                mlp_out = self.ln2_out(mlp_out)
-            return self.hook_resid_post(resid + attn_out + self.hook_mlp_out(mlp_out))
-        resid = self.hook_resid_mid(resid + attn_out)
+        attn = lambda h: self.attn(h, cache=cache)  # noqa: E731
+        if self.parallel:  # GPT-J: both sublayers read the block's input
+            a = self.hook_attn_out(self.ln1_out(attn(self.ln1(resid))))
+            m = self.hook_mlp_out(self.ln2_out(self.mlp(self.ln2(resid))))
+            return self.hook_resid_post(resid + a + m)
+        resid = sublayer(resid, attn, self.ln1, self.ln1_out, self.hook_attn_out, self.post)
+        resid = self.hook_resid_mid(resid)
         if self.mlp is not None:
-            mlp_out = self.mlp(self.ln2(resid))
-            if self.placement == "sandwich":
-                mlp_out = self.ln2_out(mlp_out)
-            resid = resid + self.hook_mlp_out(mlp_out)
+            resid = sublayer(resid, self.mlp, self.ln2, self.ln2_out, self.hook_mlp_out, self.post)
         return self.hook_resid_post(resid)
 
 

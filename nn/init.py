@@ -30,8 +30,9 @@ import math
 
 import numpy as np
 
+from nn.module import Parameter
 from tensorlab import Tensor
-from tensorlab.backend import generator
+from tensorlab.backend import DEFAULT_DTYPE, generator, xp_for
 
 _GAINS = {
     "linear": 1.0,
@@ -161,6 +162,25 @@ def kaiming_normal_(
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity))
 
 
+# ------------------------------------------------------------------ new parameters
+# (the functions above fill a tensor in place; these make a new Parameter, for layers)
+def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+    """A Parameter with entries drawn from U(-bound, bound)."""
+    data = (generator(device).random(shape) * 2.0 - 1.0) * bound
+    return Parameter(data.astype(np.dtype(dtype), copy=False))
+
+
+def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+    """A Parameter with entries drawn from N(0, std²)."""
+    data = generator(device).standard_normal(shape, dtype=np.dtype(dtype).type) * std
+    return Parameter(data.astype(np.dtype(dtype), copy=False))
+
+
+def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+    """A Parameter filled with ``value`` (zeros for biases, ones for gains)."""
+    return Parameter(xp_for(device).full(shape, value, dtype=np.dtype(dtype)))
+
+
 # ------------------------------------------------------------------ GPT-2 defaults
 def gpt2_residual_std(n_layer: int, std: float = 0.02) -> float:
     """The std of a residual-stream projection in GPT-2: ``σ = std / √(2 · n_layer)``."""
@@ -219,4 +239,7 @@ __all__ = [
     "gpt2_residual_std",
     "gpt2_residual_init_",
     "gpt2_init_",
+    "uniform",
+    "normal",
+    "constant",
 ]

@@ -295,10 +295,28 @@ class Module:
 
 class HookPoint(Module):
     """An identity module: a named place (``blocks.0.attn.hook_pattern``) where forward hooks
-    can read or replace an activation. ``run_with_cache`` in ``gpt.circuits`` uses them."""
+    can read or replace an activation. ``run_with_cache`` in ``gpt.circuits`` uses them.
+
+    ``closed``: None, or why the model's current path does not pass through this point (the
+    scores and pattern of a fused attention); registering a hook then raises with that reason
+    instead of leaving a hook that would never run."""
+
+    closed: str | None = None
 
     def forward(self, x):
         return x
+
+    def register_forward_hook(self, hook: Callable) -> _Handle:
+        self._check_open()
+        return super().register_forward_hook(hook)
+
+    def register_forward_pre_hook(self, hook: Callable) -> _Handle:
+        self._check_open()
+        return super().register_forward_pre_hook(hook)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"cannot hook this hook point: {self.closed}")
 
 
 class Sequential(Module):
@@ -402,7 +420,7 @@ def module_scopes(model: Module):
     """Inside this block, every op a submodule's forward records is labelled with that
     module's name (``blocks.0.attn``), so ``tl.draw`` can cluster or collapse modules.
 
-    (Hook points are skipped: hooking them would change the path attention takes.)
+    (Hook points are skipped: they are identities and record no op.)
     """
     stack = function.modes.scope_stack
     depth = len(stack)

@@ -67,16 +67,22 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
     a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
     array) or None to leave the activation as it is. A function with two required positional
     parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
+
+    Hooking an attention's ``hook_attn_scores`` or ``hook_pattern`` switches the model's
+    attention layers to their composed path for the block (``nn.composed_attention``): a fused
+    attention has no scores or pattern to hook. The two paths agree up to float rounding.
     """
+    chosen = [(n, m, fn) for name, fn in fwd_hooks for n, m in _select(model, name).items()]
+    inner = any(getattr(m, "closed", None) for _, m, _ in chosen)
     handles = []
-    try:
-        for name, fn in fwd_hooks:
-            for n, module in _select(model, name).items():
+    with nn.composed_attention(model) if inner else contextlib.nullcontext():
+        try:
+            for n, module, fn in chosen:
                 handles.append(module.register_forward_hook(_wrap_hook(fn, n)))
-        yield model
-    finally:
-        for h in handles:
-            h.remove()
+            yield model
+        finally:
+            for h in handles:
+                h.remove()
 
 
 def _wrap_hook(fn: Callable, name: str):

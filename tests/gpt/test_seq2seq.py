@@ -15,13 +15,8 @@ import pytest
 import nn
 import tensorlab as tl
 from gpt.config import ConfigError, Seq2SeqConfig
-from gpt.seq2seq import (
-    Transformer,
-    beam_search,
-    greedy_decode,
-    length_penalty,
-    sequence_score,
-)
+from gpt.generate_seq2seq import beam_search, greedy_decode, length_penalty, sequence_score
+from gpt.seq2seq import Transformer
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 9  # pad 0, bos 1, eos 2, six "words"
@@ -175,10 +170,11 @@ def test_cross_attention_pattern_is_zero_on_padding():
     model = small()
     src, tgt = sources(), targets()
     seen, modules = {}, dict(model.named_modules())
-    for name in ("encoder.blocks.0.attn", "decoder.blocks.1.cross_attn", "decoder.blocks.0.attn"):
-        hook = modules[f"{name}.hook_pattern"]
-        hook.register_forward_hook(lambda m, i, out, name=name: seen.__setitem__(name, out))
-    logits = model(src, tgt)[0].numpy()
+    with nn.composed_attention(model):  # the pattern is a Tensor on the composed path only
+        for name in ("encoder.blocks.0.attn", "decoder.blocks.1.cross_attn", "decoder.blocks.0.attn"):
+            hook = modules[f"{name}.hook_pattern"]
+            hook.register_forward_hook(lambda m, i, out, name=name: seen.__setitem__(name, out))
+        logits = model(src, tgt)[0].numpy()
     pad = model.padding_mask(src)
     cross = seen["decoder.blocks.1.cross_attn"].numpy()
     assert cross.shape == (4, 2, 5, 6)

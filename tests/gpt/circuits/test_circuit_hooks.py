@@ -24,7 +24,12 @@ def test_run_with_cache_records_every_hook_with_its_shape():
     assert list(cache)[0] == "hook_embed"
     for name, act in cache.items():
         assert isinstance(act, np.ndarray)
-        if name.endswith("hook_pattern"):
+        if name.endswith("hook_attn_scores"):
+            assert act.shape == (B, H, T, T)
+            future = np.triu(np.ones((T, T), dtype=bool), 1)
+            assert np.isneginf(act[..., future]).all()  # masked before the softmax
+            assert np.isfinite(act[..., ~future]).all()
+        elif name.endswith("hook_pattern"):
             assert act.shape == (B, H, T, T)
             np.testing.assert_allclose(act.sum(-1), 1.0, rtol=1e-5)
             assert np.all(np.triu(act, 1) == 0)  # causal

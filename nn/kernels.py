@@ -1,18 +1,12 @@
-"""Small helpers shared by the fused ops."""
+"""Array kernels the fused ops share: row sums as BLAS products, and cache-sized row blocks.
+
+A fused op (``LayerNormFn``, ``AttentionFn``, ...) is one graph node whose forward and
+first-order backward run on raw arrays; these are the few array tricks that make them fast.
+"""
 
 from __future__ import annotations
 
-from tensorlab import function as _function
 from tensorlab.backend import xp_of
-from tensorlab.tensor import Tensor
-
-const = Tensor._wrap  # a constant Tensor around an array (no graph, no checks)
-
-
-def recording() -> bool:
-    """True inside a backward run with ``create_graph=True`` (and in ordinary forward code):
-    then a backward must be written in Tensor ops so that it records a graph."""
-    return _function.modes.grad_enabled
 
 
 # Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when

@@ -1,0 +1,202 @@
+"""Decoding an encoder-decoder (:class:`gpt.seq2seq.Transformer`): greedy and beam search.
+
+Both use a key/value cache: the decoder's self-attention keys and values grow by one position
+per step, and each cross-attention layer projects the memory to keys and values once per
+source. (Sampling from a decoder-only GPT is ``gpt/generate.py``.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import nn
+from gpt.seq2seq import Transformer
+from tensorlab import Tensor
+from tensorlab.backend import xp_of
+from tensorlab.ops.nnops import log_softmax_array
+
+__all__ = ["greedy_decode", "beam_search", "length_penalty", "sequence_logprob", "sequence_score"]
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's (Wu et al. 2016) lp(Y) = ((5 + |Y|) / 6)^α; a hypothesis scores log P(Y) / lp(Y).
+    α = 0 is the plain log-probability; larger α favours longer outputs."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _as_batch(model: Transformer, src) -> tuple[np.ndarray, bool]:
+    """Source ids as a (B, S) array, and whether a single 1-D sequence was given."""
+    data = src.numpy() if isinstance(src, Tensor) else src
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (list, tuple)):
+        width = max(len(s) for s in data)
+        pad = model.config.pad_id
+        data = [list(s) + [pad] * (width - len(s)) for s in data]
+    arr = np.asarray(data)
+    if arr.ndim == 1:
+        return arr[None], True
+    return arr, False
+
+
+def _evaluating(fn):
+    """``fn(model, ...)`` run inside ``nn.evaluating(model)`` (eval mode, no graph)."""
+
+    @functools.wraps(fn)
+    def wrapper(model, *args, **kwargs):
+        with nn.evaluating(model):
+            return fn(model, *args, **kwargs)
+
+    return wrapper
+
+
+def _cut(row, eos: int) -> list[int]:
+    out = []
+    for t in row:
+        out.append(int(t))
+        if t == eos:
+            break
+    return out
+
+
+@_evaluating
+def greedy_decode(model: Transformer, src, max_new_tokens: int | None = None, use_cache=True):
+    """The most likely next token at every step, until ``eos`` or ``max_new_tokens`` tokens
+    (default: as many as the decoder's ``max_len`` allows).
+
+    ``src``: one sequence of ids (returns one list) or a batch, (B, S) padded with ``pad_id``
+    or a list of lists (returns a list of lists). Outputs exclude ``bos`` and end with ``eos``
+    when the model produced it.
+    """
+    cfg = model.config
+    src, single = _as_batch(model, src)
+    max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
+    memory, src_mask = model.encode(src), model.padding_mask(src)
+    B = src.shape[0]
+    cache = model.new_cache() if use_cache else None
+    tokens = np.full((B, 1), cfg.bos_id, dtype=np.int64)
+    done = np.zeros(B, dtype=bool)
+    for _ in range(max_new):
+        step_in = tokens[:, -1:] if use_cache else tokens
+        logits = model.decode(memory, src_mask, step_in, cache).numpy()[:, -1]
+        nxt = np.where(done, cfg.pad_id, logits.argmax(-1))
+        tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
+        done |= nxt == cfg.eos_id
+        if done.all():
+            break
+    out = [_cut(row[1:], cfg.eos_id) for row in tokens]
+    return out[0] if single else out
+
+
+@_evaluating
+def beam_search(
+    model: Transformer,
+    src,
+    beam_size: int = 4,
+    max_new_tokens: int | None = None,
+    alpha: float = 0.0,
+    exhaustive: bool = False,
+    return_scores: bool = False,
+):
+    """Beam search: keep the ``beam_size`` most probable prefixes (by log-probability) at
+    each step; a hypothesis ends at ``eos`` or after ``max_new_tokens`` tokens, and the best
+    ended one by log P(Y) / lp(Y) (:func:`length_penalty`, GNMT's α) is returned.
+
+    At each step the 2k best extensions of the k live prefixes are ranked; an ``eos`` among
+    the first k ends its hypothesis, the best k others stay alive (as in fairseq and Hugging
+    Face). A source is done when no live prefix can beat its best ended hypothesis: judged by
+    the prefix's score if it ended now, log P / lp(current length) (the default, so k = 1 is
+    greedy decoding exactly, for any α), or with ``exhaustive=True`` by the best it could
+    reach at any length, log P / lp(max length) (log P only falls as a prefix grows; exact
+    for the beam, and the same rule when α = 0).
+
+    ``src`` as in :func:`greedy_decode`. Returns the best hypothesis per source (without
+    ``bos``), or (hypothesis, score) pairs with ``return_scores``.
+    """
+    cfg = model.config
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    src, single = _as_batch(model, src)
+    max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
+    B, k, eos = src.shape[0], beam_size, cfg.eos_id
+    memory, src_mask = model.encode(src), model.padding_mask(src)
+    rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
+    memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
+    src_mask = src_mask[rep]
+    cache = model.new_cache()
+    seqs = np.zeros((B, k, 0), dtype=np.int64)
+    logp = np.full((B, k), -np.inf)
+    logp[:, 0] = 0.0  # one live prefix (bos) to begin with
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = np.zeros(B, dtype=bool)
+    last = np.full((B * k, 1), cfg.bos_id, dtype=np.int64)
+    max_lp = length_penalty(max_new, alpha)
+    for t in range(max_new):
+        logits = model.decode(memory, src_mask, last, cache).numpy()[:, -1]
+        V = logits.shape[-1]
+        cand = (
+            logp[:, :, None] + log_softmax_array(logits.astype(np.float64)).reshape(B, k, V)
+        ).reshape(B, k * V)
+        new_seqs = np.zeros((B, k, t + 1), dtype=np.int64)
+        new_logp = np.full((B, k), -np.inf)
+        rows = np.arange(B * k)  # which old row each new row continues (default: itself)
+        lp_now = length_penalty(t + 1, alpha)
+        for b in range(B):
+            if done[b]:
+                continue
+            alive = []
+            order = np.argsort(-cand[b], kind="stable")[: 2 * k]
+            for rank, c in enumerate(order):
+                s = cand[b, c]
+                if s == -np.inf:
+                    break
+                beam, tok = divmod(int(c), V)
+                if tok == eos:
+                    if rank < k:
+                        finished[b].append((s / lp_now, [*seqs[b, beam].tolist(), eos]))
+                else:
+                    alive.append((beam, tok, s))
+                    if len(alive) == k:
+                        break
+            for j, (beam, tok, s) in enumerate(alive):
+                new_seqs[b, j, :t] = seqs[b, beam]
+                new_seqs[b, j, t] = tok
+                new_logp[b, j] = s
+                rows[b * k + j] = b * k + beam
+            if t == max_new - 1:  # out of room: live prefixes end here
+                finished[b] += [
+                    (s / lp_now, [*new_seqs[b, j].tolist()]) for j, (_, _, s) in enumerate(alive)
+                ]
+            best = max((f[0] for f in finished[b]), default=-np.inf)
+            reach = max((s for _, _, s in alive), default=-np.inf)
+            reach /= max_lp if exhaustive else lp_now  # the best a live prefix could score
+            done[b] = not alive or t == max_new - 1 or best >= reach
+        if done.all():
+            break
+        seqs, logp = new_seqs, new_logp
+        cache.reorder(rows)
+        last = seqs.reshape(B * k, -1)[:, -1:]
+    results = []
+    for b in range(B):
+        score, hyp = max(finished[b], key=lambda f: f[0])  # the first found among equals
+        results.append((hyp, float(score)) if return_scores else hyp)
+    return results[0] if single else results
+
+
+@_evaluating
+def sequence_logprob(model: Transformer, src, hyp) -> float:
+    """log P(hyp | src) = Σ_t log p(hyp_t | src, bos, hyp_<t), by one teacher-forced pass."""
+    cfg = model.config
+    src, _ = _as_batch(model, src)
+    hyp = [int(t) for t in hyp]
+    tgt_in = np.array([[cfg.bos_id, *hyp[:-1]]])
+    logits, _ = model(src[:1], tgt_in)
+    lsm = log_softmax_array(logits.numpy()[0].astype(np.float64))
+    return float(lsm[np.arange(len(hyp)), hyp].sum())
+
+
+def sequence_score(model: Transformer, src, hyp, alpha: float = 0.0) -> float:
+    """The score beam search ranks ended hypotheses by: log P(hyp | src) / lp(|hyp|, α)."""
+    return sequence_logprob(model, src, hyp) / length_penalty(len(hyp), alpha)

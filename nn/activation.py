@@ -1,0 +1,405 @@
+"""Activations and the transformer's feed-forward block.
+
+The smooth activations erf, GELU (exact and tanh form), SiLU and ELU are each one node with a
+closed-form backward (ReLU, sigmoid and tanh are engine ops: ``x.relu()``, ``x.sigmoid()``);
+their functions and modules follow, then :class:`FeedForward`, the MLP that uses them.
+
+NumPy has no ``erf``, so :func:`erf` uses the rational approximation 7.1.26 of Abramowitz &
+Stegun (1964): with t = 1/(1 + p|x|),
+
+    erf(x) ≈ sign(x) (1 - (a₁t + a₂t² + a₃t³ + a₄t⁴ + a₅t⁵) e^(-x²)),   |error| ≤ 1.5e-7,
+
+accurate to float32 precision (and to about 1e-7 in float64). The backward of erf and of the
+exact GELU use the exact derivatives (2/√π) e^(-x²) and Φ(x) + x φ(x); the forward's 1.5e-7
+error therefore shows up in a float64 gradcheck as a relative mismatch near 1e-7, far inside
+its tolerance (rtol 1e-3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+import tensorlab as tl
+from nn.dropout import dropout
+from nn.init import constant, uniform
+from nn.kernels import row_blocks
+from nn.linear import linear
+from nn.module import Module
+from tensorlab import Tensor
+from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.function import Function
+
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_TANH_C = math.sqrt(2.0 / math.pi)  # the tanh form's √(2/π) and its cubic coefficient
+_TANH_K = 0.044715
+_LOG2_E = 1.0 / math.log(2.0)
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
+
+
+def _erf_and_gauss(z, out=None, gauss_out=None):
+    """(erf(z), e^(-z²)) on a raw array; the second is the derivative's shape, reused. They are
+    written into ``out`` and ``gauss_out`` when given (arrays of z's shape).
+
+    Written for speed on NumPy, where each line is one pass over memory and some ufuncs are
+    much slower than others: e^(-z²) is computed as 2^(-z² log₂e) (``exp2`` is about twice as
+    fast as ``exp`` for float32), 1/(1 + p|z|) with ``divide`` (faster than ``reciprocal``),
+    and the sign is restored by copying z's sign bit into the result, which is ≥ 0 before that
+    (``copysign`` is not vectorised and costs as much as six multiplications).
+    """
+    xp = xp_of(z)
+    if z.ndim == 0:  # NumPy arithmetic on 0-d arrays returns scalars, which take no out=
+        e, g = _erf_and_gauss(z.reshape(1))
+        return e.reshape(()), g.reshape(())
+    a = xp.abs(z, out=gauss_out)  # |z|, turned into e^(-z²) in place below
+    t = a * _P
+    t += 1.0
+    xp.divide(1.0, t, out=t)
+    poly = xp.multiply(t, _A[4], out=out)
+    for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
+        poly += c
+        poly *= t
+    gauss = xp.multiply(a, a, out=a)
+    gauss *= -_LOG2_E
+    xp.exp2(gauss, out=gauss)
+    poly *= gauss
+    xp.subtract(1.0, poly, out=poly)  # erf(|z|) ≥ 0
+    bits = _UINT[poly.dtype.itemsize]
+    sign = xp.bitwise_and(z.view(bits), bits(1 << (8 * poly.dtype.itemsize - 1)))
+    xp.bitwise_or(poly.view(bits), sign, out=poly.view(bits))  # copysign(erf(|z|), z)
+    return poly, gauss
+
+
+def erf(z):
+    """erf of a raw array (Abramowitz & Stegun 7.1.26, |error| ≤ 1.5e-7)."""
+    return _erf_and_gauss(z)[0]
+
+
+class ErfFn(Function):
+    """y = erf(a) = (2/√π) ∫₀ᵃ e^(-s²) ds;  da = g (2/√π) e^(-a²).
+
+    The backward is written in Tensor ops (it is short), so it is differentiable as it is."""
+
+    def forward(ctx, a):
+        return _erf_and_gauss(a)[0]
+
+    def backward(ctx, g):
+        a = ctx.inputs[0]
+        return g * (-(a * a)).exp() * _TWO_OVER_SQRT_PI
+
+
+class GELUFn(Function):
+    """y = x Φ(x), Φ(x) = ½(1 + erf(x/√2)) the standard normal CDF (Hendrycks & Gimpel 2016);
+    dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density."""
+
+    def forward(ctx, x):
+        xp = xp_of(x)
+        y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
+        rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
+        views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
+        for s in row_blocks(rows):  # one block at a time, to stay in cache (see nn.kernels)
+            xs, ys, e, gauss = rows[s], views[0][s], views[1][s], views[2][s]
+            _erf_and_gauss(xs * _SQRT_HALF, out=e, gauss_out=gauss)
+            e += 1.0
+            e *= 0.5  # Φ(x)
+            gauss *= _INV_SQRT_2PI  # φ(x)
+            xp.multiply(xs, e, out=ys)
+        ctx.cdf, ctx.pdf = cdf, pdf
+        return y
+
+    def backward(ctx, g):
+        d = ctx.inputs[0].data * ctx.pdf
+        d += ctx.cdf
+        d *= g.data
+        return d
+
+    @staticmethod
+    def composed(x):
+        return x * (ErfFn.apply(x * _SQRT_HALF) + 1.0) * 0.5
+
+
+class GELUTanhFn(Function):
+    """The tanh form of GELU (GPT-2's): y = ½ x (1 + t),  t = tanh(u),  u = c (x + k x³)
+    with c = √(2/π), k = 0.044715;
+    dx = g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²))."""
+
+    def forward(ctx, x):
+        xp = xp_of(x)
+        x2 = x * x
+        u = x2 * _TANH_K
+        u += 1.0
+        u *= x
+        u *= _TANH_C
+        t = xp.tanh(u, out=u)
+        ctx.t, ctx.x2 = t, x2
+        y = t + 1.0
+        y *= x
+        y *= 0.5
+        return y
+
+    def backward(ctx, g):
+        t, x2 = ctx.t, ctx.x2
+        du = x2 * (3 * _TANH_K * _TANH_C)  # c (1 + 3k x²), built in place
+        du += _TANH_C
+        du *= ctx.inputs[0].data
+        du *= 1.0 - t * t
+        du += t
+        du += 1.0
+        du *= 0.5
+        du *= g.data
+        return du
+
+    @staticmethod
+    def composed(x):
+        return x * (((x + x * x * x * _TANH_K) * _TANH_C).tanh() + 1.0) * 0.5
+
+
+class SiLUFn(Function):
+    """y = x σ(x) (SiLU, a.k.a. Swish with β = 1);  dx = g σ(x) (1 + x (1 - σ(x)))."""
+
+    def forward(ctx, x):
+        xp = xp_of(x)
+        s = xp.tanh(x * 0.5)  # σ(x) = (1 + tanh(x/2))/2 never overflows
+        s += 1.0
+        s *= 0.5
+        ctx.sig = s
+        return x * s
+
+    def backward(ctx, g):
+        s = ctx.sig
+        d = 1.0 - s
+        d *= ctx.inputs[0].data
+        d += 1.0
+        d *= s
+        d *= g.data
+        return d
+
+    @staticmethod
+    def composed(x):
+        return x * x.sigmoid()
+
+
+class ELUFn(Function):
+    """y = x for x > 0, α(eˣ - 1) otherwise (Clevert et al. 2015);
+    dx = g for x > 0, g (y + α) = g α eˣ otherwise."""
+
+    def forward(ctx, x, alpha):
+        xp = xp_of(x)
+        ctx.pos = x > 0
+        neg = xp.expm1(xp.minimum(x, 0.0))
+        neg *= alpha
+        return xp.where(ctx.pos, x, neg)
+
+    def backward(ctx, g):
+        y = ctx.output.data
+        slope = xp_of(y).where(ctx.pos, 1.0, y + ctx.params["alpha"])
+        return g.data * slope.astype(y.dtype, copy=False)
+
+    @staticmethod
+    def composed(x, alpha):
+        return tl.where(x.data > 0, x, (x.minimum(0.0).exp() - 1.0) * alpha)
+
+
+# ---------------------------------------------------------------------- functions
+def relu(x: Tensor) -> Tensor:
+    """max(x, 0)."""
+    return x.relu()
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """x Φ(x) with Φ the standard normal CDF (``approximate="none"``), or GPT-2's tanh form
+    ½ x (1 + tanh(√(2/π)(x + 0.044715 x³))) (``approximate="tanh"``)."""
+    if approximate == "none":
+        return GELUFn.apply(x)
+    if approximate == "tanh":
+        return GELUTanhFn.apply(x)
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(x: Tensor) -> Tensor:
+    """x σ(x) (SiLU, also called Swish)."""
+    return SiLUFn.apply(x)
+
+
+swish = silu
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha (eˣ - 1) otherwise."""
+    return ELUFn.apply(x, alpha=alpha)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + e^(-x))."""
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """exp(x) / Σ exp(x) along ``axis``."""
+    return x.softmax(axis)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``."""
+    return x.log_softmax(axis)
+
+
+_BY_NAME: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": relu,
+    "gelu": gelu,
+    "gelu_tanh": lambda x: gelu(x, "tanh"),
+    "silu": silu,
+    "swish": silu,
+    "elu": elu,
+    "sigmoid": sigmoid,
+    "tanh": tanh,
+    "identity": lambda x: x,
+}
+
+
+def activation_fn(name: str) -> Callable[[Tensor], Tensor]:
+    """The function called ``name``: relu, gelu (exact), gelu_tanh, silu/swish, elu,
+    sigmoid, tanh, identity."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose from {sorted(_BY_NAME)}") from None
+
+
+# ---------------------------------------------------------------------- modules
+class ReLU(Module):
+    """max(x, 0)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return relu(x)
+
+
+class GELU(Module):
+    """x Φ(x) (``approximate="none"``) or its tanh approximation (``"tanh"``, GPT-2's)."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    """x σ(x), also called Swish."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return silu(x)
+
+
+Swish = SiLU
+
+
+class ELU(Module):
+    """x for x > 0, alpha (eˣ - 1) otherwise."""
+
+    def __init__(self, alpha: float = 1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        return elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Sigmoid(Module):
+    """1 / (1 + e^(-x))."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return sigmoid(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return tanh(x)
+
+
+# ---------------------------------------------------------------------- feed-forward
+# Gated variants (Shazeer 2020, "GLU Variants Improve Transformer"): name -> gate activation.
+GATED = {"glu": "sigmoid", "reglu": "relu", "geglu": "gelu", "swiglu": "silu"}
+
+
+class FeedForward(Module):
+    """The MLP of a transformer block, applied to each position on its own.
+
+    Plain (``gated=False``)::
+
+        FFN(x) = f(x W_in + b_in) W_out + b_out
+
+    Gated (Shazeer 2020): the hidden layer is an activated "gate" times a linear "value"::
+
+        FFN(x) = (f(x W_gate + b_gate) ⊙ (x W_in + b_in)) W_out + b_out
+
+    with f = σ (GLU), ReLU (ReGLU), GELU (GeGLU) or SiLU (SwiGLU). ``activation`` names f
+    (relu, gelu, gelu_tanh, silu, ...); the names glu, reglu, geglu, swiglu choose the gated
+    variant directly (``activation="swiglu"`` is ``activation="silu", gated=True``).
+
+    Parameters (names as in the circuits literature): ``W_in`` (d_model, d_ff), ``W_gate``
+    (d_model, d_ff, gated only), ``W_out`` (d_ff, d_model), biases ``b_in``, ``b_gate``
+    (d_ff,) and ``b_out`` (d_model,) unless ``bias=False``. ``d_ff`` defaults to 4·d_model,
+    and for gated variants to 8/3·d_model rounded up to a multiple of 8 (same parameter count
+    as the plain 4× MLP: three matrices instead of two). ``dropout`` acts on the output (as in
+    nanoGPT), before the residual add.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int | None = None,
+        activation: str = "gelu",
+        gated: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+        dtype=DEFAULT_DTYPE,
+        device: str = "cpu",
+    ):
+        super().__init__()
+        if activation in GATED:
+            activation, gated = GATED[activation], True
+        self.act = activation_fn(activation)
+        self.activation, self.gated, self.dropout = activation, gated, dropout
+        if d_ff is None:
+            d_ff = 4 * d_model if not gated else 8 * math.ceil(8 * d_model / 3 / 8)
+        self.d_model, self.d_ff = d_model, d_ff
+        k_in, k_out = 1.0 / math.sqrt(d_model), 1.0 / math.sqrt(d_ff)
+        self.W_in = uniform((d_model, d_ff), k_in, dtype, device)
+        self.b_in = constant((d_ff,), 0.0, dtype, device) if bias else None
+        if gated:
+            self.W_gate = uniform((d_model, d_ff), k_in, dtype, device)
+            self.b_gate = constant((d_ff,), 0.0, dtype, device) if bias else None
+        self.W_out = uniform((d_ff, d_model), k_out, dtype, device)
+        self.b_out = constant((d_model,), 0.0, dtype, device) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = linear(x, self.W_in, self.b_in)
+        if self.gated:
+            h = self.act(linear(x, self.W_gate, self.b_gate)) * h
+        else:
+            h = self.act(h)
+        return dropout(linear(h, self.W_out, self.b_out), self.dropout, self.training)
+
+    def extra_repr(self) -> str:
+        kind = f"gated {self.activation}" if self.gated else self.activation
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, {kind}"

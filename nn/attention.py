@@ -1,0 +1,515 @@
+"""Scaled dot-product attention (its op and its composed form) and multi-head attention.
+
+For one head, with queries Q (T_q, d), keys K (T_k, d), values V (T_k, d_v) and s = 1/√d::
+
+    S = s Q Kᵀ + B        scores (B: an optional additive bias; masked entries are -∞)
+    A = softmax_rows(S)   the attention pattern; each row sums to 1
+    Y = A V
+
+Backward, from G = dL/dY (the softmax step is the row-wise vector-Jacobian product
+dS = A ⊙ (dA - rowsum(dA ⊙ A)), so no T_k × T_k Jacobian is ever built)::
+
+    dV = Aᵀ G,   dA = G Vᵀ,   dS = A ⊙ (dA - rowsum(dA ⊙ A)),
+    dQ = s dS K,   dK = s dSᵀ Q,   dB = dS.
+
+A masked entry has A = 0, hence dS = 0: masks need no special case in the backward. A query
+that may attend to no key at all (every key padded) gets A = 0 and Y = 0, not NaN. With
+dropout on the pattern, Y = (A ⊙ M) V for a scaled keep-mask M, and dA = (G Vᵀ) ⊙ M.
+
+The math is written twice on purpose, and only twice: :class:`AttentionFn` is one graph node
+with the closed-form backward above on arrays (fast, and it never keeps S or softmax
+intermediates), and :func:`attention_composed` is the same function in engine ops (readable,
+every intermediate a Tensor that a hook can read or replace). ``MultiHeadAttention(fused=...)``
+picks one when it is built; the engine differentiates the composed form when it needs the
+fused op's gradient as a graph (``create_graph=True``), and the tests hold the two together.
+
+Shapes in :class:`MultiHeadAttention`: B batch, T_q query positions, T_k key positions, H heads
+of width d_head. Following "A Mathematical Framework for Transformer Circuits", head h reads
+the residual stream through W_Q^h, W_K^h, W_V^h (d_model × d_head) and writes back through
+W_O^h (d_head × d_model)::
+
+    q = x W_Q^h + b_Q^h,  k = x W_K^h + b_K^h,  v = x W_V^h + b_V^h,
+    A^h = softmax(q kᵀ/√d_head + mask),   out = Σ_h (A^h v) W_O^h + b_O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import tensorlab as tl
+from nn.dropout import check_p, dropout, dropout_mask
+from nn.embedding import RelativePositionBias, RotaryEmbedding
+from nn.init import constant, uniform
+from nn.kernels import sum_last
+from nn.linear import linear
+from nn.module import HookPoint, Module
+from tensorlab import Tensor, cat
+from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.function import Function
+
+_causal_cache: dict = {}
+
+
+def causal_keep(xp, T_q: int, T_k: int):
+    """Boolean (T_q, T_k): query i may see key j iff j ≤ i + (T_k - T_q).
+
+    Queries are aligned with the *last* T_q keys, which is what a key/value cache needs (the
+    new tokens come after the cached ones); for T_q = T_k it is the usual lower triangle.
+    """
+    return xp.tri(T_q, T_k, T_k - T_q, dtype=bool)
+
+
+def _causal_bias(xp, T_q: int, T_k: int, dtype):
+    """0 where allowed and -∞ where not, cached per shape, dtype and array module."""
+    key = (xp.__name__, T_q, T_k, str(dtype))
+    bias = _causal_cache.get(key)
+    if bias is None:
+        bias = xp.where(causal_keep(xp, T_q, T_k), 0.0, -xp.inf).astype(dtype)
+        _causal_cache[key] = bias
+    return bias
+
+
+def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask):
+    """Boolean (..., T_q, 1): True for query rows that may attend to no key; None if none."""
+    allowed = causal_keep(xp, T_q, T_k) if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is None:
+        return None
+    dead = ~allowed.any(axis=-1, keepdims=True)
+    return dead if dead.any() else None
+
+
+class AttentionFn(Function):
+    """Y = softmax(s Q Kᵀ + B) V over the last two axes, as one node (the module docstring
+    derives the backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with q (..., T_q, d),
+    k (..., T_k, d), v (..., T_k, d_v), bias broadcastable to (..., T_q, T_k); parameters
+    ``scale``, ``causal``, ``mask`` (boolean array, True = may attend, or None) and
+    ``dropout_mask`` (the scaled keep-mask M on the pattern, or None)."""
+
+    def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask):
+        xp = xp_of(q)
+        S = q @ k.swapaxes(-1, -2)
+        S *= scale
+        if bias:
+            S += bias[0]
+        if causal:
+            S += _causal_bias(xp, q.shape[-2], k.shape[-2], S.dtype)
+        if mask is not None:
+            S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
+        m = S.max(axis=-1, keepdims=True)
+        if causal or mask is not None:  # a row with every key masked gets A = 0, not NaN
+            m[m == -xp.inf] = 0
+        S -= m
+        xp.exp(S, out=S)
+        total = sum_last(S)
+        total[total == 0] = 1
+        S /= total
+        ctx.A = S
+        if dropout_mask is not None:
+            S = S * dropout_mask
+        return S @ v
+
+    def backward(ctx, g):
+        q, k, v = (t.data for t in ctx.inputs[:3])
+        G, A, M, s = g.data, ctx.A, ctx.params["dropout_mask"], ctx.params["scale"]
+        dv = (A if M is None else A * M).swapaxes(-1, -2) @ G
+        dS = G @ v.swapaxes(-1, -2)  # dA, turned into dS in place
+        if M is not None:
+            dS *= M
+        dS *= A
+        dS -= A * sum_last(dS)
+        dSs = dS * s
+        return dSs @ k, dSs.swapaxes(-1, -2) @ q, dv, dS
+
+    @staticmethod
+    def composed(q, k, v, *bias, scale, causal, mask, dropout_mask):
+        return attention_composed(
+            q, k, v, *bias, scale=scale, causal=causal, mask=mask, dropout_mask=dropout_mask
+        )
+
+
+def _identity(x):
+    return x
+
+
+def attention_composed(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *bias: Tensor,
+    scale: float,
+    causal: bool,
+    mask,
+    dropout_mask,
+    hook_scores=_identity,
+    hook_pattern=_identity,
+) -> Tensor:
+    """:class:`AttentionFn`'s function in engine ops, one step a line. ``hook_scores`` sees
+    the scores S (masked entries -∞) and ``hook_pattern`` the pattern A, and may replace them.
+    """
+    S = (q @ k.mT) * scale
+    if bias:
+        S = S + bias[0]
+    xp = xp_of(q.data)
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if causal:
+        S = S + Tensor._wrap(_causal_bias(xp, T_q, T_k, S.dtype))
+    if mask is not None:
+        S = S.masked_fill(~mask, -math.inf)
+    S = hook_scores(S)
+    dead = _dead_rows(xp, T_q, T_k, causal, mask)
+    if dead is not None:  # rows with every key masked: A = 0, as in AttentionFn (not NaN)
+        S = tl.where(dead, 0.0, S)
+    A = S.softmax(axis=-1)
+    if dead is not None:
+        A = tl.where(dead, 0.0, A)
+    A = hook_pattern(A)
+    if dropout_mask is not None:
+        A = A * Tensor._wrap(dropout_mask)
+    return A @ v
+
+
+def _as_mask(mask, like: Tensor):
+    if mask is None:
+        return None
+    m = mask.data if isinstance(mask, Tensor) else xp_of(like.data).asarray(mask)
+    if m.dtype.kind != "b":
+        raise TypeError(f"attention: mask must be boolean (True = may attend), got {m.dtype}")
+    return m
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask=None,
+    causal: bool = False,
+    bias: Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    fused: bool = True,
+) -> Tensor:
+    """softmax(q kᵀ · scale + bias) v over q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v).
+
+    - ``mask``: boolean, broadcastable to (..., T_q, T_k), True where a query *may* attend.
+    - ``causal``: query i sees keys j ≤ i + (T_k - T_q) (aligned to the last keys, so it is
+      right for a key/value cache; the lower triangle when T_q = T_k).
+    - ``bias``: an additive score bias (e.g. a relative-position bias); it gets a gradient.
+    - ``scale``: defaults to 1/√d.
+    - ``dropout_p``: dropout on the pattern (pass 0 in evaluation).
+    - ``fused``: one node (:class:`AttentionFn`), or the composed ops
+      (:func:`attention_composed`); the same numbers up to rounding, and the same dropout draws.
+    """
+    check_p(dropout_p, "scaled_dot_product_attention")
+    params = dict(
+        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+        causal=causal,
+        mask=_as_mask(mask, q),
+        dropout_mask=None,
+    )
+    if dropout_p > 0:
+        params["dropout_mask"] = dropout_mask(q.shape[:-1] + (k.shape[-2],), dropout_p, q.data)
+    inputs = (q, k, v) if bias is None else (q, k, v, bias)
+    return AttentionFn.apply(*inputs, **params) if fused else attention_composed(*inputs, **params)
+
+
+class KVCache:
+    """The keys and values one attention layer has seen, for incremental decoding.
+
+    Self-attention appends each step's keys and values (shape (B, H, T, d_head), after any
+    rotary embedding); ``len(cache)`` is the number of cached positions, which is also the
+    position of the next token. Cross-attention stores the source's keys and values on the
+    first call and reuses them afterwards. Use one cache per layer and per sequence batch.
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add new keys and values along the time axis; returns all of them."""
+        if self.k is not None:
+            k, v = cat([self.k, k], axis=-2), cat([self.v, v], axis=-2)
+        self.k, self.v = k, v
+        return k, v
+
+    def reset(self) -> None:
+        self.k = self.v = None
+
+
+class MultiHeadAttention(Module):
+    """Multi-head scaled dot-product attention (self, causal or cross).
+
+    Args:
+        d_model: width of the residual stream.
+        n_head: number of heads H.
+        d_head: width of each head (default d_model / H; any width works).
+        bias: learn biases for the projections.
+        dropout: probability for dropout on the pattern and on the output (training only).
+        causal: each query sees only keys at its own position or earlier.
+        cross: keys and values come from ``source`` (an encoder's output) instead of ``x``.
+        d_source: width of ``source`` (default d_model), for cross-attention.
+        rotary: a :class:`RotaryEmbedding` (or True for one of width d_head) applied to
+            queries and keys (self-attention only).
+        relative_bias: a :class:`RelativePositionBias` (or an int max distance to make one)
+            whose (H, T_q, T_k) bias is added to the scores.
+        fused: compute softmax(q kᵀ/√d + mask) v as one node (:class:`AttentionFn`, the fast
+            path) or in engine ops (:func:`attention_composed`), where ``hook_attn_scores`` and
+            ``hook_pattern`` see every score and pattern. Set ``attn.fused`` (or use
+            :func:`composed_attention`) to switch; both give the same numbers up to rounding.
+
+    Parameters, stored so that each projection is one matrix product: ``W_QKV``
+    (d_model, 3, H, d_head) and ``b_QKV`` (3·H·d_head,) for self-attention; ``W_q``
+    (d_model, H, d_head), ``b_q`` (H·d_head,), ``W_kv`` (d_source, 2, H, d_head) and ``b_kv``
+    (2·H·d_head,) for cross-attention; ``W_O`` (H, d_head, d_model) and ``b_O`` (d_model,).
+    Biases are 1-D, as everywhere (so they start at zero and are not weight-decayed). The
+    per-head matrices of the circuits notation are views (no copy): ``W_Q``, ``W_K``, ``W_V``
+    (H, d_in, d_head) and biases ``b_Q``, ``b_K``, ``b_V`` (H, d_head).
+
+    Hook points (e.g. ``blocks.0.attn.hook_pattern``): ``hook_q``, ``hook_k``, ``hook_v``
+    (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores`` and ``hook_pattern``
+    (B, H, T_q, T_k, composed path only), and ``hook_z`` (B, T_q, H, d_head), the heads'
+    outputs before W_O.
+
+    ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
+    d_model); source (B, T_k, d_source) for cross-attention; key_padding_mask (B, T_k) boolean,
+    True at padding keys (ignored), as in PyTorch; mask boolean, broadcastable to
+    (B, H, T_q, T_k), True where attending is allowed; cache a :class:`KVCache`, with x then
+    holding only the new positions. Returns (B, T_q, d_model).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        d_head: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        causal: bool = False,
+        cross: bool = False,
+        d_source: int | None = None,
+        rotary: RotaryEmbedding | bool | None = None,
+        relative_bias: RelativePositionBias | int | None = None,
+        fused: bool = True,
+        dtype=DEFAULT_DTYPE,
+        device: str = "cpu",
+    ):
+        super().__init__()
+        if d_head is None:
+            if d_model % n_head:
+                raise ValueError(
+                    f"MultiHeadAttention: d_model={d_model} is not divisible by "
+                    f"n_head={n_head}; choose them so, or give d_head"
+                )
+            d_head = d_model // n_head
+        check_p(dropout, "MultiHeadAttention")
+        H, dh = n_head, d_head
+        self.d_model, self.n_head, self.d_head = d_model, H, dh
+        self.causal, self.cross, self.dropout = causal, cross, dropout
+        self.scale = 1.0 / math.sqrt(dh)
+        k = 1.0 / math.sqrt(d_model)
+        if cross:
+            self.d_source = d_source or d_model
+            self.W_q = uniform((d_model, H, dh), k, dtype, device)
+            self.b_q = constant((H * dh,), 0.0, dtype, device) if bias else None
+            self.W_kv = uniform(
+                (self.d_source, 2, H, dh), 1 / math.sqrt(self.d_source), dtype, device
+            )
+            self.b_kv = constant((2 * H * dh,), 0.0, dtype, device) if bias else None
+        else:
+            self.W_QKV = uniform((d_model, 3, H, dh), k, dtype, device)
+            self.b_QKV = constant((3 * H * dh,), 0.0, dtype, device) if bias else None
+        self.W_O = uniform((H, dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
+        self.b_O = constant((d_model,), 0.0, dtype, device) if bias else None
+
+        if rotary is True:
+            rotary = RotaryEmbedding(dh)
+        if rotary is not None and rotary is not False and cross:
+            raise ValueError("rotary embeddings are for self-attention (cross=False)")
+        self.rotary = rotary or None
+        if isinstance(relative_bias, int) and not isinstance(relative_bias, bool):
+            relative_bias = RelativePositionBias(H, relative_bias, dtype, device)
+        self.relative_bias = relative_bias
+
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        self.fused = fused
+
+    @property
+    def fused(self) -> bool:
+        return self._fused
+
+    def _inner_hooks(self) -> tuple[HookPoint, HookPoint]:
+        return self.hook_attn_scores, self.hook_pattern
+
+    @fused.setter
+    def fused(self, value: bool) -> None:
+        inner = self._inner_hooks()
+        if value and any(h._forward_hooks or h._forward_pre_hooks for h in inner):
+            raise RuntimeError(
+                "MultiHeadAttention.fused = True: remove the hooks on hook_attn_scores and "
+                "hook_pattern first (the fused path has no scores or pattern to hook)"
+            )
+        for h in inner:
+            h.closed = (
+                "the attention is fused (one node, no scores or pattern as Tensors); set "
+                "attn.fused = False, or use nn.composed_attention(model) or gpt.circuits"
+                if value
+                else None
+            )
+        object.__setattr__(self, "_fused", bool(value))
+
+    # ------------------------------------------------------------------ per-head views
+    def _weights(self, i: int) -> Tensor:
+        """(d_in, H, d_head): the query (0), key (1) or value (2) matrices of every head."""
+        if self.cross:
+            return self.W_q if i == 0 else self.W_kv[:, i - 1]
+        return self.W_QKV[:, i]
+
+    def _bias(self, i: int) -> Tensor | None:
+        """(H·d_head,) or None: the query (0), key (1) or value (2) biases, flat."""
+        w = self.n_head * self.d_head
+        if self.cross:
+            b = self.b_q if i == 0 else self.b_kv
+            return b if b is None or i == 0 else b[(i - 1) * w : i * w]
+        return None if self.b_QKV is None else self.b_QKV[i * w : (i + 1) * w]
+
+    @property
+    def W_Q(self) -> Tensor:
+        """(H, d_model, d_head): W_Q[h] is head h's query matrix (a view, no copy)."""
+        return self._weights(0).permute(1, 0, 2)
+
+    @property
+    def W_K(self) -> Tensor:
+        """(H, d_in, d_head) key matrices (views)."""
+        return self._weights(1).permute(1, 0, 2)
+
+    @property
+    def W_V(self) -> Tensor:
+        """(H, d_in, d_head) value matrices (views)."""
+        return self._weights(2).permute(1, 0, 2)
+
+    def _head_bias(self, i: int) -> Tensor | None:
+        b = self._bias(i)
+        return None if b is None else b.reshape(self.n_head, self.d_head)
+
+    @property
+    def b_Q(self) -> Tensor | None:
+        """(H, d_head) query biases (a view)."""
+        return self._head_bias(0)
+
+    @property
+    def b_K(self) -> Tensor | None:
+        return self._head_bias(1)
+
+    @property
+    def b_V(self) -> Tensor | None:
+        return self._head_bias(2)
+
+    # ------------------------------------------------------------------ forward
+    def project(self, x: Tensor, i: int) -> Tensor:
+        """Queries (i = 0), keys (1) or values (2) of every head from x: (B, T, H, d_head)."""
+        W = self._weights(i)
+        d_in, H, dh = W.shape
+        y = linear(x, W.reshape(d_in, H * dh), self._bias(i))
+        return y.reshape(x.shape[:-1] + (H, dh))
+
+    def forward(
+        self,
+        x: Tensor,
+        source: Tensor | None = None,
+        key_padding_mask=None,
+        mask=None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        B, T, _ = x.shape
+        q = self.hook_q(self.project(x, 0)).permute(0, 2, 1, 3)  # (B, H, T, d_head)
+        k = v = None
+        if not (self.cross and cache is not None and cache.k is not None):
+            src = x
+            if self.cross:
+                if source is None:
+                    raise ValueError("cross-attention needs a source (the encoder's output)")
+                src = source
+            k = self.hook_k(self.project(src, 1)).permute(0, 2, 1, 3)
+            v = self.hook_v(self.project(src, 2)).permute(0, 2, 1, 3)
+        if self.rotary is not None:
+            past = len(cache) if cache is not None else 0
+            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
+        if cache is not None:
+            if not self.cross:
+                k, v = cache.append(k, v)
+            elif cache.k is None:
+                cache.k, cache.v = k, v
+            else:
+                k, v = cache.k, cache.v
+        z = self.attend(q, k, v, self._keep(key_padding_mask, mask))
+        z = self.hook_z(z.permute(0, 2, 1, 3))  # (B, T, H, d_head)
+        H, dh = self.n_head, self.d_head
+        out = linear(z.reshape(B, T, H * dh), self.W_O.reshape(H * dh, self.d_model), self.b_O)
+        return dropout(out, self.dropout, self.training)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, keep) -> Tensor:
+        """softmax(q kᵀ/√d_head + bias + mask) v per head, (B, H, T_q, d_head): one node when
+        ``self.fused``, else the composed ops with the score and pattern hooks."""
+        bias = () if self.relative_bias is None else (self.relative_bias(q.shape[-2], k.shape[-2]),)
+        p = self.dropout if self.training else 0.0
+        drop = dropout_mask(q.shape[:-1] + (k.shape[-2],), p, q.data) if p > 0 else None
+        params = dict(scale=self.scale, causal=self.causal, mask=keep, dropout_mask=drop)
+        if self.fused:
+            return AttentionFn.apply(q, k, v, *bias, **params)
+        return attention_composed(
+            q,
+            k,
+            v,
+            *bias,
+            **params,
+            hook_scores=self.hook_attn_scores,
+            hook_pattern=self.hook_pattern,
+        )
+
+    def _keep(self, key_padding_mask, mask):
+        """One boolean mask (True = may attend) from the padding mask and the general mask."""
+        keep = None
+        if key_padding_mask is not None:
+            kpm = key_padding_mask
+            kpm = kpm.data if isinstance(kpm, Tensor) else xp_of(self.W_O.data).asarray(kpm)
+            keep = ~kpm.astype(bool)[:, None, None, :]
+        if mask is not None:
+            m = mask.data if isinstance(mask, Tensor) else xp_of(self.W_O.data).asarray(mask)
+            keep = m.astype(bool) if keep is None else keep & m.astype(bool)
+        return keep
+
+    def extra_repr(self) -> str:
+        kind = "cross" if self.cross else ("causal" if self.causal else "self")
+        path = "fused" if self.fused else "composed"
+        return f"d_model={self.d_model}, n_head={self.n_head}, d_head={self.d_head}, {kind}, {path}"
+
+
+@contextlib.contextmanager
+def composed_attention(model: Module):
+    """Inside this block every :class:`MultiHeadAttention` in ``model`` takes the composed path
+    (``fused = False``), so ``hook_attn_scores`` and ``hook_pattern`` can be hooked; each goes
+    back to its own setting afterwards, except a layer whose scores or pattern still carry a
+    hook (it stays composed, so that the hook keeps running). ``gpt.circuits`` runs its hooks
+    inside this."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    before = [m.fused for m in layers]
+    for m in layers:
+        m.fused = False
+    try:
+        yield model
+    finally:
+        for m, f in zip(layers, before):
+            hooked = any(h._forward_hooks or h._forward_pre_hooks for h in m._inner_hooks())
+            if f and not hooked:
+                m.fused = True

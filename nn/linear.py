@@ -1,0 +1,73 @@
+"""The affine map y = x W + b: its op, its function ``linear`` and its layer ``Linear``."""
+
+from __future__ import annotations
+
+import math
+
+from nn.init import constant, uniform
+from nn.kernels import sum_rows
+from nn.module import Module
+from tensorlab import Tensor
+from tensorlab.backend import DEFAULT_DTYPE
+from tensorlab.function import Function
+
+
+class LinearFn(Function):
+    """y = x W + b, with x (..., d_in), W (d_in, d_out), b (d_out,) optional, as one node
+    (instead of MatMul, Add and a broadcast SumTo).
+
+    Leading axes of x are folded into rows, so every product is one 2-D GEMM::
+
+        dx = g Wᵀ,    dW = xᵀ g  (rows summed over all leading axes),    db = Σ_rows g.
+
+    ``apply(x, W)`` or ``apply(x, W, b)``.
+    """
+
+    def forward(ctx, x, W, *b):
+        d_in, d_out = W.shape
+        y = x.reshape(-1, d_in) @ W
+        if b:
+            y += b[0]
+        return y.reshape(x.shape[:-1] + (d_out,))
+
+    def backward(ctx, g):
+        x, W = ctx.inputs[0], ctx.inputs[1]
+        d_in, d_out = W.shape
+        g2 = g.data.reshape(-1, d_out)
+        gx = (g2 @ W.data.T).reshape(x.shape) if x.requires_grad else None
+        gW = x.data.reshape(-1, d_in).T @ g2 if W.requires_grad else None
+        gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
+        return gx, gW, gb
+
+    @staticmethod
+    def composed(x, W, *b):
+        y = x @ W
+        return y + b[0] if b else y
+
+
+def linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
+    """y = x W + b for x (..., d_in), W (d_in, d_out), b (d_out,) or None."""
+    return LinearFn.apply(x, W) if b is None else LinearFn.apply(x, W, b)
+
+
+class Linear(Module):
+    """y = x W + b, acting on the last axis of x.
+
+    Parameters: ``W`` (d_in, d_out), the row-vector convention of the circuits notation
+    (x W_Q); ``b`` (d_out,), or None with ``bias=False``. W starts as U(-1/√d_in, 1/√d_in)
+    (PyTorch's default scale), b as zeros.
+    """
+
+    def __init__(
+        self, d_in: int, d_out: int, bias: bool = True, dtype=DEFAULT_DTYPE, device: str = "cpu"
+    ):
+        super().__init__()
+        self.d_in, self.d_out = d_in, d_out
+        self.W = uniform((d_in, d_out), 1.0 / math.sqrt(d_in), dtype, device)
+        self.b = constant((d_out,), 0.0, dtype, device) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.W, self.b)
+
+    def extra_repr(self) -> str:
+        return f"d_in={self.d_in}, d_out={self.d_out}, bias={self.b is not None}"

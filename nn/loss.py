@@ -1,0 +1,122 @@
+"""Losses: softmax cross-entropy (one node, log-softmax and negative log-likelihood fused) and
+mean squared error."""
+
+from __future__ import annotations
+
+import tensorlab as tl
+from tensorlab import Tensor
+from tensorlab.backend import xp_of
+from tensorlab.function import Function
+
+
+class CrossEntropyFn(Function):
+    """Cross-entropy of logits z (N, C) against class indices t (N,), with label smoothing ε
+    and an ignored index. With p = softmax(z) and the target distribution
+    q = (1 - ε) onehot(t) + ε/C, the loss of row n is
+
+        ℓₙ = -Σ_c q_c log p_c = logsumexp(zₙ) - (1 - ε) z_{n,t} - ε mean_c z_{n,c},
+
+    and 0 for rows whose target is ``ignore_index``. ``reduction`` "mean" divides the sum by
+    the number M of rows not ignored (as PyTorch does), "sum" sums, "none" returns ℓ.
+
+    Backward (softmax and log cancel into a difference of distributions)::
+
+        dz_n = wₙ (pₙ - qₙ),   wₙ = g/M ("mean"), g ("sum"), gₙ ("none"); 0 for ignored rows.
+
+    Leading axes (B, T, C) with targets (B, T) are flattened to rows.
+    """
+
+    def forward(ctx, logits, targets, ignore_index, label_smoothing, reduction):
+        xp = xp_of(logits)
+        C = logits.shape[-1]
+        z = logits.reshape(-1, C)
+        t = targets.reshape(-1)
+        valid = t != ignore_index
+        tt = xp.where(valid, t, 0)
+        rows = xp.arange(z.shape[0])
+        p = z - z.max(axis=1, keepdims=True)  # shifted logits, then in place: exp, softmax
+        z_t = p[rows, tt]
+        mean_z = p.mean(axis=1) if label_smoothing else None
+        xp.exp(p, out=p)
+        s = p.sum(axis=1, keepdims=True)
+        p /= s
+        lse = xp.log(s[:, 0])
+        loss = lse - (1.0 - label_smoothing) * z_t
+        if label_smoothing:
+            loss -= label_smoothing * mean_z
+        loss *= valid
+        ctx.p, ctx.valid, ctx.tt, ctx.rows = p, valid, tt, rows
+        ctx.eps, ctx.reduction = label_smoothing, reduction
+        ctx.count = max(int(valid.sum()), 1) if reduction == "mean" else 1
+        if reduction == "none":
+            return loss.reshape(targets.shape)
+        total = loss.sum()
+        return total / ctx.count if reduction == "mean" else total
+
+    def backward(ctx, g):
+        C = ctx.inputs[0].shape[-1]
+        eps, valid, tt, rows = ctx.eps, ctx.valid, ctx.tt, ctx.rows
+        w = g.data.reshape(-1) if ctx.reduction == "none" else g.data / ctx.count
+        w = (w * valid).astype(ctx.p.dtype, copy=False)[:, None]
+        dz = ctx.p * w
+        dz[rows, tt] -= (1.0 - eps) * w[:, 0]
+        if eps:
+            dz -= (eps / C) * w
+        return dz.reshape(ctx.inputs[0].shape)
+
+    @staticmethod
+    def composed(logits, targets, ignore_index, label_smoothing, reduction):
+        C = logits.shape[-1]
+        logp = logits.reshape(-1, C).log_softmax(axis=-1)
+        t = targets.reshape(-1)
+        valid = t != ignore_index
+        tt = xp_of(t).where(valid, t, 0)
+        loss = -logp[xp_of(t).arange(t.shape[0]), tt] * (1.0 - label_smoothing)
+        if label_smoothing:
+            loss = loss - logp.mean(axis=-1) * label_smoothing
+        loss = tl.where(valid, loss, 0.0)
+        if reduction == "none":
+            return loss.reshape(targets.shape)
+        total = loss.sum()
+        return total / max(int(valid.sum()), 1) if reduction == "mean" else total
+
+
+def cross_entropy(
+    logits: Tensor,
+    targets,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> Tensor:
+    """Softmax cross-entropy of logits (N, C) or (B, T, C) against integer targets (N,) or
+    (B, T). Targets equal to ``ignore_index`` contribute nothing (and "mean" averages over the
+    others); ``label_smoothing`` ε mixes the one-hot target with the uniform distribution,
+    q = (1 - ε) onehot + ε/C. ``reduction``: "mean", "sum" or "none" (per-target losses)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be mean, sum or none, not {reduction!r}")
+    t = targets.data if isinstance(targets, Tensor) else xp_of(logits.data).asarray(targets)
+    if t.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"cross_entropy: logits of shape {logits.shape} need targets of shape "
+            f"{logits.shape[:-1]}, got {t.shape}"
+        )
+    return CrossEntropyFn.apply(
+        logits,
+        targets=t,
+        ignore_index=ignore_index,
+        label_smoothing=float(label_smoothing),
+        reduction=reduction,
+    )
+
+
+def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """Mean (or summed, or per-entry) squared error (input - target)²."""
+    diff = input - target
+    sq = diff * diff
+    if reduction == "mean":
+        return sq.mean()
+    if reduction == "sum":
+        return sq.sum()
+    if reduction == "none":
+        return sq
+    raise ValueError(f"mse_loss: reduction must be mean, sum or none, not {reduction!r}")

@@ -1,0 +1,162 @@
+"""Layer norm and RMS norm over the last axis: their ops, functions and layers.
+
+Notation (per row of d features): μ = mean(x), σ = √(mean((x - μ)²) + ε) for layer norm and
+σ = √(mean(x²) + ε) for RMS norm; x̂ = (x - μ)/σ resp. x/σ; γ the gain, β the bias; g = dL/dy
+and ĝ = g ⊙ γ the gradient arriving at x̂.
+"""
+
+from __future__ import annotations
+
+from nn.init import constant
+from nn.kernels import mean_last, sum_rows
+from nn.module import Module
+from tensorlab import Tensor
+from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.function import Function
+
+
+class LayerNormFn(Function):
+    """y = x̂ ⊙ γ + β with x̂ = (x - μ)/σ over the last axis (Ba et al. 2016), as one node.
+
+    Backward (the mean and the variance both depend on every x_j of the row)::
+
+        dx = (1/σ) (ĝ - mean(ĝ) - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g.
+
+    ``apply(x, γ, β, eps=...)``; γ and β may be left out (``apply(x, γ)``, ``apply(x)``).
+    """
+
+    def forward(ctx, x, *affine, eps):
+        xp = xp_of(x)
+        xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
+        var = mean_last(xp.square(xhat))
+        var += eps
+        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
+        xhat *= rstd
+        ctx.xhat, ctx.rstd = xhat, rstd
+        if not affine:
+            return xhat
+        y = xhat * affine[0]
+        if len(affine) == 2:
+            y += affine[1]
+        return y
+
+    def backward(ctx, g):
+        x = ctx.inputs[0]
+        gamma = ctx.inputs[1] if len(ctx.inputs) > 1 else None
+        g, xhat, rstd = g.data, ctx.xhat, ctx.rstd
+        gh = g * gamma.data if gamma is not None else g
+        dx = None
+        if x.requires_grad:
+            dx = gh - mean_last(gh)
+            dx -= xhat * mean_last(gh * xhat)
+            dx *= rstd
+        dgamma = sum_rows(g * xhat) if gamma is not None and gamma.requires_grad else None
+        dbeta = sum_rows(g) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
+        return dx, dgamma, dbeta
+
+    @staticmethod
+    def composed(x, *affine, eps):
+        xc = x - x.mean(axis=-1, keepdims=True)
+        y = xc * ((xc * xc).mean(axis=-1, keepdims=True) + eps) ** -0.5
+        if affine:
+            y = y * affine[0]
+        return y + affine[1] if len(affine) == 2 else y
+
+
+class RMSNormFn(Function):
+    """y = x̂ ⊙ γ with x̂ = x/σ, σ = √(mean(x²) + ε) over the last axis (Zhang & Sennrich
+    2019), as one node.
+
+    Backward (only the scale depends on the row; no centring)::
+
+        dx = (1/σ) (ĝ - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂.
+
+    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``.
+    """
+
+    def forward(ctx, x, *gain, eps):
+        xp = xp_of(x)
+        var = mean_last(xp.square(x))
+        var += eps
+        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
+        xhat = x * rstd
+        ctx.xhat, ctx.rstd = xhat, rstd
+        return xhat * gain[0] if gain else xhat
+
+    def backward(ctx, g):
+        x = ctx.inputs[0]
+        gamma = ctx.inputs[1] if len(ctx.inputs) > 1 else None
+        g, xhat, rstd = g.data, ctx.xhat, ctx.rstd
+        gh = g * gamma.data if gamma is not None else g
+        dx = None
+        if x.requires_grad:
+            dx = gh - xhat * mean_last(gh * xhat)
+            dx *= rstd
+        dgamma = sum_rows(g * xhat) if gamma is not None and gamma.requires_grad else None
+        return dx, dgamma
+
+    @staticmethod
+    def composed(x, *gain, eps):
+        y = x * ((x * x).mean(axis=-1, keepdims=True) + eps) ** -0.5
+        return y * gain[0] if gain else y
+
+
+def layer_norm(
+    x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """(x - mean(x)) / √(var(x) + eps) ⊙ weight + bias over the last axis (weight, bias (d,))."""
+    if weight is None:
+        if bias is not None:
+            raise ValueError("layer_norm: a bias needs a weight (pass ones for a plain bias)")
+        return LayerNormFn.apply(x, eps=eps)
+    if bias is None:
+        return LayerNormFn.apply(x, weight, eps=eps)
+    return LayerNormFn.apply(x, weight, bias, eps=eps)
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """x / √(mean(x²) + eps) ⊙ weight over the last axis (weight (d,))."""
+    return RMSNormFn.apply(x, eps=eps) if weight is None else RMSNormFn.apply(x, weight, eps=eps)
+
+
+class LayerNorm(Module):
+    """y = (x - μ)/√(σ² + eps) ⊙ w + b, with μ, σ² the mean and variance of the last axis.
+
+    Parameters: ``w`` (d,) the gain γ (ones), ``b`` (d,) the bias β (zeros), or None with
+    ``bias=False``. One node forward and backward (:class:`LayerNormFn`).
+    """
+
+    def __init__(
+        self,
+        d: int,
+        eps: float = 1e-5,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        device: str = "cpu",
+    ):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.w = constant((d,), 1.0, dtype, device)
+        self.b = constant((d,), 0.0, dtype, device) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return layer_norm(x, self.w, self.b, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d}, eps={self.eps}, bias={self.b is not None}"
+
+
+class RMSNorm(Module):
+    """y = x/√(mean(x²) + eps) ⊙ w over the last axis (Zhang & Sennrich 2019): LayerNorm
+    without centring and without bias. Parameter ``w`` (d,), ones."""
+
+    def __init__(self, d: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE, device: str = "cpu"):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.w = constant((d,), 1.0, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.w, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d}, eps={self.eps}"
