@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -62,14 +61,10 @@ class TrainConfig:
 
 
 def learning_rate(it: int, cfg: TrainConfig) -> float:
-    """Linear warmup to ``learning_rate``, then cosine decay to ``min_lr``."""
-    decay_iters = cfg.lr_decay_iters or cfg.max_iters
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if it >= decay_iters:
-        return cfg.min_lr
-    progress = (it - cfg.warmup_iters) / max(1, decay_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+    """Linear warmup to ``learning_rate``, then cosine decay to ``min_lr``
+    (:func:`nn.optim.cosine_with_warmup`)."""
+    total = max(cfg.lr_decay_iters or cfg.max_iters, cfg.warmup_iters)
+    return nn.optim.cosine_with_warmup(it, cfg.warmup_iters, total, cfg.learning_rate, cfg.min_lr)
 
 
 def build_tokenizer(cfg: TrainConfig, text: str):
@@ -85,24 +80,22 @@ def build_tokenizer(cfg: TrainConfig, text: str):
 
 
 def estimate_loss(
-    model: GPT, splits: dict, cfg: TrainConfig, block_size: int, it: int
+    model: nn.Module, splits: dict, cfg: TrainConfig, block_size: int, it: int
 ) -> dict[str, float]:
     """Mean loss over ``eval_iters`` random batches of each split, in eval mode.
 
     The batches come from a generator seeded by (seed, iteration), so evaluating never
     disturbs the training batches' random stream."""
-    model.eval()
     out = {}
-    for name, ids in splits.items():
-        rng = np.random.default_rng([cfg.seed, it, len(name)])
-        batches = [get_batch(ids, block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)]
-        losses = nn.data_parallel.evaluate(
-            lambda x, y: model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))[1],
-            batches,
-            threads=cpu_threads(cfg),
-        )
-        out[name] = float(np.mean(losses))
-    model.train()
+    with nn.evaluating(model):
+        for name, ids in splits.items():
+            rng = np.random.default_rng([cfg.seed, it, len(name)])
+            losses = []
+            for _ in range(cfg.eval_iters):
+                x, y = get_batch(ids, block_size, cfg.batch_size, rng)
+                _, loss = model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
+                losses.append(loss.item())
+            out[name] = float(np.mean(losses))
     return out
 
 
@@ -144,10 +137,15 @@ class Trainer:
 
         tl.manual_seed(cfg.seed)
         self.model = GPT(model_cfg).to(cfg.device)
-        groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
-        self.optimizer = nn.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
-        self.rng = np.random.default_rng(cfg.seed)
         self.threads = cpu_threads(cfg)
+        # On a CPU the batch is split over threads (nn/data_parallel.py): the same step, run
+        # on pieces at once. ``self.model`` is the GPT itself (what checkpoints hold).
+        self.parallel = nn.DataParallel(self.model, self.threads) if self.threads > 1 else None
+        groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
+        self.optimizer = nn.optim.AdamW(
+            groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), threads=self.threads
+        )
+        self.rng = np.random.default_rng(cfg.seed)
         self.iter = 0
         self.history: list[dict] = []
 
@@ -193,21 +191,16 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(self.splits["train"], self.model_cfg.block_size, cfg.batch_size, self.rng)
-        batch = tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
-        self.model.zero_grad()
-        if self.threads > 1:  # pieces of the batch on threads at once (see nn/data_parallel.py)
-            loss = nn.data_parallel.backward(
-                lambda x, y: self.model(x, y)[1], batch, self.model.parameters(), self.threads
-            )
-        else:
-            _, loss = self.model(*batch)
-            loss.backward()
-            loss = loss.item()
+        x, y = tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
+        model = self.parallel or self.model
+        self.optimizer.zero_grad()
+        _, loss = model(x, y)
+        loss.backward()
         if cfg.grad_clip > 0:
             nn.optim.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        nn.data_parallel.step(self.optimizer, self.threads)  # optimizer.step() on threads
+        self.optimizer.step()
         self.iter += 1
-        return loss
+        return loss.item()
 
     def run(self, max_iters: int | None = None) -> list[dict]:
         cfg = self.cfg
@@ -245,7 +238,8 @@ class Trainer:
                 )
                 t0, last = time.perf_counter(), it
             if it % cfg.eval_interval == 0 or it == stop:
-                losses = estimate_loss(self.model, self.splits, cfg, self.model_cfg.block_size, it)
+                model = self.parallel or self.model
+                losses = estimate_loss(model, self.splits, cfg, self.model_cfg.block_size, it)
                 record = {
                     "iter": it,
                     "train_loss": losses["train"],

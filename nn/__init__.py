@@ -8,6 +8,7 @@ feed-forward block), ``dropout``, ``attention``, ``loss``.
 
 from nn.activation import ELU, GELU, FeedForward, ReLU, Sigmoid, SiLU, Swish, Tanh, activation_fn
 from nn.attention import KVCache, MultiHeadAttention, composed_attention
+from nn.data_parallel import DataParallel
 from nn.dropout import Dropout
 from nn.embedding import (
     Embedding,

@@ -1,5 +1,15 @@
-"""Data parallelism on CPU threads: cut the batch into pieces, run the forward and backward of
-each piece on its own thread, and add up their gradients.
+"""Data parallelism on CPU threads: a wrapper around the plain training step.
+
+    model = nn.DataParallel(gpt, threads=2)
+    _, loss = model(x, y)          # the batch's pieces run forward on their own threads
+    loss.backward()                # ... and backward, on the same threads; gradients added
+    optimizer.step()
+
+``DataParallel(module)(*batch)`` cuts the batch into pieces, runs ``module(*piece)`` for each
+on its own thread, and returns the batch's loss as one graph node whose inputs are the
+module's parameters: when ``loss.backward()`` reaches it, its local gradient is each piece's
+backward, run again on the pieces' threads, and summed. The engine then stores the sums in
+``.grad`` as for any other node, so the training step itself is unchanged.
 
 Why threads help at all in Python: NumPy lets go of the interpreter lock (the GIL) inside
 every ufunc loop and every BLAS call, and that is where a training step spends its time. So
@@ -19,9 +29,9 @@ The gradient is the whole batch's: a loss that is a mean over the batch's n exam
     L = Σ_k (n_k / n) L_k,   so   ∇L = Σ_k (n_k / n) ∇L_k,
 
 where piece k has n_k examples and mean loss L_k. Each piece's backward starts from the seed
-gradient n_k / n instead of 1, so its gradients come out already weighted; the main thread
-adds them into ``.grad``. The sum is the unsplit batch's gradient up to float rounding, not bit
-for bit (it is added in a different order).
+gradient n_k / n instead of 1, so its gradients come out already weighted, and the node adds
+them up. The sum is the unsplit batch's gradient up to float rounding, not bit for bit (it is
+added in a different order).
 
 Randomness (dropout): piece k draws from its own generator, seeded from the shared one in
 piece order before any thread starts (tensorlab.backend.thread_generators), so a run is
@@ -32,14 +42,16 @@ differ from those an unsplit batch would draw.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 import tensorlab as tl
-from nn.optim import Optimizer
+from nn.module import Module
+from tensorlab import Tensor
 from tensorlab.backend import generator, thread_generators
+from tensorlab.function import Function
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 
@@ -67,7 +79,7 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return pool
 
 
-def _run_pieces(run: Callable[[int], object], pieces: int) -> list:
+def run_pieces(run: Callable[[int], object], pieces: int) -> list:
     """[run(0), ..., run(pieces - 1)], at once: piece 0 on the calling thread, the others on
     the pool. Waits for every piece, even after one fails (the first error is raised)."""
     futures = [_pool(pieces - 1).submit(run, k) for k in range(1, pieces)]
@@ -79,112 +91,86 @@ def _run_pieces(run: Callable[[int], object], pieces: int) -> list:
     return results
 
 
-def _bounds(n: int, pieces: int) -> list[int]:
-    """Where ``pieces`` near-equal consecutive pieces of ``n`` items start (and the end)."""
-    return [round(k * n / pieces) for k in range(pieces + 1)]
+class PiecesLossFn(Function):
+    """L = Σ_k w_k L_k, the batch's loss from its pieces' losses (w_k = n_k / n), as a node
+    whose inputs are the parameters θ. Its local gradient is ∂L/∂θ = Σ_k w_k ∇L_k: piece k's
+    own backward, seeded with g · w_k, each on its own thread (``losses`` holds the pieces'
+    graphs). ``apply(*params, losses=..., weights=...)``."""
 
+    def forward(ctx, *params, losses, weights):
+        total = sum(w * loss.item() for w, loss in zip(weights, losses))
+        return np.asarray(total, dtype=losses[0].dtype)
 
-def backward(
-    loss_fn: Callable[..., tl.Tensor],
-    batch: Sequence,
-    params: Iterable[tl.Tensor],
-    threads: int = 2,
-) -> float:
-    """Accumulate into each parameter's ``.grad`` the gradient of the whole batch's loss,
-    computed in ``threads`` pieces at once; return that loss as a float.
-
-    ``loss_fn(*piece)`` gets a slice (along axis 0) of every array or tensor in ``batch``, and
-    must return the *mean* loss over that slice's examples (as ``F.cross_entropy`` does), so
-    that the pieces' losses weighted by their sizes give the batch's. Like
-    ``loss.backward()``, this adds to ``.grad``; zero the gradients before it.
-
-        loss = nn.data_parallel.backward(lambda x, y: model(x, y)[1], (x, y),
-                                         model.parameters(), threads=2)
-    """
-    batch = tuple(batch)
-    if not batch:
-        raise ValueError("data_parallel.backward: the batch is empty (no arrays given)")
-    n = len(batch[0])
-    for i, b in enumerate(batch):
-        if len(b) != n:
-            raise ValueError(
-                f"data_parallel.backward: batch entries differ in length along axis 0: "
-                f"entry 0 has {n}, entry {i} has {len(b)}"
+    def backward(ctx, g):
+        if tl.is_grad_enabled():
+            raise RuntimeError(
+                "DataParallel: create_graph=True is not supported (the pieces' gradients are "
+                "added as arrays); call the wrapped module directly for higher derivatives"
             )
-    if n == 0:
-        raise ValueError("data_parallel.backward: the batch has no examples (length 0 on axis 0)")
-    if threads < 1:
-        raise ValueError(f"data_parallel.backward: threads must be ≥ 1, got {threads}")
-    params = [p for p in params if p.requires_grad]
-    pieces = max(1, min(threads, n))
-    bounds = _bounds(n, pieces)
-    device = getattr(batch[0], "device", "cpu")
-    seeds = generator(device).integers(2**63, size=pieces)
+        params, losses, weights = ctx.inputs, ctx.params["losses"], ctx.params["weights"]
 
-    def run(k: int):
-        lo, hi = bounds[k], bounds[k + 1]
-        with thread_generators(seeds[k]):
-            loss = loss_fn(*(b[lo:hi] for b in batch))
-            seed_grad = tl.Tensor._wrap(np.asarray((hi - lo) / n, dtype=loss.dtype))
-            grads = tl.grad(loss, params, seed_grad, allow_unused=True)
-        return (hi - lo) / n * loss.item(), grads
+        def run(k: int):
+            seed = Tensor._wrap(np.asarray(g.item() * weights[k], dtype=losses[k].dtype))
+            return tl.grad(losses[k], params, seed, allow_unused=True)
 
-    results = _run_pieces(run, pieces)
-    for i, p in enumerate(params):
-        parts = [grads[i].data for _, grads in results if grads[i] is not None]
-        if not parts:
-            continue
-        total = parts[0] + parts[1] if len(parts) > 1 else parts[0].copy()  # owned memory:
-        for part in parts[2:]:  # a returned gradient may be shared with another parameter's
-            total += part
-        if p.grad is None:
-            p.grad = tl.Tensor._wrap(total)
-        else:
-            p.grad = tl.Tensor._wrap(p.grad.data + total)
-    return sum(loss for loss, _ in results)
+        parts = run_pieces(run, len(losses))
+        grads = []
+        for i in range(len(params)):
+            arrays = [part[i].data for part in parts if part[i] is not None]
+            if not arrays:
+                grads.append(None)
+                continue
+            total = arrays[0] + arrays[1] if len(arrays) > 1 else arrays[0].copy()  # owned:
+            for a in arrays[2:]:  # a returned gradient may share memory with another one
+                total += a
+            grads.append(total)
+        return tuple(grads)
 
 
-def step(optimizer, threads: int = 2) -> None:
-    """``optimizer.step()`` with the parameters shared out among ``threads`` threads.
+class DataParallel(Module):
+    """Run ``module`` on ``threads`` pieces of each batch at once (see the module docstring).
 
-    An optimizer's update of one parameter reads and writes only that parameter's arrays and
-    state (``Optimizer.update``), so the updates can run at once; the result is the same, bit
-    for bit, as ``optimizer.step()``. Parameters are dealt out largest first to the thread
-    with the least work so far, so the threads get about equal numbers of elements. An
-    optimizer that overrides ``step`` instead of ``update`` is stepped as usual.
+    ``forward(*batch)`` slices every array or tensor of ``batch`` along axis 0 and calls
+    ``module(*piece)``, which must return ``(output, loss)`` with the *mean* loss over the
+    piece's examples (as GPT and the encoder-decoder do). Returns ``(None, loss)``: the
+    pieces' outputs are not gathered. Dropout: piece k draws from its own generator, seeded
+    from the device's generator in piece order, so a run is reproducible whatever order the
+    threads run in (the masks differ from those of an unsplit batch). The module's state dict
+    is its own: save ``module``, not the wrapper.
     """
-    if threads < 1:
-        raise ValueError(f"data_parallel.step: threads must be ≥ 1, got {threads}")
-    work = [(p, g) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    if threads == 1 or len(work) < 2 or type(optimizer).update is Optimizer.update:
-        optimizer.step()
-        return
-    pieces = min(threads, len(work))
-    shares: list[list] = [[] for _ in range(pieces)]
-    loads = [0] * pieces
-    for p, g in sorted(work, key=lambda pg: -pg[0].size):
-        k = loads.index(min(loads))
-        shares[k].append((p, g))
-        loads[k] += p.size
 
-    def run(k: int) -> None:
-        for p, g in shares[k]:
-            optimizer.update(p, g)
+    def __init__(self, module: Module, threads: int = 2):
+        super().__init__()
+        if threads < 1:
+            raise ValueError(f"DataParallel: threads must be ≥ 1, got {threads}")
+        self.module, self.threads = module, threads
 
-    _run_pieces(run, pieces)
+    def forward(self, *batch):
+        if not batch:
+            raise ValueError("DataParallel: the batch is empty (no arrays given)")
+        n = len(batch[0])
+        for i, b in enumerate(batch):
+            if len(b) != n:
+                raise ValueError(
+                    f"DataParallel: batch entries differ in length along axis 0: entry 0 "
+                    f"has {n}, entry {i} has {len(b)}"
+                )
+        if n == 0:
+            raise ValueError("DataParallel: the batch has no examples (length 0 on axis 0)")
+        pieces = min(self.threads, n)
+        bounds = [round(k * n / pieces) for k in range(pieces + 1)]
+        seeds = generator(getattr(batch[0], "device", "cpu")).integers(2**63, size=pieces)
+        recording = tl.is_grad_enabled()  # grad mode is per thread: hand it to the workers
 
+        def run(k: int):
+            lo, hi = bounds[k], bounds[k + 1]
+            with thread_generators(seeds[k]), tl.set_grad_enabled(recording):
+                return self.module(*(b[lo:hi] for b in batch))[1]
 
-def evaluate(loss_fn: Callable[..., tl.Tensor], batches: Sequence, threads: int = 2) -> list[float]:
-    """``loss_fn(*batch).item()`` for every batch, without recording a graph, the batches
-    shared out among ``threads`` threads; the losses come back in the batches' order."""
-    if threads < 1:
-        raise ValueError(f"data_parallel.evaluate: threads must be ≥ 1, got {threads}")
-    batches = list(batches)
-    pieces = max(1, min(threads, len(batches)))
-    bounds = _bounds(len(batches), pieces)
+        losses = run_pieces(run, pieces)
+        weights = [(bounds[k + 1] - bounds[k]) / n for k in range(pieces)]
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        return None, PiecesLossFn.apply(*params, losses=losses, weights=weights)
 
-    def run(k: int) -> list[float]:
-        with tl.no_grad():  # grad mode is per thread: each worker switches it off itself
-            return [loss_fn(*b).item() for b in batches[bounds[k] : bounds[k + 1]]]
-
-    return [loss for part in _run_pieces(run, pieces) for loss in part]
+    def extra_repr(self) -> str:
+        return f"threads={self.threads}"

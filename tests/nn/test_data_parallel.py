@@ -1,4 +1,5 @@
-"""nn.data_parallel: the batch split over threads gives the whole batch's loss and gradient."""
+"""nn.DataParallel: the batch split over threads gives the whole batch's loss and gradient,
+through the plain step (``_, loss = model(x, y); loss.backward(); optimizer.step()``)."""
 
 import threading
 
@@ -24,7 +25,28 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(p)
 
     def forward(self, x, y):
-        return F.cross_entropy(self.fc2(self.drop(self.fc1(x).relu())), y)
+        logits = self.fc2(self.drop(self.fc1(x).relu()))
+        return logits, F.cross_entropy(logits, y)
+
+
+class Fn(nn.Module):
+    """A module around a function of the batch that returns a mean loss."""
+
+    def __init__(self, fn, params=()):
+        super().__init__()
+        self.fn = fn
+        for i, p in enumerate(params):
+            setattr(self, f"p{i}", nn.Parameter(p) if not isinstance(p, nn.Parameter) else p)
+
+    def forward(self, *batch):
+        return None, self.fn(*batch)
+
+
+def parallel_backward(module, batch, threads):
+    """The data-parallel step's forward and backward; returns the loss."""
+    _, loss = nn.DataParallel(module, threads)(*batch)
+    loss.backward()
+    return loss.item()
 
 
 def batch(n, seed=0, d_in=5, classes=3):
@@ -44,12 +66,12 @@ def test_split_batch_matches_whole_batch(n, threads):
     tl.manual_seed(0)
     model = MLP()
     x, y = batch(n)
-    whole = model(x, y)
+    _, whole = model(x, y)
     whole.backward()
     expected = grads(model)
 
     model.zero_grad()
-    loss = data_parallel.backward(model, (x, y), model.parameters(), threads=threads)
+    loss = parallel_backward(model, (x, y), threads)
     assert loss == pytest.approx(whole.item(), rel=1e-12)
     for k, g in grads(model).items():
         np.testing.assert_allclose(g, expected[k], rtol=1e-12, atol=1e-15, err_msg=k)
@@ -69,7 +91,7 @@ def test_float32_gpt_matches_whole_batch():
     whole.backward()
     expected = grads(model)
     model.zero_grad()
-    loss = data_parallel.backward(lambda a, b: model(a, b)[1], (x, y), model.parameters(), 2)
+    loss = parallel_backward(model, (x, y), 2)
     assert loss == pytest.approx(whole.item(), rel=1e-5)
     for k, g in grads(model).items():
         scale = np.abs(expected[k]).max()
@@ -80,9 +102,9 @@ def test_adds_to_existing_grads_like_backward():
     tl.manual_seed(0)
     model = MLP()
     x, y = batch(6)
-    model(x, y).backward()
+    model(x, y)[1].backward()
     once = grads(model)
-    data_parallel.backward(model, (x, y), model.parameters(), threads=2)
+    parallel_backward(model, (x, y), 2)
     for k, g in grads(model).items():
         np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12, err_msg=k)
 
@@ -90,10 +112,11 @@ def test_adds_to_existing_grads_like_backward():
 def test_gradients_do_not_share_memory():
     """``a + b`` sends one gradient array to both inputs; stored as two .grads it must be two
     arrays, or an in-place update of one (gradient clipping) would change the other."""
-    a = tl.tensor(np.ones(3), requires_grad=True)
-    b = tl.tensor(np.ones(3), requires_grad=True)
+    a = nn.Parameter(np.ones(3))
+    b = nn.Parameter(np.ones(3))
     x = tl.tensor(np.arange(4.0).reshape(4, 1))
-    data_parallel.backward(lambda x: ((a + b) * x).sum() / 4, (x,), [a, b], threads=1)
+    m = Fn(lambda x: ((a + b) * x).sum() / len(x), [a, b])
+    parallel_backward(m, (x,), 2)
     a.grad.data *= 0
     np.testing.assert_allclose(b.grad.numpy(), np.full(3, 1.5))
 
@@ -101,9 +124,9 @@ def test_gradients_do_not_share_memory():
 def test_unused_parameter_keeps_no_grad():
     tl.manual_seed(0)
     model = MLP()
-    spare = tl.tensor(np.ones(2), requires_grad=True)
-    data_parallel.backward(model, batch(4), [*model.parameters(), spare], threads=2)
-    assert spare.grad is None
+    model.spare = nn.Parameter(np.ones(2))
+    parallel_backward(model, batch(4), 2)
+    assert model.spare.grad is None and model.fc1.W.grad is not None
 
 
 def test_dropout_is_reproducible_and_differs_per_piece():
@@ -113,7 +136,7 @@ def test_dropout_is_reproducible_and_differs_per_piece():
     for _ in range(3):
         tl.manual_seed(5)
         model = MLP(p=0.5)
-        data_parallel.backward(model, batch(8), model.parameters(), threads=2)
+        parallel_backward(model, batch(8), 2)
         runs.append(grads(model))
     for k in runs[0]:
         np.testing.assert_array_equal(runs[0][k], runs[1][k], err_msg=k)
@@ -126,9 +149,8 @@ def test_dropout_is_reproducible_and_differs_per_piece():
         return x.sum() * 0.0
 
     tl.manual_seed(5)
-    data_parallel.backward(
-        record, (tl.tensor(np.ones((2, 64)), requires_grad=True),), [], threads=2
-    )
+    w = nn.Parameter(np.ones(64))
+    parallel_backward(Fn(lambda x: record(x * w), [w]), (tl.tensor(np.ones((2, 64))),), 2)
     assert len(masks) == 2 and not np.array_equal(masks[0], masks[1])
 
 
@@ -141,10 +163,10 @@ def test_each_thread_records_its_own_graph():
         seen.append((threading.get_ident(), tl.is_grad_enabled()))
         return (w * x).sum() / len(x)
 
-    w = tl.tensor(np.ones(3), requires_grad=True)
+    w = nn.Parameter(np.ones(3))
     for _ in range(20):
         w.grad = None
-        data_parallel.backward(loss_fn, (tl.tensor(np.ones((4, 3))),), [w], threads=4)
+        parallel_backward(Fn(loss_fn, [w]), (tl.tensor(np.ones((4, 3))),), 4)
         np.testing.assert_allclose(w.grad.numpy(), np.ones(3))
     assert all(enabled for _, enabled in seen)
     assert len({ident for ident, _ in seen}) > 1  # the work really ran on several threads
@@ -156,39 +178,51 @@ def test_error_in_a_worker_reaches_the_caller():
             raise ValueError("bad piece")
         return x.sum()
 
-    x = tl.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    x = tl.tensor(np.arange(12.0).reshape(4, 3))
     with pytest.raises(ValueError, match="bad piece"):
-        data_parallel.backward(loss_fn, (x,), [x], threads=2)
+        parallel_backward(Fn(loss_fn), (x,), 2)
 
 
 def test_bad_arguments_are_named():
     x, y = batch(4)
     with pytest.raises(ValueError, match="entry 0 has 4, entry 1 has 3"):
-        data_parallel.backward(MLP(), (x, y[:3]), [], threads=2)
+        parallel_backward(MLP(), (x, y[:3]), 2)
     with pytest.raises(ValueError, match="threads must be ≥ 1, got 0"):
-        data_parallel.backward(MLP(), (x, y), [], threads=0)
+        parallel_backward(MLP(), (x, y), 0)
     with pytest.raises(ValueError, match="batch is empty"):
-        data_parallel.backward(MLP(), (), [], threads=2)
+        parallel_backward(MLP(), (), 2)
     with pytest.raises(ValueError, match="no examples"):
-        data_parallel.backward(MLP(), (x[:0], y[:0]), [], threads=2)
+        parallel_backward(MLP(), (x[:0], y[:0]), 2)
 
 
-def test_evaluate_returns_losses_in_order_without_graphs():
+def test_create_graph_is_refused_by_name():
+    model = MLP()
+    _, loss = nn.DataParallel(model, 2)(*batch(4))
+    with pytest.raises(RuntimeError, match="create_graph=True is not supported"):
+        tl.grad(loss, list(model.parameters()), create_graph=True)
+
+
+def test_evaluation_records_no_graph_on_any_thread():
+    """Under no_grad (nn.evaluating) the workers record nothing either: grad mode is per
+    thread, and the wrapper hands the caller's to them."""
     tl.manual_seed(0)
     model = MLP()
-    batches = [batch(3, seed=s) for s in range(7)]
     recorded = []
 
     def loss_fn(x, y):
-        loss = model(x, y)
+        loss = model(x, y)[1]
         recorded.append(loss.requires_grad)
         return loss
 
-    losses = data_parallel.evaluate(loss_fn, batches, threads=3)
+    dp = nn.DataParallel(Fn(loss_fn), threads=3)
+    batches = [batch(6, seed=s) for s in range(4)]
+    with nn.evaluating(dp):
+        losses = [dp(x, y)[1] for x, y in batches]
     with tl.no_grad():
-        expected = [model(x, y).item() for x, y in batches]
-    assert losses == pytest.approx(expected, rel=1e-12)
-    assert recorded == [False] * 7
+        expected = [model(x, y)[1].item() for x, y in batches]
+    assert [loss.item() for loss in losses] == pytest.approx(expected, rel=1e-12)
+    assert not any(loss.requires_grad for loss in losses)
+    assert recorded == [False] * 12
     assert tl.is_grad_enabled()
 
 
@@ -204,14 +238,17 @@ def test_blas_threads_per_piece_never_oversubscribes():
 @pytest.mark.parametrize(
     "make_opt",
     [
-        lambda ps: nn.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
-        lambda ps: nn.optim.Adam(ps, lr=1e-2, weight_decay=0.1),
-        lambda ps: nn.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=0.1),
+        lambda ps, t: nn.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, threads=t),
+        lambda ps, t: nn.optim.Adam(ps, lr=1e-2, weight_decay=0.1, threads=t),
+        lambda ps, t: nn.optim.SGD(
+            ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=0.1, threads=t
+        ),
     ],
 )
 @pytest.mark.parametrize("threads", [2, 3])
-def test_parallel_step_is_the_serial_step_bit_for_bit(make_opt, threads):
-    """Each parameter's update is independent, so the threads' order cannot matter."""
+def test_threaded_optimizer_step_is_the_serial_step_bit_for_bit(make_opt, threads):
+    """Optimizer(threads=N) shares the updates out; each parameter's update is independent,
+    so the threads' order cannot matter."""
     shapes = [(17, 5), (3,), (40,), (2, 2, 2), (), (9, 9)]
     runs = []
     for parallel in (False, True):
@@ -219,28 +256,12 @@ def test_parallel_step_is_the_serial_step_bit_for_bit(make_opt, threads):
         params = [
             tl.tensor(np.arange(np.prod(s)).reshape(s) / 7 - 1, requires_grad=True) for s in shapes
         ]
-        opt = make_opt(params)
+        opt = make_opt(params, threads if parallel else 1)
         for it in range(4):
             for i, p in enumerate(params):
                 p.grad = tl.tensor(np.sin(np.arange(p.size).reshape(p.shape) + it + i))
             params[1].grad = None if it == 2 else params[1].grad  # a parameter without a grad
-            if parallel:
-                data_parallel.step(opt, threads)
-            else:
-                opt.step()
+            opt.step()
         runs.append([p.numpy().copy() for p in params])
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
-
-
-def test_parallel_step_falls_back_for_an_optimizer_without_update():
-    class Halve(nn.optim.Optimizer):
-        def step(self):
-            for p in self.param_groups[0]["params"]:
-                p.data *= 0.5
-
-    ps = [tl.tensor(np.ones(3), requires_grad=True) for _ in range(3)]
-    for p in ps:
-        p.grad = tl.tensor(np.ones(3))
-    data_parallel.step(Halve(ps, {}), threads=2)
-    assert all((p.numpy() == 0.5).all() for p in ps)
