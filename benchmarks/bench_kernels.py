@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import nn  # noqa: E402
 import nn.functional as F  # noqa: E402
 import tensorlab as tl  # noqa: E402
-from nn.fused._util import mean_last, sum_rows  # noqa: E402
-from nn.fused.attention import PackedSelfAttention  # noqa: E402
+from nn.attention import AttentionFn  # noqa: E402
+from nn.kernels import mean_last, sum_rows  # noqa: E402
 
 B, T, D, H, V = 12, 64, 128, 4, 65
 PAUSE = 0.3  # seconds between turns
@@ -84,17 +84,18 @@ def cases(torch):
     (qkv, qkvt), (g, gt) = pair(B, T, 3 * D), grads(B, T, D)
 
     def attn_ours():
-        y = PackedSelfAttention.apply(
-            qkv, n_head=H, scale=(D // H) ** -0.5, causal=True, mask=None, dropout_p=0.0, sink=None
+        q, k, v = (t.reshape(B, T, H, D // H).permute(0, 2, 1, 3) for t in tl.split(qkv, D, 2))
+        y = AttentionFn.apply(
+            q, k, v, scale=(D // H) ** -0.5, causal=True, mask=None, dropout_mask=None
         )
-        y.backward(g)
+        y.permute(0, 2, 1, 3).reshape(B, T, D).backward(g)
 
     def attn_torch():
         q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in qkvt.split(D, dim=2))
         y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
         y.transpose(1, 2).reshape(B, T, D).backward(gt)
 
-    out.append(("causal attention (packed qkv)", attn_ours, attn_torch))
+    out.append(("causal attention (from qkv)", attn_ours, attn_torch))
     (z, zt) = pair(B * T, V)
     t = rng.integers(0, V, B * T)
     out.append(

@@ -46,7 +46,7 @@ def train_ours(
     train, val, vocab: int, seed: int, iters: int, threads: int = 1
 ) -> tuple[float, float]:
     """With threads > 1, as ``python -m gpt train`` runs: the batch split over that many
-    threads (nn/data_parallel.py), one BLAS thread per matrix product."""
+    threads (nn.DataParallel), one BLAS thread per matrix product."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
@@ -57,26 +57,22 @@ def train_ours(
         set_blas_threads(1)
     tl.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=vocab, **SHAPE))
-    opt = nn.optim.AdamW(nn.optim.param_groups_for_decay(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+    run = nn.DataParallel(model, threads) if threads > 1 else model
+    groups = nn.optim.param_groups_for_decay(model, 0.1)
+    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), threads=threads)
     cfg, rng = schedule(iters), np.random.default_rng(seed)
     t0 = time.perf_counter()
     for it in range(iters):
         for group in opt.param_groups:
             group["lr"] = learning_rate(it, cfg)
         x, y = get_batch(train, SHAPE["block_size"], 12, rng)
-        model.zero_grad()
-        if threads > 1:
-            loss_fn = lambda x, y: model(x, y)[1]  # noqa: E731
-            batch = (tl.tensor(x), tl.tensor(y))
-            nn.data_parallel.backward(loss_fn, batch, model.parameters(), threads)
-        else:
-            _, loss = model(tl.tensor(x), tl.tensor(y))
-            loss.backward()
+        opt.zero_grad()
+        _, loss = run(tl.tensor(x), tl.tensor(y))
+        loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
-        nn.data_parallel.step(opt, threads)  # opt.step(), parameters shared out among threads
+        opt.step()
     seconds = time.perf_counter() - t0
-    model.eval()
-    with tl.no_grad():
+    with nn.evaluating(model):
         v = val_loss(lambda x, y: model(tl.tensor(x), tl.tensor(y))[1].item(), val, seed)
     return v, seconds
 

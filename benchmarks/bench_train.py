@@ -59,9 +59,9 @@ def load_ids():
 def make_ours(cfg: dict, threads: int):
     """A function that runs one training iteration of our GPT and returns its seconds.
 
-    With ``threads`` > 1 it runs the way ``python -m gpt train`` does: the batch is split into
-    that many pieces, each piece's forward and backward on its own thread
-    (nn/data_parallel.py), and each matrix product gets one BLAS thread."""
+    With ``threads`` > 1 it runs the way ``python -m gpt train`` does: the same step through
+    ``nn.DataParallel`` (each piece of the batch forward and backward on its own thread, each
+    matrix product on one BLAS thread) and ``AdamW(threads=...)``."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
@@ -77,22 +77,19 @@ def make_ours(cfg: dict, threads: int):
     bs = cfg["batch_size"]
     mcfg = GPTConfig(vocab_size=vocab, **{k: v for k, v in cfg.items() if k != "batch_size"})
     model = GPT(mcfg)
-    opt = nn.optim.AdamW(nn.optim.param_groups_for_decay(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+    run = nn.DataParallel(model, threads) if threads > 1 else model
+    groups = nn.optim.param_groups_for_decay(model, 0.1)
+    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), threads=threads)
     rng = np.random.default_rng(0)
 
     def step() -> float:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
         t0 = time.perf_counter()
-        model.zero_grad()
-        if threads > 1:
-            batch = (tl.tensor(x), tl.tensor(y))
-            loss_fn = lambda x, y: model(x, y)[1]  # noqa: E731
-            nn.data_parallel.backward(loss_fn, batch, model.parameters(), threads)
-        else:
-            _, loss = model(tl.tensor(x), tl.tensor(y))
-            loss.backward()
+        opt.zero_grad()
+        _, loss = run(tl.tensor(x), tl.tensor(y))
+        loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
-        nn.data_parallel.step(opt, threads)  # opt.step(), parameters shared out among threads
+        opt.step()
         return time.perf_counter() - t0
 
     return step

@@ -11,19 +11,16 @@ for ``GPT(GPTConfig(vocab_size=65, block_size=32, n_layer=N, n_head=4, d_model=6
 AdamW over ``nn.optim.param_groups_for_decay(model, 0.1)``, and a random int64 batch of
 4 x 32. One warm-up step runs first (imports, caches); the second step is measured.
 
-Definitions. ``sys.setprofile`` reports Python-level 'call' and 'return' events in the main
-thread ('c_call', 'c_return', 'c_exception' are ignored). A *project file* is a file
-(path resolved with realpath) under the repository's tensorlab/, nn/ or gpt/ directory;
-this script and benchmarks/ are not. After each event, the *current file* is the file of
-the frame that runs next: the called frame's file on 'call' (including a generator being
-resumed), the caller's (``frame.f_back``) file on 'return' (including a generator yielding).
-Non-project files never become current: the last project file seen stays current, so
-a.py -> numpy -> b.py counts as one hop a.py -> b.py. *Files touched* = the project files
-in which at least one frame had an event. *Hops* = the number of events after which the
-current file is a project file different from the previous current project file (the first
-project file of the step is not a hop). A call from a.py into b.py and the return back are
-two hops; calls within one file are none. In the table, *events* counts the 'call' and
-'return' events of frames whose code is in that file; *in* and *out* count hops to and from it.
+Definitions. ``sys.setprofile`` reports every Python-level call in the main thread (calls
+into C are ignored). A *project file* is a file under the repository's tensorlab/, nn/ or gpt/
+(this script and benchmarks/ are not). For each call into a project file, the *caller* is the
+nearest project frame up the stack (so a.py -> numpy -> b.py is a call from a.py to b.py).
+
+- *files touched*: the project files in which at least one function ran;
+- *hops*: the calls whose caller's file differs from the callee's (the return is not counted
+  again); what execution does, so it grows with the number of layers;
+- *distinct hops*: the different (calling function, called function) pairs among those: the
+  jumps between files a reader makes to follow the step once, whatever the model's size.
 """
 
 from __future__ import annotations
@@ -56,37 +53,37 @@ def project_file(frame) -> str | None:
     return _files[name]
 
 
-def measure(step) -> tuple[Counter, Counter]:
-    """Run ``step()`` under the profiler; return events per file and hops per (from, to)."""
-    events, pairs = Counter(), Counter()
-    current = None
+def measure(step) -> tuple[Counter, Counter, set]:
+    """Run ``step()`` under the profiler: calls per file, hops per (from, to) file, and the
+    distinct (caller function, callee function) pairs of the hops."""
+    calls, pairs, edges = Counter(), Counter(), set()
 
     def profile(frame, event, arg):
-        nonlocal current
-        if event not in ("call", "return"):
+        if event != "call":
             return
-        nxt = here = project_file(frame)
-        if here is not None:
-            events[here] += 1
-        if event == "return":
-            nxt = project_file(frame.f_back) if frame.f_back is not None else None
-        if nxt is not None and nxt != current:
-            if current is not None:
-                pairs[current, nxt] += 1
-            current = nxt
+        here = project_file(frame)
+        if here is None:
+            return
+        calls[here] += 1
+        up = frame.f_back
+        while up is not None and project_file(up) is None:
+            up = up.f_back
+        if up is not None and project_file(up) != here:
+            pairs[project_file(up), here] += 1
+            edges.add((f"{project_file(up)}:{up.f_code.co_name}", f"{here}:{frame.f_code.co_name}"))
 
     sys.setprofile(profile)
     try:
         step()
     finally:
         sys.setprofile(None)
-    return events, pairs
+    return calls, pairs, edges
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=1, help="n_layer of the GPT (default 1)")
-    ap.add_argument("--verbose", action="store_true", help="also the 30 most frequent hops")
+    ap.add_argument("--verbose", action="store_true", help="also the hops, by pair and function")
     args = ap.parse_args()
 
     cfg = GPTConfig(vocab_size=65, block_size=32, n_layer=args.layers, n_head=4, d_model=64)
@@ -104,13 +101,13 @@ def main() -> None:
         opt.step()
 
     step()  # warm-up
-    events, pairs = measure(step)
+    events, pairs, edges = measure(step)
 
     print(f"one training step, GPT n_layer={args.layers} (vocab 65, block 32, 4 heads, d 64)")
     print(f"files touched: {len(events)}")
-    print(f"file-to-file hops: {sum(pairs.values())}")
+    print(f"file-to-file hops: {sum(pairs.values())} ({len(edges)} distinct)")
     width = max(len(f) for f in events)
-    print(f"\n{'file':<{width}}  {'events':>7}  {'in':>5}  {'out':>5}")
+    print(f"\n{'file':<{width}}  {'calls':>7}  {'in':>5}  {'out':>5}")
     for f, n in sorted(events.items(), key=lambda kv: (-kv[1], kv[0])):
         n_in = sum(k for (_, b), k in pairs.items() if b == f)
         n_out = sum(k for (a, _), k in pairs.items() if a == f)
@@ -119,6 +116,9 @@ def main() -> None:
         print("\nmost frequent hops (from -> to):")
         for (a, b), n in pairs.most_common(30):
             print(f"{n:>5}  {a} -> {b}")
+        print("\ndistinct hops (calling function -> called function):")
+        for a, b in sorted(edges):
+            print(f"  {a} -> {b}")
 
 
 if __name__ == "__main__":

@@ -139,8 +139,8 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
             continue
         if gi.__class__ is not Tensor:
             gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
-        if gi.shape != t.shape:
-            gi = gi.sum_to(t.shape)
+        if gi.data.shape != t.data.shape:
+            gi = gi.sum_to(t.data.shape)
         if function.modes.anomaly:
             _check_grad(node, gi)
         result.append(gi)
