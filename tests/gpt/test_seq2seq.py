@@ -171,7 +171,11 @@ def test_cross_attention_pattern_is_zero_on_padding():
     src, tgt = sources(), targets()
     seen, modules = {}, dict(model.named_modules())
     with nn.composed_attention(model):  # the pattern is a Tensor on the composed path only
-        for name in ("encoder.blocks.0.attn", "decoder.blocks.1.cross_attn", "decoder.blocks.0.attn"):
+        for name in (
+            "encoder.blocks.0.attn",
+            "decoder.blocks.1.cross_attn",
+            "decoder.blocks.0.attn",
+        ):
             hook = modules[f"{name}.hook_pattern"]
             hook.register_forward_hook(lambda m, i, out, name=name: seen.__setitem__(name, out))
         logits = model(src, tgt)[0].numpy()
