@@ -5,6 +5,7 @@ correct gradients (float64 finite differences through the whole model)."""
 import numpy as np
 import pytest
 
+import nn
 import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.model import GPT
@@ -127,3 +128,30 @@ def test_tied_unembedding_is_the_embedding_transpose():
     model = GPT(small())
     assert np.shares_memory(model.W_U.data, model.W_E.data)
     assert model.W_U.shape == (16, 11)
+
+
+def test_trace_backward_over_a_whole_training_step():
+    """tl.trace_backward sees every node of a GPT's backward, fused ops included, and the
+    gradients it reports are the ones the engine stores."""
+    import io
+
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16))
+    opt = nn.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = np.random.default_rng(0).integers(0, 11, (3, 8))
+    out = io.StringIO()
+    opt.zero_grad()
+    _, loss = model(idx, idx)
+    with tl.trace_backward(file=out) as trace:
+        loss.backward()
+    opt.step()
+    names = [s.op for s in trace.steps]
+    for fused in ("CrossEntropyFn", "LinearFn", "LayerNormFn", "AttentionFn", "GELUFn"):
+        assert fused in names, fused
+    assert names[0] == "CrossEntropyFn"  # the loss is the first node the backward reaches
+    assert len(out.getvalue().splitlines()) == len(names)
+    assert all(np.isfinite(s.grad_norm) for s in trace.steps)
+    # the first layer norm the backward reaches is the final one; the gain's gradient it
+    # sends is the one stored in ln_f.w.grad
+    ln_f = next(s for s in trace.steps if s.op == "LayerNormFn")
+    assert ln_f.sent[1][1] == pytest.approx(float(np.linalg.norm(model.ln_f.w.grad.numpy())))

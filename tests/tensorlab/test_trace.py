@@ -3,6 +3,7 @@
 import io
 
 import numpy as np
+import pytest
 
 import tensorlab as tl
 from tensorlab.autograd import topological_order
@@ -51,3 +52,24 @@ def test_tracing_is_off_outside_the_block():
         pass
     loss.backward()
     assert trace.steps == []
+
+
+def test_an_op_whose_backward_returns_arrays_is_traced():
+    """Fused ops (nn's LinearFn, ...) return raw arrays from backward; the trace sees them as
+    Tensors in the inputs' shapes (it once crashed on them)."""
+
+    class ArrayMatMul(tl.Function):
+        def forward(ctx, a, b):
+            return a @ b
+
+        def backward(ctx, g):
+            a, b = (t.data for t in ctx.inputs)
+            return g.data @ b.T, a.T @ g.data
+
+    x = tl.randn(4, 3, requires_grad=True)
+    W = tl.randn(3, 2, requires_grad=True)
+    with tl.trace_backward(quiet=True) as trace:
+        ArrayMatMul.apply(x, W).sum().backward()
+    (step,) = [s for s in trace.steps if s.op == "ArrayMatMul"]
+    assert step.sent[0][0] == (4, 3) and step.sent[1][0] == (3, 2)
+    assert step.sent[1][1] == pytest.approx(float(np.linalg.norm(W.grad.numpy())), rel=1e-6)
