@@ -12,7 +12,7 @@ import argparse
 import time
 
 from gpt.generate import generate
-from gpt.hf import from_pretrained, num_parameters, tokenizer_from_pretrained
+from gpt.hf import from_pretrained, tokenizer_from_pretrained
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--path", required=True, help="Hugging Face GPT-2 checkpoint directory")
@@ -25,7 +25,7 @@ model = from_pretrained(args.path)
 tok = tokenizer_from_pretrained(args.path)
 cfg = model.config
 print(
-    f"loaded {args.path} in {time.perf_counter() - start:.1f}s: {num_parameters(model):,} "
+    f"loaded {args.path} in {time.perf_counter() - start:.1f}s: {model.num_parameters():,} "
     f"parameters (n_layer={cfg.n_layer}, n_head={cfg.n_head}, d_model={cfg.d_model}, "
     f"vocab={cfg.vocab_size}, context={cfg.block_size})"
 )

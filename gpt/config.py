@@ -40,8 +40,24 @@ def _positive(**values) -> None:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
 
 
+class _Fields:
+    """``to_dict``/``from_dict`` for the config dataclasses (a saved run stores its config as
+    a dict; an unknown field is refused by name rather than dropped)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
+        return cls(**d)
+
+
 @dataclass
-class GPTConfig:
+class GPTConfig(_Fields):
     """A decoder-only transformer. Defaults: nanoGPT's small character-level CPU model."""
 
     vocab_size: int = 65
@@ -123,17 +139,6 @@ class GPTConfig:
                 )
         return out
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GPTConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
-        return cls(**d)
-
     # ------------------------------------------------------------------ costs
     def num_parameters(self, non_embedding: bool = False) -> int:
         """Parameters of the model this config builds (see gpt.model.GPT; tested equal)."""
@@ -180,7 +185,7 @@ def default_d_ff(d_model: int, activation: str) -> int:
 
 
 @dataclass
-class Seq2SeqConfig:
+class Seq2SeqConfig(_Fields):
     """An encoder-decoder transformer (see ``gpt.seq2seq.Transformer``). Defaults follow
     "Attention is all you need" (Vaswani et al. 2017): post-norm, sinusoidal positions, ReLU
     FFN, dropout 0.1, embeddings scaled by √d_model, the target embedding tied to the output
@@ -264,17 +269,6 @@ class Seq2SeqConfig:
     @property
     def gated(self) -> bool:
         return self.activation in GATED
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Seq2SeqConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
-        return cls(**d)
 
     def num_parameters(self) -> int:
         """Parameters of the model this config builds (tested equal to the model's count)."""

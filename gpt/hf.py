@@ -33,7 +33,6 @@ a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``); the atte
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from pathlib import Path
@@ -52,7 +51,6 @@ __all__ = [
     "from_pretrained",
     "load_gpt2_weights",
     "load_hf_state",
-    "num_parameters",
     "convert_hf_state",
     "save_hf_gpt2",
     "tokenizer_from_pretrained",
@@ -427,8 +425,3 @@ def tokenizer_from_pretrained(path: str | os.PathLike):
     if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
         return load_gpt2(path / "vocab.json", path / "merges.txt")
     raise FileNotFoundError(f"{path}: no tokenizer.json, and no vocab.json + merges.txt")
-
-
-def num_parameters(model: GPT) -> int:
-    """Distinct parameters of ``model`` (a tied embedding counted once)."""
-    return sum(math.prod(p.shape) for p in model.parameters())
