@@ -319,29 +319,6 @@ class HookPoint(Module):
             raise RuntimeError(f"cannot hook this hook point: {self.closed}")
 
 
-class Sequential(Module):
-    """Modules applied one after another."""
-
-    def __init__(self, *modules: Module):
-        super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
-
-    def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
-        return x
-
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-
 class ModuleList(Module):
     """A list of modules, registered as ``0``, ``1``, ... (``blocks.0.attn``)."""
 
@@ -362,6 +339,18 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+
+class Sequential(ModuleList):
+    """Modules applied one after another (registered as ``0``, ``1``, ...)."""
+
+    def __init__(self, *modules: Module):
+        super().__init__(modules)
+
+    def forward(self, x):
+        for m in self:
+            x = m(x)
+        return x
 
 
 class ModuleDict(Module):

@@ -15,6 +15,24 @@ from tensorlab.backend import DEFAULT_DTYPE, xp_of
 from tensorlab.function import Function
 
 
+def _backward(ctx, g, centred: bool):
+    """Both norms' closed-form backward on arrays (the class docstrings give the formulas):
+    dx = (1/σ)(ĝ [- mean(ĝ)] - x̂ ⊙ mean(ĝ ⊙ x̂)), the bracket for layer norm only;
+    dγ = Σ_rows g ⊙ x̂; dβ = Σ_rows g."""
+    x, *affine = ctx.inputs
+    g, xhat = g.data, ctx.xhat
+    gh = g * affine[0].data if affine else g
+    dx = None
+    if x.requires_grad:
+        dx = gh - xhat * mean_last(gh * xhat)
+        if centred:
+            dx -= mean_last(gh)
+        dx *= ctx.rstd
+    dgamma = sum_rows(g * xhat) if affine and affine[0].requires_grad else None
+    dbeta = sum_rows(g) if len(affine) == 2 and affine[1].requires_grad else None
+    return dx, dgamma, dbeta
+
+
 class LayerNormFn(Function):
     """y = x̂ ⊙ γ + β with x̂ = (x - μ)/σ over the last axis (Ba et al. 2016), as one node.
 
@@ -41,18 +59,7 @@ class LayerNormFn(Function):
         return y
 
     def backward(ctx, g):
-        x = ctx.inputs[0]
-        gamma = ctx.inputs[1] if len(ctx.inputs) > 1 else None
-        g, xhat, rstd = g.data, ctx.xhat, ctx.rstd
-        gh = g * gamma.data if gamma is not None else g
-        dx = None
-        if x.requires_grad:
-            dx = gh - mean_last(gh)
-            dx -= xhat * mean_last(gh * xhat)
-            dx *= rstd
-        dgamma = sum_rows(g * xhat) if gamma is not None and gamma.requires_grad else None
-        dbeta = sum_rows(g) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
-        return dx, dgamma, dbeta
+        return _backward(ctx, g, centred=True)
 
     @staticmethod
     def composed(x, *affine, eps):
@@ -84,16 +91,7 @@ class RMSNormFn(Function):
         return xhat * gain[0] if gain else xhat
 
     def backward(ctx, g):
-        x = ctx.inputs[0]
-        gamma = ctx.inputs[1] if len(ctx.inputs) > 1 else None
-        g, xhat, rstd = g.data, ctx.xhat, ctx.rstd
-        gh = g * gamma.data if gamma is not None else g
-        dx = None
-        if x.requires_grad:
-            dx = gh - xhat * mean_last(gh * xhat)
-            dx *= rstd
-        dgamma = sum_rows(g * xhat) if gamma is not None and gamma.requires_grad else None
-        return dx, dgamma
+        return _backward(ctx, g, centred=False)
 
     @staticmethod
     def composed(x, *gain, eps):
