@@ -7,7 +7,7 @@ Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 ro
 sides, in turns (10 calls of ours, a pause, 10 of PyTorch's, ...), and prints the medians
 and their ratio. The last lines time the reductions the fused kernels are built from: NumPy's
 ufunc reduction over a short last axis against the same sum as a BLAS matrix-vector product
-(``nn/fused/_util.py`` explains why the kernels use the second).
+(``nn/linear.py`` explains why the kernels use the second).
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
@@ -29,7 +29,7 @@ import nn  # noqa: E402
 import nn.functional as F  # noqa: E402
 import tensorlab as tl  # noqa: E402
 from nn.attention import AttentionFn  # noqa: E402
-from nn.kernels import mean_last, sum_rows  # noqa: E402
+from nn.linear import mean_last, sum_rows  # noqa: E402
 
 B, T, D, H, V = 12, 64, 128, 4, 65
 PAUSE = 0.3  # seconds between turns

@@ -25,7 +25,6 @@ import numpy as np
 import tensorlab as tl
 from nn.dropout import dropout
 from nn.init import constant, uniform
-from nn.kernels import row_blocks
 from nn.linear import linear
 from nn.module import Module
 from tensorlab import Tensor
@@ -76,6 +75,24 @@ def _erf_and_gauss(z, out=None, gauss_out=None):
     return poly, gauss
 
 
+# Long chains of elementwise passes (exact GELU makes about 20) over an array larger than the
+# CPU's caches run at memory speed: every pass streams the whole array in and out again. Done
+# one block of rows at a time, the block and its temporaries stay in cache between passes. On
+# the 6-layer, 384-wide benchmark GELU's input is 1.6M numbers (6 MiB); in blocks of 2^18
+# numbers its forward took 6.3-7.3 ms instead of 12.5 ms. Arrays of at most one block (all of
+# the nanoGPT CPU config's) are done in one piece, as before.
+BLOCK = 1 << 18  # numbers per block: 1 MiB of float32, so a few temporaries fit in cache
+
+
+def row_blocks(a) -> list[slice]:
+    """Slices of ``a``'s first axis that cut it into blocks of about :data:`BLOCK` numbers (one
+    slice for an array of at most a block). For an (N, d) array each block is whole rows."""
+    if a.ndim == 0 or a.size <= BLOCK:
+        return [slice(None)]
+    step = max(1, BLOCK // (a.size // a.shape[0]))
+    return [slice(i, i + step) for i in range(0, a.shape[0], step)]
+
+
 def erf(z):
     """erf of a raw array (Abramowitz & Stegun 7.1.26, |error| ≤ 1.5e-7)."""
     return _erf_and_gauss(z)[0]
@@ -103,7 +120,7 @@ class GELUFn(Function):
         y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
         rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
         views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
-        for s in row_blocks(rows):  # one block at a time, to stay in cache (see nn.kernels)
+        for s in row_blocks(rows):  # one block at a time, to stay in cache (see row_blocks)
             xs, ys, e, gauss = rows[s], views[0][s], views[1][s], views[2][s]
             _erf_and_gauss(xs * _SQRT_HALF, out=e, gauss_out=gauss)
             e += 1.0

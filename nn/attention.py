@@ -41,8 +41,7 @@ import tensorlab as tl
 from nn.dropout import check_p, dropout, dropout_mask
 from nn.embedding import RelativePositionBias, RotaryEmbedding
 from nn.init import constant, uniform
-from nn.kernels import sum_last
-from nn.linear import linear
+from nn.linear import linear, sum_last
 from nn.module import HookPoint, Module
 from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, xp_of

@@ -138,8 +138,9 @@ class SinusoidalPositionalEncoding(Module):
 
 
 class LearnedPositionalEmbedding(Module):
-    """x + W_pos[offset : offset + T] for x (B, T, d). Parameter ``W_pos`` (max_len, d),
-    drawn from N(0, std²)."""
+    """x + W_pos[offset : offset + T] for x (B, T, d): the rows of positions offset, ...,
+    offset + T - 1, looked up like token ids (:class:`EmbeddingFn`). Parameter ``W_pos``
+    (max_len, d), drawn from N(0, std²)."""
 
     def __init__(
         self, max_len: int, d: int, std: float = 0.02, dtype=DEFAULT_DTYPE, device: str = "cpu"
@@ -152,7 +153,8 @@ class LearnedPositionalEmbedding(Module):
         T = x.shape[-2]
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
-        return x + self.W_pos[offset : offset + T]
+        positions = xp_of(self.W_pos.data).arange(offset, offset + T)
+        return x + EmbeddingFn.apply(self.W_pos, idx=positions)
 
 
 class RelativePositionBias(Module):

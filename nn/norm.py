@@ -8,7 +8,7 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 from __future__ import annotations
 
 from nn.init import constant
-from nn.kernels import mean_last, sum_rows
+from nn.linear import mean_last, sum_rows
 from nn.module import Module
 from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, xp_of
