@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import tensorlab as tl
+from tensorlab.ops.nnops import log_softmax_array
 
 
 def sample_next(
@@ -35,8 +36,7 @@ def sample_next(
     if top_k is not None and top_k < z.size:
         kth = np.partition(z, -top_k)[-top_k]
         z = np.where(z < kth, -np.inf, z)
-    p = np.exp(z - z.max())
-    p /= p.sum()
+    p = np.exp(log_softmax_array(z))
     if top_p is not None and top_p < 1.0:
         order = np.argsort(-p, kind="stable")
         cum = np.cumsum(p[order])
