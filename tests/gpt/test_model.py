@@ -155,3 +155,36 @@ def test_trace_backward_over_a_whole_training_step():
     # sends is the one stored in ln_f.w.grad
     ln_f = next(s for s in trace.steps if s.op == "LayerNormFn")
     assert ln_f.sent[1][1] == pytest.approx(float(np.linalg.norm(model.ln_f.w.grad.numpy())))
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "relative", "rope", "none"])
+def test_d_head_independent_of_d_model_works_with_every_positional_scheme(positional):
+    """d_head need not be d_model / n_head: the heads then span n_head·d_head ≠ d_model."""
+    tl.manual_seed(0)
+    cfg = small(positional=positional, d_head=6, max_relative_distance=4)
+    model = GPT(cfg)
+    assert model.num_parameters() == cfg.num_parameters()
+    attn = model.blocks[0].attn
+    assert attn.W_Q.shape == (2, 16, 6) and attn.W_O.shape == (2, 6, 16)
+    x = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, cfg.block_size))
+    logits, loss = model(x, x)
+    assert logits.shape == (2, cfg.block_size, cfg.vocab_size) and np.isfinite(loss.item())
+    loss.backward()
+    assert all(np.isfinite(p.grad.numpy()).all() for p in model.parameters())
+
+
+def test_every_bias_is_one_dimensional_zero_at_init_and_not_decayed():
+    """nanoGPT's rule (decay exactly the parameters with 2 or more axes) needs every bias to
+    be 1-D; GPT-2's init starts every bias at 0."""
+    cfg = small(positional="relative", max_relative_distance=4)
+    model = GPT(cfg)
+    decay, no_decay = nn.optim.param_groups_for_decay(model, 0.1)
+    decayed = {id(p) for p in decay["params"]}
+    biases = [
+        (n, p) for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("b")
+    ]
+    assert {n.rsplit(".", 1)[-1] for n, _ in biases} >= {"b_QKV", "b_O", "b_in", "b_out"}
+    for name, p in biases:
+        assert p.ndim == 1, name
+        assert id(p) not in decayed, name
+        assert (p.numpy() == 0).all(), name
