@@ -11,10 +11,10 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     wte.weight                 (V, d)        -> embed.W            (V, d)
     wpe.weight                 (n_pos, d)    -> pos.W_pos          (n_pos, d)
     h.{i}.ln_1.weight / .bias  (d,)          -> blocks.{i}.ln1.w / .b
-    h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_QKV (d, 3, H, d_head)
-    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_QKV (3d,)
-    h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_O   (H, d_head, d)
-    h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_O
+    h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_q, W_k, W_v (d, d) each
+    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_q, b_k, b_v (d,) each
+    h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_o   (d, d)
+    h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_o
     h.{i}.ln_2.weight / .bias  (d,)          -> blocks.{i}.ln2.w / .b
     h.{i}.mlp.c_fc.weight      (d, d_ff)     -> blocks.{i}.mlp.W_in  (and .bias -> b_in)
     h.{i}.mlp.c_proj.weight    (d_ff, d)     -> blocks.{i}.mlp.W_out (and .bias -> b_out)
@@ -22,8 +22,8 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     lm_head.weight             (V, d)        -> W_U (d, V), transposed; only when untied
 
 ``c_attn``'s 3d output columns are [queries | keys | values], each d wide with the heads
-side by side, which is exactly the row-major layout of our (3, H, d_head) axes. Keys may carry
-a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``); the attention buffers
+side by side, which is exactly our W_q, W_k, W_v put next to each other. Keys may carry a
+``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``); the attention buffers
 ``attn.bias`` / ``attn.masked_bias`` that old checkpoints store (the causal mask) are ignored.
 
     model = gpt.hf.from_pretrained("path/to/gpt2")       # config.json + model.safetensors
@@ -283,7 +283,7 @@ def convert_hf_state(
             continue
         hf[short] = (key, array)
     used: set[str] = set()
-    d, H, dh, f, V = cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_ff, cfg.vocab_size
+    d, H, f, V = cfg.d_model, cfg.n_head, cfg.d_ff, cfg.vocab_size
 
     def take(short: str, shape: tuple[int, ...]) -> np.ndarray:
         if short not in hf:
@@ -314,10 +314,13 @@ def convert_hf_state(
         h, b = f"h.{i}.", f"blocks.{i}."
         out[b + "ln1.w"] = take(h + "ln_1.weight", (d,))
         out[b + "ln1.b"] = take(h + "ln_1.bias", (d,))
-        out[b + "attn.W_QKV"] = take(h + "attn.c_attn.weight", (d, 3 * d)).reshape(d, 3, H, dh)
-        out[b + "attn.b_QKV"] = take(h + "attn.c_attn.bias", (3 * d,))
-        out[b + "attn.W_O"] = take(h + "attn.c_proj.weight", (d, d)).reshape(H, dh, d)
-        out[b + "attn.b_O"] = take(h + "attn.c_proj.bias", (d,))
+        W = take(h + "attn.c_attn.weight", (d, 3 * d))
+        bias = take(h + "attn.c_attn.bias", (3 * d,))
+        for j, name in enumerate("qkv"):
+            out[b + f"attn.W_{name}"] = W[:, j * d : (j + 1) * d]
+            out[b + f"attn.b_{name}"] = bias[j * d : (j + 1) * d]
+        out[b + "attn.W_o"] = take(h + "attn.c_proj.weight", (d, d))
+        out[b + "attn.b_o"] = take(h + "attn.c_proj.bias", (d,))
         out[b + "ln2.w"] = take(h + "ln_2.weight", (d,))
         out[b + "ln2.b"] = take(h + "ln_2.bias", (d,))
         out[b + "mlp.W_in"] = take(h + "mlp.c_fc.weight", (d, f))
@@ -386,10 +389,11 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
         h, b = f"h.{i}.", f"blocks.{i}."
         arrays[h + "ln_1.weight"] = sd[b + "ln1.w"]
         arrays[h + "ln_1.bias"] = sd[b + "ln1.b"]
-        arrays[h + "attn.c_attn.weight"] = sd[b + "attn.W_QKV"].reshape(d, 3 * d)
-        arrays[h + "attn.c_attn.bias"] = sd[b + "attn.b_QKV"].reshape(3 * d)
-        arrays[h + "attn.c_proj.weight"] = sd[b + "attn.W_O"].reshape(d, d)
-        arrays[h + "attn.c_proj.bias"] = sd[b + "attn.b_O"]
+        qkv = [b + f"attn.{{}}_{name}" for name in "qkv"]
+        arrays[h + "attn.c_attn.weight"] = np.concatenate([sd[n.format("W")] for n in qkv], 1)
+        arrays[h + "attn.c_attn.bias"] = np.concatenate([sd[n.format("b")] for n in qkv])
+        arrays[h + "attn.c_proj.weight"] = sd[b + "attn.W_o"]
+        arrays[h + "attn.c_proj.bias"] = sd[b + "attn.b_o"]
         arrays[h + "ln_2.weight"] = sd[b + "ln2.w"]
         arrays[h + "ln_2.bias"] = sd[b + "ln2.b"]
         arrays[h + "mlp.c_fc.weight"] = sd[b + "mlp.W_in"].reshape(d, f)

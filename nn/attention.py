@@ -262,13 +262,14 @@ class MultiHeadAttention(Module):
             ``hook_pattern`` see every score and pattern. Set ``attn.fused`` (or use
             :func:`composed_attention`) to switch; both give the same numbers up to rounding.
 
-    Parameters, stored so that each projection is one matrix product: ``W_QKV``
-    (d_model, 3, H, d_head) and ``b_QKV`` (3·H·d_head,) for self-attention; ``W_q``
-    (d_model, H, d_head), ``b_q`` (H·d_head,), ``W_kv`` (d_source, 2, H, d_head) and ``b_kv``
-    (2·H·d_head,) for cross-attention; ``W_O`` (H, d_head, d_model) and ``b_O`` (d_model,).
-    Biases are 1-D, as everywhere (so they start at zero and are not weight-decayed). The
-    per-head matrices of the circuits notation are views (no copy): ``W_Q``, ``W_K``, ``W_V``
-    (H, d_in, d_head) and biases ``b_Q``, ``b_K``, ``b_V`` (H, d_head).
+    Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b), every head's
+    columns side by side so that each projection is one matrix product: ``W_q`` (d_model,
+    H·d_head), ``W_k`` and ``W_v`` (d_in, H·d_head) with d_in = d_source for cross-attention,
+    ``W_o`` (H·d_head, d_model), and 1-D biases ``b_q``, ``b_k``, ``b_v`` (H·d_head,) and
+    ``b_o`` (d_model,) (1-D, so they start at zero and are not weight-decayed). The per-head
+    matrices of the circuits notation (and TransformerLens) are views of them, no copy:
+    ``W_Q``, ``W_K``, ``W_V`` (H, d_in, d_head), ``W_O`` (H, d_head, d_model), ``b_Q``,
+    ``b_K``, ``b_V`` (H, d_head) and ``b_O`` (d_model,).
 
     Hook points (e.g. ``blocks.0.attn.hook_pattern``): ``hook_q``, ``hook_k``, ``hook_v``
     (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores`` and ``hook_pattern``
@@ -311,20 +312,14 @@ class MultiHeadAttention(Module):
         self.d_model, self.n_head, self.d_head = d_model, H, dh
         self.causal, self.cross, self.dropout = causal, cross, dropout
         self.scale = 1.0 / math.sqrt(dh)
-        k = 1.0 / math.sqrt(d_model)
-        if cross:
-            self.d_source = d_source or d_model
-            self.W_q = uniform((d_model, H, dh), k, dtype, device)
-            self.b_q = constant((H * dh,), 0.0, dtype, device) if bias else None
-            self.W_kv = uniform(
-                (self.d_source, 2, H, dh), 1 / math.sqrt(self.d_source), dtype, device
-            )
-            self.b_kv = constant((2 * H * dh,), 0.0, dtype, device) if bias else None
-        else:
-            self.W_QKV = uniform((d_model, 3, H, dh), k, dtype, device)
-            self.b_QKV = constant((3 * H * dh,), 0.0, dtype, device) if bias else None
-        self.W_O = uniform((H, dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
-        self.b_O = constant((d_model,), 0.0, dtype, device) if bias else None
+        d_in = (d_source or d_model) if cross else d_model
+        self.d_source = d_in
+        self.W_q = uniform((d_model, H * dh), 1.0 / math.sqrt(d_model), dtype, device)
+        self.W_k = uniform((d_in, H * dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_v = uniform((d_in, H * dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_o = uniform((H * dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
+        for name, width in (("b_q", H * dh), ("b_k", H * dh), ("b_v", H * dh), ("b_o", d_model)):
+            setattr(self, name, constant((width,), 0.0, dtype, device) if bias else None)
 
         if rotary is True:
             rotary = RotaryEmbedding(dh)
@@ -368,60 +363,52 @@ class MultiHeadAttention(Module):
         object.__setattr__(self, "_fused", bool(value))
 
     # ------------------------------------------------------------------ per-head views
-    def _weights(self, i: int) -> Tensor:
-        """(d_in, H, d_head): the query (0), key (1) or value (2) matrices of every head."""
-        if self.cross:
-            return self.W_q if i == 0 else self.W_kv[:, i - 1]
-        return self.W_QKV[:, i]
+    def _heads(self, W: Tensor) -> Tensor:
+        """(d_in, H·d_head) -> (H, d_in, d_head), a view."""
+        return W.reshape(W.shape[0], self.n_head, self.d_head).permute(1, 0, 2)
 
-    def _bias(self, i: int) -> Tensor | None:
-        """(H·d_head,) or None: the query (0), key (1) or value (2) biases, flat."""
-        w = self.n_head * self.d_head
-        if self.cross:
-            b = self.b_q if i == 0 else self.b_kv
-            return b if b is None or i == 0 else b[(i - 1) * w : i * w]
-        return None if self.b_QKV is None else self.b_QKV[i * w : (i + 1) * w]
-
-    @property
-    def W_Q(self) -> Tensor:
-        """(H, d_model, d_head): W_Q[h] is head h's query matrix (a view, no copy)."""
-        return self._weights(0).permute(1, 0, 2)
-
-    @property
-    def W_K(self) -> Tensor:
-        """(H, d_in, d_head) key matrices (views)."""
-        return self._weights(1).permute(1, 0, 2)
-
-    @property
-    def W_V(self) -> Tensor:
-        """(H, d_in, d_head) value matrices (views)."""
-        return self._weights(2).permute(1, 0, 2)
-
-    def _head_bias(self, i: int) -> Tensor | None:
-        b = self._bias(i)
+    def _head_bias(self, b: Tensor | None) -> Tensor | None:
         return None if b is None else b.reshape(self.n_head, self.d_head)
 
     @property
+    def W_Q(self) -> Tensor:
+        """(H, d_model, d_head): W_Q[h] is head h's query matrix (a view of W_q, no copy)."""
+        return self._heads(self.W_q)
+
+    @property
+    def W_K(self) -> Tensor:
+        """(H, d_in, d_head) key matrices (a view of W_k)."""
+        return self._heads(self.W_k)
+
+    @property
+    def W_V(self) -> Tensor:
+        """(H, d_in, d_head) value matrices (a view of W_v)."""
+        return self._heads(self.W_v)
+
+    @property
+    def W_O(self) -> Tensor:
+        """(H, d_head, d_model): W_O[h] is how head h writes to the residual stream (a view
+        of W_o)."""
+        return self.W_o.reshape(self.n_head, self.d_head, self.d_model)
+
+    @property
     def b_Q(self) -> Tensor | None:
-        """(H, d_head) query biases (a view)."""
-        return self._head_bias(0)
+        """(H, d_head) query biases (a view of b_q)."""
+        return self._head_bias(self.b_q)
 
     @property
     def b_K(self) -> Tensor | None:
-        return self._head_bias(1)
+        return self._head_bias(self.b_k)
 
     @property
     def b_V(self) -> Tensor | None:
-        return self._head_bias(2)
+        return self._head_bias(self.b_v)
+
+    @property
+    def b_O(self) -> Tensor | None:
+        return self.b_o
 
     # ------------------------------------------------------------------ forward
-    def project(self, x: Tensor, i: int) -> Tensor:
-        """Queries (i = 0), keys (1) or values (2) of every head from x: (B, T, H, d_head)."""
-        W = self._weights(i)
-        d_in, H, dh = W.shape
-        y = linear(x, W.reshape(d_in, H * dh), self._bias(i))
-        return y.reshape(x.shape[:-1] + (H, dh))
-
     def forward(
         self,
         x: Tensor,
@@ -431,7 +418,7 @@ class MultiHeadAttention(Module):
         cache: KVCache | None = None,
     ) -> Tensor:
         B, T, _ = x.shape
-        q = self.hook_q(self.project(x, 0)).permute(0, 2, 1, 3)  # (B, H, T, d_head)
+        q = self.hook_q(self.heads(linear(x, self.W_q, self.b_q)))  # (B, T, H, d_head)
         k = v = None
         if not (self.cross and cache is not None and cache.k is not None):
             src = x
@@ -439,9 +426,10 @@ class MultiHeadAttention(Module):
                 if source is None:
                     raise ValueError("cross-attention needs a source (the encoder's output)")
                 src = source
-            k = self.hook_k(self.project(src, 1)).permute(0, 2, 1, 3)
-            v = self.hook_v(self.project(src, 2)).permute(0, 2, 1, 3)
-        if self.rotary is not None:
+            k = self.hook_k(self.heads(linear(src, self.W_k, self.b_k)))
+            v = self.hook_v(self.heads(linear(src, self.W_v, self.b_v)))
+        q, k, v = (None if t is None else t.permute(0, 2, 1, 3) for t in (q, k, v))
+        if self.rotary is not None:  # (B, H, T, d_head) from here on
             past = len(cache) if cache is not None else 0
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         if cache is not None:
@@ -453,9 +441,12 @@ class MultiHeadAttention(Module):
                 k, v = cache.k, cache.v
         z = self.attend(q, k, v, self._keep(key_padding_mask, mask))
         z = self.hook_z(z.permute(0, 2, 1, 3))  # (B, T, H, d_head)
-        H, dh = self.n_head, self.d_head
-        out = linear(z.reshape(B, T, H * dh), self.W_O.reshape(H * dh, self.d_model), self.b_O)
+        out = linear(z.reshape(B, T, self.n_head * self.d_head), self.W_o, self.b_o)
         return dropout(out, self.dropout, self.training)
+
+    def heads(self, y: Tensor) -> Tensor:
+        """(B, T, H·d_head) -> (B, T, H, d_head): the heads' columns split apart (a view)."""
+        return y.reshape(y.shape[:-1] + (self.n_head, self.d_head))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, keep) -> Tensor:
         """softmax(q kᵀ/√d_head + bias + mask) v per head, (B, H, T_q, d_head): one node when
@@ -479,12 +470,13 @@ class MultiHeadAttention(Module):
     def _keep(self, key_padding_mask, mask):
         """One boolean mask (True = may attend) from the padding mask and the general mask."""
         keep = None
+        xp = xp_of(self.W_o.data)
         if key_padding_mask is not None:
             kpm = key_padding_mask
-            kpm = kpm.data if isinstance(kpm, Tensor) else xp_of(self.W_O.data).asarray(kpm)
+            kpm = kpm.data if isinstance(kpm, Tensor) else xp.asarray(kpm)
             keep = ~kpm.astype(bool)[:, None, None, :]
         if mask is not None:
-            m = mask.data if isinstance(mask, Tensor) else xp_of(self.W_O.data).asarray(mask)
+            m = mask.data if isinstance(mask, Tensor) else xp.asarray(mask)
             keep = m.astype(bool) if keep is None else keep & m.astype(bool)
         return keep
 

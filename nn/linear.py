@@ -12,31 +12,41 @@ from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, xp_of
 from tensorlab.function import Function
 
-
 # Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when
 # the reduced axis is short and contiguous (rows of 64-512 numbers, as in every fused op here),
 # while BLAS gemv streams through the whole array at memory speed: on the GPT benchmark shapes
 # the product is 3-6x faster (benchmarks/bench_kernels.py). Both sum in float32 for float32
 # input; rows this short lose nothing that matters.
+_constant_vectors: dict = {}
+
+
+def _filled(a, n: int, value: float):
+    """A vector of ``n`` copies of ``value`` in ``a``'s dtype and array module, made once and
+    then reused (the products below only read it)."""
+    key = (type(a), a.dtype, n, value)
+    v = _constant_vectors.get(key)
+    if v is None:
+        v = _constant_vectors[key] = xp_of(a).full(n, value, dtype=a.dtype)
+    return v
+
+
 def sum_last(a):
     """Σ over the last axis, kept as an axis of length 1: a·1 (one gemv on the (rows, d) view)."""
     d = a.shape[-1]
-    ones = xp_of(a).ones(d, dtype=a.dtype)
-    return (a.reshape(-1, d) @ ones).reshape(a.shape[:-1] + (1,))
+    return (a.reshape(-1, d) @ _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
 
 
 def mean_last(a):
     """Mean over the last axis, kept as an axis of length 1: a·(1/d) (see :func:`sum_last`)."""
     d = a.shape[-1]
-    w = xp_of(a).full(d, 1.0 / d, dtype=a.dtype)
-    return (a.reshape(-1, d) @ w).reshape(a.shape[:-1] + (1,))
+    return (a.reshape(-1, d) @ _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
 
 
 def sum_rows(a):
     """Σ over every axis but the last, shape (d,): 1ᵀ a on the (rows, d) view (a gemv). It is
     the gradient of a bias (``LinearFn``'s db, and layer norm's dβ)."""
     a2 = a.reshape(-1, a.shape[-1])
-    return xp_of(a).ones(a2.shape[0], dtype=a.dtype) @ a2
+    return _filled(a, a2.shape[0], 1.0) @ a2
 
 
 class LinearFn(Function):

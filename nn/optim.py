@@ -363,7 +363,7 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
         return 0.0
     total_sq = 0.0
     for g in grads:
-        flat = g.astype(xp_of(g).float64, copy=False).ravel()
+        flat = g.astype(np.float64, copy=False).ravel()  # a NumPy dtype serves CuPy too
         total_sq = total_sq + flat @ flat  # stays on the device until float() below
     norm = math.sqrt(float(total_sq))
     scale = max_norm / (norm + eps)

@@ -92,7 +92,7 @@ def test_whole_model_gradients_match_finite_differences(name):
     x = rng.integers(0, cfg.vocab_size, (2, cfg.block_size))
     y = rng.integers(0, cfg.vocab_size, (2, cfg.block_size))
     params = dict(model.named_parameters())
-    chosen = ["embed.W", "blocks.0.attn.W_QKV", "blocks.0.attn.W_O", "blocks.0.mlp.W_in"]
+    chosen = ["embed.W", "blocks.0.attn.W_q", "blocks.0.attn.W_o", "blocks.0.mlp.W_in"]
 
     def loss_of(*tensors):
         return model(x, y)[1]
@@ -183,7 +183,7 @@ def test_every_bias_is_one_dimensional_zero_at_init_and_not_decayed():
     biases = [
         (n, p) for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("b")
     ]
-    assert {n.rsplit(".", 1)[-1] for n, _ in biases} >= {"b_QKV", "b_O", "b_in", "b_out"}
+    assert {n.rsplit(".", 1)[-1] for n, _ in biases} >= {"b_q", "b_k", "b_v", "b_o", "b_in", "b_out"}
     for name, p in biases:
         assert p.ndim == 1, name
         assert id(p) not in decayed, name

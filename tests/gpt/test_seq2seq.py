@@ -266,8 +266,9 @@ def test_gradcheck_loss_float64(placement):
     params = dict(model.named_parameters())
     wrt = [
         params["decoder.embed.W"],  # tied: embedding and unembedding
-        params["encoder.blocks.0.attn.W_QKV"],
-        params["decoder.blocks.0.cross_attn.W_kv"],
+        params["encoder.blocks.0.attn.W_q"],
+        params["decoder.blocks.0.cross_attn.W_k"],
+        params["decoder.blocks.0.cross_attn.W_v"],
         params["decoder.blocks.0.cross_attn.b_q"],
         params["decoder.blocks.0.ln2.w"],
         params["encoder.blocks.0.mlp.W_out"],

@@ -93,8 +93,11 @@ def test_float32_gpt_matches_whole_batch():
     model.zero_grad()
     loss = parallel_backward(model, (x, y), 2)
     assert loss == pytest.approx(whole.item(), rel=1e-5)
+    # atol is relative to the largest gradient of the model, not of each parameter: the key
+    # bias's gradient is 0 in exact arithmetic (a key bias adds q·b_k to a whole row of
+    # scores, which the softmax ignores), so all it has is rounding noise from the others.
+    scale = max(np.abs(g).max() for g in expected.values())
     for k, g in grads(model).items():
-        scale = np.abs(expected[k]).max()
         np.testing.assert_allclose(g, expected[k], rtol=1e-4, atol=1e-6 * scale, err_msg=k)
 
 
