@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import nn
 import tensorlab as tl
 from tensorlab.ops.nnops import log_softmax_array
 
@@ -47,6 +48,41 @@ def sample_next(
     return int(rng.choice(p.size, p=p))
 
 
+class NextLogits:
+    """The model's logits for the token after ``ids``, seeing the last ``block_size`` tokens
+    (the model's window; one definition for both paths).
+
+    With ``use_cache`` the keys and values of earlier positions are kept, and each call runs
+    only the tokens added since the last one. Once the sequence outgrows the window the cache
+    starts again from the last ``block_size`` tokens at every step (with absolute positions a
+    window that slides cannot reuse keys computed at other positions), so the logits are those
+    of a full recompute, up to float rounding.
+    """
+
+    def __init__(self, model, use_cache: bool = True):
+        self.model, self.block = model, model.config.block_size
+        self.use_cache = use_cache and model.supports_cache
+        self.device = next(model.parameters()).device
+        self.cache, self.seen = None, 0  # tokens of ids the cache holds
+
+    def __call__(self, ids: Sequence[int]) -> np.ndarray:
+        if not self.use_cache:
+            return self._run(ids[-self.block :], None)
+        new = len(ids) - self.seen
+        if self.cache is None or self.cache.length + new > self.block:
+            self.cache = self.model.new_cache()
+            context = ids[-self.block :]
+        else:
+            context = ids[self.seen :]
+        self.seen = len(ids)
+        return self._run(context, self.cache)
+
+    def _run(self, context, cache) -> np.ndarray:
+        x = tl.tensor(np.array([context]), device=self.device)
+        logits, _ = self.model(x, cache=cache) if cache is not None else self.model(x)
+        return logits.numpy()[0, -1]
+
+
 def generate(
     model,
     prompt: Sequence[int],
@@ -61,7 +97,7 @@ def generate(
     """Continue ``prompt`` (token ids) by up to ``max_new_tokens`` tokens.
 
     Stops early at any id in ``stop_tokens`` (which is included in the output). The model
-    must be a ``gpt.model.GPT``; its context is cut to the last ``block_size`` tokens.
+    must be a ``gpt.model.GPT``; it sees the last ``block_size`` tokens (:class:`NextLogits`).
     """
     ids = [int(i) for i in prompt]
     if not ids:
@@ -74,29 +110,12 @@ def generate(
             f"(size {vocab}); was the prompt encoded with another tokenizer?"
         )
     rng = np.random.default_rng(seed)
-    block = model.config.block_size
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
+    next_logits = NextLogits(model, use_cache)
     stops = set(stop_tokens)
-    cache = None
-    try:
-        with tl.no_grad():
-            for _ in range(max_new_tokens):
-                if use_cache and model.supports_cache:
-                    if cache is None or cache.length >= block:
-                        cache = model.new_cache()
-                        context = ids[-(block - 1) :] if len(ids) >= block else ids
-                    else:
-                        context = ids[-1:]
-                    logits, _ = model(tl.tensor(np.array([context]), device=device), cache=cache)
-                else:
-                    context = ids[-block:]
-                    logits, _ = model(tl.tensor(np.array([context]), device=device))
-                nxt = sample_next(logits.numpy()[0, -1], rng, temperature, top_k, top_p)
-                ids.append(nxt)
-                if nxt in stops:
-                    break
-    finally:
-        model.train(was_training)
+    with nn.evaluating(model):
+        for _ in range(max_new_tokens):
+            nxt = sample_next(next_logits(ids), rng, temperature, top_k, top_p)
+            ids.append(nxt)
+            if nxt in stops:
+                break
     return ids

@@ -4,9 +4,10 @@ stop tokens stop, and cached generation equals uncached."""
 import numpy as np
 import pytest
 
+import nn
 import tensorlab as tl
 from gpt.config import GPTConfig
-from gpt.generate import generate, sample_next
+from gpt.generate import NextLogits, generate, sample_next
 from gpt.model import GPT
 
 
@@ -52,6 +53,22 @@ def test_seed_repeats_and_cache_matches_recompute(model):
     c = generate(model, [1, 2, 3], 15, temperature=1.0, seed=7, use_cache=False)
     assert a == b == c  # 18 tokens > block_size: the window slides in both paths
     assert len(a) == 18
+
+
+@pytest.mark.parametrize("prompt_len", [1, 3, 10, 14])
+def test_cached_logits_equal_recomputed_logits_past_the_window(model, prompt_len):
+    """Both paths see the last block_size tokens: the cached path's logits equal a full
+    recompute at every step, before and after the sequence outgrows the window (block 10,
+    up to 30 tokens). Tolerance 1e-5: float32, the same sums in a different order."""
+    rng = np.random.default_rng(0)
+    ids = [int(i) for i in rng.integers(0, 13, 30)]
+    cached, fresh = NextLogits(model), NextLogits(model, use_cache=False)
+    with nn.evaluating(model):
+        for n in range(prompt_len, len(ids) + 1):
+            np.testing.assert_allclose(cached(ids[:n]), fresh(ids[:n]), atol=1e-5, err_msg=n)
+            window = ids[max(0, n - 10) : n]  # exactly the last block_size tokens, no fewer
+            logits, _ = model(tl.tensor(np.array([window])))
+            np.testing.assert_allclose(fresh(ids[:n]), logits.numpy()[0, -1], atol=1e-6)
 
 
 def test_stop_token_ends_generation(model):
