@@ -8,7 +8,10 @@ they share lives in this file:
 * lookups between ids and token strings,
 * batch encoding,
 * validation of ids before decoding,
-* saving and loading (the formats themselves live in ``files.py`` and ``hf_format.py``).
+* saving and loading (the formats themselves live in ``files.py`` and ``hf_format.py``),
+* the steps the trainers have in common: counting the pre-tokens of the training text
+  (``count_words``), and for the two that merge pairs, BPE and WordPiece, counting adjacent pairs
+  (``count_pairs``) and replacing a pair by its new token (``merge_pair``).
 
 A subclass implements ``_encode_ordinary`` (text that holds no special token) and
 ``_decode_pieces`` (ids of ordinary tokens back to text), plus ``train``.
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import ClassVar, Literal
 
 
@@ -35,7 +40,26 @@ class TokenizerFileError(TokenizerError):
         super().__init__(f"{self.path}: {problem}")
 
 
+@contextmanager
+def file_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turn the errors of building a tokenizer from a file's parsed contents (a rejected value,
+    a missing field, a value of the wrong type) into a TokenizerFileError naming the file and
+    ``what`` was being read ("bpe tokenizer", "BPE model", ...), so that both readers,
+    ``files.py`` (our format) and ``hf_format.py`` (Hugging Face's), report them alike."""
+    try:
+        yield
+    except TokenizerFileError:
+        raise
+    except TokenizerError as e:
+        raise TokenizerFileError(path, f"invalid {what}: {e}") from None
+    except KeyError as e:
+        raise TokenizerFileError(path, f"{what} is missing the field {e}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise TokenizerFileError(path, f"malformed {what}: {e}") from None
+
+
 AllowedSpecial = Literal["all", "none"] | Iterable[str]
+Pair = tuple[int, int]
 
 
 def iter_texts(text_or_iterator: str | Iterable[str]) -> Iterable[str]:
@@ -47,6 +71,74 @@ def iter_texts(text_or_iterator: str | Iterable[str]) -> Iterable[str]:
         if not isinstance(chunk, str):
             raise TokenizerError(f"training text must be str, got {type(chunk).__name__}")
         yield chunk
+
+
+def count_words(
+    text_or_iterator: str | Iterable[str],
+    special_tokens: Iterable[str],
+    split: Callable[[str, bool], Iterable[str]],
+) -> Counter[str]:
+    """How often each pre-token occurs in the training text, in order of first appearance.
+
+    Each text is cut at the special tokens, which are dropped (so no trainer merges them into
+    anything), and ``split(part, first)`` cuts each remaining part into pre-tokens; ``first``
+    says whether the part begins its text. Raises TokenizerError if nothing is left to count.
+    """
+    special_re = special_splitter(special_tokens)
+    counts: Counter[str] = Counter()
+    for chunk in iter_texts(text_or_iterator):
+        parts = special_re.split(chunk) if special_re else [chunk]
+        for k, part in enumerate(parts):
+            counts.update(split(part, k == 0))
+    if not counts:
+        raise TokenizerError("cannot train on empty text")
+    return counts
+
+
+def count_pairs(
+    words: list[list[int]], freqs: list[int]
+) -> tuple[dict[Pair, int], dict[Pair, set[int]]]:
+    """Count adjacent pairs of ids over ``words``, each word weighted by its frequency.
+
+    Returns (pair -> count, pair -> indices of the words that hold it): the state that the
+    incremental merge trainers (BPE, WordPiece) start from and then keep up to date.
+    """
+    counts: dict[Pair, int] = {}
+    where: dict[Pair, set[int]] = {}
+    for wi, (w, f) in enumerate(zip(words, freqs)):
+        for pair in zip(w, w[1:]):
+            counts[pair] = counts.get(pair, 0) + f
+            where.setdefault(pair, set()).add(wi)
+    return counts, where
+
+
+def merge_pair(
+    ids: list[int], pair: Pair, new_id: int, changes: list[tuple[Pair, Pair]] | None = None
+) -> list[int]:
+    """``ids`` with every occurrence of ``pair``, left to right, replaced by ``new_id``.
+
+    This is the one step that BPE encoding and both merge trainers share. Trainers pass a list
+    as ``changes`` to learn which neighbouring pairs each occurrence turned into new ones, so
+    they can update their pair counts: (old, new) is appended for (x, a) -> (x, new_id) on the
+    left and (b, y) -> (new_id, y) on the right, where there is a neighbour. In "a b a b" the
+    second occurrence's left neighbour is the first one's ``new_id``.
+    """
+    a, b = pair
+    out: list[int] = []
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == a and i + 1 < n and ids[i + 1] == b:
+            if changes is not None:
+                if out:
+                    changes.append(((out[-1], a), (out[-1], new_id)))
+                if i + 2 < n:
+                    changes.append(((b, ids[i + 2]), (new_id, ids[i + 2])))
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
 
 
 def check_special_tokens(special_tokens: Iterable[str]) -> list[str]:
@@ -73,6 +165,23 @@ class Tokenizer:
         self.special: dict[str, int] = dict(special_tokens or {})
         self._special_by_id = {i: t for t, i in self.special.items()}
         self._special_re = special_splitter(self.special)
+
+    def _init_table(self, tokens: list[str], special_tokens: Sequence[str], unk_token: str) -> None:
+        """``__init__`` for a vocabulary kept as a table: ``tokens`` lists every token in id order,
+        the special tokens and ``unk_token`` among them (WordPiece and Unigram files store it so).
+        Checks that no token is listed twice and that those tokens are there."""
+        index = {t: i for i, t in enumerate(tokens)}
+        if len(index) != len(tokens):
+            raise TokenizerError(f"{type(self).__name__} vocabulary has duplicate tokens")
+        missing = [t for t in special_tokens if t not in index]
+        if missing:
+            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
+        if unk_token not in index:
+            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
+        Tokenizer.__init__(self, {t: index[t] for t in special_tokens})
+        self.itos = tokens
+        self.stoi = index
+        self.unk_token = unk_token
 
     # ----- what subclasses provide -------------------------------------------------------------
 
@@ -178,19 +287,26 @@ class Tokenizer:
         ids = self.check_ids(ids)
         if not self.special:
             return self._decode_pieces(ids)
-        out: list[str] = []
+        return "".join(
+            part if isinstance(part, str) else self._decode_pieces(part)
+            for part in self._split_special_ids(ids)
+        )
+
+    def _split_special_ids(self, ids: list[int]) -> Iterable[str | list[int]]:
+        """Cut checked ids at special tokens (``split_special`` for ids): yields each special
+        token as its string and each run of ordinary ids between them as a non-empty list."""
+        special_by_id = self._special_by_id
         run: list[int] = []
         for i in ids:
-            if i in self._special_by_id:
+            if i in special_by_id:
                 if run:
-                    out.append(self._decode_pieces(run))
+                    yield run
                     run = []
-                out.append(self._special_by_id[i])
+                yield special_by_id[i]
             else:
                 run.append(i)
         if run:
-            out.append(self._decode_pieces(run))
-        return "".join(out)
+            yield run
 
     def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
         return [self.decode(ids) for ids in batch]

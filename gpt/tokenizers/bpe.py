@@ -34,13 +34,18 @@ often that most pre-tokens are cache hits.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
+from .base import (
+    Pair,
+    Tokenizer,
+    TokenizerError,
+    check_special_tokens,
+    count_pairs,
+    count_words,
+    merge_pair,
+)
 from .pretokenize import GPT2_PATTERN, bytes_to_text, splitter, text_to_bytes
-
-Pair = tuple[int, int]
 
 
 class ByteBPE(Tokenizer):
@@ -115,14 +120,7 @@ class ByteBPE(Tokenizer):
                 f"{len(specials)} special tokens = {256 + len(specials)}"
             )
         split = splitter(pattern)
-        special_re = special_splitter(specials)
-        word_counts: Counter[str] = Counter()
-        for chunk in iter_texts(text_or_iterator):
-            for part in special_re.split(chunk) if special_re else (chunk,):
-                word_counts.update(split(part))
-        if not word_counts:
-            raise TokenizerError("cannot train on empty text")
-
+        word_counts = count_words(text_or_iterator, specials, lambda part, _first: split(part))
         words = [list(w.encode("utf-8")) for w in word_counts]
         freqs = list(word_counts.values())
         merges = _learn_merges(words, freqs, n_merges, verbose)
@@ -164,17 +162,7 @@ class ByteBPE(Tokenizer):
             if best is None:
                 break
             rank, new_id = best
-            a, b = self.merges[rank]
-            out = []
-            i, n = 0, len(ids)
-            while i < n:
-                if ids[i] == a and i + 1 < n and ids[i + 1] == b:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            ids = out
+            ids = merge_pair(ids, self.merges[rank], new_id)
         return ids
 
     # ----- decoding and lookups ----------------------------------------------------------------
@@ -185,9 +173,7 @@ class ByteBPE(Tokenizer):
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The raw bytes behind the ids (special tokens as their UTF-8)."""
-        ids = self.check_ids(ids)
-        sb = self._special_by_id
-        return b"".join(sb[i].encode() if i in sb else self.vocab[i] for i in ids)
+        return b"".join(self._bytes_of(i) for i in self.check_ids(ids))
 
     @property
     def vocab_size(self) -> int:
@@ -195,9 +181,12 @@ class ByteBPE(Tokenizer):
 
     def token_bytes(self, i: int) -> bytes:
         (i,) = self.check_ids([i])
-        if i in self._special_by_id:
-            return self._special_by_id[i].encode("utf-8")
-        return self.vocab[i]
+        return self._bytes_of(i)
+
+    def _bytes_of(self, i: int) -> bytes:
+        """The bytes of a checked id: a special token's UTF-8, or the vocabulary entry."""
+        special = self._special_by_id.get(i)
+        return self.vocab[i] if special is None else special.encode("utf-8")
 
     def id_to_token(self, i: int) -> str:
         """The token's printable spelling: specials as-is, others in GPT-2's byte alphabet."""
@@ -226,20 +215,12 @@ def _learn_merges(
     ``words`` are rewritten in place. Returns the merged pairs in order; new token ids are
     256, 257, ... in merge order.
     """
-    counts: dict[Pair, int] = {}
-    where: dict[Pair, set[int]] = {}
-    for wi, (w, f) in enumerate(zip(words, freqs)):
-        for pair in zip(w, w[1:]):
-            counts[pair] = counts.get(pair, 0) + f
-            s = where.get(pair)
-            if s is None:
-                where[pair] = {wi}
-            else:
-                s.add(wi)
+    counts, where = count_pairs(words, freqs)
     heap = [(-c, p) for p, c in counts.items()]
     heapq.heapify(heap)
 
     merges: list[Pair] = []
+    changes: list[tuple[Pair, Pair]] = []
     new_id = 256
     while len(merges) < n_merges and heap:
         neg, pair = heapq.heappop(heap)
@@ -249,59 +230,23 @@ def _learn_merges(
         if -neg != current:  # stale entry: counts only fall, so re-queue at the true count
             heapq.heappush(heap, (-current, pair))
             continue
-        a, b = pair
         merges.append(pair)
         if verbose and len(merges) % 500 == 0:
             print(f"merge {len(merges)}/{n_merges}: {pair} -> {new_id} ({current})")
         touched: set[Pair] = set()
         for wi in where.pop(pair):
-            w = words[wi]
-            if len(w) < 2:
-                continue
             f = freqs[wi]
-            out: list[int] = []
-            i, n = 0, len(w)
-            found = False
-            while i < n:
-                if w[i] == a and i + 1 < n and w[i + 1] == b:
-                    found = True
-                    # the pair itself disappears
-                    counts[pair] -= f
-                    # left neighbour: (x, a) becomes (x, new)
-                    if out:
-                        x = out[-1]
-                        left_old, left_new = (x, a), (x, new_id)
-                        counts[left_old] -= f
-                        counts[left_new] = counts.get(left_new, 0) + f
-                        touched.add(left_new)
-                        _add_where(where, left_new, wi)
-                    # right neighbour: (b, y) becomes (new, y)
-                    if i + 2 < n:
-                        y = w[i + 2]
-                        right_old, right_new = (b, y), (new_id, y)
-                        counts[right_old] -= f
-                        counts[right_new] = counts.get(right_new, 0) + f
-                        touched.add(right_new)
-                        _add_where(where, right_new, wi)
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            if found:
-                words[wi] = out
-        del counts[pair]
+            changes.clear()
+            words[wi] = merge_pair(words[wi], pair, new_id, changes)
+            for old, new in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, new_id)
+                counts[old] -= f
+                counts[new] = counts.get(new, 0) + f
+                touched.add(new)
+                where.setdefault(new, set()).add(wi)
+        del counts[pair]  # every occurrence is merged
         for p in touched:
             c = counts[p]
             if c > 0:
                 heapq.heappush(heap, (-c, p))
         new_id += 1
     return merges
-
-
-def _add_where(where: dict[Pair, set[int]], pair: Pair, wi: int) -> None:
-    s = where.get(pair)
-    if s is None:
-        where[pair] = {wi}
-    else:
-        s.add(wi)

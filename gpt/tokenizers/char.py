@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .base import Tokenizer, TokenizerError, check_special_tokens, count_words
 
 UnknownPolicy = Literal["error", "replace", "skip"]
 CHAR_UNK = "<unk>"
@@ -61,12 +61,8 @@ class CharTokenizer(Tokenizer):
         """Collect the characters of the text. ``vocab_size``, if given, keeps only the most
         frequent characters so that the total (with special tokens) equals it; the rest then
         fall under the ``unknown`` policy."""
-        counts: dict[str, int] = {}
-        for chunk in iter_texts(text_or_iterator):
-            for c in chunk:
-                counts[c] = counts.get(c, 0) + 1
-        if not counts:
-            raise TokenizerError("cannot train on empty text")
+        # the pre-tokens are single characters, those of special tokens in the text included
+        counts = count_words(text_or_iterator, (), lambda part, _first: part)
         specials = check_special_tokens(special_tokens)
         n_special = len(specials) + (unknown == "replace" and CHAR_UNK not in specials)
         if vocab_size is not None:

@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from .base import TokenizerError
-from .files import load
+from .base import Tokenizer, TokenizerError
+from .files import load, save
 from .metrics import format_reports, report
 
 KIND_NAMES = ("char", "bpe", "wordpiece", "unigram")
@@ -66,14 +66,31 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _read_text(path: str) -> str | None:
+    """The text of ``--text``; None, after saying why on stderr, if it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: cannot read {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _train(kind: str, text: str, args: argparse.Namespace) -> Tokenizer:
+    """Train one kind with the command's ``--vocab-size`` and ``--special``. The character
+    tokenizer keeps every character it sees (no vocabulary size) and maps new ones to <unk>."""
+    from . import KINDS
+
+    if kind == "char":
+        return KINDS[kind].train(text, None, args.special, unknown="replace")
+    return KINDS[kind].train(text, args.vocab_size, args.special)
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Run the command; returns a process exit code (0 ok, 2 bad input)."""
     from . import KINDS
 
-    try:
-        text = Path(args.text).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"error: cannot read {args.text}: {e}", file=sys.stderr)
+    text = _read_text(args.text)
+    if text is None:
         return 2
     fraction = args.train_fraction
     if fraction is None:
@@ -95,10 +112,7 @@ def run_report(args: argparse.Namespace) -> int:
                 return 2
             for kind in kinds:
                 t0 = time.perf_counter()
-                if kind == "char":
-                    tok = KINDS[kind].train(train_text, None, args.special, unknown="replace")
-                else:
-                    tok = KINDS[kind].train(train_text, args.vocab_size, args.special)
+                tok = _train(kind, train_text, args)
                 seconds = time.perf_counter() - t0
                 if not args.json:
                     print(f"trained {kind} (vocab {tok.vocab_size}) in {seconds:.2f}s")
@@ -141,20 +155,12 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train and save; returns a process exit code (0 ok, 2 bad input)."""
-    from . import KINDS
-    from .files import save
-
-    try:
-        text = Path(args.text).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"error: cannot read {args.text}: {e}", file=sys.stderr)
+    text = _read_text(args.text)
+    if text is None:
         return 2
     t0 = time.perf_counter()
     try:
-        if args.kind == "char":
-            tok = KINDS["char"].train(text, None, args.special, unknown="replace")
-        else:
-            tok = KINDS[args.kind].train(text, args.vocab_size, args.special)
+        tok = _train(args.kind, text, args)
         save(tok, args.out, format=args.format)
     except TokenizerError as e:
         print(f"error: {e}", file=sys.stderr)

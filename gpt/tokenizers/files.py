@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .base import Tokenizer, TokenizerError, TokenizerFileError
+from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
 from .char import CharTokenizer
-from .pretokenize import bytes_to_text, text_to_bytes
+from .hf_format import from_hf_json, load_gpt2, printable_vocab, to_hf_json
+from .pretokenize import text_to_bytes
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
@@ -51,8 +52,6 @@ def save(tok: Tokenizer, path: str | os.PathLike, format: str = "tensorlab") -> 
     """Save ``tok``. ``format``: "tensorlab" (ours, any kind) or "huggingface" (tokenizer.json,
     for ByteBPE, WordPiece and Unigram)."""
     if format == "huggingface":
-        from .hf_format import to_hf_json
-
         data = to_hf_json(tok)
     elif format == "tensorlab":
         data = to_json(tok)
@@ -78,7 +77,7 @@ def to_json(tok: Tokenizer) -> dict[str, Any]:
             "ignore_merges": tok.ignore_merges,
             "special_tokens": dict(specials),
             # ordinary tokens in GPT-2's printable byte spelling, by id
-            "vocab": {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())},
+            "vocab": printable_vocab(tok),
             "merges": [list(m) for m in tok.merges],
         }
     if isinstance(tok, WordPiece):
@@ -109,7 +108,7 @@ def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tok
     if version != VERSION:
         raise TokenizerFileError(path, f"unsupported {FORMAT} version {version!r}")
     kind = data.get("kind")
-    try:
+    with file_errors(path, f"{kind} tokenizer"):
         if kind == "char":
             return CharTokenizer(data["chars"], data["special_tokens"], data["unknown"])
         if kind == "byte_bpe":
@@ -143,12 +142,6 @@ def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tok
                 data["replacement"],
                 bool(data["fuse_unk"]),
             )
-    except TokenizerError as e:
-        raise TokenizerFileError(path, f"invalid {kind} tokenizer: {e}") from None
-    except KeyError as e:
-        raise TokenizerFileError(path, f"{kind} tokenizer is missing the field {e}") from None
-    except (TypeError, ValueError, AttributeError) as e:
-        raise TokenizerFileError(path, f"malformed {kind} tokenizer: {e}") from None
     raise TokenizerFileError(path, f"unknown tokenizer kind {kind!r}")
 
 
@@ -175,8 +168,6 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def load(path: str | os.PathLike) -> Tokenizer:
     """Load any tokenizer file this package understands (see the module docstring)."""
-    from .hf_format import from_hf_json, load_gpt2
-
     path = Path(path)
     if path.is_dir():
         if (path / "tokenizer.json").exists():

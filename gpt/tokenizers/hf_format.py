@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import Tokenizer, TokenizerError, TokenizerFileError
+from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
 from .pretokenize import (
     GPT2_PATTERN,
@@ -46,7 +46,7 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
     if not isinstance(model, dict):
         raise TokenizerFileError(path, "'model' must be a JSON object")
     kind = model.get("type") or _guess_model_type(model)
-    try:
+    with file_errors(path, f"{kind} model"):
         added = _added_tokens(data.get("added_tokens") or [])
         if kind == "BPE":
             return _read_bpe(data, model, added, path)
@@ -54,14 +54,6 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
             return _read_wordpiece(data, model, added, path)
         if kind == "Unigram":
             return _read_unigram(data, model, added, path)
-    except TokenizerFileError:
-        raise
-    except TokenizerError as e:
-        raise TokenizerFileError(path, f"invalid {kind} model: {e}") from None
-    except KeyError as e:
-        raise TokenizerFileError(path, f"{kind} model is missing the field {e}") from None
-    except (TypeError, ValueError, AttributeError) as e:
-        raise TokenizerFileError(path, f"malformed {kind} model: {e}") from None
     raise TokenizerFileError(path, f"unsupported model type {kind!r}")
 
 
@@ -92,6 +84,25 @@ def _added_tokens(entries: list) -> dict[str, int]:
     return added
 
 
+def _with_unk(added: dict[str, int], unk: str) -> list[str]:
+    """The special tokens of a WordPiece or Unigram read from a file: the added tokens, and the
+    unknown token (our tokenizers count it as special; the files need not list it as added)."""
+    specials = list(added)
+    if unk not in specials:
+        specials.append(unk)
+    return specials
+
+
+def _is_split_step(step: dict) -> bool:
+    """Whether a pre-tokenizer step is one ``_split_step`` writes: the only Split we read."""
+    return (
+        step.get("type") == "Split"
+        and step.get("behavior") == "Isolated"
+        and not step.get("invert", False)
+        and "Regex" in (step.get("pattern") or {})
+    )
+
+
 def _require(cond: bool, path, problem: str) -> None:
     if not cond:
         raise TokenizerFileError(path, problem)
@@ -117,10 +128,7 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
         steps = pre.get("pretokenizers") or []
         ok = (
             len(steps) == 2
-            and steps[0].get("type") == "Split"
-            and steps[0].get("behavior") == "Isolated"
-            and not steps[0].get("invert", False)
-            and "Regex" in (steps[0].get("pattern") or {})
+            and _is_split_step(steps[0])
             and steps[1].get("type") == "ByteLevel"
             and not steps[1].get("use_regex", True)
             and not steps[1].get("add_prefix_space", False)
@@ -192,12 +200,9 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
     )
     itos = _ids_to_list(model["vocab"], added, path)
     unk = model.get("unk_token", "[UNK]")
-    specials = list(added)
-    if unk not in specials:
-        specials.append(unk)
     return WordPiece(
         itos,
-        specials,
+        _with_unk(added, unk),
         unk,
         model.get("continuing_subword_prefix", "##"),
         int(model.get("max_input_chars_per_word", 100)),
@@ -226,14 +231,7 @@ def _read_unigram(data, model, added, path) -> Unigram:
         pattern = METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement)
     else:
         split = steps[1]
-        ok = (
-            len(steps) == 2
-            and not meta.get("split", True)
-            and split.get("type") == "Split"
-            and split.get("behavior") == "Isolated"
-            and not split.get("invert", False)
-            and "Regex" in (split.get("pattern") or {})
-        )
+        ok = len(steps) == 2 and not meta.get("split", True) and _is_split_step(split)
         _require(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
         pattern = split["pattern"]["Regex"]
     pieces = [(t, float(s)) for t, s in model["vocab"]]
@@ -243,10 +241,7 @@ def _read_unigram(data, model, added, path) -> Unigram:
     _require(isinstance(unk_id, int), path, "Unigram: the model has no unk_id")
     _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")
     unk = pieces[unk_id][0]
-    specials = list(added)
-    if unk not in specials:
-        specials.append(unk)
-    return Unigram(pieces, specials, unk, pattern, scheme, replacement, fuse_unk=True)
+    return Unigram(pieces, _with_unk(added, unk), unk, pattern, scheme, replacement, fuse_unk=True)
 
 
 def load_gpt2(
@@ -317,6 +312,26 @@ def to_hf_json(tok: Tokenizer) -> dict[str, Any]:
     raise TokenizerError(f"{type(tok).__name__} has no Hugging Face tokenizer.json form")
 
 
+def printable_vocab(tok: ByteBPE) -> dict[str, int]:
+    """A ByteBPE's ordinary tokens in GPT-2's printable byte spelling -> id, in id order: the
+    form in which our format, ``tokenizer.json`` and ``vocab.json`` all store them."""
+    return {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
+
+
+def _gpt2_vocab_and_merges(tok: ByteBPE) -> tuple[dict[str, int], list[str]]:
+    """The vocabulary (special tokens included) and the merges ("a b", in order), printable,
+    as ``tokenizer.json`` and GPT-2's ``vocab.json`` + ``merges.txt`` both hold them."""
+    vocab = printable_vocab(tok)
+    vocab.update(tok.special)
+    merges = [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]
+    return vocab, merges
+
+
+def _split_step(pattern: str) -> dict[str, Any]:
+    """The pre-tokenizer step that cuts text at the matches of a regex, keeping every piece."""
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+
+
 def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:
     if tok.pattern == GPT2_PATTERN:
         pre = {
@@ -329,12 +344,7 @@ def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:
         pre = {
             "type": "Sequence",
             "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": tok.pattern},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
+                _split_step(tok.pattern),
                 {
                     "type": "ByteLevel",
                     "add_prefix_space": False,
@@ -345,9 +355,7 @@ def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:
         }
     else:
         raise TokenizerError("a custom pattern with add_prefix_space has no tokenizer.json form")
-    vocab = {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
-    vocab.update(tok.special)
-    merges = [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]
+    vocab, merges = _gpt2_vocab_and_merges(tok)
     return {
         "normalizer": None,
         "pre_tokenizer": pre,
@@ -398,12 +406,7 @@ def _unigram_pipeline(tok: Unigram) -> dict[str, Any]:
             "type": "Sequence",
             "pretokenizers": [
                 {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme, "split": False},
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": tok.pattern},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
+                _split_step(tok.pattern),
             ],
         }
     return {
@@ -430,9 +433,7 @@ def save_gpt2(tok: ByteBPE, folder: str | os.PathLike) -> None:
     if not isinstance(tok, ByteBPE) or tok.pattern != GPT2_PATTERN:
         raise TokenizerError("only a ByteBPE with GPT-2's pattern has a GPT-2 file form")
     folder = Path(folder)
-    vocab = {bytes_to_text(b): i for i, b in sorted(tok.vocab.items())}
-    vocab.update(tok.special)
-    lines = ["#version: 0.2"]
-    lines += [f"{bytes_to_text(tok.vocab[a])} {bytes_to_text(tok.vocab[b])}" for a, b in tok.merges]
+    vocab, merges = _gpt2_vocab_and_merges(tok)
+    lines = ["#version: 0.2", *merges]
     atomic_write_text(folder / "vocab.json", json.dumps(vocab, ensure_ascii=False))
     atomic_write_text(folder / "merges.txt", "\n".join(lines) + "\n")

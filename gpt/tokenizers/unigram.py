@@ -40,13 +40,14 @@ random walk backwards from the end of the word.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts
+from .base import Tokenizer, TokenizerError, check_special_tokens, count_words
 from .pretokenize import METASPACE, UNIGRAM_PATTERN, splitter
 
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
@@ -73,20 +74,8 @@ class Unigram(Tokenizer):
     ):
         if prepend_scheme not in ("always", "first", "never"):
             raise TokenizerError(f"prepend_scheme must be always/first/never: {prepend_scheme!r}")
-        tokens = [p for p, _ in pieces]
-        index = {t: i for i, t in enumerate(tokens)}
-        if len(index) != len(tokens):
-            raise TokenizerError("Unigram vocabulary has duplicate tokens")
-        missing = [t for t in special_tokens if t not in index]
-        if missing:
-            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
-        if unk_token not in index:
-            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
-        super().__init__({t: index[t] for t in special_tokens})
+        self._init_table([p for p, _ in pieces], special_tokens, unk_token)
         self.pieces = [(t, float(s)) for t, s in pieces]
-        self.itos = tokens
-        self.stoi = index
-        self.unk_token = unk_token
         self.pattern = pattern
         self.prepend_scheme = prepend_scheme
         self.replacement = replacement
@@ -207,25 +196,13 @@ class Unigram(Tokenizer):
     # ----- decoding and lookups ----------------------------------------------------------------
 
     def _decode_pieces(self, ids: list[int]) -> str:
-        text = "".join(self.itos[i] for i in ids).replace(self.replacement, " ")
-        if self.prepend_scheme != "never" and text.startswith(" "):
-            text = text[1:]
-        return text
+        return self._join(ids, at_start=True)
 
     def decode(self, ids: Iterable[int]) -> str:
-        ids = self.check_ids(ids)
-        if not self.special:
-            return self._decode_pieces(ids)
-        # the leading "▁" is only stripped at the very start of the text
-        out, run = [], []
-        for i in ids:
-            if i in self._special_by_id:
-                out.append(self._join(run, not out))
-                out.append(self._special_by_id[i])
-                run = []
-            else:
-                run.append(i)
-        out.append(self._join(run, not out))
+        # as Tokenizer.decode, but the leading "▁" is only stripped at the very start of the text
+        out: list[str] = []
+        for part in self._split_special_ids(self.check_ids(ids)):
+            out.append(part if isinstance(part, str) else self._join(part, at_start=not out))
         return "".join(out)
 
     def _join(self, ids: list[int], at_start: bool) -> str:
@@ -269,15 +246,7 @@ class Unigram(Tokenizer):
         if not 0 < shrink < 1:
             raise TokenizerError(f"shrink must be between 0 and 1, got {shrink}")
         proto = cls([(t, 0.0) for t in specials], specials, unk_token, pattern, prepend_scheme)
-        splitter = proto._special_re
-        counts: dict[str, int] = {}
-        for chunk in iter_texts(text_or_iterator):
-            parts = splitter.split(chunk) if splitter else [chunk]
-            for k, part in enumerate(parts):
-                for w in proto._words(part, k == 0):
-                    counts[w] = counts.get(w, 0) + 1
-        if not counts:
-            raise TokenizerError("cannot train on empty text")
+        counts = count_words(text_or_iterator, specials, proto._words)
         target = vocab_size - len(specials)
         lattice = _Lattice(counts, max_piece_chars)
         n_chars = len(lattice.chars)
@@ -327,27 +296,22 @@ class _Lattice:
         self.words = list(counts)
         self.freq = np.array([counts[w] for w in self.words], dtype=np.float64)
         lengths = np.array([len(w) for w in self.words], dtype=np.int64)
-        self.base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
-        self.n_nodes = int(lengths.sum() + len(self.words))
         self.max_len = max_len
         self.sid_of: dict[str, int] = {}
         sid_of = self.sid_of
         sids: list[int] = []
-        # one pass over every substring occurrence; (start, end) come from the enumeration order
+        # one pass over every substring occurrence, in the order _layout lists the edges
         for w in self.words:
-            n = len(w)
-            for i in range(n):
-                for j in range(i + 1, min(n, i + max_len) + 1):
-                    s = w[i:j]
-                    k = sid_of.get(s)
-                    if k is None:
-                        k = sid_of[s] = len(sid_of)
-                    sids.append(k)
+            for i, j in _span_list(len(w), max_len):
+                s = w[i:j]
+                k = sid_of.get(s)
+                if k is None:
+                    k = sid_of[s] = len(sid_of)
+                sids.append(k)
         self.strings = list(sid_of)
         self.n_candidates = len(self.strings)
         self.sid = np.array(sids, dtype=np.int64)
-        starts, ends = _spans(lengths, max_len)
-        word_of_edge = np.repeat(np.arange(len(self.words)), _n_spans(lengths, max_len))
+        self.base, self.n_nodes, word_of_edge, starts, ends = _layout(lengths, max_len)
         self.start = self.base[word_of_edge] + starts
         self.end = self.base[word_of_edge] + ends
         # edges sorted by (end offset, end node), the order the forward and Viterbi passes visit
@@ -400,12 +364,9 @@ class _Lattice:
 
     # ----- the passes over all words at once ---------------------------------------------------
 
-    def _edges(self, alive: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(alive[self.sid])
-
     def _em_step(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, float]:
         """One E step (expected piece counts by forward-backward) and M step (renormalize)."""
-        e = self._edges(alive)
+        e = _live_edges(self, alive)
         start, end, w = self.start[e], self.end[e], logp[self.sid[e]]
         alpha = _sweep(self.n_nodes, self.first_node, start, end, self.end_off[e], w)
         # backwards: from each word's last node, by decreasing start offset
@@ -443,8 +404,7 @@ class _Lattice:
         by F(s). The loss is F(s) * (log p(s) - sum_t log p'(t)), p' being the re-normalized
         frequencies after the move. Pieces never used (F = 0) cost nothing; characters stay.
         """
-        e = self._edges(alive)
-        freq = self._viterbi_counts(logp, e)
+        freq = self._viterbi_counts(logp, alive)
         total = freq.sum()
         owners, alts = alt.segment(logp, alive)
         n_alt = np.bincount(owners, minlength=self.n_candidates)
@@ -463,26 +423,12 @@ class _Lattice:
         new_alive[order[:keep]] = True
         return new_alive
 
-    def _viterbi_counts(self, logp: np.ndarray, e: np.ndarray) -> np.ndarray:
+    def _viterbi_counts(self, logp: np.ndarray, alive: np.ndarray) -> np.ndarray:
         """How often each piece appears in the best segmentations of the corpus."""
-        back = _viterbi(
-            self.n_nodes,
-            self.first_node,
-            self.start[e],
-            self.end[e],
-            self.end_off[e],
-            logp[self.sid[e]],
-        )
         counts = np.zeros(self.n_candidates)
-        node = self.last_node.copy()
-        weight = self.freq.copy()
-        first = self.first_node
-        while len(node):
-            edge = e[back[node]]
+        walk = _best_paths(self, logp, alive, self.last_node, self.first_node, self.freq)
+        for edge, weight in walk:
             np.add.at(counts, self.sid[edge], weight)
-            node = self.start[edge]
-            more = node != first
-            node, first, weight = node[more], first[more], weight[more]
         return counts
 
 
@@ -495,19 +441,11 @@ class _Alternatives:
         strings = [lat.strings[k] for k in owners]
         lengths = np.array([len(s) for s in strings], dtype=np.int64)
         sid_of = lat.sid_of
-        sids = []
-        for s in strings:
-            n = len(s)
-            for i in range(n):
-                for j in range(i + 1, min(n, i + lat.max_len) + 1):
-                    sids.append(sid_of[s[i:j]])
+        sids = [sid_of[s[i:j]] for s in strings for i, j in _span_list(len(s), lat.max_len)]
         sid = np.array(sids, dtype=np.int64)
-        starts, ends = _spans(lengths, lat.max_len)
-        word = np.repeat(np.arange(len(owners)), _n_spans(lengths, lat.max_len))
+        base, self.n_nodes, word, starts, ends = _layout(lengths, lat.max_len)
         not_whole = ~((starts == 0) & (ends == lengths[word]))
-        base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
         self.owners = owners
-        self.n_nodes = int(lengths.sum() + len(owners))
         self.first_node = base
         self.last_node = base + lengths
         start = (base[word] + starts)[not_whole]
@@ -519,29 +457,66 @@ class _Alternatives:
 
     def segment(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For every living owner piece, its alternative pieces: parallel arrays (owner, alt)."""
-        e = np.flatnonzero(alive[self.sid])
-        back = _viterbi(
-            self.n_nodes,
-            self.first_node,
-            self.start[e],
-            self.end[e],
-            self.end_off[e],
-            logp[self.sid[e]],
-        )
         live = alive[self.owners]
-        node, first = self.last_node[live], self.first_node[live]
-        owner = self.owners[live]
+        walk = _best_paths(
+            self, logp, alive, self.last_node[live], self.first_node[live], self.owners[live]
+        )
         out_owner, out_alt = [], []
-        while len(node):
-            edge = e[back[node]]
+        for edge, owner in walk:
             out_owner.append(owner)
             out_alt.append(self.sid[edge])
-            node = self.start[edge]
-            more = node != first
-            node, first, owner = node[more], first[more], owner[more]
         if not out_owner:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(out_owner), np.concatenate(out_alt)
+
+
+def _live_edges(lat, alive: np.ndarray) -> np.ndarray:
+    """Indices of the edges of ``lat`` whose piece is alive (in the current vocabulary)."""
+    return np.flatnonzero(alive[lat.sid])
+
+
+def _best_paths(lat, logp, alive, last, first, carry):
+    """Walk the best (Viterbi) paths of many words at once, each from its ``last`` node back to
+    its ``first``, over the live edges of ``lat`` (a _Lattice or an _Alternatives: both keep
+    their edges as ``sid``/``start``/``end``/``end_off`` arrays over ``n_nodes`` nodes).
+
+    Yields, one step back at a time, the edge each word still on its way takes, and those
+    words' entries of ``carry`` (a per-word array: a weight, an owner, ...).
+    """
+    e = _live_edges(lat, alive)
+    back = _viterbi(
+        lat.n_nodes, lat.first_node, lat.start[e], lat.end[e], lat.end_off[e], logp[lat.sid[e]]
+    )
+    node = last
+    while len(node):
+        edge = e[back[node]]
+        yield edge, carry
+        node = lat.start[edge]
+        more = node != first
+        node, first, carry = node[more], first[more], carry[more]
+
+
+def _layout(lengths: np.ndarray, max_len: int):
+    """Nodes and edges of the lattices of strings with these lengths, laid end to end.
+
+    String w owns nodes ``base[w] .. base[w] + lengths[w]`` (``n_nodes`` in all); each of its
+    substrings of up to ``max_len`` characters is an edge, string after string, each string's in
+    ``_span_list`` order. Returns (base, n_nodes, word, starts, ends): per edge, its string and
+    its start and end offsets in it.
+    """
+    base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+    n_nodes = int(lengths.sum() + len(lengths))
+    starts, ends = _spans(lengths, max_len)
+    word = np.repeat(np.arange(len(lengths)), _n_spans(lengths, max_len))
+    return base, n_nodes, word, starts, ends
+
+
+@functools.cache
+def _span_list(n: int, max_len: int) -> tuple[tuple[int, int], ...]:
+    """(start, end) of every substring of up to ``max_len`` characters of a string of length
+    ``n``, by start, then end: the one order in which candidate ids are read off the strings and
+    ``_spans`` lists the offsets of their edges, so the two line up."""
+    return tuple((i, j) for i in range(n) for j in range(i + 1, min(n, i + max_len) + 1))
 
 
 def _n_spans(lengths: np.ndarray, max_len: int) -> np.ndarray:
@@ -554,14 +529,13 @@ _SPAN_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def _spans(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) offsets of every substring, in the order the enumeration loops visit them:
-    for i in range(n): for j in range(i + 1, min(n, i + max_len) + 1)."""
+    """(start, end) offsets of every substring of strings of each length, string after string,
+    in ``_span_list`` order."""
     starts, ends = [], []
     for n in lengths.tolist():
         key = (n, max_len)
         if key not in _SPAN_CACHE:
-            s = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + max_len) + 1)]
-            arr = np.array(s, dtype=np.int64).reshape(-1, 2)
+            arr = np.array(_span_list(n, max_len), dtype=np.int64).reshape(-1, 2)
             _SPAN_CACHE[key] = (arr[:, 0], arr[:, 1])
         a, b = _SPAN_CACHE[key]
         starts.append(a)
@@ -576,12 +550,13 @@ def _normalize(logp: np.ndarray, alive: np.ndarray) -> np.ndarray:
 
 def _layers(offsets: np.ndarray, nodes: np.ndarray):
     """For edges already sorted by (offset, node): yield, per offset, the edge indices and the
-    groups of edges that share a node (as reduceat boundaries, and the node of each group)."""
+    groups of edges that share a node (as reduceat boundaries, the size of each group, and its
+    node)."""
     cuts = np.flatnonzero(np.diff(offsets)) + 1
     for chunk in np.split(np.arange(len(offsets)), cuts):
         n = nodes[chunk]
         bounds = np.concatenate([[0], np.flatnonzero(np.diff(n)) + 1])
-        yield chunk, bounds, n[bounds]
+        yield chunk, bounds, np.diff(np.append(bounds, len(chunk))), n[bounds]
 
 
 def _sweep(n_nodes, sources, frm, to, offset, w):
@@ -591,10 +566,9 @@ def _sweep(n_nodes, sources, frm, to, offset, w):
     """
     acc = np.full(n_nodes, -np.inf)
     acc[sources] = 0.0
-    for chunk, bounds, targets in _layers(offset, to):
+    for chunk, bounds, sizes, targets in _layers(offset, to):
         vals = acc[frm[chunk]] + w[chunk]
         m = np.maximum.reduceat(vals, bounds)
-        sizes = np.diff(np.append(bounds, len(vals)))
         s = np.add.reduceat(np.exp(vals - np.repeat(m, sizes)), bounds)
         acc[targets] = m + np.log(s)
     return acc
@@ -607,10 +581,9 @@ def _viterbi(n_nodes, sources, frm, to, offset, w):
     best = np.full(n_nodes, -np.inf)
     best[sources] = 0.0
     back = np.zeros(n_nodes, dtype=np.int64)
-    for chunk, bounds, targets in _layers(offset, to):
+    for chunk, bounds, sizes, targets in _layers(offset, to):
         vals = best[frm[chunk]] + w[chunk]
         m = np.maximum.reduceat(vals, bounds)
-        sizes = np.diff(np.append(bounds, len(vals)))
         is_max = np.flatnonzero(vals == np.repeat(m, sizes))
         group = np.searchsorted(bounds, is_max, side="right") - 1
         first = is_max[np.concatenate([[True], group[1:] != group[:-1]])]

@@ -30,10 +30,17 @@ exact: whitespace and, if enabled, case and accents are lost.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, iter_texts, special_splitter
+from .base import (
+    Pair,
+    Tokenizer,
+    TokenizerError,
+    check_special_tokens,
+    count_pairs,
+    count_words,
+    merge_pair,
+)
 from .pretokenize import bert_normalize, bert_pretokenize
 
 
@@ -55,18 +62,7 @@ class WordPiece(Tokenizer):
         handle_chinese_chars: bool = True,
     ):
         vocab = list(vocab)
-        index = {t: i for i, t in enumerate(vocab)}
-        if len(index) != len(vocab):
-            raise TokenizerError("WordPiece vocabulary has duplicate tokens")
-        missing = [t for t in special_tokens if t not in index]
-        if missing:
-            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
-        if unk_token not in index:
-            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
-        super().__init__({t: index[t] for t in special_tokens})
-        self.itos = vocab
-        self.stoi = index
-        self.unk_token = unk_token
+        self._init_table(vocab, special_tokens, unk_token)
         self.prefix = prefix
         self.max_word_chars = max_word_chars
         self.normalizer = dict(
@@ -95,14 +91,11 @@ class WordPiece(Tokenizer):
         specials = check_special_tokens(special_tokens)
         if unk_token not in specials:
             specials.insert(0, unk_token)
-        words: Counter[str] = Counter()
-        norm = dict(lowercase=lowercase)
-        splitter = special_splitter(specials)
-        for chunk in iter_texts(text_or_iterator):
-            for part in splitter.split(chunk):
-                words.update(bert_pretokenize(bert_normalize(part, **norm)))
-        if not words:
-            raise TokenizerError("cannot train on empty text")
+        words = count_words(
+            text_or_iterator,
+            specials,
+            lambda part, _first: bert_pretokenize(bert_normalize(part, lowercase=lowercase)),
+        )
 
         # the base alphabet: each character as a word start and as a continuation
         alphabet: set[str] = set()
@@ -184,33 +177,34 @@ def _learn_merges(
     stoi = {t: i for i, t in enumerate(itos)}
     n_target = len(itos) + n_merges
     tok_count: dict[int, int] = {}
-    pair_count: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
-    pairs_of: dict[int, set[tuple[int, int]]] = {}  # token -> pairs it has been part of
-    for wi, (w, f) in enumerate(zip(words, freqs)):
+    for w, f in zip(words, freqs):
         for t in w:
             tok_count[t] = tok_count.get(t, 0) + f
-        for p in zip(w, w[1:]):
-            pair_count[p] = pair_count.get(p, 0) + f
-            where.setdefault(p, set()).add(wi)
-            pairs_of.setdefault(p[0], set()).add(p)
-            pairs_of.setdefault(p[1], set()).add(p)
+    pair_count, where = count_pairs(words, freqs)
+    pairs_of: dict[int, set[Pair]] = {}  # token -> pairs it has been part of
 
-    def score(p: tuple[int, int]) -> float:
+    def link(p: Pair) -> None:
+        pairs_of.setdefault(p[0], set()).add(p)
+        pairs_of.setdefault(p[1], set()).add(p)
+
+    for p in pair_count:
+        link(p)
+
+    def score(p: Pair) -> float:
         return pair_count[p] / (tok_count[p[0]] * tok_count[p[1]])
 
-    touched: set[tuple[int, int]] = set()  # pairs whose count changed in this merge
+    touched: set[Pair] = set()  # pairs whose count changed in this merge
 
-    def bump(p: tuple[int, int], d: int, wi: int) -> None:
+    def bump(p: Pair, d: int, wi: int) -> None:
         pair_count[p] = pair_count.get(p, 0) + d
         touched.add(p)
         if d > 0:
             where.setdefault(p, set()).add(wi)
-            pairs_of.setdefault(p[0], set()).add(p)
-            pairs_of.setdefault(p[1], set()).add(p)
+            link(p)
 
     heap = [(-score(p), p) for p in pair_count]
     heapq.heapify(heap)
+    changes: list[tuple[Pair, Pair]] = []
     while len(itos) < n_target and heap:
         neg, pair = heapq.heappop(heap)
         if pair_count.get(pair, 0) <= 0 or -neg != score(pair):
@@ -224,27 +218,12 @@ def _learn_merges(
         n_ab = pair_count[pair]
         touched.clear()
         for wi in where.pop(pair):
-            w = words[wi]
             f = freqs[wi]
-            out: list[int] = []
-            i, n = 0, len(w)
-            found = False
-            while i < n:
-                if w[i] == a and i + 1 < n and w[i + 1] == b:
-                    found = True
-                    if out:
-                        bump((out[-1], a), -f, wi)
-                        bump((out[-1], c), f, wi)
-                    if i + 2 < n:
-                        bump((b, w[i + 2]), -f, wi)
-                        bump((c, w[i + 2]), f, wi)
-                    out.append(c)
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            if found:
-                words[wi] = out
+            changes.clear()
+            words[wi] = merge_pair(words[wi], pair, c, changes)
+            for old, new in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, c)
+                bump(old, -f, wi)
+                bump(new, f, wi)
         del pair_count[pair]
         tok_count[a] -= n_ab
         tok_count[b] -= n_ab
