@@ -2,6 +2,9 @@
 
 Values are drawn well-conditioned for finite differences: bounded in magnitude, and kept
 away from the kinks of non-smooth ops by the tests that need it (see ``away_from``).
+
+The nn op tests also share from here their float64 helpers and the four checks every fused op
+passes against its composed form (``check_fused_op``).
 """
 
 from __future__ import annotations
@@ -124,3 +127,95 @@ def keepdims_axis(draw, shape):
 def bool_mask(draw, shape):
     """A boolean array of ``shape`` (a mask for indexing or masked_fill)."""
     return draw(hnp.arrays(np.bool_, shape))
+
+
+# ---------------------------------------------------------------- additions for nn op tests
+# Rows of a last axis (norms, softmax-like ops): at least 2 features, a few leading axes.
+rows_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=4)
+# Leading axes of an input whose last axis a layer acts on (none, one or two).
+lead_shapes = hnp.array_shapes(min_dims=0, max_dims=2, max_side=3)
+
+
+def spread_rows(x: np.ndarray, min_std: float = 0.3) -> np.ndarray:
+    """Rows (last axis) with a standard deviation below ``min_std`` get a ramp from -1 to 1
+    added. The ramp's own deviation is √((d+1)/(3(d-1))) ≥ 0.577, so every row ends with
+    deviation ≥ 0.577 - 0.3 > 0.27: layer norm's 1/σ stays ≤ 3.7, and its derivatives (∝ 1/σ,
+    1/σ², 1/σ³) stay small enough for finite differences of the second order."""
+    ramp = np.linspace(-1.0, 1.0, x.shape[-1])
+    return np.where(x.std(axis=-1, keepdims=True) < min_std, x + ramp, x)
+
+
+def rms_rows(x: np.ndarray, min_rms: float = 0.3) -> np.ndarray:
+    """Rows whose root mean square is below ``min_rms`` get 1 added to every entry, which
+    leaves them with rms ≥ 1 - 0.3 (the triangle inequality): RMS norm's 1/σ stays ≤ 1.5."""
+    rms = np.sqrt((x * x).mean(axis=-1, keepdims=True))
+    return np.where(rms < min_rms, x + 1.0, x)
+
+
+def t64(a, requires_grad: bool = True) -> tl.Tensor:
+    """A float64 Tensor of ``a`` (by default a variable: requires grad)."""
+    return tl.tensor(np.asarray(a, dtype=np.float64), dtype=np.float64, requires_grad=requires_grad)
+
+
+def rand64(rng: np.random.Generator, *shape, requires_grad: bool = True) -> tl.Tensor:
+    """A float64 Tensor of standard normal entries drawn from ``rng``."""
+    return t64(rng.standard_normal(shape), requires_grad)
+
+
+def grads(fn, inputs, g=None, create_graph: bool = False):
+    """Gradients of sum(fn(*inputs) * g) with respect to every input."""
+    out = fn(*inputs)
+    if g is None:
+        g = np.random.default_rng(1).standard_normal(out.shape)
+    return tl.grad(out, inputs, grad_outputs=t64(g, False), create_graph=create_graph)
+
+
+def assert_same(fused, composed, inputs, atol: float = 1e-10):
+    """Same values and same gradients (first order, and through the create_graph branch)."""
+    np.testing.assert_allclose(fused(*inputs).data, composed(*inputs).data, atol=atol, rtol=0)
+    for create_graph in (False, True):
+        for a, b in zip(grads(fused, inputs, create_graph=create_graph), grads(composed, inputs)):
+            np.testing.assert_allclose(a.data, b.data, atol=atol, rtol=0)
+
+
+def second_order(fn, inputs, g: np.ndarray, us) -> list[np.ndarray]:
+    """With f = fn(*inputs) and the variables xᵢ (the inputs that require grad): the
+    derivatives of s = Σᵢ uᵢ · ∂(g · f)/∂xᵢ, the first-order gradients taken with
+    create_graph=True, with respect to every xᵢ (the Hessian-vector product H u of g · f) and
+    to g (the Jacobian-vector product J u). Arrays; zeros where nothing depends."""
+    xs = [x for x in inputs if x.requires_grad]
+    gt = t64(g)
+    first = tl.grad(fn(*inputs), xs, grad_outputs=gt, create_graph=True, allow_unused=True)
+    terms = [(f * t64(u, False)).sum() for f, u in zip(first, us) if f is not None]
+    terms = [t for t in terms if t.requires_grad]
+    wrt = xs + [gt]
+    if not terms:
+        return [np.zeros(t.shape) for t in wrt]
+    s = terms[0]
+    for t in terms[1:]:
+        s = s + t
+    out = tl.grad(s, wrt, allow_unused=True)
+    return [np.zeros(t.shape) if d is None else d.numpy() for t, d in zip(wrt, out)]
+
+
+def check_fused_op(fused, composed, inputs, atol: float = 1e-10, seed: int = 0) -> None:
+    """The four checks of a fused op, in float64. ``fused`` and ``composed`` take all of
+    ``inputs`` (Tensors; those that require grad are the variables):
+
+    (a) forward: fused(*inputs) equals composed(*inputs) within ``atol`` (absolute);
+    (c) first order: the gradients of g · fused (its hand-written backward on arrays) equal
+        those of g · composed, and those of the fused op taken with create_graph=True (where
+        the engine differentiates its composed form), within ``atol``;
+    (b) tl.gradcheck and tl.gradgradcheck of ``fused`` against central differences (their
+        default tolerances, atol 1e-5 and rtol 1e-3);
+    (d) second order: Hessian- and Jacobian-vector products (:func:`second_order`) through
+        the fused op equal those through the composed form, within ``atol``.
+    """
+    assert_same(fused, composed, inputs, atol=atol)  # (a), (c)
+    tl.gradcheck(fused, inputs)  # (b)
+    tl.gradgradcheck(fused, inputs)
+    rng = np.random.default_rng(seed)  # (d)
+    g = rng.standard_normal(fused(*inputs).shape)
+    us = [rng.standard_normal(x.shape) for x in inputs if x.requires_grad]
+    for a, b in zip(second_order(fused, inputs, g, us), second_order(composed, inputs, g, us)):
+        np.testing.assert_allclose(a, b, atol=atol, rtol=0)

@@ -1,34 +1,72 @@
-"""MultiHeadAttention: the fused path against the general (hooked) path, gradients, causal
-and padding masks, cross-attention, the key/value cache, per-head weight views, hooks."""
+"""nn/attention.py: the op AttentionFn against its composed form (values, first and second
+order, finite differences; with and without a score bias, causal, masks with fully masked
+rows, a dropout mask), F.scaled_dot_product_attention against a reference written here and
+against PyTorch, and MultiHeadAttention: a per-head reference, the fused and the composed
+path against each other (self, causal, cross, padding, cache), fully masked rows, identity
+hooks on every hook point, the hook points a fused layer closes, composed_attention, dropout
+on the pattern, d_head apart from d_model / n_head, per-head views of the stored matrices."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import assert_same, check_fused_op, rand64
 
 import nn
+import nn.functional as F
 import tensorlab as tl
+from nn.attention import AttentionFn, attention_composed
 
 B, T, D, H = 2, 5, 8, 2
+HOOK_POINTS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
+OPEN_WHEN_FUSED = ("hook_q", "hook_k", "hook_v", "hook_z")
 
 
 def t64(a, requires_grad=False):
     return tl.tensor(np.asarray(a, dtype=np.float64), dtype=np.float64, requires_grad=requires_grad)
 
 
-def make(seed=0, **kw):
+def make(seed=0, d_model=D, n_head=H, **kw):
+    """A float64 layer with every parameter (biases and a relative bias too) drawn N(0, ¼)."""
     tl.manual_seed(seed)
-    m = nn.MultiHeadAttention(D, H, dtype=np.float64, **kw)
+    m = nn.MultiHeadAttention(d_model, n_head, dtype=np.float64, **kw)
     rng = np.random.default_rng(seed)
     for p in m.parameters():
         p.data[...] = rng.standard_normal(p.shape) * 0.5
     return m
 
 
-def x64(seed=1, T=T, requires_grad=False):
-    return t64(np.random.default_rng(seed).standard_normal((B, T, D)), requires_grad)
+def x64(seed=1, T=T, requires_grad=False, d=D):
+    return t64(np.random.default_rng(seed).standard_normal((B, T, d)), requires_grad)
+
+
+def capture(m, names):
+    """Forward hooks that record what the hook points ``names`` of ``m`` see."""
+    seen = {}
+    handles = [
+        getattr(m, n).register_forward_hook(lambda mod, i, o, n=n: seen.update({n: o}))
+        for n in names
+    ]
+    return seen, handles
+
+
+def assert_bitwise_equal(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes()
+
+
+def softmax_rows(s):
+    """Softmax over the last axis, with rows of -∞ only (no key allowed) giving zeros."""
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    e = np.exp(s - m)
+    total = e.sum(-1, keepdims=True)
+    return e / np.where(total == 0, 1.0, total)
 
 
 def reference(m, x, keep=None):
@@ -53,9 +91,234 @@ def reference(m, x, keep=None):
     return out
 
 
+def attention_ref(q, k, v, mask=None, causal=False, bias=None):
+    s = (q @ k.mT) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    keep = np.ones((Tq, Tk), bool)
+    if causal:
+        keep = np.tri(Tq, Tk, Tk - Tq, dtype=bool)
+    if mask is not None:
+        keep = keep & mask
+    s = tl.where(keep, s, -np.inf)
+    return s.softmax(axis=-1) @ v
+
+
+def pattern_of(q, k, v, mask=None, causal=False):
+    """(output, pattern) of attention_composed, the pattern read through its hook."""
+    seen = []
+    y = attention_composed(
+        q,
+        k,
+        v,
+        scale=1.0 / math.sqrt(q.shape[-1]),
+        causal=causal,
+        mask=mask,
+        dropout_mask=None,
+        hook_pattern=lambda A: seen.append(A) or A,
+    )
+    return y, seen[0]
+
+
+# ---------------------------------------------------------------------- the op
+@st.composite
+def attention_cases(draw):
+    """Inputs and parameters of one AttentionFn call: batch and head axes, T_q and T_k apart
+    (causal with T_q > T_k leaves the first rows with no key), a score bias per head or shared
+    or none, a random mask (maybe with a fully masked row), a dropout keep-mask or none."""
+    Bc, Hc = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    Tq, Tk, d, dv = (draw(st.integers(1, n)) for n in (3, 4, 2, 2))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    q, k, v = rand64(rng, Bc, Hc, Tq, d), rand64(rng, Bc, Hc, Tk, d), rand64(rng, Bc, Hc, Tk, dv)
+    bias_shape = draw(st.sampled_from([None, (Hc, Tq, Tk), (Tq, Tk)]))
+    inputs = [q, k, v] + ([rand64(rng, *bias_shape)] if bias_shape else [])
+    mask = None
+    mask_kind = draw(st.sampled_from(["none", "random", "dead row"]))
+    if mask_kind != "none":
+        mask = rng.random((Bc, 1, Tq, Tk)) > 0.4
+        if mask_kind == "dead row":
+            mask[0, 0, draw(st.integers(0, Tq - 1))] = False
+    drop = None
+    if draw(st.booleans()):
+        drop = (rng.random((Bc, Hc, Tq, Tk)) >= 0.5) * 2.0
+    params = dict(
+        scale=1.0 / math.sqrt(d), causal=draw(st.booleans()), mask=mask, dropout_mask=drop
+    )
+    return inputs, params
+
+
+@given(attention_cases())
+def test_attention_fn_matches_composed(case):
+    """AttentionFn (the closed-form backward on arrays) against AttentionFn.composed (engine
+    ops, the path whose scores and pattern can be hooked). Tolerance 1e-10 absolute: entries
+    are N(0, 1), T_k ≤ 4 and d ≤ 2, so scores, outputs and derivatives up to the second are
+    O(10) at most, and the two forms (one exp-normalise in place against softmax on Tensors;
+    -∞ added against masked_fill) differ by rounding, ≲ 1e-14. Rows with no key allowed give
+    0 and zero derivatives on both."""
+    inputs, params = case
+    check_fused_op(
+        lambda *a: AttentionFn.apply(*a, **params),
+        lambda *a: AttentionFn.composed(*a, **params),
+        inputs,
+    )
+
+
+@given(
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.sampled_from(["none", "causal", "mask", "bias"]),
+    st.data(),
+)
+def test_attention_gradcheck_and_composed(B, H, Tq, Tk, d, kind, data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    q, k, v = rand64(rng, B, H, Tq, d), rand64(rng, B, H, Tk, d), rand64(rng, B, H, Tk, d)
+    mask = bias = None
+    if kind == "mask":
+        mask = rng.random((B, 1, Tq, Tk)) > 0.4
+        mask[..., 0] = True  # every query sees at least one key
+    if kind == "bias":
+        bias = rand64(rng, H, Tq, Tk)
+    if kind == "causal" and Tk < Tq:
+        Tk = Tq
+        k, v = rand64(rng, B, H, Tk, d), rand64(rng, B, H, Tk, d)
+    causal = kind == "causal"
+    inputs = [q, k, v] + ([bias] if bias is not None else [])
+
+    def fused(q, k, v, *b):
+        return F.scaled_dot_product_attention(
+            q, k, v, mask=mask, causal=causal, bias=b[0] if b else None
+        )
+
+    def composed(q, k, v, *b):
+        return attention_ref(q, k, v, mask=mask, causal=causal, bias=b[0] if b else None)
+
+    tl.gradcheck(fused, inputs)
+    assert_same(fused, composed, inputs)
+
+
+@pytest.mark.parametrize("kind", ["causal", "mask", "bias"])
+def test_attention_gradgradcheck(kind):
+    rng = np.random.default_rng(0)
+    q, k, v = rand64(rng, 1, 2, 3, 2), rand64(rng, 1, 2, 4, 2), rand64(rng, 1, 2, 4, 2)
+    mask = rng.random((1, 1, 3, 4)) > 0.3
+    mask[..., 0] = True
+    bias = rand64(rng, 2, 3, 4)
+    if kind == "causal":
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True)
+        tl.gradgradcheck(fn, [q, k, v])
+    elif kind == "mask":
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=mask)
+        tl.gradgradcheck(fn, [q, k, v])
+    else:
+        fn = lambda q, k, v, b: F.scaled_dot_product_attention(q, k, v, bias=b)
+        tl.gradgradcheck(fn, [q, k, v, bias])
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+@pytest.mark.parametrize("Tq,Tk", [(3, 5), (4, 4), (5, 3)])
+def test_causal_aligns_the_queries_with_the_last_keys(Tq, Tk, fused):
+    """Query i sees keys j ≤ i + (T_k - T_q): with more keys (a cache) every query sees the
+    earlier ones, with fewer keys the first T_q - T_k queries see none (and give 0)."""
+    rng = np.random.default_rng(0)
+    q, k, v = rand64(rng, 2, 2, Tq, 3), rand64(rng, 2, 2, Tk, 3), rand64(rng, 2, 2, Tk, 3)
+    y = F.scaled_dot_product_attention(q, k, v, causal=True, fused=fused)
+    s = q.data @ k.data.swapaxes(-1, -2) / math.sqrt(3)
+    A = softmax_rows(np.where(np.tri(Tq, Tk, Tk - Tq, dtype=bool), s, -np.inf))
+    np.testing.assert_allclose(y.data, A @ v.data, atol=1e-12)
+    if Tq > Tk:
+        assert (y.data[..., : Tq - Tk, :] == 0).all()
+
+
+def test_attention_pattern_and_fully_masked_rows():
+    """The pattern (read through attention_composed's hook) is a distribution per row, zero
+    above the diagonal when causal, and zero on a row with every key masked, whose output is
+    then finite on both paths."""
+    rng = np.random.default_rng(0)
+    q, k, v = rand64(rng, 1, 1, 3, 2), rand64(rng, 1, 1, 3, 2), rand64(rng, 1, 1, 3, 2)
+    y, A = pattern_of(q, k, v, causal=True)
+    np.testing.assert_allclose(A.data.sum(-1), 1.0)
+    np.testing.assert_array_equal(np.triu(A.data[0, 0], 1), 0)
+    fused_y = F.scaled_dot_product_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(fused_y.data, y.data, atol=1e-12)
+    mask = np.array([[True, True, False], [False, False, False], [True, True, True]])
+    y, A = pattern_of(q, k, v, mask=mask)
+    assert np.isfinite(y.data).all() and (A.data[0, 0, 1] == 0).all()
+    fused_y = F.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert np.isfinite(fused_y.data).all() and (fused_y.data[0, 0, 1] == 0).all()
+    np.testing.assert_allclose(fused_y.data, y.data, atol=1e-12)
+    with pytest.raises(TypeError):
+        F.scaled_dot_product_attention(q, k, v, mask=mask.astype(float))
+
+
+def test_attention_dropout_is_seeded():
+    rng = np.random.default_rng(0)
+    q, k, v = rand64(rng, 1, 2, 4, 3), rand64(rng, 1, 2, 4, 3), rand64(rng, 1, 2, 4, 3)
+
+    def fn(q, k, v):
+        tl.manual_seed(5)
+        return F.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.3)
+
+    np.testing.assert_array_equal(fn(q, k, v).data, fn(q, k, v).data)
+    tl.gradcheck(fn, [q, k, v])
+
+
+def test_attention_dropout_draws_are_the_same_fused_or_composed():
+    """F.scaled_dot_product_attention(fused=False) draws the same keep-mask for the same
+    seed: values and gradients agree (1e-12 / 1e-10, rounding of two orders of operations)."""
+    rng = np.random.default_rng(0)
+    qkv = [rand64(rng, 2, 2, 4, 3) for _ in range(3)]
+
+    def fn(fused, seed=5):
+        def f(q, k, v):
+            tl.manual_seed(seed)
+            return F.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.5, fused=fused)
+
+        return f
+
+    assert_same(fn(True), fn(False), qkv)
+    assert not np.allclose(fn(True)(*qkv).data, fn(True, seed=6)(*qkv).data)
+
+
+def test_attention_causal_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((2, 3, 5, 4)) for _ in range(3)]
+    pairs = [
+        (t64(a, True), torch.tensor(a, dtype=torch.float64, requires_grad=True)) for a in arrays
+    ]
+    (q, tq), (k, tk), (v, tv) = pairs
+    y = F.scaled_dot_product_attention(q, k, v, causal=True)
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), atol=1e-12)
+    g = rng.standard_normal(y.shape)
+    y.backward(t64(g))
+    ty.backward(torch.tensor(g))
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.grad.data, theirs.grad.numpy(), atol=1e-12)
+
+
+def test_fully_masked_row_has_zero_second_order_gradients():
+    """A query row that may attend to no key outputs 0 and gets 0 gradient, also under
+    create_graph (the Tensor-op backward recomputes A and must not make NaN)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (tl.tensor(rng.standard_normal((1, 1, 3, 2)), requires_grad=True) for _ in "qkv")
+    mask = np.ones((3, 3), bool)
+    mask[1] = False
+    sdpa = nn.functional.scaled_dot_product_attention
+    (gq,) = tl.grad(sdpa(q, k, v, mask=mask).sum(), [q], create_graph=True)
+    assert np.all(gq.numpy()[0, 0, 1] == 0) and np.isfinite(gq.numpy()).all()
+    tl.gradgradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask), [q, k, v])
+
+
+# ---------------------------------------------------------------------- the layer
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_per_head_reference(causal):
-    m = make(causal=causal)
+def test_matches_per_head_reference(causal, fused):
+    m = make(causal=causal, fused=fused)
     x = x64()
     np.testing.assert_allclose(m(x).data, reference(m, x), atol=1e-12)
 
@@ -72,26 +335,32 @@ def test_gradcheck_parameters_and_input(kw):
 
 
 def test_fused_and_hooked_paths_agree():
+    """The fused layer and the composed one with hooks on q, k, v, pattern and z: the same
+    output and gradients, and the pattern the hook sees is the one the fused path's q and k
+    (read through its open hook points) give."""
     m = make(causal=True, relative_bias=2)
     x = x64(requires_grad=True)
-    y1, p1 = m(x, return_pattern=True)
+    qk, handles = capture(m, ("hook_q", "hook_k"))
+    y1 = m(x)
+    for h in handles:
+        h.remove()
     g = t64(np.random.default_rng(4).standard_normal(y1.shape))
     y1.backward(g)
     grads1 = [p.grad.data.copy() for p in m.parameters()] + [x.grad.data.copy()]
+    q, k = qk["hook_q"].data, qk["hook_k"].data  # (B, T, H, d_head)
+    s = np.einsum("bihd,bjhd->bhij", q, k) * m.scale + m.relative_bias(T).data
+    p1 = softmax_rows(np.where(np.tri(T, dtype=bool), s, -np.inf))
     m.zero_grad()
     x.grad = None
-    seen = {}
-    handles = [
-        getattr(m, name).register_forward_hook(lambda mod, i, o, name=name: seen.update({name: o}))
-        for name in ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z")
-    ]
-    y2, p2 = m(x, return_pattern=True)
+    m.fused = False
+    seen, handles = capture(m, ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z"))
+    y2 = m(x)
     y2.backward(g)
     grads2 = [p.grad.data for p in m.parameters()] + [x.grad.data]
     for h in handles:
         h.remove()
     np.testing.assert_allclose(y1.data, y2.data, atol=1e-12)
-    np.testing.assert_allclose(p1.data, p2.data, atol=1e-12)
+    np.testing.assert_allclose(p1, seen["hook_pattern"].data, atol=1e-12)
     for a, b in zip(grads1, grads2):
         np.testing.assert_allclose(a, b, atol=1e-10)
     assert seen["hook_q"].shape == (B, T, H, D // H)
@@ -100,8 +369,233 @@ def test_fused_and_hooked_paths_agree():
     np.testing.assert_allclose(seen["hook_pattern"].data.sum(-1), 1.0)
 
 
+@st.composite
+def layer_cases(draw, kind: str, padding: str):
+    """A MultiHeadAttention of the given kind (self, causal or cross) and its inputs: rotary,
+    relative or no positions (self-attention); H, d_head and d_model independent; a key
+    padding mask (none, some keys padded, or also a sequence with every key padded)."""
+    position = "none" if kind == "cross" else draw(st.sampled_from(["none", "rotary", "relative"]))
+    n_head, d_model = draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    d_head = draw(st.integers(1, 3)) * (2 if position == "rotary" else 1)
+    T_q = draw(st.integers(1, 4))
+    T_k = draw(st.integers(1, 5)) if kind == "cross" else T_q
+    seed = draw(st.integers(0, 2**16))
+    kw = dict(d_head=d_head, causal=kind == "causal", cross=kind == "cross")
+    if kind == "cross":
+        kw["d_source"] = draw(st.integers(1, 4))
+    if position == "rotary":
+        kw["rotary"] = True
+    if position == "relative":
+        kw["relative_bias"] = 2
+    m = make(seed, d_model, n_head, **kw)
+    rng = np.random.default_rng(seed)
+    x = t64(rng.standard_normal((B, T_q, d_model)), True)
+    src = t64(rng.standard_normal((B, T_k, m.d_source)), True) if kind == "cross" else None
+    kpm = None
+    if padding != "none":
+        kpm = rng.random((B, T_k)) < 0.4
+        if padding == "full row":
+            kpm[0] = True
+    return m, x, src, kpm
+
+
+def run_layer(m, x, src, kpm, cache, g=None):
+    """The layer's output on x (all at once, or through a KVCache: a first chunk, then one
+    position at a time), and, given g, the gradients of Σ g ⊙ output with respect to every
+    parameter, x and the source."""
+    if not cache:
+        out = m(x, source=src, key_padding_mask=kpm)
+    else:
+        c, outs, T_q = nn.KVCache(), [], x.shape[1]
+        bounds = [0, (T_q + 1) // 2, *range((T_q + 1) // 2 + 1, T_q + 1)]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi == lo:
+                continue
+            pad = kpm if kpm is None or m.cross else kpm[:, :hi]  # the keys seen so far
+            outs.append(m(x[:, lo:hi], source=src, key_padding_mask=pad, cache=c))
+        out = tl.cat(outs, axis=1)
+    if g is None:
+        return out.numpy(), []
+    m.zero_grad()
+    leaves = [x] + ([src] if src is not None else [])
+    for t in leaves:
+        t.grad = None
+    out.backward(t64(g))
+    grads = [p.grad for p in m.parameters()] + [t.grad for t in leaves]
+    return out.numpy(), [None if gr is None else gr.numpy() for gr in grads]
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["no cache", "cache"])
+@pytest.mark.parametrize("padding", ["none", "some", "full row"])
+@pytest.mark.parametrize("kind", ["self", "causal", "cross"])
+@given(data=st.data())
+def test_fused_and_composed_layers_agree(kind, padding, cache, data):
+    """The same layer on its fused and its composed path: outputs and the gradients of every
+    parameter, x and the source agree within 1e-10 (float64; the two paths differ only in the
+    order of their roundings, ≲ 1e-14 for these O(1) sizes), are finite everywhere, and a
+    sequence with every key padded gets z = 0, so the output b_o, exactly, on both paths."""
+    m, x, src, kpm = data.draw(layer_cases(kind, padding))
+    g = np.random.default_rng(7).standard_normal((B, x.shape[1], m.d_model))
+    m.fused = True
+    out_f, grads_f = run_layer(m, x, src, kpm, cache, g)
+    m.fused = False
+    out_c, grads_c = run_layer(m, x, src, kpm, cache, g)
+    assert np.isfinite(out_f).all() and np.isfinite(out_c).all()
+    np.testing.assert_allclose(out_f, out_c, atol=1e-10, rtol=0)
+    for a, b in zip(grads_f, grads_c):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert np.isfinite(a).all() and np.isfinite(b).all()
+            np.testing.assert_allclose(a, b, atol=1e-10, rtol=0)
+    if kpm is not None and kpm[0].all():
+        for out in (out_f, out_c):
+            np.testing.assert_array_equal(out[0], np.broadcast_to(m.b_o.data, out[0].shape))
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_fully_masked_row_gives_zeros_and_finite_gradients(fused):
+    """A query that may attend to no key (its row of the mask all False) gets z = 0, not NaN,
+    and finite first and second derivatives, on either path."""
+    m = make(fused=fused)
+    x = x64(requires_grad=True)
+    mask = np.ones((T, T), bool)
+    mask[2] = False
+    seen, _ = capture(m, ["hook_z"])
+    y = m(x, mask=mask)
+    assert (seen["hook_z"].numpy()[:, 2] == 0).all()
+    np.testing.assert_array_equal(y.numpy()[:, 2], np.broadcast_to(m.b_o.data, (B, D)))
+    params = list(m.parameters())
+    g = t64(np.random.default_rng(2).standard_normal(y.shape))
+    first = tl.grad(y, [x, *params], grad_outputs=g, create_graph=True)
+    assert all(np.isfinite(d.numpy()).all() for d in first)
+    second = tl.grad(sum((d * d).sum() for d in first), [x, *params], allow_unused=True)
+    assert all(d is None or np.isfinite(d.numpy()).all() for d in second)
+
+
+# Layers and calls for the identity-hook test: padding (one sequence with its last keys
+# padded, the other with every key padded), causal, cross-attention, the cache on and off.
+SCENARIOS = {
+    "self-padding": dict(layer={}, padding=True),
+    "causal": dict(layer=dict(causal=True)),
+    "causal-cache": dict(layer=dict(causal=True), cache=True),
+    "causal-rotary-padding-cache": dict(
+        layer=dict(causal=True, rotary=True), padding=True, cache=True
+    ),
+    "relative-padding": dict(layer=dict(relative_bias=2), padding=True),
+    "cross-padding": dict(layer=dict(cross=True, d_source=6), padding=True),
+    "cross-padding-cache": dict(layer=dict(cross=True, d_source=6), padding=True, cache=True),
+}
+
+
+def identity_hook(point, style, calls, name):
+    """Register on ``point`` a hook that changes nothing and counts its calls: a forward hook
+    returning its input (for a hook point, the same Tensor as its output), one returning
+    None (the output stands), or a pre-hook returning its arguments unchanged."""
+
+    def count():
+        calls[name] = calls.get(name, 0) + 1
+
+    if style == "returns input":
+        return point.register_forward_hook(lambda mod, inputs, out: count() or inputs[0])
+    if style == "returns None":
+        return point.register_forward_hook(lambda mod, inputs, out: count())
+    return point.register_forward_pre_hook(lambda mod, args: count() or args)
+
+
+@pytest.mark.parametrize("style", ["returns input", "returns None", "pre-hook"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_identity_hooks_change_nothing(scenario, fused, style):
+    """Identity hooks on every hook point the layer's path opens (q, k, v, z when fused; the
+    scores and the pattern too when composed) leave the output and every gradient bit for
+    bit as they are without hooks, on the same path; and every hook did run."""
+    spec = SCENARIOS[scenario]
+    m = make(fused=fused, **spec["layer"])
+    rng = np.random.default_rng(3)
+    x = x64(requires_grad=True)
+    src = t64(rng.standard_normal((B, 7, 6)), True) if m.cross else None
+    kpm = None
+    if spec.get("padding"):
+        kpm = np.zeros((B, 7 if m.cross else T), bool)
+        kpm[0, 3:] = True
+        kpm[1] = True
+    g = rng.standard_normal((B, T, D))
+    plain = run_layer(m, x, src, kpm, spec.get("cache", False), g)
+    points = [n for n in HOOK_POINTS if not getattr(m, n).closed]
+    assert tuple(points) == (OPEN_WHEN_FUSED if fused else HOOK_POINTS)
+    calls = {}
+    handles = [identity_hook(getattr(m, n), style, calls, n) for n in points]
+    hooked = run_layer(m, x, src, kpm, spec.get("cache", False), g)
+    for h in handles:
+        h.remove()
+    assert sorted(calls) == sorted(points)
+    assert np.isfinite(plain[0]).all()
+    assert_bitwise_equal(hooked[0], plain[0])
+    for a, b in zip(hooked[1], plain[1]):
+        assert_bitwise_equal(a, b)
+
+
+def test_fused_layer_refuses_score_and_pattern_hooks():
+    """A fused layer has no scores or pattern to hook: hooking them raises, naming why and
+    what to do; the composed path takes them; going back to fused with such a hook attached
+    raises too (the hook would silently stop running)."""
+    m = make()
+    for name in ("hook_attn_scores", "hook_pattern"):
+        point = getattr(m, name)
+        with pytest.raises(RuntimeError, match="attention is fused.*no scores or pattern"):
+            point.register_forward_hook(lambda *a: None)
+        with pytest.raises(RuntimeError, match="fused = False|composed_attention"):
+            point.register_forward_pre_hook(lambda *a: None)
+        assert not point._forward_hooks and not point._forward_pre_hooks
+    m.fused = False
+    h = m.hook_pattern.register_forward_hook(lambda *a: None)
+    with pytest.raises(RuntimeError, match="remove the hooks"):
+        m.fused = True
+    assert not m.fused
+    h.remove()
+    m.fused = True
+    with pytest.raises(RuntimeError, match="attention is fused"):
+        m.hook_attn_scores.register_forward_hook(lambda *a: None)
+
+
+class TwoLayers(nn.Module):
+    """Two attention layers in a row, the first fused and the second composed."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = make(causal=True)
+        self.second = make(seed=1, fused=False)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+
+def test_composed_attention_switches_and_restores():
+    model = TwoLayers()
+    x = x64()
+    fused_out = model(x).numpy()
+    with nn.composed_attention(model) as inside:
+        assert inside is model
+        assert not model.first.fused and not model.second.fused
+        seen, handles = capture(model.first, ["hook_pattern", "hook_attn_scores"])
+        out = model(x).numpy()
+        for h in handles:
+            h.remove()
+    assert seen["hook_pattern"].shape == seen["hook_attn_scores"].shape == (B, H, T, T)
+    assert model.first.fused and not model.second.fused  # each back to its own setting
+    np.testing.assert_allclose(out, fused_out, atol=1e-12)
+    with nn.composed_attention(model):  # a hook still attached keeps its layer composed
+        h = model.first.hook_pattern.register_forward_hook(lambda *a: None)
+    assert not model.first.fused
+    h.remove()
+    model.first.fused = True
+    with pytest.raises(KeyError), nn.composed_attention(model):  # restored after an error
+        raise KeyError("inside")
+    assert model.first.fused and not model.second.fused
+
+
 def test_hook_can_edit_the_pattern():
-    m = make(causal=True)
+    m = make(causal=True, fused=False)
     x = x64()
 
     def uniform_over_first_key(module, inputs, pattern):
@@ -129,7 +623,11 @@ def test_causal_future_does_not_leak():
 
 
 def test_pattern_rows_sum_to_one_and_are_causal():
-    _, pattern = make(causal=True)(x64(), return_pattern=True)
+    m = make(causal=True)
+    with nn.composed_attention(m):
+        seen, _ = capture(m, ["hook_pattern"])
+        m(x64())
+    pattern = seen["hook_pattern"]
     assert pattern.shape == (B, H, T, T)
     np.testing.assert_allclose(pattern.data.sum(-1), 1.0)
     assert (np.triu(pattern.data, 1) == 0).all()
@@ -140,8 +638,11 @@ def test_key_padding_mask():
     x = x64()
     pad = np.zeros((B, T), bool)
     pad[0, 3:] = True  # the first sequence has 3 real tokens
-    y, pattern = m(x, key_padding_mask=pad, return_pattern=True)
-    assert (pattern.data[0, :, :, 3:] == 0).all()
+    y = m(x, key_padding_mask=pad)
+    with nn.composed_attention(m):
+        seen, _ = capture(m, ["hook_pattern"])
+        m(x, key_padding_mask=pad)
+    assert (seen["hook_pattern"].data[0, :, :, 3:] == 0).all()
     np.testing.assert_allclose(y.data, reference(m, x, keep=~pad[:, None, :]), atol=1e-12)
     x2 = x.data.copy()
     x2[0, 3:] = 123.0  # changing padding changes nothing at the real positions
@@ -152,11 +653,14 @@ def test_key_padding_mask():
 def test_cross_attention_shapes_and_views():
     m = nn.MultiHeadAttention(D, H, cross=True, d_source=6, dtype=np.float64)
     x, src = x64(), t64(np.random.default_rng(2).standard_normal((B, 7, 6)))
-    y, pattern = m(x, source=src, return_pattern=True)
-    assert y.shape == (B, T, D) and pattern.shape == (B, H, T, 7)
+    y = m(x, source=src)
+    with nn.composed_attention(m):
+        seen, _ = capture(m, ["hook_pattern"])
+        m(x, source=src)
+    assert y.shape == (B, T, D) and seen["hook_pattern"].shape == (B, H, T, 7)
     assert m.W_Q.shape == (H, D, D // H) and m.W_K.shape == (H, 6, D // H)
     assert m.W_V.shape == (H, 6, D // H) and m.W_O.shape == (H, D // H, D)
-    assert np.shares_memory(m.W_K.data, m.W_kv.data)
+    assert np.shares_memory(m.W_K.data, m.W_k.data) and np.shares_memory(m.W_V.data, m.W_v.data)
     with pytest.raises(ValueError):
         m(x)
     with pytest.raises(ValueError):
@@ -165,23 +669,80 @@ def test_cross_attention_shapes_and_views():
 
 def test_per_head_views_share_memory():
     m = make()
-    assert m.W_Q.shape == (H, D, D // H) and m.W_O.shape == (H, D // H, D)
-    assert m.b_Q.shape == (H, D // H) and m.b_O.shape == (D,)
-    for view in (m.W_Q, m.W_K, m.W_V, m.b_Q, m.b_K, m.b_V):
-        assert np.shares_memory(view.data, m.W_QKV.data) or np.shares_memory(
-            view.data, m.b_QKV.data
-        )
-    np.testing.assert_array_equal(m.W_Q.data[1], m.W_QKV.data[:, 0, 1, :])
+    dh = D // H
+    assert m.W_Q.shape == (H, D, dh) and m.W_O.shape == (H, dh, D)
+    assert m.b_Q.shape == (H, dh) and m.b_O.shape == (D,)
+    pairs = [(m.W_Q, m.W_q), (m.W_K, m.W_k), (m.W_V, m.W_v), (m.W_O, m.W_o)]
+    pairs += [(m.b_Q, m.b_q), (m.b_K, m.b_k), (m.b_V, m.b_v)]
+    for view, stored in pairs:
+        assert np.shares_memory(view.data, stored.data)
+    np.testing.assert_array_equal(m.W_Q.data[1], m.W_q.data[:, dh : 2 * dh])
+    np.testing.assert_array_equal(m.W_O.data[1], m.W_o.data[dh : 2 * dh])
     with tl.no_grad():
-        m.W_QKV.data[0, 0, 1, 0] = 42.0
+        m.W_q.data[0, dh] = 42.0
     assert m.W_Q.data[1, 0, 0] == 42.0  # a view: the edit shows through
     (m.W_Q.sum() * 2).backward()  # views are differentiable
-    assert (m.W_QKV.grad.data[:, 0] == 2).all() and (m.W_QKV.grad.data[:, 1:] == 0).all()
+    assert (m.W_q.grad.data == 2).all() and m.W_k.grad is None and m.W_v.grad is None
 
 
+@pytest.mark.parametrize("cross", [False, True])
+def test_biases_are_one_dimensional_and_per_head_biases_are_views(cross):
+    m = make(d_model=6, n_head=3, d_head=4, cross=cross, d_source=5 if cross else None)
+    for name in ("b_q", "b_k", "b_v"):
+        assert getattr(m, name).shape == (12,)
+    assert m.b_o.shape == (6,) and m.b_O is m.b_o
+    for view, stored in ((m.b_Q, m.b_q), (m.b_K, m.b_k), (m.b_V, m.b_v)):
+        assert view.shape == (3, 4) and np.shares_memory(view.data, stored.data)
+        np.testing.assert_array_equal(view.data, stored.data.reshape(3, 4))
+    with tl.no_grad():
+        m.b_k.data[5] = 9.0
+    assert m.b_K.data[1, 1] == 9.0
+    (m.b_V.sum() * 3).backward()
+    assert (m.b_v.grad.data == 3).all()
+    plain = nn.MultiHeadAttention(6, 3, bias=False)
+    assert all(getattr(plain, n) is None for n in ("b_q", "b_k", "b_v", "b_o", "b_Q", "b_O"))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(causal=True),
+        dict(causal=True, rotary=True),
+        dict(relative_bias=2),
+        dict(cross=True, d_source=3),
+    ],
+)
+def test_d_head_apart_from_d_model(kw):
+    """d_model 5, 3 heads of width 4 (5 is no multiple of 3): the shapes of every matrix and
+    activation, gradcheck of the input (and source) and every parameter on the fused path, and
+    the composed path's output and gradients equal to it (1e-10)."""
+    m = make(d_model=5, n_head=3, d_head=4, **kw)
+    assert m.W_q.shape == (5, 12) and m.W_o.shape == (12, 5) and m.b_q.shape == (12,)
+    assert m.W_k.shape == (m.d_source, 12) and m.W_K.shape == (3, m.d_source, 4)
+    assert m.W_Q.shape == (3, 5, 4) and m.W_O.shape == (3, 4, 5) and m.b_Q.shape == (3, 4)
+    x = x64(T=3, d=5, requires_grad=True)
+    src = t64(np.random.default_rng(5).standard_normal((B, 4, 3)), True) if m.cross else None
+    seen, handles = capture(m, ["hook_q", "hook_z"])
+    y = m(x, source=src)
+    for h in handles:
+        h.remove()
+    assert y.shape == (B, 3, 5)
+    assert seen["hook_q"].shape == seen["hook_z"].shape == (B, 3, 3, 4)
+    leaves = [x] + ([src] if src is not None else [])
+    tl.gradcheck(lambda *a: m(a[0], source=src), [*leaves, *m.parameters()])
+    g = np.random.default_rng(6).standard_normal(y.shape)
+    fused = run_layer(m, x, src, None, False, g)
+    m.fused = False
+    composed = run_layer(m, x, src, None, False, g)
+    np.testing.assert_allclose(fused[0], composed[0], atol=1e-10)
+    for a, b in zip(fused[1], composed[1]):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("kw", [dict(), dict(rotary=True), dict(relative_bias=2)])
-def test_kv_cache_equals_full_recompute(kw):
-    m = make(causal=True, **kw)
+def test_kv_cache_equals_full_recompute(kw, fused):
+    m = make(causal=True, fused=fused, **kw)
     x = x64(T=7)
     full = m(x).data
     cache = nn.KVCache()
@@ -211,6 +772,7 @@ def test_shapes(n_head, T_, causal):
     assert m(tl.randn(2, T_, 4 * n_head)).shape == (2, T_, 4 * n_head)
 
 
+# ---------------------------------------------------------------------- dropout
 def test_dropout_train_and_eval():
     m = make(causal=True, dropout=0.5)
     x = x64()
@@ -223,6 +785,58 @@ def test_dropout_train_and_eval():
     np.testing.assert_array_equal(a, m(x).data)
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_attention_dropout_zeroes_about_half_of_the_pattern(fused):
+    """Dropout p = 0.5 on the pattern, seen directly: hook_v replaces the values by one-hot
+    vectors of their key position (d_head = T), so that z[b, i, h, j] = (A ⊙ M)[b, h, i, j],
+    the pattern after dropout. Against the pattern A of the same layer in eval mode (the
+    queries and keys do not depend on dropout): about half of the causal pattern's 288
+    entries are 0 (the rate's sd is 0.03 here, the bounds 0.4-0.6), the others are exactly
+    2 A, and nothing outside the pattern appears. With the attention dropout off (p silently
+    0 inside nn/attention.py) z would equal A and this fails; the output dropout of the layer
+    acts after W_O and cannot hide that."""
+    Bd, Td, Dd, Hd = 4, 8, 16, 2
+    m = make(d_model=Dd, n_head=Hd, causal=True, dropout=0.5, fused=fused)
+    x = t64(np.random.default_rng(1).standard_normal((Bd, Td, Dd)))
+    onehot = np.zeros((Bd, Td, Hd, Td))
+    onehot[:, np.arange(Td), :, np.arange(Td)] = 1.0
+    m.hook_v.register_forward_hook(lambda mod, inputs, v: t64(onehot))
+    seen, _ = capture(m, ["hook_z"])
+    m.eval()
+    m(x)
+    A = seen["hook_z"].numpy()  # (B, T_q, H, T_k)
+    m.train()
+    tl.manual_seed(0)
+    m(x)
+    Z = seen["hook_z"].numpy()
+    inside = np.tri(Td, dtype=bool)[None, :, None, :].repeat(Bd, 0).repeat(Hd, 2)
+    assert (A[inside] > 0).all() and (A[~inside] == 0).all()
+    dropped = Z[inside] == 0
+    assert inside.sum() == 288 and 0.4 < dropped.mean() < 0.6
+    np.testing.assert_allclose(Z[inside][~dropped], 2 * A[inside][~dropped], rtol=1e-12)
+    assert (Z[~inside] == 0).all()
+
+
+def test_dropout_draws_are_the_same_on_both_paths():
+    """With dropout on, one seed gives one set of draws, whichever the path: the outputs
+    agree (1e-12) and the gradients too (1e-10); another seed gives another output."""
+    m = make(causal=True, dropout=0.3)
+    x = x64(requires_grad=True)
+    g = np.random.default_rng(8).standard_normal((B, T, D))
+
+    def run(fused, seed):
+        m.fused = fused
+        tl.manual_seed(seed)
+        return run_layer(m, x, None, None, False, g)
+
+    (yf, gf), (yc, gc) = run(True, 5), run(False, 5)
+    np.testing.assert_allclose(yf, yc, atol=1e-12)
+    for a, b in zip(gf, gc):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+    assert not np.allclose(run(True, 6)[0], yf)
+
+
+# ---------------------------------------------------------------------- construction
 def test_bad_sizes():
     with pytest.raises(ValueError):
         nn.MultiHeadAttention(10, 3)
@@ -230,19 +844,6 @@ def test_bad_sizes():
 
 def test_float32_default_and_state_dict_names():
     m = nn.MultiHeadAttention(16, 4, causal=True)
-    assert m.W_QKV.dtype == np.float32
-    assert list(m.state_dict()) == ["W_QKV", "b_QKV", "W_O", "b_O"]
+    assert m.W_q.dtype == np.float32
+    assert list(m.state_dict()) == ["W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o"]
     assert m(tl.randn(1, 3, 16)).dtype == np.float32
-
-
-def test_fully_masked_row_has_zero_second_order_gradients():
-    """A query row that may attend to no key outputs 0 and gets 0 gradient, also under
-    create_graph (the Tensor-op backward recomputes A and must not make NaN)."""
-    rng = np.random.default_rng(0)
-    q, k, v = (tl.tensor(rng.standard_normal((1, 1, 3, 2)), requires_grad=True) for _ in "qkv")
-    mask = np.ones((3, 3), bool)
-    mask[1] = False
-    sdpa = nn.functional.scaled_dot_product_attention
-    (gq,) = tl.grad(sdpa(q, k, v, mask=mask).sum(), [q], create_graph=True)
-    assert np.all(gq.numpy()[0, 0, 1] == 0) and np.isfinite(gq.numpy()).all()
-    tl.gradgradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask), [q, k, v])

@@ -1,0 +1,253 @@
+"""nn/activation.py: the ops GELUFn, GELUTanhFn, SiLUFn and ELUFn against their composed
+forms (values, first and second order, finite differences), ErfFn against the exact erf, the
+activation functions and modules (formulas, float32, PyTorch), softmax, and FeedForward
+(plain and gated variants, sizes, gradients, dropout)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis.extra import numpy as hnp
+from strategies import away_from, check_fused_op, rand64, second_order, t64, values
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.activation import BLOCK, ELUFn, ErfFn, GELUFn, GELUTanhFn, SiLUFn, erf
+
+act_inputs = hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(
+    lambda s: values(s, -4, 4)
+)
+
+# ---------------------------------------------------------------------- the ops
+FUSED = {
+    "GELUFn": (GELUFn, {}),
+    "GELUTanhFn": (GELUTanhFn, {}),
+    "SiLUFn": (SiLUFn, {}),
+    "ELUFn": (ELUFn, {"alpha": 1.0}),
+    "ELUFn-alpha0.4": (ELUFn, {"alpha": 0.4}),
+    "ELUFn-alpha1.7": (ELUFn, {"alpha": 1.7}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+@given(x=act_inputs)
+def test_activation_fn_matches_composed(name, x):
+    """Each fused activation against Fn.composed. Tolerance 1e-10 absolute: for |x| ≤ 4 the
+    two forms are the same formula in other ufuncs (σ as (1 + tanh(x/2))/2 against
+    1/(1 + e^-x), expm1 against exp - 1, erf through ErfFn against the erf kernel directly),
+    so values, gradients and second derivatives (all O(10) at most) differ by rounding,
+    ≲ 1e-14. Inputs are kept 1e-3 away from ELU's kink at 0 (its second derivative jumps
+    there, and for alpha ≠ 1 so does the first), finite differences use eps 1e-6."""
+    fn, params = FUSED[name]
+    x = t64(away_from(x, [0.0]))
+    check_fused_op(lambda x: fn.apply(x, **params), lambda x: fn.composed(x, **params), [x])
+
+
+@given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(lambda s: values(s, -3, 3)))
+def test_erf_fn_against_the_exact_erf(x):
+    """ErfFn has no composed form (there is no erf among the engine's ops; its backward is
+    written in engine ops, so the engine differentiates it as it is). The reference is then
+    the exact function: the forward within the approximation's bound 1.5e-7 (Abramowitz &
+    Stegun 7.1.26), the derivative (2/√π) e^(-x²) and the second derivative -2x (2/√π) e^(-x²)
+    exactly (the same formula, so to rounding: 1e-12)."""
+    xt = t64(x)
+    y = ErfFn.apply(xt)
+    assert np.abs(y.numpy() - np.vectorize(math.erf)(x)).max() <= 1.5e-7
+    rng = np.random.default_rng(0)
+    g, u = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
+    d1 = 2 / math.sqrt(math.pi) * np.exp(-x * x)
+    (dx,) = tl.grad(y, [xt], grad_outputs=t64(g, False))
+    np.testing.assert_allclose(dx.numpy(), g * d1, atol=1e-12, rtol=0)
+    hvp, jvp = second_order(ErfFn.apply, [xt], g, [u])
+    np.testing.assert_allclose(hvp, g * u * (-2 * x) * d1, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(jvp, u * d1, atol=1e-12, rtol=0)
+    tl.gradcheck(ErfFn.apply, [xt])
+    tl.gradgradcheck(ErfFn.apply, [xt])
+
+
+# ---------------------------------------------------------------------- the functions
+ACTS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, "tanh"),
+    "silu": F.silu,
+    "elu": F.elu,
+    "relu": F.relu,
+    "sigmoid": F.sigmoid,
+    "tanh": F.tanh,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTS))
+@given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(lambda s: values(s, -4, 4)))
+def test_activation_gradcheck(name, x):
+    fn = ACTS[name]
+    x = t64(away_from(x, [0.0]))
+    tl.gradcheck(fn, [x])
+    if name in ("gelu", "gelu_tanh", "silu", "elu"):
+        tl.gradgradcheck(fn, [x])
+
+
+def test_activation_values():
+    x = np.linspace(-5, 5, 101)
+    xt = t64(x, False)
+    phi = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    # |erf error| <= 1.5e-7, so |gelu error| <= |x| / 2 * 1.5e-7
+    assert (np.abs(F.gelu(xt).data - x * phi) <= 0.75e-7 * np.abs(x) + 1e-15).all()
+    c = math.sqrt(2 / math.pi)
+    tanh_form = 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(F.gelu(xt, "tanh").data, tanh_form, atol=1e-12)
+    np.testing.assert_allclose(F.silu(xt).data, x / (1 + np.exp(-x)), atol=1e-12)
+    np.testing.assert_allclose(F.elu(xt, 0.5).data, np.where(x > 0, x, 0.5 * np.expm1(x)))
+    with pytest.raises(ValueError):
+        F.gelu(xt, "fast")
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0), (7,)])
+def test_gelu_on_scalars_and_empty_arrays(shape):
+    x = t64(np.full(shape, 0.5))
+    y = F.gelu(x)
+    y.sum().backward()
+    assert y.shape == x.grad.shape == shape
+    phi = 0.5 * (1 + math.erf(0.5 / math.sqrt(2)))
+    np.testing.assert_allclose(y.numpy(), np.full(shape, 0.5 * phi), atol=1e-7)
+
+
+def test_gelu_in_blocks_matches_the_formula():
+    """An input bigger than one cache block (nn.activation.BLOCK) is done block by block
+    (whole rows, a last block shorter); values and gradients must be those of the formula
+    everywhere, including across block edges and for a non-contiguous input. Tolerances as in
+    test_activation_values: the erf approximation's 1.5e-7, times |x|/2 (|x| ≤ 5 here), and
+    for the gradient Φ + xφ with the exact φ."""
+    rng = np.random.default_rng(0)
+    xv = rng.uniform(-5, 5, (3, BLOCK // 700 + 5, 700)).transpose(1, 0, 2)  # > 3 blocks
+    x = t64(xv)
+    y = F.gelu(x)
+    y.backward(tl.tensor(np.ones_like(xv)))
+    erf_v = np.vectorize(math.erf)(xv / math.sqrt(2))
+    phi, pdf = 0.5 * (1 + erf_v), np.exp(-0.5 * xv**2) / math.sqrt(2 * math.pi)
+    assert (np.abs(y.numpy() - xv * phi) <= 0.75e-7 * np.abs(xv) + 1e-15).all()
+    np.testing.assert_allclose(x.grad.numpy(), phi + xv * pdf, atol=1e-7)
+
+
+def test_erf_accuracy():
+    z = np.linspace(-6, 6, 2001)
+    exact = np.array([math.erf(v) for v in z])
+    assert np.abs(erf(z) - exact).max() <= 1.5e-7
+    z32 = z.astype(np.float32)
+    exact32 = np.array([math.erf(float(v)) for v in z32])
+    assert np.abs(erf(z32) - exact32).max() <= 4e-7  # plus a few float32 roundings
+    assert abs(erf(np.array([0.0]))[0]) < 1e-8
+
+
+def test_activations_keep_float32():
+    x = tl.randn(4, 5)
+    for fn in ACTS.values():
+        y = fn(x)
+        assert y.dtype == np.float32
+
+
+def test_softmax_and_log_softmax():
+    x = rand64(np.random.default_rng(0), 3, 5)
+    np.testing.assert_allclose(F.softmax(x).data.sum(-1), 1.0)
+    np.testing.assert_allclose(np.exp(F.log_softmax(x).data), F.softmax(x).data)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_torch(approximate):
+    torch = pytest.importorskip("torch")
+    a = np.linspace(-6, 6, 97).reshape(97)
+    x, tx = t64(a), torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    y, ty = F.gelu(x, approximate), torch.nn.functional.gelu(tx, approximate=approximate)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), atol=3e-7)
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), atol=1e-6)
+
+
+# ---------------------------------------------------------------------- the modules
+MODULES = {
+    "ReLU": nn.ReLU(),
+    "GELU": nn.GELU(),
+    "GELU_tanh": nn.GELU("tanh"),
+    "SiLU": nn.SiLU(),
+    "ELU": nn.ELU(0.7),
+    "Sigmoid": nn.Sigmoid(),
+    "Tanh": nn.Tanh(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+@given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(lambda s: values(s, -3, 3)))
+def test_activation_modules(name, x):
+    module = MODULES[name]
+    x = t64(away_from(x, [0.0]))
+    tl.gradcheck(module, [x])
+    assert module(x).shape == x.shape
+
+
+def test_activation_fn_names():
+    assert nn.Swish is nn.SiLU
+    with pytest.raises(ValueError):
+        nn.activation_fn("softplus")
+    with pytest.raises(ValueError):
+        nn.GELU("erf")
+
+
+# ---------------------------------------------------------------------- feed-forward
+def randomize(module, seed=0):
+    rng = np.random.default_rng(seed)
+    for p in module.parameters():
+        p.data[...] = rng.standard_normal(p.shape) * 0.5
+    return module
+
+
+def test_default_widths_and_parameter_names():
+    plain = nn.FeedForward(48)
+    assert plain.d_ff == 192 and not plain.gated
+    assert [n for n, _ in plain.named_parameters()] == ["W_in", "b_in", "W_out", "b_out"]
+    gated = nn.FeedForward(48, activation="swiglu")
+    assert gated.gated and gated.activation == "silu"
+    assert gated.d_ff == 128 and gated.d_ff % 8 == 0  # 8/3 * 48 = 128
+    names = [n for n, _ in gated.named_parameters()]
+    assert names == ["W_in", "b_in", "W_gate", "b_gate", "W_out", "b_out"]
+    assert nn.FeedForward(128, gated=True).d_ff == 344  # 341.3 rounded up to a multiple of 8
+    no_bias = nn.FeedForward(8, activation="geglu", bias=False)
+    assert [n for n, _ in no_bias.named_parameters()] == ["W_in", "W_gate", "W_out"]
+
+
+@pytest.mark.parametrize(
+    "activation,gated",
+    [("relu", False), ("gelu", False), ("gelu_tanh", False), ("silu", False)]
+    + [("glu", True), ("reglu", True), ("geglu", True), ("swiglu", True)],
+)
+def test_forward_formula_and_gradcheck(activation, gated):
+    ffn = randomize(nn.FeedForward(4, d_ff=5, activation=activation, dtype=np.float64))
+    assert ffn.gated == gated
+    rng = np.random.default_rng(1)
+    x = tl.tensor(rng.standard_normal((2, 3, 4)), dtype=np.float64, requires_grad=True)
+    f = nn.activation_fn(ffn.activation)
+    h = F.linear(x, ffn.W_in, ffn.b_in)
+    if gated:
+        h = f(F.linear(x, ffn.W_gate, ffn.b_gate)) * h
+    else:
+        h = f(h)
+    expect = F.linear(h, ffn.W_out, ffn.b_out)
+    np.testing.assert_allclose(ffn(x).data, expect.data, atol=1e-12)
+    tl.gradcheck(lambda x, *ps: ffn(x), [x, *ffn.parameters()])
+
+
+def test_dropout_only_in_training():
+    ffn = nn.FeedForward(8, dropout=0.5)
+    x = tl.randn(4, 8)
+    ffn.eval()
+    np.testing.assert_array_equal(ffn(x).data, ffn(x).data)
+    ffn.train()
+    tl.manual_seed(0)
+    a = ffn(x).data
+    tl.manual_seed(0)
+    np.testing.assert_array_equal(a, ffn(x).data)
+    assert (a == 0).mean() > 0.3

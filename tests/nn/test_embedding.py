@@ -1,0 +1,201 @@
+"""nn/embedding.py: the token lookup (EmbeddingFn against its composed form, first and second
+order, the scatter-add of its gradient, F.embedding and the layer Embedding) and positions
+(sinusoidal values by hand, learned absolute, relative bias clipping, RoPE: RotaryFn against
+a rotation written in engine ops, and its defining property, scores that depend only on the
+offset j - i)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from strategies import check_fused_op, grads, rand64, t64, values
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.embedding import EmbeddingFn, RotaryFn, scatter_add_rows
+from tensorlab import Tensor
+
+
+# ---------------------------------------------------------------------- token embedding
+@given(
+    V=st.integers(1, 6),
+    idx_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5),
+    d=st.integers(1, 3),
+    data=st.data(),
+)
+def test_embedding_fn_matches_composed(V, idx_shape, d, data):
+    """EmbeddingFn (scatter-add backward) against EmbeddingFn.composed (W[idx], an engine
+    index op), indices repeated as they come. Tolerance 1e-12 absolute: the forward is the
+    same copy of rows, and the gradient sums the same rows of g (≤ 10 of them) in another
+    order, ≲ 1e-15 apart; the lookup is linear in W, so every second derivative is 0 on both."""
+    idx = data.draw(hnp.arrays(np.int64, idx_shape, elements=st.integers(0, V - 1)))
+    W = t64(data.draw(values((V, d))))
+    check_fused_op(
+        lambda W: EmbeddingFn.apply(W, idx=idx), lambda W: EmbeddingFn.composed(W, idx), [W], 1e-12
+    )
+
+
+@given(st.integers(1, 6), hnp.array_shapes(min_dims=1, max_dims=2, max_side=5), st.data())
+def test_embedding_gradcheck(V, idx_shape, data):
+    idx = data.draw(hnp.arrays(np.int64, idx_shape, elements=st.integers(0, V - 1)))
+    W = rand64(np.random.default_rng(0), V, 3)
+    tl.gradcheck(lambda W: F.embedding(idx, W), [W])
+    tl.gradgradcheck(lambda W: F.embedding(idx, W), [W])
+    g = np.random.default_rng(1).standard_normal(idx_shape + (3,))
+    (dW,) = grads(lambda W: F.embedding(idx, W), [W], g)
+    expect = np.zeros((V, 3))
+    np.add.at(expect, idx.reshape(-1), g.reshape(-1, 3))
+    np.testing.assert_allclose(dW.data, expect, atol=1e-12)
+
+
+def test_embedding_rejects_float_indices():
+    with pytest.raises(TypeError):
+        F.embedding(np.array([0.5]), tl.randn(3, 2))
+
+
+def test_embedding():
+    emb = nn.Embedding(10, 4, dtype=np.float64)
+    idx = np.array([[1, 2, 1], [9, 0, 1]])
+    y = emb(idx)
+    assert y.shape == (2, 3, 4)
+    np.testing.assert_array_equal(y.data, emb.W.data[idx])
+    y.backward(tl.ones(2, 3, 4, dtype=np.float64))
+    counts = np.bincount(idx.ravel(), minlength=10)
+    np.testing.assert_array_equal(emb.W.grad.data, np.repeat(counts[:, None], 4, axis=1))
+    tl.gradcheck(lambda W: emb(tl.tensor(idx)), [emb.W])
+
+
+def test_embedding_scatter_matches_add_at_for_large_tables():
+    rng = np.random.default_rng(0)
+    for V in (5, 65, 5000):
+        idx = rng.integers(0, V, size=(12, 64))
+        g = rng.standard_normal((12, 64, 8)).astype(np.float32)
+        expect = np.zeros((V, 8), np.float32)
+        np.add.at(expect, idx.ravel(), g.reshape(-1, 8))
+        np.testing.assert_allclose(scatter_add_rows(idx, g, V), expect, atol=1e-5)
+    empty = scatter_add_rows(np.zeros((0,), np.int64), np.zeros((0, 3)), 4)
+    assert empty.shape == (4, 3) and (empty == 0).all()
+
+
+# ---------------------------------------------------------------------- positions
+def test_sinusoidal_values_by_hand():
+    pe = nn.SinusoidalPositionalEncoding(4, max_len=10).pe.data
+    # d = 4: frequencies 1 and 10000^(-2/4) = 0.01
+    for t in (0, 1, 5):
+        expect = [math.sin(t), math.cos(t), math.sin(t * 0.01), math.cos(t * 0.01)]
+        np.testing.assert_allclose(pe[t], expect, rtol=1e-6, atol=1e-7)
+    odd = nn.sinusoidal_table(3, 5)
+    assert odd.shape == (3, 5) and odd[2, 4] == pytest.approx(math.sin(2 * 10000 ** (-4 / 5)))
+
+
+def test_sinusoidal_adds_with_offset():
+    enc = nn.SinusoidalPositionalEncoding(6, max_len=8)
+    x = tl.zeros(2, 3, 6)
+    np.testing.assert_array_equal(enc(x, offset=2).data[0], enc.pe.data[2:5])
+    assert "pe" not in enc.state_dict()  # rebuilt, not saved
+    with pytest.raises(ValueError):
+        enc(tl.zeros(1, 9, 6))
+
+
+def test_learned_positional_embedding():
+    pos = nn.LearnedPositionalEmbedding(8, 4, dtype=np.float64)
+    x = tl.zeros(2, 3, 4, dtype=np.float64)
+    y = pos(x, offset=1)
+    np.testing.assert_array_equal(y.data[1], pos.W_pos.data[1:4])
+    y.sum().backward()
+    assert (pos.W_pos.grad.data[1:4] == 2).all() and (pos.W_pos.grad.data[[0, 4]] == 0).all()
+    with pytest.raises(ValueError):
+        pos(tl.zeros(1, 8, 4, dtype=np.float64), offset=1)
+
+
+def test_relative_bias_clipping():
+    rel = nn.RelativePositionBias(n_head=2, max_distance=2, dtype=np.float64)
+    rel.W.data[...] = np.arange(10.0).reshape(2, 5)  # column c is offset c - 2
+    b = rel(4).data
+    assert b.shape == (2, 4, 4)
+    offsets = np.arange(4)[None, :] - np.arange(4)[:, None]
+    np.testing.assert_array_equal(b[0], np.clip(offsets, -2, 2) + 2)
+    np.testing.assert_array_equal(b[1], np.clip(offsets, -2, 2) + 7)
+    assert b[0, 3, 0] == b[0, 2, 0] == 0  # offsets -3 and -2 share the clipped value
+    # queries are the last T_q positions: with a cache, query 0 sits at position 3 of 4
+    np.testing.assert_array_equal(rel(1, 4).data[0, 0], np.clip([-3, -2, -1, 0], -2, 2) + 2)
+    tl.gradcheck(lambda W: rel(3, 5), [rel.W])
+
+
+# ---------------------------------------------------------------------- RoPE
+def rotary_composed(x, cos, sin):
+    """RotaryFn written in engine ops (RotaryFn has no ``composed``: its backward is itself a
+    RotaryFn, so it is differentiable to any order as it is): the pairs (x_{2i}, x_{2i+1}) as
+    a (..., d/2, 2) view, each rotated by its angle."""
+    pairs = x.reshape(x.shape[:-1] + (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    c, s = Tensor._wrap(cos), Tensor._wrap(sin)
+    return tl.stack([a * c - b * s, a * s + b * c], axis=-1).reshape(x.shape)
+
+
+@given(
+    lead=hnp.array_shapes(min_dims=0, max_dims=2, max_side=2),
+    T=st.integers(1, 4),
+    half=st.integers(1, 3),
+    offset=st.integers(0, 50),
+    data=st.data(),
+)
+def test_rotary_fn_matches_composed(lead, T, half, offset, data):
+    """RotaryFn against the rotation in engine ops, with the tables of RotaryEmbedding at a
+    drawn offset. Tolerance 1e-12 absolute: the same two products and a sum per entry, in the
+    same order (entries ≤ 2, cos and sin ≤ 1), so they agree to rounding (≲ 1e-15); the map is
+    linear in x, so second derivatives are 0 on both."""
+    d = 2 * half
+    x = t64(data.draw(values(lead + (T, d))))
+    cos, sin = nn.RotaryEmbedding(d).tables(offset + T, np.float64)
+    cos, sin = cos[offset : offset + T], sin[offset : offset + T]
+    check_fused_op(
+        lambda x: RotaryFn.apply(x, cos=cos, sin=sin),
+        lambda x: rotary_composed(x, cos, sin),
+        [x],
+        atol=1e-12,
+    )
+
+
+def test_rope_rotates_pairs():
+    rope = nn.RotaryEmbedding(4, base=100.0)
+    x = tl.tensor(np.tile([1.0, 0.0, 1.0, 0.0], (1, 3, 1)), dtype=np.float64)
+    y = rope(x).data[0]
+    for t in range(3):  # θ = (1, 100^(-1/2) = 0.1)
+        np.testing.assert_allclose(
+            y[t], [math.cos(t), math.sin(t), math.cos(0.1 * t), math.sin(0.1 * t)], atol=1e-12
+        )
+    assert np.allclose(np.linalg.norm(rope(x).data, axis=-1), np.linalg.norm(x.data, axis=-1))
+
+
+@given(st.integers(0, 20), st.integers(0, 20), st.integers(0, 20), st.integers(0, 1000))
+def test_rope_score_depends_only_on_offset(i, j, shift, seed):
+    rng = np.random.default_rng(seed)
+    d = 8
+    rope = nn.RotaryEmbedding(d)
+    q, k = rng.standard_normal(d), rng.standard_normal(d)
+
+    def score(pos_q, pos_k):
+        rq = rope(tl.tensor(q[None], dtype=np.float64), offset=pos_q).data[0]
+        rk = rope(tl.tensor(k[None], dtype=np.float64), offset=pos_k).data[0]
+        return rq @ rk
+
+    assert score(i, j) == pytest.approx(score(i + shift, j + shift), abs=1e-9)
+
+
+def test_rope_gradients():
+    rng = np.random.default_rng(0)
+    x = tl.tensor(rng.standard_normal((2, 3, 4)), dtype=np.float64, requires_grad=True)
+    rope = nn.RotaryEmbedding(4)
+    tl.gradcheck(lambda x: rope(x, offset=2), [x])
+    tl.gradgradcheck(lambda x: rope(x) * rope(x), [x])
+    cos, sin = rope.tables(3, np.float64)
+    tl.gradcheck(lambda x: RotaryFn.apply(x, cos=cos[:3], sin=sin[:3]), [x])
+    with pytest.raises(ValueError):
+        nn.RotaryEmbedding(5)

@@ -1,0 +1,110 @@
+"""nn/linear.py: the op LinearFn against its composed form (values, first and second order,
+finite differences), the function F.linear, the layer Linear, and the gemv reductions
+sum_last, mean_last and sum_rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from strategies import assert_same, check_fused_op, lead_shapes, rand64, t64, values
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.linear import LinearFn, mean_last, sum_last, sum_rows
+
+
+def randomize(module, seed=0):
+    """Give every parameter random values (gains and biases start at 1 and 0)."""
+    rng = np.random.default_rng(seed)
+    for p in module.parameters():
+        p.data[...] = rng.standard_normal(p.shape)
+    return module
+
+
+# ---------------------------------------------------------------------- the op
+@given(lead_shapes, st.integers(1, 4), st.integers(1, 4), st.booleans(), st.data())
+def test_linear_fn_matches_composed(lead, d_in, d_out, bias, data):
+    """LinearFn (one GEMM on the rows, db a gemv) against LinearFn.composed (x @ W + b in
+    engine ops), with and without the bias. Tolerance 1e-10 absolute: both compute the same
+    products of entries |x|, |W|, |b| ≤ 2 summed over d_in ≤ 4 terms, only in another order,
+    so they differ by rounding (≲ 1e-14), while a wrong term would be off by ≳ 1e-3."""
+    x = t64(data.draw(values(lead + (d_in,))))
+    W = t64(data.draw(values((d_in, d_out))))
+    inputs = [x, W] + ([t64(data.draw(values((d_out,))))] if bias else [])
+    check_fused_op(LinearFn.apply, LinearFn.composed, inputs)
+
+
+@given(st.data())
+def test_linear_gradcheck(data):
+    lead = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, max_side=3))
+    d_in, d_out = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    x = data.draw(values(lead + (d_in,))).astype(np.float64)
+    rng = np.random.default_rng(0)
+    x, W, b = t64(x), rand64(rng, d_in, d_out), rand64(rng, d_out)
+    tl.gradcheck(lambda x, W, b: F.linear(x, W, b), [x, W, b])
+    tl.gradcheck(lambda x, W: F.linear(x, W), [x, W])
+    assert_same(lambda x, W, b: F.linear(x, W, b), lambda x, W, b: x @ W + b, [x, W, b])
+
+
+def test_linear_gradgradcheck():
+    rng = np.random.default_rng(0)
+    x, W, b = rand64(rng, 2, 3, 4), rand64(rng, 4, 2), rand64(rng, 2)
+    tl.gradgradcheck(lambda x, W, b: F.linear(x, W, b), [x, W, b])
+
+
+def test_linear_only_differentiates_what_requires_grad():
+    """The array backward skips inputs that need no gradient (and W alone gets xᵀ g)."""
+    rng = np.random.default_rng(0)
+    x, W, b = rand64(rng, 3, 4, requires_grad=False), rand64(rng, 4, 2), rand64(rng, 2)
+    g = rng.standard_normal((3, 2))
+    dW, db = tl.grad(F.linear(x, W, b), [W, b], grad_outputs=t64(g, False))
+    np.testing.assert_allclose(dW.numpy(), x.numpy().T @ g, atol=1e-12)
+    np.testing.assert_allclose(db.numpy(), g.sum(0), atol=1e-12)
+
+
+# ---------------------------------------------------------------------- the layer
+layer_lead_shapes = hnp.array_shapes(min_dims=1, max_dims=2, max_side=3)
+
+
+@given(layer_lead_shapes, st.integers(1, 4), st.integers(1, 4), st.booleans(), st.data())
+def test_linear(lead, d_in, d_out, bias, data):
+    layer = randomize(nn.Linear(d_in, d_out, bias=bias, dtype=np.float64))
+    assert layer.W.shape == (d_in, d_out)
+    assert (layer.b is None) == (not bias)
+    x = t64(data.draw(values(lead + (d_in,))))
+    y = layer(x)
+    expect = x.data @ layer.W.data + (layer.b.data if bias else 0)
+    np.testing.assert_allclose(y.data, expect, atol=1e-12)
+    tl.gradcheck(lambda x, *ps: layer(x), [x, *layer.parameters()])
+
+
+def test_linear_defaults():
+    tl.manual_seed(0)
+    layer = nn.Linear(64, 8)
+    assert layer.W.dtype == np.float32 and np.abs(layer.W.data).max() <= 1 / 8
+    assert (layer.b.data == 0).all()
+    assert [n for n, _ in layer.named_parameters()] == ["W", "b"]
+    tl.manual_seed(0)
+    np.testing.assert_array_equal(nn.Linear(64, 8).W.data, layer.W.data)
+
+
+# ---------------------------------------------------------------------- gemv reductions
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=5), data=st.data())
+def test_reductions_are_sums_and_means(dtype, shape, data):
+    """sum_last and mean_last keep the last axis as length 1, sum_rows sums every axis but
+    the last; same dtype as the input. Tolerance: float32 sums of ≤ 5 terms of size ≤ 2 round
+    at ~1e-6, float64 at ~1e-15."""
+    a = data.draw(values(shape)).astype(dtype)
+    atol = 1e-5 if dtype == np.float32 else 1e-12
+    for got, expect in (
+        (sum_last(a), a.sum(-1, keepdims=True)),
+        (mean_last(a), a.mean(-1, keepdims=True)),
+        (sum_rows(a), a.reshape(-1, shape[-1]).sum(0)),
+    ):
+        assert got.dtype == dtype and got.shape == expect.shape
+        np.testing.assert_allclose(got, expect, atol=atol, rtol=0)

@@ -1,0 +1,143 @@
+"""nn/loss.py: the op CrossEntropyFn against its composed form for every reduction, with label
+smoothing and ignored targets (values, first and second order, finite differences),
+F.cross_entropy against a reference written here, by hand and against PyTorch, and mse_loss."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from strategies import assert_same, check_fused_op, rand64, t64, values
+
+import nn.functional as F
+import tensorlab as tl
+from nn.loss import CrossEntropyFn
+
+
+def cross_entropy_ref(z, t, ignore_index=-100, eps=0.0, reduction="mean"):
+    C = z.shape[-1]
+    logp = z.reshape(-1, C).log_softmax(axis=-1)
+    flat = t.reshape(-1)
+    valid = flat != ignore_index
+    q = np.zeros(logp.shape)
+    q[np.arange(flat.size), np.where(valid, flat, 0)] = 1 - eps
+    q += eps / C
+    q *= valid[:, None]
+    loss = -(logp * t64(q, False)).sum(axis=-1)
+    if reduction == "none":
+        return loss.reshape(t.shape)
+    return loss.sum() / max(int(valid.sum()), 1) if reduction == "mean" else loss.sum()
+
+
+# ---------------------------------------------------------------------- the op
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@given(
+    lead=hnp.array_shapes(min_dims=1, max_dims=2, max_side=4),
+    C=st.integers(2, 5),
+    eps=st.sampled_from([0.0, 0.1, 0.3]),
+    ignore_index=st.sampled_from([-100, 0]),
+    data=st.data(),
+)
+def test_cross_entropy_fn_matches_composed(reduction, lead, C, eps, ignore_index, data):
+    """CrossEntropyFn against CrossEntropyFn.composed: targets (N,) or (B, T), some (or all)
+    of them ignored, either the default -100 or a real class (0), label smoothing 0, 0.1 and
+    0.3. Tolerance 1e-10 absolute: for logits ≤ 3 in size the loss, its gradient p - q and its
+    second derivative (diag(p) - p pᵀ) are O(1) per row, computed in another order (a shifted
+    exp-sum on arrays against log_softmax on Tensors), so they differ by rounding, ≲ 1e-14."""
+    low = -1 if ignore_index == -100 else 0
+    t = data.draw(hnp.arrays(np.int64, lead, elements=st.integers(low, C - 1)))
+    t[t == -1] = -100
+    z = t64(data.draw(values(lead + (C,), -3, 3)))
+    params = dict(targets=t, ignore_index=ignore_index, label_smoothing=eps, reduction=reduction)
+    check_fused_op(
+        lambda z: CrossEntropyFn.apply(z, **params),
+        lambda z: CrossEntropyFn.composed(z, **params),
+        [z],
+    )
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_with_every_target_ignored(reduction):
+    """No target left: the loss is 0 (for "mean" too: nothing to average, no 0/0) and so is
+    every derivative, on both forms."""
+    z = rand64(np.random.default_rng(0), 3, 4)
+    params = dict(targets=np.full(3, 2), ignore_index=2, label_smoothing=0.1, reduction=reduction)
+    y = CrossEntropyFn.apply(z, **params)
+    assert (y.numpy() == 0).all()
+    (dz,) = tl.grad(y, [z], grad_outputs=t64(np.ones(y.shape), False))
+    assert (dz.numpy() == 0).all()
+    check_fused_op(
+        lambda z: CrossEntropyFn.apply(z, **params),
+        lambda z: CrossEntropyFn.composed(z, **params),
+        [z],
+    )
+
+
+# ---------------------------------------------------------------------- the functions
+@given(
+    st.integers(1, 5),
+    st.integers(2, 5),
+    st.sampled_from([0.0, 0.1]),
+    st.sampled_from(["mean", "sum", "none"]),
+    st.booleans(),
+    st.data(),
+)
+def test_cross_entropy_gradcheck_and_composed(N, C, eps, reduction, batched, data):
+    shape = (N, 2) if batched else (N,)
+    t = data.draw(hnp.arrays(np.int64, shape, elements=st.integers(-1, C - 1)))
+    t[t == -1] = -100  # some ignored targets
+    z = t64(data.draw(values(shape + (C,), -3, 3)))
+    fused = lambda z: F.cross_entropy(z, t, label_smoothing=eps, reduction=reduction)
+    composed = lambda z: cross_entropy_ref(z, t, eps=eps, reduction=reduction)
+    tl.gradcheck(fused, [z])
+    assert_same(fused, composed, [z])
+
+
+def test_cross_entropy_gradgradcheck():
+    rng = np.random.default_rng(0)
+    z = rand64(rng, 4, 3)
+    t = np.array([0, 2, -100, 1])
+    for reduction in ("mean", "none"):
+        tl.gradgradcheck(
+            lambda z, r=reduction: F.cross_entropy(z, t, label_smoothing=0.1, reduction=r), [z]
+        )
+
+
+def test_cross_entropy_by_hand_and_errors():
+    z = t64([[0.0, math.log(3.0)]], False)  # p = (1/4, 3/4)
+    assert F.cross_entropy(z, np.array([1])).item() == pytest.approx(-math.log(0.75))
+    assert F.cross_entropy(z, np.array([-100])).item() == 0.0  # nothing left to average
+    with pytest.raises(ValueError):
+        F.cross_entropy(z, np.array([1, 0]))
+    with pytest.raises(ValueError):
+        F.cross_entropy(z, np.array([1]), reduction="avg")
+
+
+def test_mse_loss():
+    rng = np.random.default_rng(0)
+    a, b = rand64(rng, 3, 4), rand64(rng, 3, 4)
+    np.testing.assert_allclose(F.mse_loss(a, b).item(), ((a.data - b.data) ** 2).mean())
+    assert F.mse_loss(a, b, reduction="none").shape == (3, 4)
+    tl.gradcheck(lambda a, b: F.mse_loss(a, b, reduction="sum"), [a, b])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_matches_torch(reduction):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 6, 7))
+    z, tz = t64(a), torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    t = rng.integers(0, 7, size=(2, 6))
+    t[0, :2] = -1
+    kw = dict(ignore_index=-1, label_smoothing=0.2, reduction=reduction)
+    y = F.cross_entropy(z, t, **kw)
+    ty = torch.nn.functional.cross_entropy(tz.permute(0, 2, 1), torch.tensor(t), **kw)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), atol=1e-12)
+    g = rng.standard_normal(y.shape)
+    y.backward(t64(g, False))
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(z.grad.data, tz.grad.numpy(), atol=1e-12)

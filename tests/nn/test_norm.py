@@ -1,0 +1,195 @@
+"""nn/norm.py: the ops LayerNormFn (with 0, 1 or 2 affine inputs) and RMSNormFn (with and
+without a gain) against their composed forms (values, first and second order, finite
+differences), F.layer_norm and F.rms_norm against references written here and against
+PyTorch, and the layers LayerNorm and RMSNorm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from strategies import (
+    assert_same,
+    check_fused_op,
+    rand64,
+    rms_rows,
+    rows_shapes,
+    spread_rows,
+    t64,
+    values,
+)
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.norm import LayerNormFn, RMSNormFn
+
+lead_shapes = hnp.array_shapes(min_dims=1, max_dims=2, max_side=3)
+
+
+def layer_norm_ref(x, w, b, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) * (x - mu)).mean(axis=-1, keepdims=True)
+    return (x - mu) / (var + eps).sqrt() * w + b
+
+
+def rms_norm_ref(x, w, eps=1e-6):
+    return x / ((x * x).mean(axis=-1, keepdims=True) + eps).sqrt() * w
+
+
+def randomize(module, seed=0):
+    """Give every parameter random values (gains and biases start at 1 and 0)."""
+    rng = np.random.default_rng(seed)
+    for p in module.parameters():
+        p.data[...] = rng.standard_normal(p.shape)
+    return module
+
+
+def check_module(module, x):
+    """gradcheck with respect to the input and every parameter."""
+    params = list(module.parameters())
+    tl.gradcheck(lambda x, *ps: module(x), [x, *params])
+
+
+# ---------------------------------------------------------------------- the ops
+# Tolerance of the fused-vs-composed checks below: 1e-10 absolute. The inputs' rows are kept
+# spread out (strategies.spread_rows / rms_rows), so 1/σ ≤ 3.7 and every value, gradient and
+# second derivative is at most O(100) for entries ≤ 2; the two forms compute the same formula
+# in another order (a gemv mean and 1/√ on arrays against mean() and ** -0.5 on Tensors), so
+# they differ by rounding, ≲ 1e-13, and a wrong term would show at ≳ 1e-3.
+@pytest.mark.parametrize("n_affine", [0, 1, 2])
+@given(
+    x=rows_shapes.flatmap(values).map(spread_rows),
+    eps=st.sampled_from([1e-5, 0.1]),
+    data=st.data(),
+)
+def test_layer_norm_fn_matches_composed(n_affine, x, eps, data):
+    d = x.shape[-1]
+    affine = [t64(data.draw(values((d,)))) for _ in range(n_affine)]
+    check_fused_op(
+        lambda *a: LayerNormFn.apply(*a, eps=eps),
+        lambda *a: LayerNormFn.composed(*a, eps=eps),
+        [t64(x), *affine],
+    )
+
+
+@pytest.mark.parametrize("gain", [False, True])
+@given(
+    x=rows_shapes.flatmap(values).map(rms_rows),
+    eps=st.sampled_from([1e-6, 0.1]),
+    data=st.data(),
+)
+def test_rms_norm_fn_matches_composed(gain, x, eps, data):
+    affine = [t64(data.draw(values((x.shape[-1],))))] if gain else []
+    check_fused_op(
+        lambda *a: RMSNormFn.apply(*a, eps=eps),
+        lambda *a: RMSNormFn.composed(*a, eps=eps),
+        [t64(x), *affine],
+    )
+
+
+def test_norm_fns_only_differentiate_what_requires_grad():
+    """Inputs that need no gradient get none; the others are unchanged by that."""
+    rng = np.random.default_rng(0)
+    x, w, b = rand64(rng, 3, 4), rand64(rng, 4, requires_grad=False), rand64(rng, 4)
+    fn = lambda x, b: LayerNormFn.apply(x, w, b, eps=1e-5)
+    ref = lambda x, b: layer_norm_ref(x, w, b)
+    assert_same(fn, ref, [x, b], atol=1e-8)
+    (dx,) = tl.grad(RMSNormFn.apply(x, w, eps=1e-6).sum(), [x])
+    (ref_dx,) = tl.grad(rms_norm_ref(x, w).sum(), [x])
+    np.testing.assert_allclose(dx.numpy(), ref_dx.numpy(), atol=1e-8)
+
+
+# ---------------------------------------------------------------------- the functions
+@given(rows_shapes.flatmap(lambda s: values(s)))
+def test_layer_norm_gradcheck_and_composed(x):
+    d = x.shape[-1]
+    rng = np.random.default_rng(0)
+    x, w, b = t64(x), rand64(rng, d), rand64(rng, d)
+    tl.gradcheck(lambda x, w, b: F.layer_norm(x, w, b), [x, w, b])
+    tl.gradcheck(lambda x: F.layer_norm(x), [x])
+    assert_same(lambda x, w, b: F.layer_norm(x, w, b), layer_norm_ref, [x, w, b], atol=1e-8)
+
+
+@given(rows_shapes.flatmap(lambda s: values(s)))
+def test_rms_norm_gradcheck_and_composed(x):
+    d = x.shape[-1]
+    x, w = t64(x), rand64(np.random.default_rng(0), d)
+    tl.gradcheck(lambda x, w: F.rms_norm(x, w), [x, w])
+    tl.gradcheck(lambda x: F.rms_norm(x), [x])
+    assert_same(lambda x, w: F.rms_norm(x, w), rms_norm_ref, [x, w], atol=1e-8)
+
+
+def test_norms_gradgradcheck():
+    rng = np.random.default_rng(0)
+    x, w, b = rand64(rng, 2, 3, 4), rand64(rng, 4), rand64(rng, 4)
+    tl.gradgradcheck(lambda x, w, b: F.layer_norm(x, w, b), [x, w, b])
+    tl.gradgradcheck(lambda x, w: F.layer_norm(x, w), [x, w])
+    tl.gradgradcheck(lambda x, w: F.rms_norm(x, w), [x, w])
+
+
+def test_rms_norm_definition():
+    x = np.array([[3.0, 4.0]])
+    y = F.rms_norm(t64(x, False), eps=0.0).data
+    np.testing.assert_allclose(y, x / math.sqrt((9 + 16) / 2))
+
+
+def test_layer_norm_output_statistics():
+    x = tl.randn(5, 16) * 3 + 2
+    y = F.layer_norm(x).data
+    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(y.var(-1), 1, atol=1e-3)
+
+
+def test_layer_norm_bias_needs_a_weight():
+    with pytest.raises(ValueError, match="needs a weight"):
+        F.layer_norm(tl.randn(2, 3), None, tl.zeros(3))
+
+
+def test_layer_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+
+    def pair(a):
+        return t64(a), torch.tensor(a, dtype=torch.float64, requires_grad=True)
+
+    x, tx = pair(rng.standard_normal((3, 5, 8)))
+    w, tw = pair(rng.standard_normal(8))
+    b, tb = pair(rng.standard_normal(8))
+    g = rng.standard_normal((3, 5, 8))
+    y = F.layer_norm(x, w, b)
+    ty = torch.nn.functional.layer_norm(tx, (8,), tw, tb, eps=1e-5)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), atol=1e-12)
+    y.backward(t64(g, False))
+    ty.backward(torch.tensor(g))
+    for ours, theirs in ((x, tx), (w, tw), (b, tb)):
+        np.testing.assert_allclose(ours.grad.data, theirs.grad.numpy(), atol=1e-10)
+
+
+# ---------------------------------------------------------------------- the layers
+@given(lead_shapes, st.integers(2, 5), st.booleans(), st.data())
+def test_layer_norm_module(lead, d, bias, data):
+    ln = randomize(nn.LayerNorm(d, bias=bias, dtype=np.float64))
+    assert ln.w.shape == (d,) and (ln.b is None) == (not bias)
+    x = t64(data.draw(values(lead + (d,))))
+    check_module(ln, x)
+
+
+@given(lead_shapes, st.integers(1, 5), st.data())
+def test_rms_norm_module(lead, d, data):
+    rms = randomize(nn.RMSNorm(d, dtype=np.float64))
+    x = t64(data.draw(values(lead + (d,))))
+    check_module(rms, x)
+    xd = x.data
+    expect = xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-6) * rms.w.data
+    np.testing.assert_allclose(rms(x).data, expect, atol=1e-12)
+
+
+def test_norm_defaults_start_as_identity_affine():
+    ln, rms = nn.LayerNorm(8), nn.RMSNorm(8)
+    assert (ln.w.data == 1).all() and (ln.b.data == 0).all() and (rms.w.data == 1).all()
+    assert [n for n, _ in ln.named_parameters()] == ["w", "b"]
