@@ -87,10 +87,14 @@ class Block(nn.Module):
                 cfg.d_model, cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
             )
             self.ln2_out = make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
+        # Hook points: only those the forward passes (an attention-only block has no MLP
+        # output, a parallel block no stream between attention and MLP).
         self.hook_resid_pre = nn.HookPoint()
         self.hook_attn_out = nn.HookPoint()
-        self.hook_resid_mid = nn.HookPoint()
-        self.hook_mlp_out = nn.HookPoint()
+        if not self.parallel:
+            self.hook_resid_mid = nn.HookPoint()
+        if self.mlp is not None:
+            self.hook_mlp_out = nn.HookPoint()
         self.hook_resid_post = nn.HookPoint()
 
     def forward(self, resid: Tensor, cache=None) -> Tensor:

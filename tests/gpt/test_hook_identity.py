@@ -135,16 +135,6 @@ def hooked_and_plain(model: nn.Module, path: str, style: str, logits_of):
     return hooked, plain, sorted(set(points) - set(calls))
 
 
-def never_run(model: GPT) -> list[str]:
-    """The hook points a GPT's forward never passes through (see the report in
-    test_every_gpt_hook_point_is_passed_through): ``hook_mlp_out`` of an attention-only block
-    (it has no MLP) and ``hook_resid_mid`` of a parallel block (attention and MLP read the
-    same input, there is no stream between them)."""
-    cfg, names = model.config, hook_names(model)
-    dead = [n for n in names if cfg.attn_only and n.endswith(".hook_mlp_out")]
-    return sorted(dead + [n for n in names if cfg.parallel and n.endswith(".hook_resid_mid")])
-
-
 def assert_bitwise_equal(a: np.ndarray, b: np.ndarray) -> None:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     assert a.dtype == b.dtype and a.shape == b.shape
@@ -177,26 +167,10 @@ def test_gpt_identity_hooks_leave_the_logits_bit_for_bit(variant, path, cache, s
         model, path, style, lambda: gpt_logits(model, tokens, cache)
     )
     assert_bitwise_equal(hooked, plain)
-    assert missed == never_run(model)  # every other hook ran
+    assert missed == []  # every hook ran
 
 
-DEAD_HOOK_POINTS = pytest.mark.xfail(
-    strict=True,
-    reason="library bug: GPT blocks create hook points their forward never runs "
-    "(hook_mlp_out with attn_only=True, hook_resid_mid with parallel=True); "
-    "hook_names lists them, a hook on them never runs, run_with_cache leaves them out",
-)
-
-
-@pytest.mark.parametrize(
-    "variant",
-    [
-        pytest.param(v, marks=DEAD_HOOK_POINTS)
-        if GPT_VARIANTS[v].get("attn_only") or GPT_VARIANTS[v].get("parallel")
-        else v
-        for v in sorted(GPT_VARIANTS)
-    ],
-)
+@pytest.mark.parametrize("variant", sorted(GPT_VARIANTS))
 def test_every_gpt_hook_point_is_passed_through(variant):
     """Every hook point hook_names lists is one the forward pass runs through (a hook on a
     point that is never passed would silently do nothing: nn.HookPoint.closed exists to

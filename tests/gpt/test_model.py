@@ -180,10 +180,15 @@ def test_every_bias_is_one_dimensional_zero_at_init_and_not_decayed():
     model = GPT(cfg)
     decay, no_decay = nn.optim.param_groups_for_decay(model, 0.1)
     decayed = {id(p) for p in decay["params"]}
-    biases = [
-        (n, p) for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("b")
-    ]
-    assert {n.rsplit(".", 1)[-1] for n, _ in biases} >= {"b_q", "b_k", "b_v", "b_o", "b_in", "b_out"}
+    biases = [(n, p) for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("b")]
+    assert {n.rsplit(".", 1)[-1] for n, _ in biases} >= {
+        "b_q",
+        "b_k",
+        "b_v",
+        "b_o",
+        "b_in",
+        "b_out",
+    }
     for name, p in biases:
         assert p.ndim == 1, name
         assert id(p) not in decayed, name
