@@ -88,10 +88,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                 g = out.arrive(node, g)  # hooks; .grad of leaves and retain_grad tensors
                 if isinstance(node, Tensor):
                     continue
-                grads = local_grads(node, g, create_graph)
-                for t, gi in zip(node.inputs, grads):
-                    if gi is not None:
-                        _send(pending, t, gi)
+                for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
+                    if gi is not None:  # add it to the gradient waiting at t's node
+                        k = id(t._ctx if t._ctx is not None else t)
+                        prev = pending.get(k)
+                        pending[k] = gi if prev is None else prev + gi
         finally:
             if not retain_graph:
                 for node in order:
@@ -134,19 +135,22 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
             grads = (grads,)
     result = []
     for t, gi in zip(ins, grads):
-        if gi is None or not t.requires_grad:
-            result.append(None)
-            continue
-        if gi.__class__ is not Tensor:
-            gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
-        if gi.data.shape != t.data.shape:
-            gi = gi.sum_to(t.data.shape)
-        if function.modes.anomaly:
-            _check_grad(node, gi)
+        if gi is not None and t.requires_grad:
+            if gi.__class__ is not Tensor:
+                gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
+            if gi.data.shape != t.data.shape:
+                gi = gi.sum_to(t.data.shape)  # undo broadcasting
+        else:
+            gi = None
         result.append(gi)
     result += [None] * (len(ins) - len(result))
-    if function.modes.trace is not None:
-        function.modes.trace(node, g, result)
+    modes = function.modes
+    if modes.anomaly:
+        for gi in result:
+            if gi is not None:
+                _check_grad(node, gi)
+    if modes.trace is not None:
+        modes.trace(node, g, result)
     return result
 
 
