@@ -81,12 +81,13 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     out = _Outputs(inputs, create_graph)
     with set_grad_enabled(create_graph):  # record the backward's own ops only if asked
         try:
+            arrive, take = out.arrive, pending.pop
             for node in reversed(order):
-                g = pending.pop(id(node), None)
+                g = take(id(node), None)
                 if g is None:
                     continue
-                g = out.arrive(node, g)  # hooks; .grad of leaves and retain_grad tensors
-                if isinstance(node, Tensor):
+                g = arrive(node, g)  # hooks; .grad of leaves and retain_grad tensors
+                if isinstance(node, Tensor):  # a leaf: arrive() stored its gradient
                     continue
                 for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
                     if gi is not None:  # add it to the gradient waiting at t's node
