@@ -7,6 +7,7 @@ Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a gr
 
 # tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
 from tensorlab.tensor import Tensor, split, where  # isort: skip
+from tensorlab import allocator
 from tensorlab.autograd import (
     backward,
     detect_anomaly,
@@ -40,6 +41,9 @@ from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.trace import trace_backward
+
+if allocator.wanted():  # once per process: keep freed memory for reuse (see allocator.py)
+    allocator.keep_freed_memory()
 
 float32 = "float32"
 float64 = "float64"
