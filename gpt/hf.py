@@ -11,10 +11,10 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     wte.weight                 (V, d)        -> embed.W            (V, d)
     wpe.weight                 (n_pos, d)    -> pos.W_pos          (n_pos, d)
     h.{i}.ln_1.weight / .bias  (d,)          -> blocks.{i}.ln1.w / .b
-    h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_q, W_k, W_v (d, d) each
-    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_q, b_k, b_v (d,) each
-    h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_o   (d, d)
-    h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_o
+    h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_q, W_k, W_v (d, H, d_head)
+    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_q, b_k, b_v (d,)
+    h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_O   (H, d_head, d)
+    h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_O
     h.{i}.ln_2.weight / .bias  (d,)          -> blocks.{i}.ln2.w / .b
     h.{i}.mlp.c_fc.weight      (d, d_ff)     -> blocks.{i}.mlp.W_in  (and .bias -> b_in)
     h.{i}.mlp.c_proj.weight    (d_ff, d)     -> blocks.{i}.mlp.W_out (and .bias -> b_out)
@@ -22,9 +22,10 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     lm_head.weight             (V, d)        -> W_U (d, V), transposed; only when untied
 
 ``c_attn``'s 3d output columns are [queries | keys | values], each d wide with the heads
-side by side, which is exactly our W_q, W_k, W_v put next to each other. Keys may carry a
-``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``); the attention buffers
-``attn.bias`` / ``attn.masked_bias`` that old checkpoints store (the causal mask) are ignored.
+side by side: the row-major layout of our W_q, W_k, W_v (d, H, d_head) put next to each
+other. Keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``);
+the attention buffers ``attn.bias`` / ``attn.masked_bias`` that old checkpoints store (the
+causal mask) are ignored.
 
     model = gpt.hf.from_pretrained("path/to/gpt2")       # config.json + model.safetensors
     gpt.hf.save_hf_gpt2(model, "out/")                   # loadable by transformers too
@@ -317,10 +318,10 @@ def convert_hf_state(
         W = take(h + "attn.c_attn.weight", (d, 3 * d))
         bias = take(h + "attn.c_attn.bias", (3 * d,))
         for j, name in enumerate("qkv"):
-            out[b + f"attn.W_{name}"] = W[:, j * d : (j + 1) * d]
+            out[b + f"attn.W_{name}"] = W[:, j * d : (j + 1) * d].reshape(d, H, d // H)
             out[b + f"attn.b_{name}"] = bias[j * d : (j + 1) * d]
-        out[b + "attn.W_o"] = take(h + "attn.c_proj.weight", (d, d))
-        out[b + "attn.b_o"] = take(h + "attn.c_proj.bias", (d,))
+        out[b + "attn.W_O"] = take(h + "attn.c_proj.weight", (d, d)).reshape(H, d // H, d)
+        out[b + "attn.b_O"] = take(h + "attn.c_proj.bias", (d,))
         out[b + "ln2.w"] = take(h + "ln_2.weight", (d,))
         out[b + "ln2.b"] = take(h + "ln_2.bias", (d,))
         out[b + "mlp.W_in"] = take(h + "mlp.c_fc.weight", (d, f))
@@ -390,10 +391,11 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
         arrays[h + "ln_1.weight"] = sd[b + "ln1.w"]
         arrays[h + "ln_1.bias"] = sd[b + "ln1.b"]
         qkv = [b + f"attn.{{}}_{name}" for name in "qkv"]
-        arrays[h + "attn.c_attn.weight"] = np.concatenate([sd[n.format("W")] for n in qkv], 1)
+        Ws = [sd[n.format("W")].reshape(d, d) for n in qkv]
+        arrays[h + "attn.c_attn.weight"] = np.concatenate(Ws, 1)
         arrays[h + "attn.c_attn.bias"] = np.concatenate([sd[n.format("b")] for n in qkv])
-        arrays[h + "attn.c_proj.weight"] = sd[b + "attn.W_o"]
-        arrays[h + "attn.c_proj.bias"] = sd[b + "attn.b_o"]
+        arrays[h + "attn.c_proj.weight"] = sd[b + "attn.W_O"].reshape(d, d)
+        arrays[h + "attn.c_proj.bias"] = sd[b + "attn.b_O"]
         arrays[h + "ln_2.weight"] = sd[b + "ln2.w"]
         arrays[h + "ln_2.bias"] = sd[b + "ln2.b"]
         arrays[h + "mlp.c_fc.weight"] = sd[b + "mlp.W_in"].reshape(d, f)

@@ -150,7 +150,7 @@ class GPT(nn.Module):
         cfg = self.config
         gpt2_init_(self, std=cfg.init_std)
         for block in self.blocks:
-            gpt2_residual_init_(block.attn.W_o, max(cfg.n_layer, 1), cfg.init_std)
+            gpt2_residual_init_(block.attn.W_O, max(cfg.n_layer, 1), cfg.init_std)
             if block.mlp is not None:
                 gpt2_residual_init_(block.mlp.W_out, max(cfg.n_layer, 1), cfg.init_std)
             if block.attn.relative_bias is not None:

@@ -266,7 +266,8 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             if p.ndim < 2 or name.endswith("embed.W") or name.endswith("W_pos"):
                 continue
-            fan_in, fan_out = p.shape  # every matrix is stored (d_in, d_out)
+            # every attention matrix is a d_model -> d_model map, whatever its stored shape
+            fan_in, fan_out = (d, d) if ".attn." in name or "cross_attn." in name else p.shape
             a = math.sqrt(6.0 / (fan_in + fan_out))
             nn.init.uniform_(p, -a, a)
 

@@ -80,21 +80,37 @@ def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask):
     return dead if dead.any() else None
 
 
+def _heads_first(a):
+    """(..., T, H, d) -> (..., H, T, d), a strided view (no copy)."""
+    return a.swapaxes(-3, -2)
+
+
+def _matmul_into(a, b, shape, dtype):
+    """a @ b, of shape (..., H, T, d), written into a new (..., T, H, d) array: the product of
+    every head goes straight to the layout the rest of the layer reads."""
+    out = xp_of(a).empty(shape, dtype=dtype)
+    xp_of(a).matmul(a, b, out=_heads_first(out))
+    return out
+
+
 class AttentionFn(Function):
-    """Y = softmax(s Q Kᵀ + B) V over the last two axes, as one node (the module docstring
-    derives the backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with q (..., T_q, d),
-    k (..., T_k, d), v (..., T_k, d_v), bias broadcastable to (..., T_q, T_k); parameters
-    ``scale``, ``causal``, ``mask`` (boolean array, True = may attend, or None) and
-    ``dropout_mask`` (the scaled keep-mask M on the pattern, or None)."""
+    """Y = softmax(s Q Kᵀ + B) V for every head, as one node (the module docstring derives the
+    backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with, as TransformerLens lays
+    them out, q (..., T_q, H, d), k (..., T_k, H, d), v (..., T_k, H, d_v) and
+    Y (..., T_q, H, d_v); the scores, the pattern and the bias are (..., H, T_q, T_k) (bias
+    broadcast to it). Parameters ``scale``, ``causal``, ``mask`` (boolean array, True = may
+    attend, broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on
+    the pattern, or None). Heads are strided views inside the node: no copies."""
 
     def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask):
         xp = xp_of(q)
-        S = q @ k.swapaxes(-1, -2)
+        qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
+        S = qh @ kh.swapaxes(-1, -2)
         S *= scale
         if bias:
             S += bias[0]
         if causal:
-            S += _causal_bias(xp, q.shape[-2], k.shape[-2], S.dtype)
+            S += _causal_bias(xp, q.shape[-3], k.shape[-3], S.dtype)
         if mask is not None:
             S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
         m = S.max(axis=-1, keepdims=True)
@@ -108,19 +124,22 @@ class AttentionFn(Function):
         ctx.A = S
         if dropout_mask is not None:
             S = S * dropout_mask
-        return S @ v
+        return _matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype)
 
     def backward(ctx, g):
         q, k, v = (t.data for t in ctx.inputs[:3])
-        G, A, M, s = g.data, ctx.A, ctx.params["dropout_mask"], ctx.params["scale"]
-        dv = (A if M is None else A * M).swapaxes(-1, -2) @ G
-        dS = G @ v.swapaxes(-1, -2)  # dA, turned into dS in place
+        qh, kh, vh, G = _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(g.data)
+        A, M, s = ctx.A, ctx.params["dropout_mask"], ctx.params["scale"]
+        dv = _matmul_into((A if M is None else A * M).swapaxes(-1, -2), G, v.shape, v.dtype)
+        dS = G @ vh.swapaxes(-1, -2)  # dA, turned into dS in place
         if M is not None:
             dS *= M
         dS *= A
         dS -= A * sum_last(dS)
         dSs = dS * s
-        return dSs @ k, dSs.swapaxes(-1, -2) @ q, dv, dS
+        dq = _matmul_into(dSs, kh, q.shape, q.dtype)
+        dk = _matmul_into(dSs.swapaxes(-1, -2), qh, k.shape, k.dtype)
+        return dq, dk, dv, dS
 
     @staticmethod
     def composed(q, k, v, *bias, scale, causal, mask, dropout_mask):
@@ -145,9 +164,10 @@ def attention_composed(
     hook_scores=_identity,
     hook_pattern=_identity,
 ) -> Tensor:
-    """:class:`AttentionFn`'s function in engine ops, one step a line. ``hook_scores`` sees
-    the scores S (masked entries -∞) and ``hook_pattern`` the pattern A, and may replace them.
-    """
+    """:class:`AttentionFn`'s function in engine ops, one step a line (same layouts).
+    ``hook_scores`` sees the scores S (masked entries -∞) and ``hook_pattern`` the pattern A,
+    both (..., H, T_q, T_k), and may replace them."""
+    q, k, v = (t.transpose(-3, -2) for t in (q, k, v))  # heads first: (..., H, T, d)
     S = (q @ k.mT) * scale
     if bias:
         S = S + bias[0]
@@ -167,7 +187,7 @@ def attention_composed(
     A = hook_pattern(A)
     if dropout_mask is not None:
         A = A * Tensor._wrap(dropout_mask)
-    return A @ v
+    return (A @ v).transpose(-3, -2)
 
 
 def _as_mask(mask, like: Tensor):
@@ -190,7 +210,8 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     fused: bool = True,
 ) -> Tensor:
-    """softmax(q kᵀ · scale + bias) v over q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v).
+    """softmax(q kᵀ · scale + bias) v over q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v),
+    as in PyTorch (every leading axis, heads included, is a batch axis).
 
     - ``mask``: boolean, broadcastable to (..., T_q, T_k), True where a query *may* attend.
     - ``causal``: query i sees keys j ≤ i + (T_k - T_q) (aligned to the last keys, so it is
@@ -200,24 +221,33 @@ def scaled_dot_product_attention(
     - ``dropout_p``: dropout on the pattern (pass 0 in evaluation).
     - ``fused``: one node (:class:`AttentionFn`), or the composed ops
       (:func:`attention_composed`); the same numbers up to rounding, and the same dropout draws.
+
+    (:class:`AttentionFn` holds heads on their own axis, (..., T, H, d); here they are a
+    batch axis, so q, k, v get a heads axis of 1, and the scores' axes one before (T_q, T_k).)
     """
     check_p(dropout_p, "scaled_dot_product_attention")
+    one_head = lambda t: t.reshape(t.shape[:-1] + (1, t.shape[-1]))  # noqa: E731
+    scores_axis = lambda a: a if a.ndim < 2 else a.reshape(a.shape[:-2] + (1,) + a.shape[-2:])  # noqa: E731
+    m = _as_mask(mask, q)
     params = dict(
         scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
         causal=causal,
-        mask=_as_mask(mask, q),
+        mask=None if m is None else scores_axis(m),
         dropout_mask=None,
     )
     if dropout_p > 0:
-        params["dropout_mask"] = dropout_mask(q.shape[:-1] + (k.shape[-2],), dropout_p, q.data)
-    inputs = (q, k, v) if bias is None else (q, k, v, bias)
-    return AttentionFn.apply(*inputs, **params) if fused else attention_composed(*inputs, **params)
+        shape = q.shape[:-2] + (1, q.shape[-2], k.shape[-2])
+        params["dropout_mask"] = dropout_mask(shape, dropout_p, q.data)
+    inputs = [one_head(q), one_head(k), one_head(v)] + ([] if bias is None else [scores_axis(bias)])
+    attend = AttentionFn.apply if fused else attention_composed
+    y = attend(*inputs, **params)
+    return y.reshape(y.shape[:-2] + y.shape[-1:])
 
 
 class KVCache:
     """The keys and values one attention layer has seen, for incremental decoding.
 
-    Self-attention appends each step's keys and values (shape (B, H, T, d_head), after any
+    Self-attention appends each step's keys and values (shape (B, T, H, d_head), after any
     rotary embedding); ``len(cache)`` is the number of cached positions, which is also the
     position of the next token. Cross-attention stores the source's keys and values on the
     first call and reuses them afterwards. Use one cache per layer and per sequence batch.
@@ -228,12 +258,12 @@ class KVCache:
         self.v: Tensor | None = None
 
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+        return 0 if self.k is None else self.k.shape[-3]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add new keys and values along the time axis; returns all of them."""
         if self.k is not None:
-            k, v = cat([self.k, k], axis=-2), cat([self.v, v], axis=-2)
+            k, v = cat([self.k, k], axis=-3), cat([self.v, v], axis=-3)
         self.k, self.v = k, v
         return k, v
 
@@ -262,19 +292,19 @@ class MultiHeadAttention(Module):
             ``hook_pattern`` see every score and pattern. Set ``attn.fused`` (or use
             :func:`composed_attention`) to switch; both give the same numbers up to rounding.
 
-    Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b), every head's
-    columns side by side so that each projection is one matrix product: ``W_q`` (d_model,
-    H·d_head), ``W_k`` and ``W_v`` (d_in, H·d_head) with d_in = d_source for cross-attention,
-    ``W_o`` (H·d_head, d_model), and 1-D biases ``b_q``, ``b_k``, ``b_v`` (H·d_head,) and
-    ``b_o`` (d_model,) (1-D, so they start at zero and are not weight-decayed). The per-head
-    matrices of the circuits notation (and TransformerLens) are views of them, no copy:
-    ``W_Q``, ``W_K``, ``W_V`` (H, d_in, d_head), ``W_O`` (H, d_head, d_model), ``b_Q``,
-    ``b_K``, ``b_V`` (H, d_head) and ``b_O`` (d_model,).
+    Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b): ``W_q``
+    (d_model, H, d_head), ``W_k`` and ``W_v`` (d_in, H, d_head) with d_in = d_source for
+    cross-attention, so that x W_q is every head's queries in one matrix product; ``W_O``
+    (H, d_head, d_model), which sums over heads and d_head in one product; 1-D biases
+    ``b_q``, ``b_k``, ``b_v`` (H·d_head,) and ``b_O`` (d_model,) (1-D, so they start at zero
+    and are not weight-decayed). The per-head matrices of the circuits notation (and of
+    TransformerLens) are views, no copy: ``W_Q``, ``W_K``, ``W_V`` (H, d_in, d_head) and
+    ``b_Q``, ``b_K``, ``b_V`` (H, d_head); ``W_O`` and ``b_O`` are already in that layout.
 
-    Hook points (e.g. ``blocks.0.attn.hook_pattern``): ``hook_q``, ``hook_k``, ``hook_v``
-    (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores`` and ``hook_pattern``
-    (B, H, T_q, T_k, composed path only), and ``hook_z`` (B, T_q, H, d_head), the heads'
-    outputs before W_O.
+    Hook points (e.g. ``blocks.0.attn.hook_pattern``), in TransformerLens's layouts: ``hook_q``,
+    ``hook_k``, ``hook_v`` (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores``
+    and ``hook_pattern`` (B, H, T_q, T_k, composed path only), and ``hook_z`` (B, T_q, H,
+    d_head), the heads' outputs before W_O.
 
     ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
     d_model); source (B, T_k, d_source) for cross-attention; key_padding_mask (B, T_k) boolean,
@@ -314,11 +344,11 @@ class MultiHeadAttention(Module):
         self.scale = 1.0 / math.sqrt(dh)
         d_in = (d_source or d_model) if cross else d_model
         self.d_source = d_in
-        self.W_q = uniform((d_model, H * dh), 1.0 / math.sqrt(d_model), dtype, device)
-        self.W_k = uniform((d_in, H * dh), 1.0 / math.sqrt(d_in), dtype, device)
-        self.W_v = uniform((d_in, H * dh), 1.0 / math.sqrt(d_in), dtype, device)
-        self.W_o = uniform((H * dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
-        for name, width in (("b_q", H * dh), ("b_k", H * dh), ("b_v", H * dh), ("b_o", d_model)):
+        self.W_q = uniform((d_model, H, dh), 1.0 / math.sqrt(d_model), dtype, device)
+        self.W_k = uniform((d_in, H, dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_v = uniform((d_in, H, dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_O = uniform((H, dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
+        for name, width in (("b_q", H * dh), ("b_k", H * dh), ("b_v", H * dh), ("b_O", d_model)):
             setattr(self, name, constant((width,), 0.0, dtype, device) if bias else None)
 
         if rotary is True:
@@ -363,33 +393,23 @@ class MultiHeadAttention(Module):
         object.__setattr__(self, "_fused", bool(value))
 
     # ------------------------------------------------------------------ per-head views
-    def _heads(self, W: Tensor) -> Tensor:
-        """(d_in, H·d_head) -> (H, d_in, d_head), a view."""
-        return W.reshape(W.shape[0], self.n_head, self.d_head).permute(1, 0, 2)
-
     def _head_bias(self, b: Tensor | None) -> Tensor | None:
         return None if b is None else b.reshape(self.n_head, self.d_head)
 
     @property
     def W_Q(self) -> Tensor:
         """(H, d_model, d_head): W_Q[h] is head h's query matrix (a view of W_q, no copy)."""
-        return self._heads(self.W_q)
+        return self.W_q.permute(1, 0, 2)
 
     @property
     def W_K(self) -> Tensor:
         """(H, d_in, d_head) key matrices (a view of W_k)."""
-        return self._heads(self.W_k)
+        return self.W_k.permute(1, 0, 2)
 
     @property
     def W_V(self) -> Tensor:
         """(H, d_in, d_head) value matrices (a view of W_v)."""
-        return self._heads(self.W_v)
-
-    @property
-    def W_O(self) -> Tensor:
-        """(H, d_head, d_model): W_O[h] is how head h writes to the residual stream (a view
-        of W_o)."""
-        return self.W_o.reshape(self.n_head, self.d_head, self.d_model)
+        return self.W_v.permute(1, 0, 2)
 
     @property
     def b_Q(self) -> Tensor | None:
@@ -404,10 +424,6 @@ class MultiHeadAttention(Module):
     def b_V(self) -> Tensor | None:
         return self._head_bias(self.b_v)
 
-    @property
-    def b_O(self) -> Tensor | None:
-        return self.b_o
-
     # ------------------------------------------------------------------ forward
     def forward(
         self,
@@ -417,8 +433,7 @@ class MultiHeadAttention(Module):
         mask=None,
         cache: KVCache | None = None,
     ) -> Tensor:
-        B, T, _ = x.shape
-        q = self.hook_q(self.heads(linear(x, self.W_q, self.b_q)))  # (B, T, H, d_head)
+        q = self.hook_q(linear(x, self.W_q, self.b_q))  # (B, T, H, d_head)
         k = v = None
         if not (self.cross and cache is not None and cache.k is not None):
             src = x
@@ -426,10 +441,9 @@ class MultiHeadAttention(Module):
                 if source is None:
                     raise ValueError("cross-attention needs a source (the encoder's output)")
                 src = source
-            k = self.hook_k(self.heads(linear(src, self.W_k, self.b_k)))
-            v = self.hook_v(self.heads(linear(src, self.W_v, self.b_v)))
-        q, k, v = (None if t is None else t.permute(0, 2, 1, 3) for t in (q, k, v))
-        if self.rotary is not None:  # (B, H, T, d_head) from here on
+            k = self.hook_k(linear(src, self.W_k, self.b_k))
+            v = self.hook_v(linear(src, self.W_v, self.b_v))
+        if self.rotary is not None:
             past = len(cache) if cache is not None else 0
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         if cache is not None:
@@ -439,21 +453,18 @@ class MultiHeadAttention(Module):
                 cache.k, cache.v = k, v
             else:
                 k, v = cache.k, cache.v
-        z = self.attend(q, k, v, self._keep(key_padding_mask, mask))
-        z = self.hook_z(z.permute(0, 2, 1, 3))  # (B, T, H, d_head)
-        out = linear(z.reshape(B, T, self.n_head * self.d_head), self.W_o, self.b_o)
+        z = self.hook_z(self.attend(q, k, v, self._keep(key_padding_mask, mask)))
+        out = linear(z, self.W_O, self.b_O, in_dims=2)  # Σ over heads and d_head
         return dropout(out, self.dropout, self.training)
 
-    def heads(self, y: Tensor) -> Tensor:
-        """(B, T, H·d_head) -> (B, T, H, d_head): the heads' columns split apart (a view)."""
-        return y.reshape(y.shape[:-1] + (self.n_head, self.d_head))
-
     def attend(self, q: Tensor, k: Tensor, v: Tensor, keep) -> Tensor:
-        """softmax(q kᵀ/√d_head + bias + mask) v per head, (B, H, T_q, d_head): one node when
+        """softmax(q kᵀ/√d_head + bias + mask) v per head, (B, T_q, H, d_head): one node when
         ``self.fused``, else the composed ops with the score and pattern hooks."""
-        bias = () if self.relative_bias is None else (self.relative_bias(q.shape[-2], k.shape[-2]),)
+        T_q, T_k = q.shape[-3], k.shape[-3]
+        bias = () if self.relative_bias is None else (self.relative_bias(T_q, T_k),)
         p = self.dropout if self.training else 0.0
-        drop = dropout_mask(q.shape[:-1] + (k.shape[-2],), p, q.data) if p > 0 else None
+        shape = q.shape[:-3] + (self.n_head, T_q, T_k)  # of the scores
+        drop = dropout_mask(shape, p, q.data) if p > 0 else None
         params = dict(scale=self.scale, causal=self.causal, mask=keep, dropout_mask=drop)
         if self.fused:
             return AttentionFn.apply(q, k, v, *bias, **params)
@@ -470,7 +481,7 @@ class MultiHeadAttention(Module):
     def _keep(self, key_padding_mask, mask):
         """One boolean mask (True = may attend) from the padding mask and the general mask."""
         keep = None
-        xp = xp_of(self.W_o.data)
+        xp = xp_of(self.W_O.data)
         if key_padding_mask is not None:
             kpm = key_padding_mask
             kpm = kpm.data if isinstance(kpm, Tensor) else xp.asarray(kpm)

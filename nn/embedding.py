@@ -193,7 +193,8 @@ class RotaryFn(Function):
         y_{2i}   = x_{2i} cos θ - x_{2i+1} sin θ
         y_{2i+1} = x_{2i} sin θ + x_{2i+1} cos θ
 
-    ``cos`` and ``sin`` are arrays (T, d/2) broadcast over the leading axes of x (..., T, d).
+    ``cos`` and ``sin`` are arrays of θ's cosines and sines, broadcast against the pairs of x
+    (x (..., d), pairs (..., d/2)).
     A rotation is orthogonal, so the backward is the rotation by -θ:
     dx = RotaryFn(g, cos, -sin), itself a RotaryFn node, hence differentiable to any order.
     """
@@ -211,7 +212,7 @@ class RotaryFn(Function):
 
 
 class RotaryEmbedding(Module):
-    """Rotary position embedding for x (..., T, d_head): the pair (x_{2i}, x_{2i+1}) at
+    """Rotary position embedding for x (..., T, H, d_head): the pair (x_{2i}, x_{2i+1}) at
     position t is rotated by the angle t θ_i, θ_i = base^(-2i/d_head).
 
     Because rotations compose, R(iθ)ᵀ R(jθ) = R((j - i)θ), a rotated query at i and a rotated
@@ -240,9 +241,12 @@ class RotaryEmbedding(Module):
         return cached
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        T = x.shape[-2]
+        """Rotate x (..., T, H, d_head), the attention's layout: position ``offset + t`` for
+        x[..., t, :, :], the same angles for every head."""
+        T = x.shape[-3]
         cos, sin = self.tables(offset + T, x.dtype, x.device)
-        return RotaryFn.apply(x, cos=cos[offset : offset + T], sin=sin[offset : offset + T])
+        window = slice(offset, offset + T)
+        return RotaryFn.apply(x, cos=cos[window, None, :], sin=sin[window, None, :])
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, base={self.base}"

@@ -5,7 +5,8 @@ a Tensor. They live beside their layers and ops, one file per topic (``nn/linear
 ``nn/norm.py``, ...); this module gathers them under the names PyTorch users expect.
 
 Conventions: a linear map is y = x W + b with W of shape (d_in, d_out); norms act on the last
-axis; attention tensors are (batch, heads, time, d_head).
+axis; ``scaled_dot_product_attention`` takes (..., time, d), heads among the leading axes,
+as PyTorch's does (``MultiHeadAttention`` holds them (batch, time, heads, d_head)).
 """
 
 from nn.activation import elu, gelu, log_softmax, relu, sigmoid, silu, softmax, swish, tanh

@@ -57,34 +57,51 @@ class LinearFn(Function):
 
         dx = g Wᵀ,    dW = xᵀ g  (rows summed over all leading axes),    db = Σ_rows g.
 
-    ``apply(x, W)`` or ``apply(x, W, b)``.
+    The same map between axes that are tensors themselves: with ``in_dims = k``, the last k
+    axes of x are the input and the first k axes of W match them; W's other axes are the
+    output's (attention's W_q (d_model, H, d_head) gives every head's queries (..., H,
+    d_head), and W_O (H, d_head, d_model) sums over heads and d_head). It is the same GEMM on
+    the flattened views, and b is 1-D over the flattened output.
+
+    ``apply(x, W)`` or ``apply(x, W, b)``, with the parameter ``in_dims`` (default 1).
     """
 
-    def forward(ctx, x, W, *b):
-        d_in, d_out = W.shape
-        y = x.reshape(-1, d_in) @ W
+    def forward(ctx, x, W, *b, in_dims=1):
+        d_in = math.prod(W.shape[:in_dims])
+        y = x.reshape(-1, d_in) @ W.reshape(d_in, -1)
         if b:
             y += b[0]
-        return y.reshape(x.shape[:-1] + (d_out,))
+        return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
 
     def backward(ctx, g):
         x, W = ctx.inputs[0], ctx.inputs[1]
-        d_in, d_out = W.shape
-        g2 = g.data.reshape(-1, d_out)
-        gx = (g2 @ W.data.T).reshape(x.shape) if x.requires_grad else None
-        gW = x.data.reshape(-1, d_in).T @ g2 if W.requires_grad else None
+        d_in = math.prod(W.shape[: ctx.params.get("in_dims", 1)])
+        g2 = g.data.reshape(-1, W.size // d_in)
+        x2, W2 = x.data.reshape(-1, d_in), W.data.reshape(d_in, -1)
+        gx = (g2 @ W2.T).reshape(x.shape) if x.requires_grad else None
+        gW = (x2.T @ g2).reshape(W.shape) if W.requires_grad else None
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 
     @staticmethod
-    def composed(x, W, *b):
-        y = x @ W
-        return y + b[0] if b else y
+    def composed(x, W, *b, in_dims=1):
+        d_in = math.prod(W.shape[:in_dims])
+        y = x.reshape(x.shape[: x.ndim - in_dims] + (d_in,)) @ W.reshape(d_in, -1)
+        if b:
+            y = y + b[0]
+        return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
 
 
-def linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """y = x W + b for x (..., d_in), W (d_in, d_out), b (d_out,) or None."""
-    return LinearFn.apply(x, W) if b is None else LinearFn.apply(x, W, b)
+def linear(x: Tensor, W: Tensor, b: Tensor | None = None, in_dims: int = 1) -> Tensor:
+    """y = x W + b for x (..., d_in), W (d_in, d_out), b (d_out,) or None; with ``in_dims``
+    = k, x's last k axes meet W's first k (see :class:`LinearFn`)."""
+    if x.shape[x.ndim - in_dims :] != W.shape[:in_dims]:
+        raise ValueError(
+            f"linear: x of shape {x.shape} does not fit W of shape {W.shape} (x's last "
+            f"{in_dims} axes must be W's first {in_dims})"
+        )
+    args = (x, W) if b is None else (x, W, b)
+    return LinearFn.apply(*args, in_dims=in_dims)
 
 
 class Linear(Module):

@@ -92,7 +92,7 @@ def test_whole_model_gradients_match_finite_differences(name):
     x = rng.integers(0, cfg.vocab_size, (2, cfg.block_size))
     y = rng.integers(0, cfg.vocab_size, (2, cfg.block_size))
     params = dict(model.named_parameters())
-    chosen = ["embed.W", "blocks.0.attn.W_q", "blocks.0.attn.W_o", "blocks.0.mlp.W_in"]
+    chosen = ["embed.W", "blocks.0.attn.W_q", "blocks.0.attn.W_O", "blocks.0.mlp.W_in"]
 
     def loss_of(*tensors):
         return model(x, y)[1]
@@ -185,7 +185,7 @@ def test_every_bias_is_one_dimensional_zero_at_init_and_not_decayed():
         "b_q",
         "b_k",
         "b_v",
-        "b_o",
+        "b_O",
         "b_in",
         "b_out",
     }

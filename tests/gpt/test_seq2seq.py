@@ -294,7 +294,7 @@ def test_cached_decoding_matches_full_decoding(overrides):
     assert cache.length == 5
     np.testing.assert_allclose(np.concatenate([s.numpy() for s in steps], 1), full, atol=1e-5)
     # cross-attention keys and values were made once, from the memory
-    assert cache.cross_attn[0].k.shape == (4, 2, 6, 8)
+    assert cache.cross_attn[0].k.shape == (4, 6, 2, 8)  # (batch, source positions, heads, d_head)
 
 
 def test_cached_greedy_equals_uncached_greedy():

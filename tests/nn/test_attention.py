@@ -106,8 +106,11 @@ def attention_ref(q, k, v, mask=None, causal=False, bias=None):
 
 
 def pattern_of(q, k, v, mask=None, causal=False):
-    """(output, pattern) of attention_composed, the pattern read through its hook."""
+    """(output, pattern) of attention_composed, the pattern read through its hook; q, k, v
+    and the output (B, H, T, d) as in F.scaled_dot_product_attention (attention_composed
+    itself holds them (B, T, H, d))."""
     seen = []
+    q, k, v = (t.transpose(-3, -2) for t in (q, k, v))
     y = attention_composed(
         q,
         k,
@@ -118,7 +121,7 @@ def pattern_of(q, k, v, mask=None, causal=False):
         dropout_mask=None,
         hook_pattern=lambda A: seen.append(A) or A,
     )
-    return y, seen[0]
+    return y.transpose(-3, -2), seen[0]
 
 
 # ---------------------------------------------------------------------- the op
@@ -130,7 +133,8 @@ def attention_cases(draw):
     Bc, Hc = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     Tq, Tk, d, dv = (draw(st.integers(1, n)) for n in (3, 4, 2, 2))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    q, k, v = rand64(rng, Bc, Hc, Tq, d), rand64(rng, Bc, Hc, Tk, d), rand64(rng, Bc, Hc, Tk, dv)
+    # q, k, v (batch, time, heads, d), as AttentionFn takes them; scores (batch, heads, T_q, T_k)
+    q, k, v = rand64(rng, Bc, Tq, Hc, d), rand64(rng, Bc, Tk, Hc, d), rand64(rng, Bc, Tk, Hc, dv)
     bias_shape = draw(st.sampled_from([None, (Hc, Tq, Tk), (Tq, Tk)]))
     inputs = [q, k, v] + ([rand64(rng, *bias_shape)] if bias_shape else [])
     mask = None
@@ -433,7 +437,7 @@ def test_fused_and_composed_layers_agree(kind, padding, cache, data):
     """The same layer on its fused and its composed path: outputs and the gradients of every
     parameter, x and the source agree within 1e-10 (float64; the two paths differ only in the
     order of their roundings, ≲ 1e-14 for these O(1) sizes), are finite everywhere, and a
-    sequence with every key padded gets z = 0, so the output b_o, exactly, on both paths."""
+    sequence with every key padded gets z = 0, so the output b_O, exactly, on both paths."""
     m, x, src, kpm = data.draw(layer_cases(kind, padding))
     g = np.random.default_rng(7).standard_normal((B, x.shape[1], m.d_model))
     m.fused = True
@@ -449,7 +453,7 @@ def test_fused_and_composed_layers_agree(kind, padding, cache, data):
             np.testing.assert_allclose(a, b, atol=1e-10, rtol=0)
     if kpm is not None and kpm[0].all():
         for out in (out_f, out_c):
-            np.testing.assert_array_equal(out[0], np.broadcast_to(m.b_o.data, out[0].shape))
+            np.testing.assert_array_equal(out[0], np.broadcast_to(m.b_O.data, out[0].shape))
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
@@ -463,7 +467,7 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(fused):
     seen, _ = capture(m, ["hook_z"])
     y = m(x, mask=mask)
     assert (seen["hook_z"].numpy()[:, 2] == 0).all()
-    np.testing.assert_array_equal(y.numpy()[:, 2], np.broadcast_to(m.b_o.data, (B, D)))
+    np.testing.assert_array_equal(y.numpy()[:, 2], np.broadcast_to(m.b_O.data, (B, D)))
     params = list(m.parameters())
     g = t64(np.random.default_rng(2).standard_normal(y.shape))
     first = tl.grad(y, [x, *params], grad_outputs=g, create_graph=True)
@@ -672,14 +676,14 @@ def test_per_head_views_share_memory():
     dh = D // H
     assert m.W_Q.shape == (H, D, dh) and m.W_O.shape == (H, dh, D)
     assert m.b_Q.shape == (H, dh) and m.b_O.shape == (D,)
-    pairs = [(m.W_Q, m.W_q), (m.W_K, m.W_k), (m.W_V, m.W_v), (m.W_O, m.W_o)]
+    pairs = [(m.W_Q, m.W_q), (m.W_K, m.W_k), (m.W_V, m.W_v)]
     pairs += [(m.b_Q, m.b_q), (m.b_K, m.b_k), (m.b_V, m.b_v)]
     for view, stored in pairs:
         assert np.shares_memory(view.data, stored.data)
-    np.testing.assert_array_equal(m.W_Q.data[1], m.W_q.data[:, dh : 2 * dh])
-    np.testing.assert_array_equal(m.W_O.data[1], m.W_o.data[dh : 2 * dh])
+    np.testing.assert_array_equal(m.W_Q.data[1], m.W_q.data[:, 1])  # W_q is (D, H, d_head)
+    assert m.W_O.shape == (H, dh, D)  # W_O is stored in the per-head layout itself
     with tl.no_grad():
-        m.W_q.data[0, dh] = 42.0
+        m.W_q.data[0, 1, 0] = 42.0
     assert m.W_Q.data[1, 0, 0] == 42.0  # a view: the edit shows through
     (m.W_Q.sum() * 2).backward()  # views are differentiable
     assert (m.W_q.grad.data == 2).all() and m.W_k.grad is None and m.W_v.grad is None
@@ -690,7 +694,7 @@ def test_biases_are_one_dimensional_and_per_head_biases_are_views(cross):
     m = make(d_model=6, n_head=3, d_head=4, cross=cross, d_source=5 if cross else None)
     for name in ("b_q", "b_k", "b_v"):
         assert getattr(m, name).shape == (12,)
-    assert m.b_o.shape == (6,) and m.b_O is m.b_o
+    assert m.b_O.shape == (6,)
     for view, stored in ((m.b_Q, m.b_q), (m.b_K, m.b_k), (m.b_V, m.b_v)):
         assert view.shape == (3, 4) and np.shares_memory(view.data, stored.data)
         np.testing.assert_array_equal(view.data, stored.data.reshape(3, 4))
@@ -700,7 +704,7 @@ def test_biases_are_one_dimensional_and_per_head_biases_are_views(cross):
     (m.b_V.sum() * 3).backward()
     assert (m.b_v.grad.data == 3).all()
     plain = nn.MultiHeadAttention(6, 3, bias=False)
-    assert all(getattr(plain, n) is None for n in ("b_q", "b_k", "b_v", "b_o", "b_Q", "b_O"))
+    assert all(getattr(plain, n) is None for n in ("b_q", "b_k", "b_v", "b_O", "b_Q"))
 
 
 @pytest.mark.parametrize(
@@ -717,8 +721,8 @@ def test_d_head_apart_from_d_model(kw):
     activation, gradcheck of the input (and source) and every parameter on the fused path, and
     the composed path's output and gradients equal to it (1e-10)."""
     m = make(d_model=5, n_head=3, d_head=4, **kw)
-    assert m.W_q.shape == (5, 12) and m.W_o.shape == (12, 5) and m.b_q.shape == (12,)
-    assert m.W_k.shape == (m.d_source, 12) and m.W_K.shape == (3, m.d_source, 4)
+    assert m.W_q.shape == (5, 3, 4) and m.W_O.shape == (3, 4, 5) and m.b_q.shape == (12,)
+    assert m.W_k.shape == (m.d_source, 3, 4) and m.W_K.shape == (3, m.d_source, 4)
     assert m.W_Q.shape == (3, 5, 4) and m.W_O.shape == (3, 4, 5) and m.b_Q.shape == (3, 4)
     x = x64(T=3, d=5, requires_grad=True)
     src = t64(np.random.default_rng(5).standard_normal((B, 4, 3)), True) if m.cross else None
@@ -749,7 +753,7 @@ def test_kv_cache_equals_full_recompute(kw, fused):
     with tl.no_grad():
         steps = [m(x[:, :3], cache=cache)]
         steps += [m(x[:, t : t + 1], cache=cache) for t in range(3, 7)]
-    assert len(cache) == 7 and cache.k.shape == (B, H, 7, D // H)
+    assert len(cache) == 7 and cache.k.shape == (B, 7, H, D // H)  # (batch, time, heads, d)
     np.testing.assert_allclose(np.concatenate([s.data for s in steps], 1), full, atol=1e-12)
     cache.reset()
     assert len(cache) == 0
@@ -845,5 +849,5 @@ def test_bad_sizes():
 def test_float32_default_and_state_dict_names():
     m = nn.MultiHeadAttention(16, 4, causal=True)
     assert m.W_q.dtype == np.float32
-    assert list(m.state_dict()) == ["W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o"]
+    assert list(m.state_dict()) == ["W_q", "W_k", "W_v", "W_O", "b_q", "b_k", "b_v", "b_O"]
     assert m(tl.randn(1, 3, 16)).dtype == np.float32

@@ -165,8 +165,8 @@ def test_rotary_fn_matches_composed(lead, T, half, offset, data):
 
 def test_rope_rotates_pairs():
     rope = nn.RotaryEmbedding(4, base=100.0)
-    x = tl.tensor(np.tile([1.0, 0.0, 1.0, 0.0], (1, 3, 1)), dtype=np.float64)
-    y = rope(x).data[0]
+    x = tl.tensor(np.tile([1.0, 0.0, 1.0, 0.0], (1, 3, 1, 1)), dtype=np.float64)  # (B, T, H, d)
+    y = rope(x).data[0, :, 0]
     for t in range(3):  # θ = (1, 100^(-1/2) = 0.1)
         np.testing.assert_allclose(
             y[t], [math.cos(t), math.sin(t), math.cos(0.1 * t), math.sin(0.1 * t)], atol=1e-12
@@ -182,8 +182,8 @@ def test_rope_score_depends_only_on_offset(i, j, shift, seed):
     q, k = rng.standard_normal(d), rng.standard_normal(d)
 
     def score(pos_q, pos_k):
-        rq = rope(tl.tensor(q[None], dtype=np.float64), offset=pos_q).data[0]
-        rk = rope(tl.tensor(k[None], dtype=np.float64), offset=pos_k).data[0]
+        rq = rope(tl.tensor(q[None, None], dtype=np.float64), offset=pos_q).data[0, 0]
+        rk = rope(tl.tensor(k[None, None], dtype=np.float64), offset=pos_k).data[0, 0]
         return rq @ rk
 
     assert score(i, j) == pytest.approx(score(i + shift, j + shift), abs=1e-9)

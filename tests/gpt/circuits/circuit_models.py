@@ -48,7 +48,7 @@ def exact_model(positional: str = "none", n_layer: int = 1, seed: int = 0) -> GP
     set_param(model.W_U, rng.standard_normal(model.W_U.shape))
     for block in model.blocks:
         set_param(block.ln1.w, rng.uniform(0.5, 1.5, cfg.d_model))
-        for W in (block.attn.W_q, block.attn.W_k, block.attn.W_v, block.attn.W_o):
+        for W in (block.attn.W_q, block.attn.W_k, block.attn.W_v, block.attn.W_O):
             set_param(W, rng.standard_normal(W.shape) / 4)
     return model
 
@@ -103,9 +103,9 @@ def hand_built_induction_model(V: int = 9, seq_len: int = 8, c: float = 20.0) ->
     W1[tok, 2, 0, tok] = 1  # value: the token there
     O1[0, tok, tok] = 3  # written (strongly) into the token subspace
     for block, W, O in ((model.blocks[0], W0, O0), (model.blocks[1], W1, O1)):
-        for j, name in enumerate("qkv"):  # W[:, j] is (d, H, d_head): its columns by head
-            set_param(getattr(block.attn, f"W_{name}"), W[:, j].reshape(d, -1))
-        set_param(block.attn.W_o, O.reshape(-1, d))
+        for j, name in enumerate("qkv"):  # W[:, j] is (d, H, d_head), as W_q is stored
+            set_param(getattr(block.attn, f"W_{name}"), W[:, j])
+        set_param(block.attn.W_O, O)
     U = np.zeros((d, V))
     U[tok, tok] = 10
     set_param(model.W_U, U)
