@@ -88,8 +88,9 @@ def _heads_first(a):
 def _matmul_into(a, b, shape, dtype):
     """a @ b, of shape (..., H, T, d), written into a new (..., T, H, d) array: the product of
     every head goes straight to the layout the rest of the layer reads."""
-    out = xp_of(a).empty(shape, dtype=dtype)
-    xp_of(a).matmul(a, b, out=_heads_first(out))
+    xp = xp_of(a)
+    out = xp.empty(shape, dtype=dtype)
+    xp.matmul(a, b, out=_heads_first(out))
     return out
 
 

@@ -95,7 +95,8 @@ class LinearFn(Function):
 def linear(x: Tensor, W: Tensor, b: Tensor | None = None, in_dims: int = 1) -> Tensor:
     """y = x W + b for x (..., d_in), W (d_in, d_out), b (d_out,) or None; with ``in_dims``
     = k, x's last k axes meet W's first k (see :class:`LinearFn`)."""
-    if x.shape[x.ndim - in_dims :] != W.shape[:in_dims]:
+    xs, ws = x.data.shape, W.data.shape
+    if xs[len(xs) - in_dims :] != ws[:in_dims]:
         raise ValueError(
             f"linear: x of shape {x.shape} does not fit W of shape {W.shape} (x's last "
             f"{in_dims} axes must be W's first {in_dims})"

@@ -175,9 +175,9 @@ class Module:
                 seen.add(id(p))
                 yield (f"{mname}.{pname}" if mname else pname), p
 
-    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+    def parameters(self, recurse: bool = True) -> list[Parameter]:
+        """Every parameter once, in registration order (a list, so it can be walked twice)."""
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
     def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
         for mname, m in self.named_modules(prefix):
