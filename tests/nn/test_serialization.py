@@ -213,18 +213,25 @@ def test_corrupt_headers(tmp_path):
 
 
 def test_flipped_header_bytes(tmp_path):
+    """A flipped byte in the header's length, or in its JSON structure, is an error that names
+    the file; a flip inside a name or a metadata string can still leave a valid file."""
     raw = bytearray(saved_file(tmp_path))
     (n,) = struct.unpack("<Q", raw[:8])
     rng = np.random.default_rng(0)
-    for i in rng.choice(8 + n, size=40, replace=False):
+    path = tmp_path / "flip.safetensors"
+    raised = 0
+    for i in [*range(8), *rng.choice(np.arange(8, 8 + n), size=40, replace=False)]:
         bad = bytearray(raw)
         bad[i] ^= 0xFF
-        path = tmp_path / "flip.safetensors"
         path.write_bytes(bytes(bad))
         try:
-            load(path)  # a flip inside a name or a metadata string can still be a valid file
+            load(path)
         except SerializationError as e:
             assert str(path) in str(e)
+            raised += 1
+        else:
+            assert i >= 8 and chr(raw[i]) not in '{}[]:,"', f"flip at byte {i} was accepted"
+    assert raised >= 8
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
