@@ -156,3 +156,48 @@ def test_a_pattern_that_misses_characters_loses_nothing(text):
 def test_invalid_pattern_is_a_clear_error():
     with pytest.raises(TokenizerError, match="invalid pre-tokenizer pattern"):
         ByteBPE.train("abc", 257, pattern="(unclosed")
+
+
+def naive_encode(tok: ByteBPE, text: str) -> list[int]:
+    """The textbook encoder, on bytes: split into pre-tokens, start from single bytes, and
+    while some adjacent pair was learned, merge every occurrence (left to right) of the pair
+    learned first. Independent of the fast encoder's ids, ranks table and cache."""
+    rank: dict[tuple[bytes, bytes], int] = {}
+    for r, (a, b) in enumerate(tok.merges):
+        rank.setdefault((tok.token_bytes(a), tok.token_bytes(b)), r)
+    ids = []
+    for word in pretokenize(text, tok.pattern):
+        parts = [bytes([b]) for b in word.encode("utf-8")]
+        while True:
+            learned = [pair for pair in zip(parts, parts[1:]) if pair in rank]
+            if not learned:
+                break
+            first = min(learned, key=rank.__getitem__)
+            out, i = [], 0
+            while i < len(parts):
+                if tuple(parts[i : i + 2]) == first:
+                    out.append(parts[i] + parts[i + 1])
+                    i += 2
+                else:
+                    out.append(parts[i])
+                    i += 1
+            parts = out
+        ids += [tok.bytes_to_id[p] for p in parts]
+    return ids
+
+
+@settings(deadline=None)  # timing varies on a shared 2-core machine
+@given(small_corpus, small_corpus, st.integers(1, 40))
+def test_encoding_applies_merges_in_the_order_learned(train, text, n_merges):
+    """The fast encoder (ranks table, cache) gives the textbook encoder's ids on text it was
+    not trained on: merges applied in the wrong order, or one skipped, change them."""
+    try:
+        tok = ByteBPE.train(train, 256 + n_merges)
+    except TokenizerError:  # the text supports fewer merges
+        return
+    assert tok.encode(text) == naive_encode(tok, text)
+
+
+def test_encoding_applies_merges_in_the_order_learned_on_real_text(bpe, train_text):
+    text = train_text[-5_000:]
+    assert bpe.encode(text) == naive_encode(bpe, text)
