@@ -206,6 +206,8 @@ class ELUFn(Function):
     """y = x for x > 0, α(eˣ - 1) otherwise (Clevert et al. 2015);
     dx = g for x > 0, g (y + α) = g α eˣ otherwise."""
 
+    saves_output = True  # backward reads ctx.output
+
     def forward(ctx, x, alpha):
         xp = xp_of(x)
         ctx.pos = x > 0

@@ -122,12 +122,12 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
     if ins is None:
         raise RuntimeError(_FREED.format(op=node.name))
     for t, v in zip(ins, node._versions):
-        if t._version != v:
-            raise RuntimeError(
-                f"{node.name}: an input of shape {t.shape} saved for backward was modified in "
-                f"place (its version went from {v} to {t._version}) after the forward pass; "
-                "make a copy before changing it"
-            )
+        if t._vc[0] != v:
+            raise _changed(node, "an input", t, v)
+    if node.saves_output:
+        out = node._output_ref()
+        if out is not None and out._vc[0] != node._output_version:
+            raise _changed(node, "its output", out, node._output_version)
     if create_graph and node.composed is not None:
         grads = _composed_grads(node, g)
     else:
@@ -153,6 +153,14 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
     if modes.trace is not None:
         modes.trace(node, g, result)
     return result
+
+
+def _changed(node, what: str, t: Tensor, saved: int) -> RuntimeError:
+    return RuntimeError(
+        f"{node.name}: {what} of shape {t.shape}, saved for backward, was modified in place "
+        f"(its version went from {saved} to {t._version}) after the forward pass (through "
+        "itself, a view or a detach() of it); make a copy before changing it"
+    )
 
 
 def _composed_grads(node, g: Tensor) -> list:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import operator
 import os
 import threading
 import traceback
@@ -41,7 +40,6 @@ from tensorlab.backend import xp_of
 from tensorlab.tensor import Tensor
 
 _new_tensor = Tensor.__new__
-_version_of = operator.attrgetter("_version")
 _generic = np.generic
 _asarray = np.asarray
 
@@ -102,6 +100,9 @@ class Function:
     _versions: tuple
     _output_ref: weakref.ref
     scope: str | None = None  # the named_scope the node was created in, if any
+    # An op whose backward reads its output (``ctx.output``: exp, tanh, softmax, ...) sets
+    # ``saves_output``; backward then refuses if that output was changed in place since.
+    saves_output = False
     # A fused op (one node for what would be many) sets ``composed`` to the same function
     # written in engine ops, ``composed(*inputs, **params)``. Its ``backward`` is then a
     # closed form on arrays for the first order, and under ``create_graph=True`` the engine
@@ -142,7 +143,13 @@ class Function:
         out = _new_tensor(Tensor)
         out.data = data
         out.grad = None
-        out._version = 0
+        # a view of its (first) input's memory shares that memory's version counter
+        src = inputs[0].data if inputs else None
+        base = data.base
+        if data is src or (base is not None and (base is src or base is src.base)):
+            out._vc = inputs[0]._vc
+        else:
+            out._vc = [0]
         out._hooks = None
         out.name = None
         out._retains_grad = False
@@ -150,8 +157,9 @@ class Function:
             for t in inputs:
                 if t.requires_grad:
                     ctx.inputs = inputs
-                    ctx._versions = tuple(map(_version_of, inputs))
+                    ctx._versions = tuple([t._vc[0] for t in inputs])
                     ctx._output_ref = weakref.ref(out)
+                    ctx._output_version = out._vc[0]
                     ctx.params = params
                     out.requires_grad = True
                     out._ctx = ctx

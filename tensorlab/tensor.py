@@ -54,7 +54,7 @@ class Tensor:
         "grad",
         "requires_grad",
         "_ctx",
-        "_version",
+        "_vc",
         "_hooks",
         "_retains_grad",
         "name",
@@ -95,7 +95,7 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._ctx = None
-        self._version = 0
+        self._vc = [0]
         self._hooks = None
         self._retains_grad = False
         self.name = name
@@ -108,13 +108,25 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t._ctx = None
-        t._version = 0
+        t._vc = [0]
         t._hooks = None
         t._retains_grad = False
         t.name = None
         return t
 
     # ------------------------------------------------------------------ properties
+    @property
+    def _version(self) -> int:
+        """How many in-place changes the memory behind this tensor has seen. A tensor, its
+        views (reshape, slices, transposes ... made by ops) and its ``detach()`` share one
+        counter (``_vc``), as they share memory: changing one changes them all. Backward
+        compares it with the value saved at the forward pass."""
+        return self._vc[0]
+
+    @_version.setter
+    def _version(self, value: int) -> None:
+        self._vc[0] = value
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
@@ -238,8 +250,11 @@ class Tensor:
         backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
 
     def detach(self) -> Tensor:
-        """The same data, cut from the graph (shares memory; never requires grad)."""
-        return Tensor._wrap(self.data)
+        """The same data, cut from the graph (shares memory and its version counter; never
+        requires grad)."""
+        t = Tensor._wrap(self.data)
+        t._vc = self._vc
+        return t
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
         if flag and self.data.dtype.kind != "f":

@@ -48,6 +48,8 @@ class Mul(Function):
 class Div(Function):
     """y = a / b;  da = g / b,  db = -g * a / b² = -g * y / b."""
 
+    saves_output = True  # backward reads ctx.output
+
     def forward(ctx, a, b):
         return a / b
 
@@ -87,6 +89,8 @@ class PowScalar(Function):
 class Pow(Function):
     """y = a^b elementwise;  da = g * b * a^(b-1),  db = g * y * log(a)  (a > 0 for db)."""
 
+    saves_output = True  # backward reads ctx.output
+
     def forward(ctx, a, b):
         return a**b
 
@@ -99,6 +103,8 @@ class Pow(Function):
 
 class Exp(Function):
     """y = exp(a);  da = g * y."""
+
+    saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a):
         return xp_of(a).exp(a)
@@ -119,6 +125,8 @@ class Log(Function):
 
 class Sqrt(Function):
     """y = √a;  da = g / (2y)."""
+
+    saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a):
         return xp_of(a).sqrt(a)
@@ -141,6 +149,8 @@ class Abs(Function):
 class Tanh(Function):
     """y = tanh(a);  da = g * (1 - y²)."""
 
+    saves_output = True  # backward reads ctx.output
+
     def forward(ctx, a):
         return xp_of(a).tanh(a)
 
@@ -154,6 +164,8 @@ class Sigmoid(Function):
 
     Computed as (1 + tanh(a/2)) / 2, which never overflows.
     """
+
+    saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a):
         return 0.5 * (xp_of(a).tanh(0.5 * a) + 1)

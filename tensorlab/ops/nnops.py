@@ -14,6 +14,8 @@ from tensorlab.function import Function
 class Softmax(Function):
     """y = exp(a - max a) / Σ exp(a - max a) along ``axis``;  da = y ⊙ (g - Σ(g ⊙ y))."""
 
+    saves_output = True  # backward reads ctx.output
+
     def forward(ctx, a, axis):
         ctx.axis = axis
         xp = xp_of(a)
@@ -38,6 +40,8 @@ def log_softmax_array(a, axis: int = -1):
 
 class LogSoftmax(Function):
     """y = a - logsumexp(a) along ``axis``;  da = g - softmax(a) ⊙ Σ g = g - exp(y) ⊙ Σ g."""
+
+    saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a, axis):
         ctx.axis = axis

@@ -65,6 +65,8 @@ class _Extremum(Function):
     """Shared backward of max and min: the gradient goes to the entries that attain the
     extreme value, split evenly among ties:  da = g * [a = y] / #ties."""
 
+    saves_output = True  # backward reads ctx.output
+
     def backward(ctx, g):
         a = ctx.inputs[0].data
         y = ctx.output.data
@@ -109,6 +111,8 @@ class Var(Function):
 class LogSumExp(Function):
     """y = log Σ_axis exp(a), computed as m + log Σ exp(a - m) with m = max a (no overflow);
     da = g * exp(a - y) = g * softmax(a)."""
+
+    saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)

@@ -557,3 +557,57 @@ def test_device_round_trip_gradient():
     (x.to("cuda") * 3.0).sum().backward()
     assert x.grad.device == "cpu"
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+# ---------------------------------------------------------------------- versions (issue 12)
+def _exp_then(change):
+    x = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x.exp()
+    with tl.no_grad():
+        change(y)
+    return y
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda y: y.add_(100.0),
+        lambda y: y.reshape(3).add_(100.0),
+        lambda y: y.detach().add_(100.0),
+        lambda y: y[1:].add_(100.0),
+    ],
+    ids=["itself", "a reshape", "detach()", "a slice"],
+)
+def test_changing_a_saved_output_in_place_is_refused(change):
+    """Exp's backward reads its output: changed in place (through itself, a view or a
+    detach()), the gradient would be silently wrong (102.7 instead of 2.72), so it raises."""
+    y = _exp_then(change)
+    with pytest.raises(RuntimeError, match="Exp: its output of shape \\(3,\\).*modified in place"):
+        y.sum().backward()
+
+
+def test_changing_a_slice_of_a_saved_input_is_refused():
+    x = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = x * 1.0
+    y = w * w  # Mul saves w
+    with tl.no_grad():
+        w[0:2].add_(100.0)
+    with pytest.raises(RuntimeError, match="Mul: an input of shape \\(3,\\).*version went from"):
+        y.sum().backward()
+
+
+def test_in_place_changes_that_nothing_saved_are_allowed():
+    """As in PyTorch: a tensor no backward reads may change (an Add keeps neither input nor
+    output), and a copy cuts the shared counter."""
+    x = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x + 1.0
+    with tl.no_grad():
+        y.add_(100.0)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(3))
+    x.grad = None
+    z = x.exp()
+    c = tl.tensor(z.numpy().copy())
+    c.add_(5.0)
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0, 3.0]))
