@@ -72,6 +72,10 @@ def embedding(idx, W: Tensor) -> Tensor:
     data = idx.data if isinstance(idx, Tensor) else xp_of(W.data).asarray(idx)
     if data.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {data.dtype}")
+    V = W.shape[0]
+    if data.size and (int(data.min()) < 0 or int(data.max()) >= V):
+        bad = int(data.min()) if int(data.min()) < 0 else int(data.max())
+        raise ValueError(f"embedding: index {bad} is outside the table's rows 0..{V - 1}")
     return EmbeddingFn.apply(W, idx=data)
 
 

@@ -100,6 +100,14 @@ def cross_entropy(
             f"cross_entropy: logits of shape {logits.shape} need targets of shape "
             f"{logits.shape[:-1]}, got {t.shape}"
         )
+    C = logits.shape[-1]
+    if t.size and (int(t.min()) < 0 or int(t.max()) >= C):
+        bad = t[(t != ignore_index) & ((t < 0) | (t >= C))]
+        if bad.size:
+            raise ValueError(
+                f"cross_entropy: target {int(bad.reshape(-1)[0])} is not a class of the "
+                f"logits (0..{C - 1}) nor ignore_index={ignore_index}"
+            )
     return CrossEntropyFn.apply(
         logits,
         targets=t,

@@ -199,3 +199,11 @@ def test_rope_gradients():
     tl.gradcheck(lambda x: RotaryFn.apply(x, cos=cos[:3], sin=sin[:3]), [x])
     with pytest.raises(ValueError):
         nn.RotaryEmbedding(5)
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_an_index_outside_the_table_is_refused(bad):
+    """A negative index used to wrap silently to the last row (issue 12)."""
+    W = tl.tensor(np.ones((4, 2)), requires_grad=True)
+    with pytest.raises(ValueError, match=f"index {bad} is outside the table's rows 0..3"):
+        F.embedding(np.array([[0, bad]]), W)

@@ -141,3 +141,15 @@ def test_cross_entropy_matches_torch(reduction):
     y.backward(t64(g, False))
     ty.backward(torch.tensor(g))
     np.testing.assert_allclose(z.grad.data, tz.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-1, 5, -100])
+def test_a_target_outside_the_classes_is_refused_unless_ignored(bad):
+    """A negative target used to wrap silently to the last class (issue 12)."""
+    logits = tl.tensor(np.zeros((3, 5)), requires_grad=True)
+    targets = np.array([0, bad, 2])
+    if bad == -100:  # the default ignore_index: ignored, not an error
+        assert np.isfinite(F.cross_entropy(logits, targets).item())
+        return
+    with pytest.raises(ValueError, match=f"target {bad} is not a class of the logits \\(0..4\\)"):
+        F.cross_entropy(logits, targets)
