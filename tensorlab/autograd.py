@@ -115,8 +115,9 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
 
     Usually that is the op's ``backward``. Under ``create_graph`` a fused op (one whose class
     sets ``composed``) differentiates its composed form instead, so its one hand-written
-    backward can work on raw arrays. Broadcasting is undone here, once for every op
-    (``sum_to``); the checks (freed graph, in-place change, anomaly, trace) are here too.
+    backward can work on raw arrays. Broadcasting and type promotion are undone here, once
+    for every op (``sum_to``, and a cast to the input's dtype); the checks (freed graph,
+    in-place change, anomaly, trace) are here too.
     """
     ins = node.inputs
     if ins is None:
@@ -141,6 +142,8 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
                 gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
             if gi.data.shape != t.data.shape:
                 gi = gi.sum_to(t.data.shape)  # undo broadcasting
+            if gi.data.dtype != t.data.dtype:
+                gi = gi.astype(t.data.dtype)  # undo type promotion
         else:
             gi = None
         result.append(gi)

@@ -611,3 +611,17 @@ def test_in_place_changes_that_nothing_saved_are_allowed():
     c.add_(5.0)
     z.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0, 3.0]))
+
+
+def test_a_gradient_has_its_inputs_dtype_after_promotion():
+    """float32 · float64 computes in float64, but each leaf's gradient comes back in the
+    leaf's own dtype (and shape), as in PyTorch (issue 12)."""
+    a = tl.tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    b = tl.tensor(np.array([[0.5], [0.25]]), requires_grad=True)  # float64, broadcast
+    (a * b).sum().backward()
+    assert a.grad.dtype == np.float32 and a.grad.shape == (3,)
+    assert b.grad.dtype == np.float64 and b.grad.shape == (2, 1)
+    np.testing.assert_allclose(a.grad.numpy(), [0.75, 0.75, 0.75])
+    np.testing.assert_allclose(b.grad.numpy(), [[6.0], [6.0]])
+    (g,) = tl.grad((a * b).sum(), [a], create_graph=True)
+    assert g.dtype == np.float32 and g.requires_grad  # the cast stays in the graph
