@@ -142,8 +142,9 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
                 gi = Tensor._wrap(gi)  # a fused op's backward returns arrays
             if gi.data.shape != t.data.shape:
                 gi = gi.sum_to(t.data.shape)  # undo broadcasting
-            if gi.data.dtype != t.data.dtype:
-                gi = gi.astype(t.data.dtype)  # undo type promotion
+            dtype = t.data.dtype
+            if gi.data.dtype is not dtype and gi.data.dtype != dtype:
+                gi = gi.astype(dtype)  # undo type promotion
         else:
             gi = None
         result.append(gi)
