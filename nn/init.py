@@ -84,7 +84,7 @@ def _random(tensor: Tensor, kind: str):
 def _write(tensor: Tensor, values) -> Tensor:
     """Copy ``values`` into ``tensor.data`` in place and mark the tensor as changed."""
     tensor.data[...] = values
-    tensor._version += 1
+    tensor._vc[0] += 1
     return tensor
 
 

@@ -75,11 +75,12 @@ class LinearFn(Function):
 
     def backward(ctx, g):
         x, W = ctx.inputs[0], ctx.inputs[1]
-        d_in = math.prod(W.shape[: ctx.params.get("in_dims", 1)])
-        g2 = g.data.reshape(-1, W.size // d_in)
-        x2, W2 = x.data.reshape(-1, d_in), W.data.reshape(d_in, -1)
-        gx = (g2 @ W2.T).reshape(x.shape) if x.requires_grad else None
-        gW = (x2.T @ g2).reshape(W.shape) if W.requires_grad else None
+        xa, Wa = x.data, W.data
+        d_in = math.prod(Wa.shape[: ctx.params.get("in_dims", 1)])
+        g2 = g.data.reshape(-1, Wa.size // d_in)
+        x2, W2 = xa.reshape(-1, d_in), Wa.reshape(d_in, -1)
+        gx = (g2 @ W2.T).reshape(xa.shape) if x.requires_grad else None
+        gW = (x2.T @ g2).reshape(Wa.shape) if W.requires_grad else None
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 

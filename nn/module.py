@@ -276,7 +276,7 @@ class Module:
             if k in state:
                 value = state[k].data if isinstance(state[k], Tensor) else state[k]
                 t.data = to_device(np.asarray(value, dtype=t.dtype).copy(), t.device)
-                t._version += 1
+                t._vc[0] += 1
         return missing, unexpected
 
     # ------------------------------------------------------------------ printing

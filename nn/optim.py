@@ -237,7 +237,7 @@ class SGD(Optimizer):
                 buf += (1 - damp) * d
             d = d + mu * buf if nesterov else buf
         p.data -= lr * d
-        p._version += 1
+        p._vc[0] += 1  # the in-place update is a new version
 
 
 # ------------------------------------------------------------------ Adam and AdamW
@@ -309,7 +309,7 @@ class Adam(Optimizer):
         xp.divide(m, tmp, out=tmp)
         tmp *= lr / (1 - b1**t)
         w -= tmp
-        p._version += 1
+        p._vc[0] += 1  # the in-place update is a new version
 
 
 class AdamW(Adam):

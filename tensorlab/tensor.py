@@ -291,7 +291,7 @@ class Tensor:
                 f"{name}: in-place change of a tensor that requires grad; write it out of "
                 "place (y = x + 1), or wrap it in tensorlab.no_grad() if it is an update"
             )
-        self._version += 1
+        self._vc[0] += 1
 
     def zero_(self) -> Tensor:
         self._inplace("zero_")
