@@ -81,25 +81,29 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     out = _Outputs(inputs, create_graph)
     with set_grad_enabled(create_graph):  # record the backward's own ops only if asked
         try:
-            arrive, take = out.arrive, pending.pop
-            for node in reversed(order):
-                g = take(id(node), None)
-                if g is None:
-                    continue
-                g = arrive(node, g)  # hooks; .grad of leaves and retain_grad tensors
-                if isinstance(node, Tensor):  # a leaf: arrive() stored its gradient
-                    continue
-                for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
-                    if gi is not None:  # add it to the gradient waiting at t's node
-                        k = id(t._ctx if t._ctx is not None else t)
-                        prev = pending.get(k)
-                        pending[k] = gi if prev is None else prev + gi
+            _propagate(order, pending, out.arrive, create_graph)
         finally:
             if not retain_graph:
                 for node in order:
                     if not isinstance(node, Tensor):
                         _free(node)
     return out.results
+
+
+def _propagate(order: list, pending: dict, arrive, create_graph: bool, stop=frozenset()):
+    """The loop itself. For each node, latest first: take its gradient (complete, since every
+    consumer came before it), let ``arrive`` see it (hooks, ``.grad``), and send each input
+    its share. Leaves, and the nodes in ``stop``, send nothing further."""
+    for node in reversed(order):
+        g = pending.pop(id(node), None)
+        if g is None:
+            continue
+        g = arrive(node, g)
+        if isinstance(node, Tensor) or id(node) in stop:
+            continue
+        for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
+            if gi is not None:
+                _send(pending, t, gi)
 
 
 def _send(pending: dict, t: Tensor, g: Tensor) -> None:
@@ -172,19 +176,18 @@ def _composed_grads(node, g: Tensor) -> list:
     backpropagate ``g`` through it, stopping at the inputs (they are the variables here)."""
     ins = node.inputs
     y = node.composed(*ins, **node.params)
-    wanted = [t for t in ins if t.requires_grad]
-    stop = {id(_node_of(t)) for t in wanted}
-    order = topological_order([_node_of(y)], stop)
+    stop = {id(_node_of(t)) for t in ins if t.requires_grad}
     pending: dict[int, Tensor] = {}
     _send(pending, y, g)
-    for n in reversed(order):
-        gn = pending.get(id(n))
-        if gn is None or id(n) in stop or isinstance(n, Tensor):
-            continue
-        for t, gi in zip(n.inputs, local_grads(n, gn, create_graph=True)):
-            if gi is not None:
-                _send(pending, t, gi)
-    return [pending.get(id(_node_of(t))) if t.requires_grad else None for t in ins]
+    reached: dict[int, Tensor] = {}  # the gradient arriving at each input: no hooks, no .grad
+
+    def arrive(n, gn: Tensor) -> Tensor:
+        if id(n) in stop:
+            reached[id(n)] = gn
+        return gn
+
+    _propagate(topological_order([_node_of(y)], stop), pending, arrive, True, stop)
+    return [reached.get(id(_node_of(t))) if t.requires_grad else None for t in ins]
 
 
 class _Outputs:

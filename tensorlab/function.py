@@ -144,12 +144,11 @@ class Function:
         out.data = data
         out.grad = None
         # a view of its (first) input's memory shares that memory's version counter
-        src = inputs[0].data if inputs else None
-        base = data.base
-        if data is src or (base is not None and (base is src or base is src.base)):
-            out._vc = inputs[0]._vc
-        else:
-            out._vc = [0]
+        out._vc = [0]
+        if inputs:
+            src, base = inputs[0].data, data.base
+            if data is src or (base is not None and (base is src or base is src.base)):
+                out._vc = inputs[0]._vc
         out._hooks = None
         out.name = None
         out._retains_grad = False

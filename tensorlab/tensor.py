@@ -123,10 +123,6 @@ class Tensor:
         compares it with the value saved at the forward pass."""
         return self._vc[0]
 
-    @_version.setter
-    def _version(self, value: int) -> None:
-        self._vc[0] = value
-
     @property
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
