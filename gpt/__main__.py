@@ -1,59 +1,170 @@
-"""Command line: ``python -m gpt {train,sample,tokenizer-train,tokenizer-report} ...``."""
+"""The command line: python -m gpt {train,sample,tokenizer-train,tokenizer-report} ...
+
+    python -m gpt train --text input.txt --max-iters 2000 --out-dir out/shakespeare
+    python -m gpt train --config run.toml --learning-rate 3e-4   # a config file, overridden
+    python -m gpt train --out-dir out/shakespeare --resume --max-iters 4000
+    python -m gpt sample --out-dir out/shakespeare --prompt "ROMEO:"
+
+A bad value ends the command with one line, ``error: --flag value: what is allowed``, and exit
+code 2; Ctrl-C during training saves a checkpoint and exits with 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
+import tomllib
+from dataclasses import MISSING, fields
 
-from gpt.config import PRESETS, GPTConfig, preset
+from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, PRESETS, GPTConfig
+
+# Training flags: (field of TrainConfig, type, help). The default shown is TrainConfig's.
+TRAIN_FLAGS = [
+    ("text", str, "UTF-8 text file to train on (none: CPython's own documentation text)"),
+    ("tokenizer", str, "char, bpe, wordpiece, unigram, or a saved tokenizer file"),
+    ("tokenizer_vocab_size", int, "vocabulary size of a trained bpe/wordpiece/unigram"),
+    ("out_dir", str, "the run's folder: checkpoints, tokenizer, config, log, loss curve"),
+    ("max_iters", int, "optimizer steps in all"),
+    ("eval_interval", int, "evaluate and save a checkpoint every this many steps"),
+    ("eval_iters", int, "batches per split in each evaluation"),
+    ("log_interval", int, "print progress every this many steps (off a terminal)"),
+    ("batch_size", int, "sequences per micro-batch"),
+    ("grad_accum_steps", int, "micro-batches per optimizer step (their gradients add up)"),
+    ("learning_rate", float, "peak learning rate (after warmup)"),
+    ("min_lr", float, "learning rate at the end of the cosine decay"),
+    ("warmup_iters", int, "linear warmup steps"),
+    ("lr_decay_iters", int, "steps of cosine decay (default: max_iters)"),
+    ("weight_decay", float, "AdamW decoupled weight decay (matrices only)"),
+    ("beta1", float, "AdamW β1"),
+    ("beta2", float, "AdamW β2"),
+    ("grad_clip", float, "clip the global gradient norm to this (0: no clipping)"),
+    ("val_fraction", float, "share of the text held out for validation (its end)"),
+    ("seed", int, "seed of every random stream (batches, initialisation, dropout)"),
+    ("device", str, "cpu or cuda"),
+    ("threads", int, "CPU threads that share each batch (default: min(2, cores))"),
+    ("sample_tokens", int, "tokens of the sample printed at the end"),
+]
+MODEL_FLAGS = [
+    ("n_layer", int, "transformer blocks", None),
+    ("n_head", int, "attention heads per block", None),
+    ("d_model", int, "width of the residual stream", None),
+    ("block_size", int, "context length in tokens", None),
+    ("d_ff", int, "MLP hidden width (default: 4·d_model, 8/3·d_model gated)", None),
+    ("dropout", float, "dropout probability", None),
+    ("activation", str, "MLP activation", ACTIVATIONS),
+    ("norm", str, "normalization", NORMS),
+    ("norm_placement", str, "where the norms sit", PLACEMENTS),
+    ("positional", str, "position information", POSITIONAL),
+]
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _defaults(cls) -> dict:
+    return {
+        f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)
+    }
+
+
+def _add_train_parser(sub) -> None:
+    from gpt.train import TrainConfig
+
+    p = sub.add_parser(
+        "train",
+        help="train a GPT on a text file",
+        description="Train a GPT on a text file. Precedence: the preset's model, then "
+        "--config's values, then the flags. With --resume the run's saved config is the base.",
+    )
+    p.add_argument("--config", metavar="FILE", help="a TOML file of field = value lines")
+    p.add_argument("--resume", action="store_true", default=None, help="continue the run")
+    p.add_argument("--overwrite", action="store_true", default=None, help="replace the run")
+    defaults = _defaults(TrainConfig)
+    for name, typ, text in TRAIN_FLAGS:
+        shown = defaults[name]
+        p.add_argument(
+            _flag(name),
+            type=typ,
+            default=None,
+            choices=("cpu", "cuda") if name == "device" else None,
+            help=f"{text} (default: {shown})" if shown is not None else text,
+        )
+    model = p.add_argument_group("model (defaults: the preset's, then GPTConfig's)")
+    model.add_argument(
         "--preset",
-        default="tiny",
+        default=None,
         choices=sorted(PRESETS),
         help="starting model shape (default: tiny, nanoGPT's CPU config)",
     )
-    for name in ("n_layer", "n_head", "d_model", "block_size", "d_ff"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=None)
-    p.add_argument("--dropout", type=float, default=None)
-    for name in ("activation", "norm", "norm_placement", "positional"):
-        p.add_argument("--" + name.replace("_", "-"), default=None)
-    p.add_argument("--no-tie", action="store_true", help="separate LM head (untied W_U)")
+    gdefaults = _defaults(GPTConfig)
+    for name, typ, text, choices in MODEL_FLAGS:
+        shown = PRESETS["tiny"].get(name, gdefaults[name])
+        help_ = f"{text} (tiny: {shown})" if shown is not None else text
+        model.add_argument(_flag(name), type=typ, default=None, choices=choices, help=help_)
+    model.add_argument(
+        "--no-tie", action="store_true", default=None, help="separate unembedding W_U"
+    )
+    p.set_defaults(func=_train)
 
 
-def _model_config(args) -> GPTConfig:
-    overrides = {
-        k: getattr(args, k)
-        for k in (
-            "n_layer",
-            "n_head",
-            "d_model",
-            "block_size",
-            "d_ff",
-            "dropout",
-            "activation",
-            "norm",
-            "norm_placement",
-            "positional",
-        )
-        if getattr(args, k) is not None
-    }
-    if args.no_tie:
-        overrides["tie_weights"] = False
-    return preset(args.preset, **overrides)
+def read_config_file(path: str) -> dict:
+    """A TOML file's ``field = value`` pairs (TrainConfig and GPTConfig fields, ``preset``)."""
+    from gpt.config import ConfigError
+    from gpt.train import TrainConfig
+
+    try:
+        with open(path, "rb") as f:
+            values = tomllib.load(f)
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot read it ({err.strerror})") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"--config {path}: not valid TOML ({err})") from err
+    known = {f.name for f in fields(TrainConfig)} | {f.name for f in fields(GPTConfig)}
+    known |= {"preset"}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(
+                f"--config {path}: unknown key {key!r} (keys are the fields of TrainConfig "
+                "and GPTConfig, and preset)"
+            )
+        if isinstance(value, dict):
+            raise ConfigError(f"--config {path}: {key} is a table; write plain key = value")
+    return values
+
+
+def resolve_configs(args) -> tuple[GPTConfig, object]:
+    """The model and training configs this command asks for (see ``train --help``)."""
+    from gpt.config import preset
+    from gpt.run_folder import RunFolder
+    from gpt.train import TrainConfig
+
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    given.pop("func", None)
+    given.pop("command", None)
+    from_file = read_config_file(given.pop("config")) if "config" in given else {}
+    if given.pop("no_tie", None):
+        given["tie_weights"] = False
+    wanted = {**from_file, **given}
+    train_names = {f.name for f in fields(TrainConfig)}
+    train = {k: v for k, v in wanted.items() if k in train_names}
+    model = {k: v for k, v in wanted.items() if k not in train_names and k != "preset"}
+    run = RunFolder(wanted.get("out_dir", TrainConfig.out_dir))
+    if wanted.get("resume") and run.config.exists():
+        saved = run.read_config()
+        base_train = {k: v for k, v in saved["train"].items() if k not in ("resume", "overwrite")}
+        tcfg = TrainConfig.from_dict({**base_train, **train})
+        mcfg = GPTConfig.from_dict({**saved["model"], **model})
+        return mcfg, tcfg
+    return preset(wanted.get("preset", "tiny"), **model), TrainConfig(**train)
 
 
 def _train(args) -> int:
-    from gpt.train import TrainConfig, Trainer, plot_history
+    from gpt.train import Trainer, config_summary, plot_history
 
-    tcfg_fields = {f.name for f in fields(TrainConfig)}
-    tcfg = TrainConfig(
-        **{k: v for k, v in vars(args).items() if k in tcfg_fields and v is not None}
-    )
-    trainer = Trainer(_model_config(args), tcfg)
+    model_cfg, tcfg = resolve_configs(args)
+    trainer = Trainer(model_cfg, tcfg)
+    print(config_summary(trainer.model_cfg, tcfg), file=sys.stderr)
     n = trainer.model.num_parameters()
     print(
         f"model: {n / 1e6:.2f}M parameters, vocab {trainer.model_cfg.vocab_size} "
@@ -61,103 +172,115 @@ def _train(args) -> int:
         file=sys.stderr,
     )
     history = trainer.run()
-    if history:
-        last = history[-1]
-        print(
-            f"final: iter {last['iter']}, train loss {last['train_loss']:.4f}, "
-            f"val loss {last['val_loss']:.4f}"
-        )
-    if plot_history(history, trainer.out / "loss.png"):
-        print(f"loss curve: {trainer.out / 'loss.png'}")
+    last = history[-1]
+    print(
+        f"final: iter {last['iter']}, train loss {last['train_loss']:.4f}, "
+        f"val loss {last['val_loss']:.4f}"
+    )
+    if plot_history(trainer.run_folder.read_log(), trainer.run_folder.plot):
+        print(f"loss curve: {trainer.run_folder.plot}")
     print("sample:\n" + trainer.sample())
     return 0
 
 
-def _sample(args) -> int:
-    from pathlib import Path
-
-    import gpt.tokenizers as tk
-    from gpt.generate import generate
-    from gpt.model import GPT
-    from nn.serialization import load_checkpoint
-
-    out = Path(args.out_dir)
-    tok = tk.load(out / "tokenizer.json")
-    meta = load_checkpoint(out / "ckpt.safetensors", model=None)
-    model = GPT(GPTConfig.from_dict(meta["model_config"]))
-    load_checkpoint(out / "ckpt.safetensors", model)
-    ids = generate(
-        model,
-        tok.encode(args.prompt),
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
+def _add_sample_parser(sub) -> None:
+    p = sub.add_parser(
+        "sample",
+        help="sample text from a trained run",
+        description="Continue a prompt with a trained run's model (its newest checkpoint).",
     )
-    print(tok.decode(ids))
+    p.add_argument("--out-dir", default="out", help="the run's folder (default: out)")
+    p.add_argument("--best", action="store_true", help="use the best-validation checkpoint")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--num-samples", type=int, default=1, help="samples to draw (default: 1)")
+    p.add_argument("--max-new-tokens", type=int, default=300, help="per sample (default: 300)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k likeliest (default: all)")
+    p.add_argument(
+        "--top-p", type=float, default=None, help="nucleus probability in (0, 1] (default: 1)"
+    )
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="(default: cpu)")
+    p.set_defaults(func=_sample)
+
+
+def _sample(args) -> int:
+    import numpy as np
+
+    import gpt
+    from gpt.config import check_int
+    from gpt.generate import check_sampling, generate
+
+    check_int("num_samples", args.num_samples, 1)
+    check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
+    model, tok = gpt.load(args.out_dir, "best" if args.best else "ckpt", args.device)
+    prompt = tok.encode(args.prompt)
+    seeds = np.random.SeedSequence(args.seed).spawn(args.num_samples)
+    for k, seed in enumerate(seeds):
+        ids = generate(
+            model,
+            prompt,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=int(seed.generate_state(1)[0]),
+        )
+        if k:
+            print("-" * 40)
+        print(tok.decode(ids))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpt", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpt",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="train a GPT on a text file")
-    p.add_argument("--text", default=None, help="UTF-8 text file (default: CPython's docs)")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="char (default), bpe, wordpiece, unigram, or a saved tokenizer file",
-    )
-    p.add_argument("--tokenizer-vocab-size", type=int, default=None)
-    p.add_argument("--out-dir", default=None)
-    p.add_argument("--max-iters", type=int, default=None)
-    p.add_argument("--eval-interval", type=int, default=None)
-    p.add_argument("--eval-iters", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--learning-rate", type=float, default=None)
-    p.add_argument("--min-lr", type=float, default=None)
-    p.add_argument("--warmup-iters", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default=None, help="cpu (default) or cuda")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads that share each batch (default: min(2, cores); 1 = no splitting)",
-    )
-    p.add_argument("--resume", action="store_true", default=None)
-    _add_model_args(p)
-    p.set_defaults(func=_train)
-
-    p = sub.add_parser("sample", help="sample text from a trained checkpoint")
-    p.add_argument("--out-dir", default="out")
-    p.add_argument("--prompt", default="\n")
-    p.add_argument("--max-new-tokens", type=int, default=300)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.set_defaults(func=_sample)
-
+    _add_train_parser(sub)
+    _add_sample_parser(sub)
     from gpt.tokenizers import cli as tok_cli
 
     tok_cli.add_report_parser(sub)
-    if hasattr(tok_cli, "add_train_parser"):
-        tok_cli.add_train_parser(sub)
+    tok_cli.add_train_parser(sub)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def _one_line(err: Exception) -> str:
+    """The error as the command line says it: a config field named by its flag."""
+    from gpt.config import ConfigError
+
+    if isinstance(err, ConfigError) and err.field and err.rule:
+        value = err.value if not isinstance(err.value, str) else repr(err.value)
+        return f"{_flag(err.field)} {value}: {err.rule}"
+    return str(err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from gpt.config import ConfigError
     from gpt.data import DataError
+    from gpt.run_folder import RunError
     from gpt.tokenizers import TokenizerError
+    from gpt.train import Diverged, Interrupted
     from nn.serialization import SerializationError
 
     try:
         return args.func(args)
-    except (ConfigError, DataError, TokenizerError, SerializationError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, DataError, RunError, TokenizerError, SerializationError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except FileNotFoundError as e:
+        print(f"error: {e.filename}: no such file", file=sys.stderr)
+        return 2
+    except Diverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        print(f"stopped: {e}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

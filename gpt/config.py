@@ -11,6 +11,8 @@ Leave a field as ``None`` and the usual rule fills it in:
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import warnings
 from dataclasses import dataclass, field
 
@@ -22,22 +24,61 @@ PLACEMENTS = ("pre", "post", "sandwich")
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field."""
+    """A configuration value is invalid. The message names the field, the value and the valid
+    range; ``field`` and ``rule`` are kept apart so that the command line can name its flag."""
+
+    def __init__(self, message: str, field: str | None = None, value=None, rule: str = ""):
+        super().__init__(message)
+        self.field, self.value, self.rule = field, value, rule
 
 
 class ConfigNote(UserWarning):
     """A configuration is valid but unusual (printed once, when the config is made)."""
 
 
-def _check_choice(name: str, value, choices) -> None:
+# ------------------------------------------------------------------ field checks
+# Every config field (the model's here, training's in gpt/train.py, sampling's in
+# gpt/generate.py) is checked by one of these, so that a bad value is one error in one form:
+# ``field=value: rule``.
+def bad_value(name: str, value, rule: str) -> ConfigError:
+    return ConfigError(f"{name}={value!r}: {rule}", name, value, rule)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def check_int(name: str, v, lo: int, hi: int | None = None) -> None:
+    """``v`` is an integer (not a bool) in [lo, hi]."""
+    if not _is_int(v) or v < lo or (hi is not None and v > hi):
+        rule = f"must be an integer ≥ {lo}" if hi is None else f"must be an integer in [{lo}, {hi}]"
+        raise bad_value(name, v, rule)
+
+
+def check_real(name: str, v, lo: float, hi: float = math.inf, open_lo=False, open_hi=False):
+    """``v`` is a finite real number in the interval from lo to hi (each end open or closed)."""
+    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    if ok:
+        ok = (v > lo if open_lo else v >= lo) and (v < hi if open_hi else v <= hi)
+    if not ok:
+        left, right = "(" if open_lo else "[", ")" if open_hi or hi == math.inf else "]"
+        top = "∞" if hi == math.inf else f"{hi:g}"
+        raise bad_value(name, v, f"must be a finite number in {left}{lo:g}, {top}{right}")
+
+
+def check_bool(name: str, v) -> None:
+    if not isinstance(v, bool):
+        raise bad_value(name, v, "must be true or false")
+
+
+def check_choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+        raise bad_value(name, value, f"must be one of {', '.join(map(repr, choices))}")
 
 
 def _positive(**values) -> None:
     for name, v in values.items():
-        if not isinstance(v, int) or v <= 0:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        check_int(name, v, 1)
 
 
 class _Fields:
@@ -89,12 +130,17 @@ class GPTConfig(_Fields):
             n_head=self.n_head,
             d_model=self.d_model,
         )
-        if not isinstance(self.n_layer, int) or self.n_layer < 0:
-            raise ConfigError(f"n_layer must be an integer >= 0, got {self.n_layer!r}")
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("norm", self.norm, NORMS)
-        _check_choice("norm_placement", self.norm_placement, PLACEMENTS)
-        _check_choice("positional", self.positional, POSITIONAL)
+        check_int("n_layer", self.n_layer, 0)
+        check_int("max_relative_distance", self.max_relative_distance, 1)
+        check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
+        check_real("rope_base", self.rope_base, 0.0, open_lo=True)
+        check_real("init_std", self.init_std, 0.0)
+        for name in ("parallel", "attn_only", "bias", "tie_weights", "final_norm"):
+            check_bool(name, getattr(self, name))
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        check_choice("positional", self.positional, POSITIONAL)
         if self.d_head is None:
             if self.d_model % self.n_head:
                 raise ConfigError(
@@ -111,8 +157,7 @@ class GPTConfig(_Fields):
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
         _positive(d_ff=self.d_ff)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
         if self.parallel and (self.attn_only or self.norm_placement == "post"):
             raise ConfigError(
                 "parallel=True runs attention and MLP side by side on the block's input: it "
@@ -235,10 +280,10 @@ class Seq2SeqConfig(_Fields):
             n_encoder_layer=self.n_encoder_layer,
             n_decoder_layer=self.n_decoder_layer,
         )
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("norm", self.norm, ("layernorm", "rmsnorm"))
-        _check_choice("norm_placement", self.norm_placement, PLACEMENTS)
-        _check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("norm", self.norm, ("layernorm", "rmsnorm"))
+        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
         if self.d_model % self.n_head:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if self.d_ff is None:
@@ -246,19 +291,18 @@ class Seq2SeqConfig(_Fields):
         _positive(d_ff=self.d_ff)
         if self.final_norm is None:
             self.final_norm = self.norm_placement != "post"
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
+        check_real("label_smoothing", self.label_smoothing, 0.0, 1.0, open_hi=True)
+        check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
+        for name in ("bias", "tie_weights", "share_embeddings", "scale_embeddings"):
+            check_bool(name, getattr(self, name))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}"
             )
         for name in ("pad_id", "bos_id", "eos_id"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or not 0 <= v < self.tgt_vocab_size:
-                raise ConfigError(f"{name}={v!r} is outside the target vocabulary")
+            check_int(name, getattr(self, name), 0, self.tgt_vocab_size - 1)
         if self.pad_id >= self.src_vocab_size:
             raise ConfigError(f"pad_id={self.pad_id} is outside the source vocabulary")
 

@@ -12,7 +12,24 @@ import numpy as np
 
 import nn
 import tensorlab as tl
+from gpt.config import check_int, check_real
 from tensorlab.ops.nnops import log_softmax_array
+
+
+def check_sampling(
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    max_new_tokens: int | None = None,
+) -> None:
+    """Refuse sampling settings outside their ranges (ConfigError naming the setting)."""
+    check_real("temperature", temperature, 0.0)
+    if top_k is not None:
+        check_int("top_k", top_k, 1)
+    if top_p is not None:
+        check_real("top_p", top_p, 0.0, 1.0, open_lo=True)
+    if max_new_tokens is not None:
+        check_int("max_new_tokens", max_new_tokens, 0)
 
 
 def sample_next(
@@ -28,11 +45,10 @@ def sample_next(
     temperature, cut to the ``top_k`` largest and/or the smallest set whose probability
     reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020), and sampled.
     """
+    check_sampling(temperature, top_k, top_p)
     logits = np.asarray(logits, dtype=np.float64)
     if temperature == 0:
         return int(np.argmax(logits))
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
     z = logits / temperature
     if top_k is not None and top_k < z.size:
         kth = np.partition(z, -top_k)[-top_k]
@@ -99,6 +115,7 @@ def generate(
     Stops early at any id in ``stop_tokens`` (which is included in the output). The model
     must be a ``gpt.model.GPT``; it sees the last ``block_size`` tokens (:class:`NextLogits`).
     """
+    check_sampling(temperature, top_k, top_p, max_new_tokens)
     ids = [int(i) for i in prompt]
     if not ids:
         raise ValueError("generate: the prompt is empty; give at least one token id")

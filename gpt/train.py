@@ -2,46 +2,60 @@
 
     python -m gpt train --text input.txt --max-iters 2000
 
-Every ``eval_interval`` iterations the loss is estimated on ``eval_iters`` random batches of
-the training and validation splits, logged (JSON lines), and a checkpoint is written
-atomically. ``--resume`` reloads the checkpoint — model, optimizer moments, learning-rate
-step, and the random generators' states — so the run continues bit for bit as if it had
-never stopped.
+Each step draws a random batch and takes one AdamW step (``grad_accum_steps`` micro-batches
+add their gradients first). Every ``eval_interval`` iterations (and at iteration 0) the loss is
+estimated on ``eval_iters`` random batches of each split; then the checkpoint is written, and
+then the log. ``resume`` reloads the checkpoint (model, optimizer moments, iteration, the random
+generators' states), so the run continues bit for bit as if it had never stopped.
+
+What keeps a run from being lost (gpt/run_folder.py has the folder's rules): a non-finite loss
+stops the run before anything is saved, keeping the last good checkpoint; Ctrl-C or SIGTERM
+finishes the step, saves, and stops (:class:`Interrupted`); the newest and the best-validation
+checkpoints are both kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import math
 import os
+import signal
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 import nn
 import tensorlab as tl
-from gpt.config import GPTConfig
+from gpt.config import ConfigError, GPTConfig, check_bool, check_choice, check_int, check_real
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
+from gpt.run_folder import RunError, RunFolder
 from tensorlab.blas_threads import blas_threads
 
 
 @dataclass
 class TrainConfig:
-    """How to train (the model's shape lives in GPTConfig)."""
+    """How to train (the model's shape lives in GPTConfig). Every field is checked when the
+    config is made; a bad value is a :class:`ConfigError` naming it and its valid range."""
 
     text: str | None = None  # path; None = the CPython docs text (gpt.data.default_text)
     tokenizer: str = "char"  # char | bpe | wordpiece | unigram | path to a saved tokenizer
     tokenizer_vocab_size: int = 512  # for trained subword tokenizers
     out_dir: str = "out"
+    overwrite: bool = False  # replace a run already in out_dir
+    resume: bool = False  # continue the run in out_dir from its checkpoint
     max_iters: int = 2000
     eval_interval: int = 250
     eval_iters: int = 200
     log_interval: int = 10
     batch_size: int = 12
+    grad_accum_steps: int = 1  # micro-batches of batch_size per optimizer step
     learning_rate: float = 1e-3
     min_lr: float = 1e-4
     warmup_iters: int = 100
@@ -49,15 +63,60 @@ class TrainConfig:
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # 0 = no clipping
     val_fraction: float = 0.1
     seed: int = 1337
     device: str = "cpu"
     threads: int | None = None  # CPU threads sharing each batch (nn.data_parallel); None: auto
-    resume: bool = False
     sample_tokens: int = 200
     progress: bool = True
-    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("text", "tokenizer", "out_dir"):
+            v = getattr(self, name)
+            if not (v is None and name == "text") and (not isinstance(v, str) or not v):
+                raise ConfigError(f"{name}={v!r}: must be a non-empty string", name, v)
+        check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1)
+        for name in ("max_iters", "eval_interval", "eval_iters", "log_interval", "batch_size"):
+            check_int(name, getattr(self, name), 1)
+        check_int("grad_accum_steps", self.grad_accum_steps, 1)
+        check_real("learning_rate", self.learning_rate, 0.0, open_lo=True)
+        check_real("min_lr", self.min_lr, 0.0, self.learning_rate)
+        check_int("warmup_iters", self.warmup_iters, 0)
+        if self.lr_decay_iters is not None:
+            check_int("lr_decay_iters", self.lr_decay_iters, 1)
+        check_real("weight_decay", self.weight_decay, 0.0)
+        check_real("beta1", self.beta1, 0.0, 1.0, open_hi=True)
+        check_real("beta2", self.beta2, 0.0, 1.0, open_hi=True)
+        check_real("grad_clip", self.grad_clip, 0.0)
+        check_real("val_fraction", self.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
+        check_int("seed", self.seed, 0)
+        check_choice("device", self.device, ("cpu", "cuda"))
+        if self.threads is not None:
+            check_int("threads", self.threads, 1)
+        check_int("sample_tokens", self.sample_tokens, 0)
+        for name in ("overwrite", "resume", "progress"):
+            check_bool(name, getattr(self, name))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"TrainConfig: unknown fields {', '.join(unknown)}")
+        return cls(**d)
+
+
+# What a resumed run must share with the run it continues (the data and its tokens).
+SAME_ON_RESUME = ("text", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: the step in progress was finished and a checkpoint saved."""
 
 
 def learning_rate(it: int, cfg: TrainConfig) -> float:
@@ -86,12 +145,21 @@ def estimate_loss(
 
     The batches come from a generator seeded by (seed, iteration), so evaluating never
     disturbs the training batches' random stream."""
+    from tqdm import tqdm
+
     out = {}
     with nn.evaluating(model):
         for name, ids in splits.items():
             rng = np.random.default_rng([cfg.seed, it, len(name)])
             losses = []
-            for _ in range(cfg.eval_iters):
+            bar = tqdm(
+                range(cfg.eval_iters),
+                desc=f"eval {name}",
+                leave=False,
+                file=sys.stderr,
+                disable=not (cfg.progress and sys.stderr.isatty()),
+            )
+            for _ in bar:
                 x, y = get_batch(ids, block_size, cfg.batch_size, rng)
                 _, loss = model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
                 losses.append(loss.item())
@@ -103,26 +171,46 @@ def cpu_threads(cfg: TrainConfig) -> int:
     """How many threads share each batch: 1 on a GPU; ``cfg.threads``, or min(2, cores)."""
     if cfg.device != "cpu":
         return 1
-    if cfg.threads is not None:
-        if cfg.threads < 1:
-            raise ValueError(f"TrainConfig.threads must be ≥ 1 (None = automatic): {cfg.threads}")
-        return cfg.threads
-    return min(2, nn.data_parallel.cores())
+    return cfg.threads if cfg.threads is not None else min(2, nn.data_parallel.cores())
 
 
-# On a terminal the progress line rewrites itself; in a log file each update is a line.
-_CR, _END = ("\r", "") if sys.stderr.isatty() else ("", "\n")
+def text_digest(text: str) -> str:
+    """A fingerprint of the training text (a resumed run must train on the same text)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def config_differences(saved: dict, now: dict, names=None) -> list[str]:
+    """``name: saved -> now`` for each field that differs (all fields, or ``names``)."""
+    names = sorted(set(saved) | set(now)) if names is None else names
+    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names if saved.get(k) != now.get(k)]
 
 
 class Trainer:
-    """Holds everything a run needs, so that a checkpoint can capture and restore it."""
+    """Holds everything a run needs, so that a checkpoint can capture and restore it.
+
+    With ``cfg.resume`` the tokenizer is the run's own (``tokenizer.json`` in the run folder),
+    and the model config and the data settings must equal the run's (refused otherwise, naming
+    each difference)."""
 
     def __init__(
         self, model_cfg: GPTConfig, cfg: TrainConfig, text: str | None = None, tokenizer=None
     ):
         self.cfg = cfg
-        self.out = Path(cfg.out_dir)
+        self.run_folder = RunFolder(cfg.out_dir)
+        self.out = self.run_folder.path
+        self.run_folder.claim(cfg.resume, cfg.overwrite)
+        if cfg.device == "cuda" and not tl.backend.cuda_available():
+            raise ConfigError(
+                "device='cuda': no CUDA GPU with CuPy here (pip install -e '.[cuda]' on a "
+                "machine with an NVIDIA GPU); use device='cpu'",
+                "device",
+                cfg.device,
+                "no CUDA GPU with CuPy on this machine",
+            )
         text = load_text(cfg.text) if text is None else text
+        self.text_digest = text_digest(text)
+        if cfg.resume:
+            tokenizer = self._check_resume(model_cfg)
         self.tokenizer = tokenizer or build_tokenizer(cfg, text)
         if model_cfg.vocab_size != self.tokenizer.vocab_size:
             model_cfg = GPTConfig.from_dict(
@@ -147,115 +235,227 @@ class Trainer:
         )
         self.rng = np.random.default_rng(cfg.seed)
         self.iter = 0
-        self.history: list[dict] = []
+        self.history: list[dict] = []  # evaluation records
+        self.pending: list[dict] = []  # log records not yet in log.jsonl (since the last save)
+        self.best_val = math.inf
+        self._stop: str | None = None  # set by a signal: finish the step, save, stop
+
+    def _check_resume(self, model_cfg: GPTConfig):
+        """The run's tokenizer, after checking that this run continues it faithfully."""
+        import gpt.tokenizers as tk
+
+        run = self.run_folder
+        saved = run.read_config() if run.config.exists() else {}
+        train = saved.get("train", {})
+        diff = config_differences(train, asdict(self.cfg), SAME_ON_RESUME) if train else []
+        if saved.get("text_digest", self.text_digest) != self.text_digest:
+            diff.append("the text's contents changed since the run began")
+        tokenizer = tk.load(run.tokenizer)
+        model = {**model_cfg.to_dict(), "vocab_size": tokenizer.vocab_size}
+        if saved.get("model"):
+            diff += config_differences(saved["model"], model)
+        if diff:
+            raise RunError(
+                f"resume: this run differs from the one in {run.path} ("
+                + "; ".join(diff)
+                + "); resume with the run's own settings, or start a new run in another "
+                "--out-dir"
+            )
+        return tokenizer
 
     # ------------------------------------------------------------------ checkpoints
     @property
     def checkpoint_path(self) -> Path:
-        return self.out / "ckpt.safetensors"
+        return self.run_folder.ckpt
 
-    def save(self) -> None:
-        """Write model, optimizer, iteration and random states atomically."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save(self.out / "tokenizer.json")
-        nn.serialization.save_checkpoint(
-            self.checkpoint_path,
-            self.model,
-            self.optimizer,
+    def _extra(self) -> dict:
+        return dict(
             iter=self.iter,
             model_config=self.model_cfg.to_dict(),
             rng_state=self.rng.bit_generator.state,
             tl_rng_state=tl.backend.generator(self.cfg.device).bit_generator.state,
             history=self.history,
+            log_tail=self.pending,
+            best_val=self.best_val,
         )
 
+    def save(self) -> None:
+        """Write the checkpoint (and, on a new best validation loss, the best one), then the
+        log records since the last save. Each file is written atomically."""
+        run = self.run_folder
+        if not run.tokenizer.exists():
+            self.tokenizer.save(run.tokenizer)
+        val = self.history[-1]["val_loss"] if self.history else math.inf
+        if self.history and self.history[-1]["iter"] == self.iter and val < self.best_val:
+            self.best_val = val
+            nn.serialization.save_checkpoint(run.best, self.model, None, **self._extra())
+        nn.serialization.save_checkpoint(run.ckpt, self.model, self.optimizer, **self._extra())
+        run.append_log(self.pending)
+        self.pending = []
+
     def load(self) -> None:
-        """Restore everything :meth:`save` wrote (the configs must match)."""
-        extra = nn.serialization.load_checkpoint(self.checkpoint_path, self.model, self.optimizer)
+        """Restore everything :meth:`save` wrote (the model config must match), and make the
+        log agree with the checkpoint."""
+        path = self.checkpoint_path
+        extra = nn.serialization.load_checkpoint(path, model=None)
         if extra.get("model_config") != self.model_cfg.to_dict():
-            raise ValueError(
-                f"checkpoint {self.checkpoint_path} was written for a different model config:\n"
-                f"  checkpoint: {extra.get('model_config')}\n  this run:   "
-                f"{self.model_cfg.to_dict()}"
-            )
-        self.iter = int(extra["iter"])
-        self.rng.bit_generator.state = extra["rng_state"]
-        tl.backend.generator(self.cfg.device).bit_generator.state = extra["tl_rng_state"]
-        self.history = list(extra.get("history", []))
+            diff = config_differences(extra.get("model_config") or {}, self.model_cfg.to_dict())
+            raise RunError(f"{path} was written for a different model config ({'; '.join(diff)})")
+        nn.serialization.load_checkpoint(path, self.model, self.optimizer)
+        try:
+            self.iter = int(extra["iter"])
+            self.rng.bit_generator.state = extra["rng_state"]
+            tl.backend.generator(self.cfg.device).bit_generator.state = extra["tl_rng_state"]
+            self.history = list(extra.get("history", []))
+            tail = list(extra.get("log_tail", []))
+            self.best_val = float(extra.get("best_val", math.inf))
+        except (KeyError, TypeError, ValueError) as err:
+            raise nn.serialization.SerializationError(
+                f"{path}: damaged checkpoint metadata ({type(err).__name__}: {err})"
+            ) from err
+        # The log holds every record up to the previous save; the checkpoint holds the
+        # records since then. Records past the checkpoint (from a run killed later) go.
+        since = tail[0]["iter"] if tail else self.iter + 1
+        kept = [r for r in self.run_folder.read_log() if r.get("iter", math.inf) < since]
+        self.run_folder.rewrite_log(kept + tail)
 
     # ------------------------------------------------------------------ the loop
     def step(self) -> float:
-        """One optimization step on a fresh random batch; returns the loss."""
+        """One optimization step on a fresh random batch; returns the loss.
+
+        The batch is ``grad_accum_steps × batch_size`` windows, run as that many micro-batches
+        whose gradients add up (each loss scaled by 1/K): the same gradient as one big batch,
+        up to float rounding."""
         cfg = self.cfg
         lr = learning_rate(self.iter, cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = get_batch(self.splits["train"], self.model_cfg.block_size, cfg.batch_size, self.rng)
-        x, y = tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
+        k = cfg.grad_accum_steps
+        x, y = get_batch(
+            self.splits["train"], self.model_cfg.block_size, k * cfg.batch_size, self.rng
+        )
         model = self.parallel or self.model
         self.optimizer.zero_grad()
-        _, loss = model(x, y)
-        loss.backward()
-        if cfg.grad_clip > 0:
-            nn.optim.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        total = 0.0
+        for xk, yk in zip(np.split(x, k), np.split(y, k)):
+            _, loss = model(tl.tensor(xk, device=cfg.device), tl.tensor(yk, device=cfg.device))
+            (loss if k == 1 else loss * (1.0 / k)).backward()
+            total += loss.item() / k
+        clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        grad_norm = nn.optim.clip_grad_norm_(self.model.parameters(), clip)
+        if not (math.isfinite(total) and math.isfinite(grad_norm)):
+            raise self._diverged(
+                "training loss" if not math.isfinite(total) else "gradient norm",
+                total if not math.isfinite(total) else grad_norm,
+            )
         self.optimizer.step()
         self.iter += 1
-        return loss.item()
+        self.pending.append(
+            {"iter": self.iter, "loss": total, "lr": lr, "grad_norm": float(grad_norm)}
+        )
+        return total
+
+    def _diverged(self, what: str, value: float) -> Diverged:
+        kept = (
+            f"the checkpoint {self.checkpoint_path} is kept"
+            if self.checkpoint_path.exists()
+            else "no checkpoint was written"
+        )
+        return Diverged(
+            f"training diverged: the {what} is {value} at iteration {self.iter + 1}; {kept}; "
+            f"try a lower --learning-rate (now {self.cfg.learning_rate:g}), "
+            f"--grad-clip (now {self.cfg.grad_clip:g}) or more --warmup-iters "
+            f"(now {self.cfg.warmup_iters})"
+        )
+
+    def evaluate(self) -> dict:
+        """Estimate both splits' losses at this iteration; the record joins the history."""
+        model = self.parallel or self.model
+        losses = estimate_loss(model, self.splits, self.cfg, self.model_cfg.block_size, self.iter)
+        for name in ("train", "val"):
+            if not math.isfinite(losses[name]):
+                raise self._diverged(f"{name} loss", losses[name])
+        record = {"iter": self.iter, "train_loss": losses["train"], "val_loss": losses["val"]}
+        self.history.append(record)
+        self.pending.append(record)
+        return record
 
     def run(self, max_iters: int | None = None) -> list[dict]:
+        """Train to ``max_iters`` (default ``cfg.max_iters``); returns the evaluation records.
+
+        Raises :class:`Diverged` on a non-finite loss (nothing saved) and :class:`Interrupted`
+        after Ctrl-C or SIGTERM (a checkpoint saved first)."""
         cfg = self.cfg
         stop = cfg.max_iters if max_iters is None else max_iters
-        if cfg.resume and self.checkpoint_path.exists():
+        self.run_folder.prepare(overwrite=cfg.overwrite and not cfg.resume)
+        if cfg.resume:
             self.load()
-        log = self.out / "log.jsonl"
-        self.out.mkdir(parents=True, exist_ok=True)
-        tokens_per_iter = cfg.batch_size * self.model_cfg.block_size
+            if cfg.progress:
+                print(
+                    f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr
+                )
+        self.run_folder.write_config(
+            {
+                "model": self.model_cfg.to_dict(),
+                "train": asdict(cfg),
+                "text_digest": self.text_digest,
+            }
+        )
         # With the batch split over threads, the pieces share the cores with BLAS: on two cores
         # each piece's matrix products get one BLAS thread (see docs/data_parallel.md).
         if self.threads > 1:
             share = blas_threads(nn.data_parallel.blas_threads_per_piece(self.threads))
         else:
             share = contextlib.nullcontext()
-        with share:
-            self._loop(stop, log, tokens_per_iter)
+        with share, self._signals_stop_after_the_step():
+            self._loop(stop)
         return self.history
 
-    def _loop(self, stop: int, log: Path, tokens_per_iter: int) -> None:
+    @contextlib.contextmanager
+    def _signals_stop_after_the_step(self):
+        """While training, Ctrl-C and SIGTERM ask the loop to stop after the current step (a
+        second Ctrl-C stops at once). Signals can only be caught on the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def ask_to_stop(signum, frame):
+            if self._stop is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._stop = signal.Signals(signum).name
+
+        old = {s: signal.signal(s, ask_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    def _loop(self, stop: int) -> None:
         cfg = self.cfg
-        t0, last = time.perf_counter(), self.iter
+        progress = Progress(self, stop) if cfg.progress else None
+        if self.iter == 0 and not self.history:
+            self.evaluate()
         while self.iter < stop:
             loss = self.step()
-            it = self.iter
-            if cfg.progress and (it % cfg.log_interval == 0 or it == stop):
-                dt = time.perf_counter() - t0
-                tps = tokens_per_iter * (it - last) / max(dt, 1e-9)
-                lr = learning_rate(it - 1, cfg)
-                print(
-                    f"{_CR}iter {it:>5}/{stop}  loss {loss:.4f}  lr {lr:.2e}  {tps:,.0f} tok/s",
-                    end=_END,
-                    file=sys.stderr,
-                    flush=True,
-                )
-                t0, last = time.perf_counter(), it
-            if it % cfg.eval_interval == 0 or it == stop:
-                model = self.parallel or self.model
-                losses = estimate_loss(model, self.splits, cfg, self.model_cfg.block_size, it)
-                record = {
-                    "iter": it,
-                    "train_loss": losses["train"],
-                    "val_loss": losses["val"],
-                    "lr": learning_rate(it - 1, cfg),
-                }
-                self.history.append(record)
-                with open(log, "a") as f:
-                    f.write(json.dumps(record) + "\n")
-                if cfg.progress:
-                    print(
-                        f"{_CR}iter {it:>5}: train {losses['train']:.4f}, val "
-                        f"{losses['val']:.4f}" + " " * (30 if _CR else 0),
-                        file=sys.stderr,
-                    )
+            if progress:
+                progress.step(loss)
+            if self.iter % cfg.eval_interval == 0 or self.iter == stop:
+                record = self.evaluate()
+                if progress:
+                    progress.eval(record)
                 self.save()
+            if self._stop is not None:
+                if self.pending:
+                    self.save()
+                if progress:
+                    progress.close()
+                raise Interrupted(
+                    f"{self._stop} at iteration {self.iter}: saved {self.checkpoint_path}; "
+                    "continue with --resume"
+                )
+        if progress:
+            progress.close()
 
     def sample(
         self,
@@ -263,6 +463,7 @@ class Trainer:
         max_new_tokens: int | None = None,
         temperature: float = 0.8,
         top_k: int | None = 40,
+        seed: int | None = None,
     ) -> str:
         """Generated text; without a prompt it starts from the training text's first token."""
         from gpt.generate import generate
@@ -271,16 +472,73 @@ class Trainer:
         out = generate(
             self.model,
             ids,
-            max_new_tokens or self.cfg.sample_tokens,
+            self.cfg.sample_tokens if max_new_tokens is None else max_new_tokens,
             temperature=temperature,
             top_k=top_k,
-            seed=self.cfg.seed,
+            seed=self.cfg.seed if seed is None else seed,
         )
         return self.tokenizer.decode(out)
 
 
-def plot_history(history: list[dict], path: str | os.PathLike) -> bool:
-    """Save a PNG loss curve if matplotlib is installed; returns whether it did."""
+class Progress:
+    """Training progress on stderr: a tqdm bar (loss, learning rate, tokens/s, ETA) on a
+    terminal; elsewhere (a log file, CI) a plain line every ``log_interval`` iterations."""
+
+    def __init__(self, trainer: Trainer, stop: int):
+        from tqdm import tqdm
+
+        self.t, self.stop = trainer, stop
+        self.tokens = trainer.cfg.batch_size * trainer.cfg.grad_accum_steps
+        self.tokens *= trainer.model_cfg.block_size
+        self.bar = None
+        if sys.stderr.isatty():
+            self.bar = tqdm(
+                total=stop, initial=trainer.iter, unit="it", file=sys.stderr, dynamic_ncols=True
+            )
+        self.t0, self.last = time.perf_counter(), trainer.iter
+
+    def step(self, loss: float) -> None:
+        it, cfg = self.t.iter, self.t.cfg
+        if self.bar is not None:
+            self.bar.update(1)
+        if it % cfg.log_interval and it != self.stop:
+            return
+        dt = time.perf_counter() - self.t0
+        tps = self.tokens * (it - self.last) / max(dt, 1e-9)
+        lr = self.t.pending[-1]["lr"]
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {loss:.4f}  lr {lr:.2e}  {tps:,.0f} tok/s")
+        else:
+            eta = (self.stop - it) * dt / max(it - self.last, 1)
+            print(
+                f"iter {it:>6}/{self.stop}  loss {loss:.4f}  lr {lr:.2e}  "
+                f"{tps:,.0f} tok/s  eta {eta:,.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.t0, self.last = time.perf_counter(), it
+
+    def eval(self, record: dict) -> None:
+        line = (
+            f"iter {record['iter']:>6}: train loss {record['train_loss']:.4f}, "
+            f"val loss {record['val_loss']:.4f}"
+        )
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def plot_history(records: list[dict], path: str | os.PathLike) -> bool:
+    """Save a PNG loss curve if matplotlib is installed; returns whether it did.
+
+    ``records`` is the run's log (``log.jsonl``): the training loss of every step is drawn
+    faintly, with an exponential moving average over it (span about 1/50 of the run, so the
+    curve reads the same for 10 iterations or 100k), and the evaluations on top as points."""
     try:
         import matplotlib
 
@@ -288,12 +546,27 @@ def plot_history(history: list[dict], path: str | os.PathLike) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    its = [h["iter"] for h in history]
-    ax.plot(its, [h["train_loss"] for h in history], label="train")
-    ax.plot(its, [h["val_loss"] for h in history], label="val")
+    steps = [r for r in records if "loss" in r]
+    evals = [r for r in records if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if steps:
+        its = np.array([r["iter"] for r in steps])
+        loss = np.array([r["loss"] for r in steps])
+        ax.plot(its, loss, color="C0", alpha=0.25, lw=0.8)
+        smooth, alpha = np.empty_like(loss), 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
+        smooth[0] = loss[0]
+        for i in range(1, len(loss)):
+            smooth[i] = smooth[i - 1] + alpha * (loss[i] - smooth[i - 1])
+        ax.plot(its, smooth, color="C0", label="train (each step, smoothed)")
+    if evals:
+        its = [r["iter"] for r in evals]
+        ax.plot(
+            its, [r["train_loss"] for r in evals], "o", color="C0", ms=4, label="train (evaluated)"
+        )
+        ax.plot(its, [r["val_loss"] for r in evals], "s-", color="C1", ms=4, label="val")
     ax.set_xlabel("iteration")
     ax.set_ylabel("cross-entropy (nats/token)")
+    ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -302,4 +575,5 @@ def plot_history(history: list[dict], path: str | os.PathLike) -> bool:
 
 
 def config_summary(model_cfg: GPTConfig, cfg: TrainConfig) -> str:
-    return json.dumps({"model": model_cfg.to_dict(), "train": asdict(cfg)}, indent=1)
+    """The resolved configs, one JSON line each (printed when a run starts)."""
+    return f"model: {json.dumps(model_cfg.to_dict())}\ntrain: {json.dumps(asdict(cfg))}"

@@ -1,0 +1,152 @@
+"""A training run's folder: what it holds, and the rules that keep a trained run from being lost.
+
+::
+
+    out/
+      ckpt.safetensors   the newest checkpoint: model, optimizer, iteration, random states
+      best.safetensors   the model with the lowest validation loss so far (weights only)
+      tokenizer.json     the tokenizer the run was trained with
+      config.json        the resolved model and training configs
+      log.jsonl          one JSON record per training step and per evaluation
+      loss.png           the loss curve (when matplotlib is installed)
+
+The rules (:meth:`RunFolder.claim`): a folder that holds a run is written into only to resume
+that run or when the user asked to overwrite it; resuming needs a checkpoint. Every file is
+written atomically (a temporary file renamed over the target), so a crash leaves the old file or
+the new one; the temporary files a crash leaves behind are removed when the next run starts.
+
+``gpt.load("out")`` gives back the model and tokenizer of a finished run in one call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nn.serialization import _atomic_write
+
+
+class RunError(ValueError):
+    """The run folder cannot be used as asked (the message says what to do instead)."""
+
+
+RUN_FILES = (
+    "ckpt.safetensors",
+    "best.safetensors",
+    "tokenizer.json",
+    "config.json",
+    "log.jsonl",
+    "loss.png",
+)
+
+
+class RunFolder:
+    """The files of one training run (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    ckpt = property(lambda self: self.path / "ckpt.safetensors")
+    best = property(lambda self: self.path / "best.safetensors")
+    tokenizer = property(lambda self: self.path / "tokenizer.json")
+    config = property(lambda self: self.path / "config.json")
+    log = property(lambda self: self.path / "log.jsonl")
+    plot = property(lambda self: self.path / "loss.png")
+
+    def holds_run(self) -> bool:
+        return any((self.path / name).exists() for name in RUN_FILES)
+
+    def claim(self, resume: bool, overwrite: bool) -> None:
+        """Refuse a folder this run must not write into (before any work is done)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunError(f"out_dir={str(self.path)!r} is a file, not a folder")
+        if resume and overwrite:
+            raise RunError("resume and overwrite exclude each other: choose one")
+        if resume and not self.ckpt.exists():
+            raise RunError(
+                f"resume: there is no checkpoint {self.ckpt} to resume from; start the run "
+                "without resume"
+            )
+        if not resume and not overwrite and self.holds_run():
+            raise RunError(
+                f"{self.path} holds a training run ({self._describe()}); continue it with "
+                "--resume, replace it with --overwrite, or choose another --out-dir"
+            )
+
+    def _describe(self) -> str:
+        records = [r for r in self.read_log() if "val_loss" in r]
+        if records:
+            return f"evaluated up to iteration {records[-1]['iter']}"
+        return ", ".join(n for n in RUN_FILES if (self.path / n).exists())
+
+    def prepare(self, overwrite: bool) -> None:
+        """Make the folder, remove a crash's temporary files, and the old run if asked."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        for stale in self.stale_temp_files():
+            stale.unlink()
+        if overwrite:
+            for name in RUN_FILES:
+                (self.path / name).unlink(missing_ok=True)
+
+    def stale_temp_files(self) -> list[Path]:
+        """Temporary files of an atomic write that never finished (``name.*.tmp`` or
+        ``.name.*.tmp`` for one of the run's files)."""
+        return [
+            p
+            for p in self.path.glob("*.tmp")
+            if any(p.name.lstrip(".").startswith(name + ".") for name in RUN_FILES)
+        ]
+
+    # ------------------------------------------------------------------ config and log
+    def write_config(self, config: dict) -> None:
+        text = json.dumps(config, indent=1) + "\n"
+        _atomic_write(self.config, lambda f: f.write(text.encode()))
+
+    def read_config(self) -> dict:
+        try:
+            return json.loads(self.config.read_text())
+        except (OSError, ValueError) as err:
+            raise RunError(f"{self.config}: cannot read the run's config ({err})") from err
+
+    def read_log(self) -> list[dict]:
+        """The log's records; a last line torn by a crash is dropped."""
+        if not self.log.exists():
+            return []
+        records = []
+        for line in self.log.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break
+        return records
+
+    def append_log(self, records: list[dict]) -> None:
+        with open(self.log, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+
+    def rewrite_log(self, records: list[dict]) -> None:
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        _atomic_write(self.log, lambda f: f.write(text.encode()))
+
+
+def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):
+    """A trained run's model and tokenizer: ``model, tokenizer = gpt.load("out")``.
+
+    ``which`` is ``"ckpt"`` (the newest checkpoint) or ``"best"`` (lowest validation loss).
+    The model is in eval mode, ready for :func:`gpt.generate`."""
+    import gpt.tokenizers as tk
+    from gpt.config import GPTConfig
+    from gpt.model import GPT
+    from nn.serialization import load_checkpoint
+
+    run = RunFolder(path)
+    if which not in ("ckpt", "best"):
+        raise RunError(f"which={which!r}: must be 'ckpt' or 'best'")
+    file = run.ckpt if which == "ckpt" else run.best
+    if not file.exists():
+        raise RunError(f"{file} does not exist: is {run.path} a training run's folder?")
+    meta = load_checkpoint(file, model=None)
+    model = GPT(GPTConfig.from_dict(meta["model_config"]))
+    load_checkpoint(file, model)
+    return model.to(device).eval(), tk.load(run.tokenizer)
