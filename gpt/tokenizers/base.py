@@ -40,6 +40,18 @@ class TokenizerFileError(TokenizerError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class PatternTimeoutError(TokenizerError):
+    """A regex pattern from a tokenizer file (or given by the caller) ran past its time limit
+    (see ``pretokenize.find_spans``)."""
+
+    def __init__(self, pattern: str, n_chars: int, limit: float):
+        self.pattern, self.n_chars, self.limit = pattern, n_chars, limit
+        super().__init__(
+            f"pattern {pattern!r} ran past its time limit of {limit:.2f} s on {n_chars} "
+            "characters (catastrophic backtracking?); fix the pattern or do not use this file"
+        )
+
+
 @contextmanager
 def file_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
     """Turn the errors of building a tokenizer from a file's parsed contents (a rejected value,
@@ -158,6 +170,8 @@ class Tokenizer:
     """Base class. Subclasses fill ``self.special`` (token -> id) and implement the hooks."""
 
     kind: ClassVar[str] = "base"
+    #: the file this tokenizer was loaded from (set by ``files.load``), named in its errors
+    source: str | None = None
     #: the token that stands for text the vocabulary cannot cover, or None if there is none
     unk_token: str | None = None
 
@@ -251,11 +265,14 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
         ids: list[int] = []
-        for chunk, special, first in self.split_special(text, allowed_special):
-            if special:
-                ids.append(self.special[chunk])
-            else:
-                ids.extend(self._encode_ordinary(chunk, first))
+        try:
+            for chunk, special, first in self.split_special(text, allowed_special):
+                if special:
+                    ids.append(self.special[chunk])
+                else:
+                    ids.extend(self._encode_ordinary(chunk, first))
+        except PatternTimeoutError as e:
+            raise TokenizerError(f"{self.source or type(self).__name__}: {e}") from None
         return ids
 
     def split_special(

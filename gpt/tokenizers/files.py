@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
 from .char import CharTokenizer
+from .fields import entries, get, items, pair, show
 from .hf_format import from_hf_json, load_gpt2, printable_vocab, to_hf_json
 from .pretokenize import text_to_bytes
 from .unigram import Unigram
@@ -103,52 +105,75 @@ def to_json(tok: Tokenizer) -> dict[str, Any]:
 
 
 def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tokenizer:
-    """Rebuild a tokenizer from our format; any problem becomes a TokenizerFileError."""
+    """Rebuild a tokenizer from our format; any problem becomes a TokenizerFileError naming the
+    file and the field (types are checked by ``fields.get``, never coerced)."""
     version = data.get("version")
     if version != VERSION:
-        raise TokenizerFileError(path, f"unsupported {FORMAT} version {version!r}")
+        raise TokenizerFileError(path, f"unsupported {FORMAT} version {show(version)}")
     kind = data.get("kind")
     with file_errors(path, f"{kind} tokenizer"):
         if kind == "char":
-            return CharTokenizer(data["chars"], data["special_tokens"], data["unknown"])
+            return CharTokenizer(
+                list(entries(get(data, "chars", "list", path), "str", path, "chars")),
+                _strings(data, "special_tokens", path),
+                get(data, "unknown", "str", path),
+            )
         if kind == "byte_bpe":
-            vocab = {_int(i): text_to_bytes(t) for t, i in data["vocab"].items()}
-            specials = {t: _int(i) for t, i in data["special_tokens"].items()}
-            merges = [(_int(a), _int(b)) for a, b in data["merges"]]
+            vocab = {}
+            for t, i in items(get(data, "vocab", "object", path), "int", path, "vocab"):
+                try:
+                    vocab[i] = text_to_bytes(t)
+                except KeyError:
+                    raise TokenizerFileError(
+                        path, f"field vocab[{show(t, 30)}] is not in GPT-2's byte alphabet"
+                    ) from None
+            specials = dict(
+                items(get(data, "special_tokens", "object", path), "int", path, "special_tokens")
+            )
+            merges = [
+                pair(m, "int,int", path, f"merges[{k}]")
+                for k, m in enumerate(get(data, "merges", "list", path))
+            ]
             return ByteBPE(
                 vocab,
                 merges,
                 specials,
-                data["pattern"],
-                bool(data["add_prefix_space"]),
-                bool(data["ignore_merges"]),
+                get(data, "pattern", "str", path),
+                get(data, "add_prefix_space", "bool", path),
+                get(data, "ignore_merges", "bool", path),
             )
         if kind == "wordpiece":
+            norm = get(data, "normalizer", "object", path)
             return WordPiece(
-                data["vocab"],
-                data["special_tokens"],
-                data["unk_token"],
-                data["prefix"],
-                _int(data["max_word_chars"]),
-                **data["normalizer"],
+                _strings(data, "vocab", path),
+                _strings(data, "special_tokens", path),
+                get(data, "unk_token", "str", path),
+                get(data, "prefix", "str", path),
+                get(data, "max_word_chars", "int", path),
+                clean_text=get(norm, "clean_text", "bool", path, "normalizer"),
+                handle_chinese_chars=get(norm, "handle_chinese_chars", "bool", path, "normalizer"),
+                strip_accents=get(norm, "strip_accents", "bool|null", path, "normalizer"),
+                lowercase=get(norm, "lowercase", "bool", path, "normalizer"),
             )
         if kind == "unigram":
             return Unigram(
-                [(t, float(s)) for t, s in data["pieces"]],
-                data["special_tokens"],
-                data["unk_token"],
-                data["pattern"],
-                data["prepend_scheme"],
-                data["replacement"],
-                bool(data["fuse_unk"]),
+                [
+                    pair(p, "str,number", path, f"pieces[{k}]")
+                    for k, p in enumerate(get(data, "pieces", "list", path))
+                ],
+                _strings(data, "special_tokens", path),
+                get(data, "unk_token", "str", path),
+                get(data, "pattern", "str", path),
+                get(data, "prepend_scheme", "str", path),
+                get(data, "replacement", "str", path),
+                get(data, "fuse_unk", "bool", path),
             )
-    raise TokenizerFileError(path, f"unknown tokenizer kind {kind!r}")
+    raise TokenizerFileError(path, f"unknown tokenizer kind {show(kind)}")
 
 
-def _int(x: Any) -> int:
-    if isinstance(x, bool) or not isinstance(x, int):
-        raise ValueError(f"expected an integer, got {x!r}")
-    return x
+def _strings(data: dict[str, Any], name: str, path: str | os.PathLike) -> list[str]:
+    """A field holding a list of strings."""
+    return list(entries(get(data, name, "list", path), "str", path, name))
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -162,8 +187,18 @@ def read_json(path: str | os.PathLike) -> Any:
         raise TokenizerFileError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise TokenizerFileError(path, f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise TokenizerFileError(
+            path, f"JSON nested too deeply (more than {sys.getrecursionlimit()} levels)"
+        ) from None
     except OSError as e:
         raise TokenizerFileError(path, f"cannot be read: {e.strerror or e}") from None
+
+
+def _from(path: str | os.PathLike, tok: Tokenizer) -> Tokenizer:
+    """Remember which file a tokenizer came from, so its errors can name it."""
+    tok.source = os.fspath(path)
+    return tok
 
 
 def load(path: str | os.PathLike) -> Tokenizer:
@@ -173,19 +208,19 @@ def load(path: str | os.PathLike) -> Tokenizer:
         if (path / "tokenizer.json").exists():
             return load(path / "tokenizer.json")
         if (path / "vocab.json").exists() and (path / "merges.txt").exists():
-            return load_gpt2(path / "vocab.json", path / "merges.txt")
+            return _from(path, load_gpt2(path / "vocab.json", path / "merges.txt"))
         raise TokenizerFileError(path, "folder has no tokenizer.json nor vocab.json + merges.txt")
     data = read_json(path)
     if not isinstance(data, dict):
         raise TokenizerFileError(path, f"expected a JSON object, found {type(data).__name__}")
     if data.get("format") == FORMAT:
-        return from_json(data, path)
+        return _from(path, from_json(data, path))
     if "model" in data:
-        return from_hf_json(data, path)
+        return _from(path, from_hf_json(data, path))
     if data and all(isinstance(v, int) for v in data.values()):
         merges = path.with_name("merges.txt")
         if merges.exists():
-            return load_gpt2(path, merges)
+            return _from(path, load_gpt2(path, merges))
         raise TokenizerFileError(path, "looks like a GPT-2 vocab.json, but merges.txt is missing")
     raise TokenizerFileError(
         path, "not a tokenizer file (neither tensorlab, Hugging Face nor GPT-2 format)"

@@ -27,6 +27,7 @@ from typing import Any
 
 from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
+from .fields import check, get, items, pair
 from .pretokenize import (
     GPT2_PATTERN,
     METASPACE,
@@ -47,7 +48,7 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
         raise TokenizerFileError(path, "'model' must be a JSON object")
     kind = model.get("type") or _guess_model_type(model)
     with file_errors(path, f"{kind} model"):
-        added = _added_tokens(data.get("added_tokens") or [])
+        added = _added_tokens(data, path)
         if kind == "BPE":
             return _read_bpe(data, model, added, path)
         if kind == "WordPiece":
@@ -77,11 +78,29 @@ def _guess_model_type(model: dict) -> str | None:
     return None
 
 
-def _added_tokens(entries: list) -> dict[str, int]:
+def _added_tokens(data: dict, path) -> dict[str, int]:
+    """The file's added tokens: content -> id."""
     added = {}
-    for e in entries:
-        added[e["content"]] = e["id"]
+    for k, e in enumerate(get(data, "added_tokens", "list", path, default=[])):
+        where = f"added_tokens[{k}]"
+        check(e, "object", path, where)
+        added[get(e, "content", "str", path, where)] = get(e, "id", "int", path, where)
     return added
+
+
+def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:
+    """A merge as a file stores it: "a b" (older files) or ["a", "b"]."""
+    if isinstance(m, str):
+        parts = m.split(" ")
+        if len(parts) != 2:
+            raise TokenizerFileError(path, f'field {where} must be two tokens "a b", got {m!r}')
+        return parts[0], parts[1]
+    return pair(m, "str,str", path, where)
+
+
+def _model_vocab(model: dict, path) -> dict[str, int]:
+    """``model.vocab`` as token -> id, every id checked to be an integer."""
+    return dict(items(get(model, "vocab", "object", path, "model"), "int", path, "model.vocab"))
 
 
 def _with_unk(added: dict[str, int], unk: str) -> list[str]:
@@ -141,12 +160,12 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
             path,
             f"BPE: only a ByteLevel pre-tokenizer is supported, found {pre.get('type')!r}",
         )
-        pattern, prefix_space = GPT2_PATTERN, bool(pre.get("add_prefix_space", False))
+        pattern = GPT2_PATTERN
+        prefix_space = get(pre, "add_prefix_space", "bool", path, "pre_tokenizer", False)
     for field in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
         _require(not model.get(field), path, f"BPE: {field}={model.get(field)!r} not supported")
     _require(not model.get("byte_fallback"), path, "BPE: byte_fallback is not supported")
-    vocab_t2i = model["vocab"]
-    _require(isinstance(vocab_t2i, dict), path, "BPE: 'vocab' must map tokens to ids")
+    vocab_t2i = _model_vocab(model, path)
     itos = _ids_to_list(vocab_t2i, added, path)
     vocab: dict[int, bytes] = {}
     for i, t in enumerate(itos):
@@ -159,8 +178,8 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
                 path, f"BPE token {t!r} is not in the byte-level alphabet (not a byte-level BPE?)"
             ) from None
     merges = []
-    for k, m in enumerate(model["merges"]):
-        a, b = m.split(" ") if isinstance(m, str) else m
+    for k, m in enumerate(get(model, "merges", "list", path, "model")):
+        a, b = merge_pair_of(m, path, f"model.merges[{k}]")
         if a not in vocab_t2i or b not in vocab_t2i:
             raise TokenizerFileError(path, f"merge {k} ({a!r}, {b!r}) uses unknown tokens")
         merges.append((vocab_t2i[a], vocab_t2i[b]))
@@ -170,7 +189,7 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
         {t: added[t] for t in added},
         pattern,
         add_prefix_space=prefix_space,
-        ignore_merges=bool(model.get("ignore_merges", False)),
+        ignore_merges=get(model, "ignore_merges", "bool", path, "model", False),
     )
 
 
@@ -187,10 +206,12 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
             f"WordPiece: only BertNormalizer is supported, found {norm.get('type')!r}",
         )
         options = dict(
-            clean_text=bool(norm.get("clean_text", True)),
-            handle_chinese_chars=bool(norm.get("handle_chinese_chars", True)),
-            strip_accents=norm.get("strip_accents"),
-            lowercase=bool(norm.get("lowercase", True)),
+            clean_text=get(norm, "clean_text", "bool", path, "normalizer", True),
+            handle_chinese_chars=get(
+                norm, "handle_chinese_chars", "bool", path, "normalizer", True
+            ),
+            strip_accents=get(norm, "strip_accents", "bool|null", path, "normalizer", None),
+            lowercase=get(norm, "lowercase", "bool", path, "normalizer", True),
         )
     pre = data.get("pre_tokenizer") or {}
     _require(
@@ -198,14 +219,15 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
         path,
         f"WordPiece: only BertPreTokenizer is supported, found {pre.get('type')!r}",
     )
-    itos = _ids_to_list(model["vocab"], added, path)
-    unk = model.get("unk_token", "[UNK]")
+    vocab = _model_vocab(model, path)
+    itos = _ids_to_list(vocab, added, path)
+    unk = get(model, "unk_token", "str", path, "model", "[UNK]")
     return WordPiece(
         itos,
         _with_unk(added, unk),
         unk,
-        model.get("continuing_subword_prefix", "##"),
-        int(model.get("max_input_chars_per_word", 100)),
+        get(model, "continuing_subword_prefix", "str", path, "model", "##"),
+        get(model, "max_input_chars_per_word", "int", path, "model", 100),
         **options,
     )
 
@@ -221,11 +243,12 @@ def _read_unigram(data, model, added, path) -> Unigram:
         path,
         f"Unigram: expected a Metaspace pre-tokenizer, found {meta.get('type')!r}",
     )
-    replacement = meta.get("replacement", METASPACE)
+    replacement = get(meta, "replacement", "str", path, "pre_tokenizer", METASPACE)
     if "prepend_scheme" in meta:
-        scheme = meta["prepend_scheme"]
+        scheme = get(meta, "prepend_scheme", "str", path, "pre_tokenizer")
     else:  # files from before tokenizers 0.19
-        scheme = "always" if meta.get("add_prefix_space", True) else "never"
+        prefix = get(meta, "add_prefix_space", "bool", path, "pre_tokenizer", True)
+        scheme = "always" if prefix else "never"
     if len(steps) == 1:
         _require(meta.get("split", True), path, "Unigram: Metaspace(split=False) alone")
         pattern = METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement)
@@ -234,7 +257,10 @@ def _read_unigram(data, model, added, path) -> Unigram:
         ok = len(steps) == 2 and not meta.get("split", True) and _is_split_step(split)
         _require(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
         pattern = split["pattern"]["Regex"]
-    pieces = [(t, float(s)) for t, s in model["vocab"]]
+    pieces = [
+        pair(p, "str,number", path, f"model.vocab[{k}]")
+        for k, p in enumerate(get(model, "vocab", "list", path, "model"))
+    ]
     itos = _ids_to_list({t: i for i, (t, _) in enumerate(pieces)}, added, path)
     _require(len(itos) == len(pieces), path, "Unigram: added tokens outside the model vocab")
     unk_id = model.get("unk_id")

@@ -21,6 +21,8 @@ from functools import lru_cache
 
 import regex
 
+from .base import PatternTimeoutError, TokenizerError
+
 #: GPT-2's pre-tokenizer pattern (the default for ByteBPE).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -42,8 +44,6 @@ METASPACE_SPLIT_PATTERN = rf"{METASPACE}?[^{METASPACE}]+|{METASPACE}"
 @lru_cache(maxsize=64)
 def compile_pattern(pattern: str) -> regex.Pattern:
     """Compile (and cache) a pre-tokenizer pattern, with a clear error if it is invalid."""
-    from .base import TokenizerError
-
     try:
         return regex.compile(pattern)
     except regex.error as e:
@@ -55,8 +55,40 @@ def pretokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
     return splitter(pattern)(text)
 
 
-#: patterns known to match every character, for which a plain ``findall`` loses nothing
-_COVERING = (GPT2_PATTERN, UNIGRAM_PATTERN, METASPACE_SPLIT_PATTERN)
+#: Patterns this package ships. They match every character (so a plain ``findall`` loses
+#: nothing) and were written to run in time linear in the text, so they run without a limit.
+SHIPPED = (GPT2_PATTERN, UNIGRAM_PATTERN, METASPACE_SPLIT_PATTERN)
+
+# ----- time limits for patterns from elsewhere -------------------------------------------------
+#
+# A pattern read from a file can backtrack catastrophically: ``(a|a)+$`` takes about 40 s on 28
+# characters and twice as long with each one more. So every pattern that is not in SHIPPED runs
+# under the ``regex`` module's ``timeout``: each search may take at most
+# PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text) seconds. Normal patterns need well under
+# a microsecond per character, so the allowance per character is generous, and the base second
+# absorbs a busy machine. The ``regex`` module then reads the clock as it matches, which makes
+# matching about three times slower; that is why the shipped patterns are exempt.
+
+PATTERN_TIME_LIMIT = 1.0
+PATTERN_TIME_PER_CHAR = 5e-6
+
+
+def time_limit(text: str) -> float:
+    """Seconds one search of a pattern from elsewhere may take on ``text``."""
+    return PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text)
+
+
+def find_spans(pattern: str, text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each match of ``pattern`` in ``text``, under a time limit (see
+    above) unless the pattern is one of SHIPPED. Raises PatternTimeoutError."""
+    compiled = compile_pattern(pattern)
+    if pattern in SHIPPED:
+        return [m.span() for m in compiled.finditer(text)]
+    limit = time_limit(text)
+    try:
+        return [m.span() for m in compiled.finditer(text, timeout=limit)]
+    except TimeoutError:
+        raise PatternTimeoutError(pattern, len(text), limit) from None
 
 
 @lru_cache(maxsize=64)
@@ -65,20 +97,21 @@ def splitter(pattern: str) -> Callable[[str], list[str]]:
 
     Text the pattern does not match is kept as pre-tokens of its own (Hugging Face calls this
     the "isolated" split), so a custom pattern can never silently drop characters. For the
-    built-in patterns, which match everything, this is plain ``findall``.
+    built-in patterns, which match everything, this is plain ``findall``. Patterns from
+    elsewhere run under a time limit (``find_spans``).
     """
-    regex_ = compile_pattern(pattern)
-    if pattern in _COVERING:
-        return regex_.findall
+    compiled = compile_pattern(pattern)
+    if pattern in SHIPPED:
+        return compiled.findall
 
     def split(text: str) -> list[str]:
         out, pos = [], 0
-        for m in regex_.finditer(text):
-            if m.start() > pos:
-                out.append(text[pos : m.start()])
-            if m.end() > m.start():
-                out.append(m.group())
-            pos = m.end()
+        for start, end in find_spans(pattern, text):
+            if start > pos:
+                out.append(text[pos:start])
+            if end > start:
+                out.append(text[start:end])
+            pos = end
         if pos < len(text):
             out.append(text[pos:])
         return out

@@ -1,9 +1,13 @@
 """Bad input gets a clear TokenizerError, never a crash or a silent wrong answer."""
 
+import json
+import re
+import time
+
 import pytest
 
 import gpt.tokenizers as tk
-from gpt.tokenizers import TokenizerError
+from gpt.tokenizers import TokenizerError, TokenizerFileError, pretokenize
 
 TRAINABLE = [tk.ByteBPE, tk.WordPiece, tk.Unigram]
 
@@ -90,3 +94,134 @@ def test_invalid_utf8_from_byte_tokens_is_replaced_not_raised():
     tok = tk.ByteBPE.train("héllo wörld", 256)
     ids = list("é".encode())[:1] + list(b"ok") + [0xFF]
     assert tok.decode(ids) == "\ufffdok\ufffd"
+
+
+# ----- tokenizer files are data from elsewhere: safe to load (issue 12) ------------------------
+
+
+@pytest.fixture(scope="module")
+def bpe_file_data(tmp_path_factory):
+    """Our format's JSON for a small byte-level BPE, as a dict to corrupt field by field."""
+    path = tmp_path_factory.mktemp("bpe") / "bpe.json"
+    tk.ByteBPE.train("the quick brown fox jumps over the lazy dog. " * 30, 270, ["<s>"]).save(path)
+    return json.loads(path.read_text())
+
+
+def write_json(path, data):
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_catastrophic_pattern_in_a_file_stops_with_an_error_naming_file_and_pattern(
+    bpe_file_data, tmp_path, monkeypatch
+):
+    # (a|a)+$ backtracks 2**n ways on "a"*n + "b": about 40 s at n = 28 without a limit
+    monkeypatch.setattr(pretokenize, "PATTERN_TIME_LIMIT", 0.2)
+    path = write_json(tmp_path / "evil.json", bpe_file_data | {"pattern": "(a|a)+$"})
+    tok = tk.load(path)
+    assert tok.encode("aaa") == tok.encode("aaa")  # harmless input still encodes
+    start = time.monotonic()
+    with pytest.raises(TokenizerError) as info:
+        tok.encode("a" * 40 + "b")
+    assert time.monotonic() - start < 5
+    message = str(info.value)
+    assert str(path) in message and "'(a|a)+$'" in message and "time limit" in message
+    assert "\n" not in message
+
+
+def test_catastrophic_pattern_given_to_a_trainer_is_named():
+    with pytest.raises(TokenizerError, match=r"pattern '\(a\|a\)\+\$' ran past its time limit"):
+        pretokenize.PATTERN_TIME_LIMIT, old = 0.2, pretokenize.PATTERN_TIME_LIMIT
+        try:
+            tk.ByteBPE.train("a" * 40 + "b", 260, pattern="(a|a)+$")
+        finally:
+            pretokenize.PATTERN_TIME_LIMIT = old
+
+
+def test_time_limit_grows_with_the_text():
+    assert pretokenize.time_limit("") == pretokenize.PATTERN_TIME_LIMIT
+    one_mb = pretokenize.time_limit("x" * 1_000_000)
+    assert one_mb == pytest.approx(pretokenize.PATTERN_TIME_LIMIT + 1e6 * 5e-6)
+
+
+def test_custom_pattern_under_the_limit_gives_the_same_pieces_as_without():
+    pattern = r"\p{L}+|\p{N}"  # not shipped, so it runs under a time limit
+    text = "abc 123 déjà-vu 4"
+    regex = pytest.importorskip("regex")
+    plain = [m.group() for m in regex.finditer(pattern, text)]
+    assert [p for p in pretokenize.pretokenize(text, pattern) if p.strip(" -")] == plain
+    assert "".join(pretokenize.pretokenize(text, pattern)) == text
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_deeply_nested_json_is_a_file_error_not_a_recursion_error(tmp_path, depth):
+    path = tmp_path / "deep.json"
+    path.write_text('{"model": ' + "[" * depth + "]" * depth + "}", encoding="utf-8")
+    with pytest.raises(TokenizerFileError, match="nested too deeply") as info:
+        tk.load(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("add_prefix_space", "no", "field add_prefix_space must be true or false, got 'no'"),
+        ("add_prefix_space", 1, "field add_prefix_space must be true or false, got 1"),
+        ("ignore_merges", None, "field ignore_merges is missing"),
+        ("pattern", 7, "field pattern must be a string, got 7"),
+        ("vocab", [], "field vocab must be an object, got []"),
+        ("merges", {"a": 1}, "field merges must be a list, got {'a': 1}"),
+        ("merges", [[1, 2, 3]], "field merges[0] must be a list of two entries"),
+        ("merges", [["a", "b"]], "field merges[0][0] must be an integer, got 'a'"),
+        ("merges", [[1, True]], "field merges[0][1] must be an integer, got True"),
+        ("special_tokens", {"<s>": "270"}, "field special_tokens['<s>'] must be an integer"),
+    ],
+)
+def test_field_types_are_checked_in_our_format(bpe_file_data, tmp_path, field, value, message):
+    path = write_json(tmp_path / "bad.json", bpe_file_data | {field: value})
+    with pytest.raises(TokenizerFileError, match=re.escape(message)) as info:
+        tk.load(path)
+    assert str(info.value).startswith(str(path) + ": ")
+
+
+def test_vocab_entry_of_the_wrong_type_is_named(bpe_file_data, tmp_path):
+    vocab = dict(bpe_file_data["vocab"])
+    vocab["the"] = 3.5
+    path = write_json(tmp_path / "bad.json", bpe_file_data | {"vocab": vocab})
+    message = "field vocab['the'] must be an integer, got 3.5"
+    with pytest.raises(TokenizerFileError, match=re.escape(message)):
+        tk.load(path)
+
+
+HF_BPE = {
+    "added_tokens": [{"id": 2, "content": "<s>", "special": True}],
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+}
+
+
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        (
+            {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "no"}},
+            "field pre_tokenizer.add_prefix_space must be true or false, got 'no'",
+        ),
+        (
+            {"added_tokens": [{"id": "2", "content": "<s>"}]},
+            "field added_tokens[0].id must be an integer, got '2'",
+        ),
+        (
+            {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b c"]}},
+            "field model.merges[0] must be two tokens",
+        ),
+        (
+            {"model": {"type": "BPE", "vocab": {"a": 0, "b": "1"}, "merges": []}},
+            "field model.vocab['b'] must be an integer, got '1'",
+        ),
+    ],
+)
+def test_field_types_are_checked_in_hugging_face_files(tmp_path, patch, message):
+    path = write_json(tmp_path / "tokenizer.json", HF_BPE | patch)
+    with pytest.raises(TokenizerFileError, match=re.escape(message)):
+        tk.load(path)

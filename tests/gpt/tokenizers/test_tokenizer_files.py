@@ -80,7 +80,10 @@ def write(path, text):
             '{"format": "tensorlab-tokenizer", "version": 1, "kind": "magic"}',
             "unknown tokenizer kind",
         ),
-        ('{"format": "tensorlab-tokenizer", "version": 1, "kind": "char"}', "missing the field"),
+        (
+            '{"format": "tensorlab-tokenizer", "version": 1, "kind": "char"}',
+            "field chars is missing",
+        ),
         (
             '{"format": "tensorlab-tokenizer", "version": 1, "kind": "byte_bpe", "pattern": "x",'
             ' "add_prefix_space": false, "ignore_merges": false, "special_tokens": {},'
