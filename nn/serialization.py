@@ -9,7 +9,10 @@
 
   The header maps each tensor name to ``{"dtype": "F32", "shape": [...], "data_offsets":
   [begin, end]}`` (offsets into the byte buffer after the header), plus ``"__metadata__"``, a
-  ``{str: str}`` dict.
+  ``{str: str}`` dict. The ``safetensors`` package writes and checks these files, so a file
+  is valid here exactly when it is valid for every other reader (no gaps between tensors, no
+  trailing bytes); this module also refuses a name that appears twice in one header, which the
+  package would read as the last of the two. bfloat16 arrays need ``ml_dtypes``.
 - ``.npz`` (NumPy's zip of ``.npy`` files), read back with ``allow_pickle=False``.
 
 How a nested state becomes a flat file: every array is stored as a tensor named by its path,
@@ -24,12 +27,14 @@ Tuples come back as lists. A file without a tree (written by another program) lo
 
 Writes are atomic: the bytes go to a temporary file in the target's directory, which is flushed,
 fsync'ed and then renamed over the target (``os.replace``). A crash mid-write leaves the old
-file (or nothing) at the target path, never half a file. Reading a damaged file raises
-:class:`SerializationError` naming the file and what is wrong.
+file (or nothing) at the target path, never half a file; a failed write removes its temporary
+file. Reading a damaged file raises :class:`SerializationError`, one line naming the file and,
+where it can be told, the tensor or the place in the structure that is wrong.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -38,9 +43,11 @@ import struct
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
+import safetensors.numpy
+from safetensors import SafetensorError, safe_open
 
 from tensorlab import Tensor
 from tensorlab.backend import to_device
@@ -48,23 +55,10 @@ from tensorlab.backend import to_device
 TREE_KEY = "tensorlab.tree"  # metadata entry holding the structure (safetensors)
 NPZ_TREE_KEY = "__tensorlab_tree__"  # array holding the structure (npz)
 
-# safetensors dtype names <-> NumPy dtypes (always little-endian on disk)
-_DTYPES = {
-    "BOOL": np.dtype("bool"),
-    "U8": np.dtype("<u1"),
-    "I8": np.dtype("<i1"),
-    "U16": np.dtype("<u2"),
-    "I16": np.dtype("<i2"),
-    "F16": np.dtype("<f2"),
-    "U32": np.dtype("<u4"),
-    "I32": np.dtype("<i4"),
-    "F32": np.dtype("<f4"),
-    "U64": np.dtype("<u8"),
-    "I64": np.dtype("<i8"),
-    "F64": np.dtype("<f8"),
-}
-_NAMES = {dt: name for name, dt in _DTYPES.items()}
-_MAX_HEADER = 100_000_000  # the official reader's limit: a larger length means a corrupt file
+# bytes per element of each safetensors dtype, to say which tensor a rejected file gets wrong
+_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+             "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+             "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}  # fmt: skip
 
 
 class SerializationError(ValueError):
@@ -109,20 +103,37 @@ def _flatten(obj, path: tuple[str, ...], arrays: dict[str, np.ndarray]):
     raise TypeError(f"save: cannot store a {type(obj).__name__} (at {where!r}) without pickle")
 
 
-def _unflatten(tree, arrays: dict[str, np.ndarray], path):
-    """Inverse of :func:`_flatten`."""
-    if isinstance(tree, dict):
-        if "__tensor__" in tree:
-            name = tree["__tensor__"]
-            if name not in arrays:
-                raise _error(path, f"the structure refers to a tensor {name!r} the file lacks")
-            return arrays[name]
-        if "__items__" in tree:
-            return {k: _unflatten(v, arrays, path) for k, v in tree["__items__"]}
-        return {k: _unflatten(v, arrays, path) for k, v in tree.items()}
+def _unflatten(tree, arrays: dict[str, np.ndarray], path, where: tuple[str, ...] = ()):
+    """Inverse of :func:`_flatten`; a structure it could not have written is a
+    :class:`SerializationError` naming the place in the structure."""
+
+    def damaged(what: str) -> SerializationError:
+        return _error(path, f"the {TREE_KEY!r} entry at {'.'.join(where) or 'the top'!r} {what}")
+
     if isinstance(tree, list):
-        return [_unflatten(v, arrays, path) for v in tree]
-    return tree
+        return [_unflatten(v, arrays, path, (*where, str(i))) for i, v in enumerate(tree)]
+    if not isinstance(tree, dict):
+        return tree
+    if "__tensor__" in tree:
+        name = tree["__tensor__"]
+        if len(tree) != 1 or not isinstance(name, str):
+            raise damaged('should be {"__tensor__": name}')
+        if name not in arrays:
+            raise _error(path, f"the structure refers to a tensor {name!r} the file lacks")
+        return arrays[name]
+    if "__items__" in tree:
+        items = tree["__items__"]
+        if len(tree) != 1 or not isinstance(items, list):
+            raise damaged('should be {"__items__": [[key, value], ...]}')
+        out = {}
+        for pair in items:
+            if not (
+                isinstance(pair, list) and len(pair) == 2 and not isinstance(pair[0], list | dict)
+            ):
+                raise damaged(f"holds {pair!r}, not a [key, value] pair")
+            out[pair[0]] = _unflatten(pair[1], arrays, path, (*where, str(pair[0])))
+        return out
+    return {k: _unflatten(v, arrays, path, (*where, k)) for k, v in tree.items()}
 
 
 # ------------------------------------------------------------------ atomic write
@@ -151,89 +162,130 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -
 
 
 # ------------------------------------------------------------------ safetensors
+# The format is the safetensors package's: it writes the files and decides which ones are valid.
+# This module adds what the package leaves out: names refused twice in one header, the
+# tensor named in an error, and NumPy dtypes made little-endian and contiguous before writing.
+@functools.cache
+def _storable(dtype: np.dtype) -> bool:
+    """Whether safetensors has a dtype for ``dtype`` (asked of the package, with an empty array)."""
+    try:
+        safetensors.numpy.save({"probe": np.empty(0, dtype)})
+    except (SafetensorError, TypeError, ValueError, KeyError):
+        return False
+    return True
+
+
 def _write_safetensors(f: IO[bytes], arrays: dict[str, np.ndarray], metadata: dict) -> None:
-    header: dict[str, Any] = {"__metadata__": metadata}
-    blobs, offset = [], 0
+    ready = {}
     for name, a in arrays.items():
-        dtype = np.dtype(a.dtype).newbyteorder("<") if a.dtype.itemsize > 1 else a.dtype
-        if dtype not in _NAMES:
+        dtype = a.dtype.newbyteorder("<") if a.dtype.itemsize > 1 else a.dtype
+        if not _storable(dtype):
             raise TypeError(f"save: array {name!r} has dtype {a.dtype}, which safetensors lacks")
-        blob = np.ascontiguousarray(a, dtype=dtype).tobytes()
-        header[name] = {
-            "dtype": _NAMES[dtype],
-            "shape": list(a.shape),
-            "data_offsets": [offset, offset + len(blob)],
-        }
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # pad so the data starts 8-byte aligned
-    f.write(struct.pack("<Q", len(text)))
-    f.write(text)
-    for blob in blobs:
-        f.write(blob)
+        ready[name] = np.asarray(a, dtype=dtype, order="C")  # the package reads raw memory
+    f.write(safetensors.numpy.save(ready, metadata=metadata))
+
+
+class _Twice(Exception):
+    """A JSON object with the same key twice (raised from ``json.loads``)."""
+
+
+def _no_duplicates(pairs: list) -> dict:
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Twice(k)
+        seen[k] = v
+    return seen
+
+
+def _header(path) -> tuple[dict | str, int]:
+    """The parsed header, or in words why it cannot be parsed; and the data bytes after it.
+
+    Read here for two things only: the package keeps the last of two entries with one name
+    without a word, and its errors do not always say which tensor is wrong."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        start = f.read(8)
+        if len(start) < 8:
+            return f"the file is {size} bytes, too short for the header's length", 0
+        (n,) = struct.unpack("<Q", start)
+        if n > size - 8:
+            return f"the header's length says {n} bytes but {size - 8} follow", 0
+        text = f.read(n)
+    try:
+        header = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _Twice as e:
+        raise _error(path, f"the header names {e.args[0]!r} twice") from None
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON: the package says why
+        return "", 0
+    if not isinstance(header, dict):
+        return f"the header is a JSON {type(header).__name__}, not an object", 0
+    return header, size - 8 - n
+
+
+def _first_wrong_entry(header: dict, data_len: int) -> str | None:
+    """Which entry of a header the package refused, in words (for the error message only)."""
+    meta = header.get("__metadata__")
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+    ):
+        return "'__metadata__' must map strings to strings"
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    for name, info in entries.items():
+        if isinstance(info, dict) and info.get("dtype") not in _ITEMSIZE:
+            return f"tensor {name!r} has dtype {info.get('dtype')!r}"
+        ok = isinstance(info, dict) and isinstance(info.get("shape"), list)
+        ok = ok and all(type(s) is int and s >= 0 for s in info["shape"])
+        offsets = info.get("data_offsets") if ok else None
+        ok = ok and isinstance(offsets, list) and len(offsets) == 2
+        if not (ok and all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            return f"tensor {name!r} needs a known dtype, a shape of sizes and [begin, end] offsets"
+    end = 0  # where the next tensor must start: the data is packed with no gap
+    for name, info in sorted(entries.items(), key=lambda kv: kv[1]["data_offsets"]):
+        begin, stop = info["data_offsets"]
+        need = math.prod(info["shape"]) * _ITEMSIZE[info["dtype"]]
+        if begin != end:
+            return f"tensor {name!r} starts at data byte {begin}, not {end} (a gap or an overlap)"
+        if stop - begin != need:
+            return (
+                f"tensor {name!r} has {stop - begin} bytes for shape {info['shape']} "
+                f"of {info['dtype']}, which needs {need}"
+            )
+        end = stop
+    if end > data_len:
+        return f"the tensors need {end} data bytes but {data_len} follow the header (truncated?)"
+    if end < data_len:
+        return f"{data_len - end} bytes trail the last tensor"
+    return None
 
 
 def _read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
-        raise _error(path, f"file is {len(raw)} bytes, too short for the 8-byte header length")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > _MAX_HEADER:
-        raise _error(path, f"header length {n} is implausibly large (corrupt, or not safetensors)")
-    if 8 + n > len(raw):
-        raise _error(path, f"header length says {n} bytes but only {len(raw) - 8} follow")
+    header, data_len = _header(path)
     try:
-        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _error(path, f"header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise _error(path, f"header is a JSON {type(header).__name__}, not an object")
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise _error(path, "__metadata__ must map strings to strings")
-    data = memoryview(raw)[8 + n :]
-    arrays = {}
-    for name, info in header.items():
-        arrays[name] = _read_tensor(path, name, info, data)
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            metadata = f.metadata() or {}
+            arrays = {name: _get_tensor(path, f, name) for name in f.keys()}
+    except SafetensorError as e:
+        reason = str(e).split(": ", 1)[-1].split(", expected one of")[0]  # without the preamble
+        reason = " ".join(reason.split())  # on one line
+        where = _first_wrong_entry(header, data_len) if isinstance(header, dict) else header
+        detail = f"rejected by safetensors ({reason})" + (f": {where}" if where else "")
+        raise _error(path, detail) from None
     return arrays, metadata
 
 
-def _read_tensor(path, name: str, info, data: memoryview) -> np.ndarray:
-    """One tensor from the data buffer, after checking its header entry."""
-    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
-        raise _error(path, f"tensor {name!r}: entry needs dtype, shape and data_offsets")
-    dtype = _DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
-    if dtype is None:
-        raise _error(path, f"tensor {name!r}: unknown or unsupported dtype {info['dtype']!r}")
-    shape, offsets = info["shape"], info["data_offsets"]
-    if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
-        raise _error(path, f"tensor {name!r}: shape {shape!r} is not a list of sizes")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(type(o) is int for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise _error(path, f"tensor {name!r}: data_offsets {offsets!r} is not [begin, end]")
-    begin, end = offsets
-    if end > len(data):
-        raise _error(
-            path,
-            f"tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the data "
-            f"({len(data)} bytes; the file is truncated or corrupt)",
-        )
-    expected = math.prod(shape) * dtype.itemsize
-    if end - begin != expected:
-        raise _error(
-            path,
-            f"tensor {name!r}: {end - begin} bytes for shape {shape} of {info['dtype']}, "
-            f"which needs {expected}",
-        )
-    array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
-    return array.astype(dtype.newbyteorder("="), copy=True)  # native order, writable, owned
+def _get_tensor(path, f, name: str) -> np.ndarray:
+    try:
+        return f.get_tensor(name)
+    except TypeError:  # a dtype NumPy knows only once ml_dtypes is imported (BF16, F8_*)
+        dtype = f.get_slice(name).get_dtype()
+        try:
+            import ml_dtypes  # noqa: F401  (registers bfloat16 and the float8 types with NumPy)
+        except ImportError:
+            raise _error(
+                path, f"tensor {name!r} is {dtype}; NumPy reads it with `pip install ml_dtypes`"
+            ) from None
+        return f.get_tensor(name)
 
 
 # ------------------------------------------------------------------ npz
@@ -297,10 +349,11 @@ def load(path: str | os.PathLike):
     if tree_json is None:
         return arrays
     try:
-        tree = json.loads(tree_json)
+        return _unflatten(json.loads(tree_json), arrays, path)
     except json.JSONDecodeError as e:
         raise _error(path, f"the {TREE_KEY!r} entry is not valid JSON ({e})") from None
-    return _unflatten(tree, arrays, path)
+    except RecursionError:
+        raise _error(path, f"the {TREE_KEY!r} entry is nested too deeply") from None
 
 
 def save_checkpoint(path: str | os.PathLike, model, optimizer=None, **extra) -> None:
@@ -320,19 +373,63 @@ def load_checkpoint(path: str | os.PathLike, model=None, optimizer=None) -> dict
 
     Returns the ``extra`` dict. With ``model=None`` nothing is loaded: a cheap way to read the
     extras first (for example the config to build the model from). Raises
-    :class:`SerializationError` if the file is not a checkpoint, and the modules' own errors
-    for missing keys or mismatched shapes.
+    :class:`SerializationError` if the file is not a checkpoint, or does not fit the model
+    (naming the missing, unexpected and mismatched keys) or the optimizer.
     """
     state = load(path)
     if not isinstance(state, dict) or "model" not in state:
         raise _error(path, "not a checkpoint (no 'model' entry); use load() for plain states")
-    if optimizer is not None and "optimizer" not in state:
+    weights, extra = state["model"], state.get("extra", {})
+    if not isinstance(weights, dict) or not all(_is_array(v) for v in weights.values()):
+        raise _error(path, "the 'model' entry is not a {name: array} dict")
+    if not isinstance(extra, dict):
+        raise _error(path, "the 'extra' entry is not a dict")
+    if optimizer is not None and not isinstance(state.get("optimizer"), dict):
         raise _error(path, "the checkpoint holds no optimizer state")
     if model is not None:
-        model.load_state_dict(state["model"])
+        try:
+            model.load_state_dict(weights)
+        except (KeyError, ValueError) as e:  # said again with every wrong key and the file
+            raise _error(path, _misfit(model.state_dict(), weights) or _one_line(e)) from None
     if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    return state.get("extra", {})
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise _error(path, f"the optimizer state does not fit: {_one_line(e)}") from None
+    return extra
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, KeyError) and e.args:  # KeyError's str quotes its argument
+        text = str(e.args[0]) if " " in str(e.args[0]) else f"no entry {e.args[0]!r}"
+    return text
+
+
+def _misfit(own: dict, saved: dict, most: int = 6) -> str:
+    """What keeps ``saved`` from loading into a model whose state dict is ``own``."""
+
+    def listed(keys: list[str]) -> str:
+        more = f" and {len(keys) - most} more" if len(keys) > most else ""
+        return ", ".join(keys[:most]) + more
+
+    missing = [k for k in own if k not in saved]
+    unexpected = [k for k in saved if k not in own]
+    shapes = [
+        f"{k} {tuple(saved[k].shape)} in the file, {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in saved and tuple(saved[k].shape) != tuple(own[k].shape)
+    ]
+    parts = [
+        f"{what}: {listed(keys)}"
+        for what, keys in [
+            ("missing from the file", missing),
+            ("not in the model", unexpected),
+            ("shapes differ", shapes),
+        ]
+        if keys
+    ]
+    return "the checkpoint does not fit the model; " + "; ".join(parts) if parts else ""
 
 
 __all__ = ["SerializationError", "save", "load", "save_checkpoint", "load_checkpoint"]

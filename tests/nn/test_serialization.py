@@ -116,6 +116,45 @@ def test_tensors_and_noncontiguous_arrays(tmp_path):
     np.testing.assert_array_equal(back["s"], a[::2, 1:])
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_dtype_round_trips(tmp_path, fmt):
+    values = np.array([[0, 1, -2.5], [3.25, 100, -0.0]])
+    names = ["bool", "uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32",
+             "uint64", "int64", "float64"]  # fmt: skip
+    state = {name: values.astype(name) for name in names}
+    state["float16_extremes"] = np.array([65504, -65504, 6e-8, np.inf, -np.inf], np.float16)
+    save(state, tmp_path / f"d.{fmt}")
+    back = load(tmp_path / f"d.{fmt}")
+    assert list(back) == list(state)
+    for name, a in state.items():
+        assert back[name].dtype == a.dtype and back[name].shape == a.shape, name
+        np.testing.assert_array_equal(back[name], a, err_msg=name)
+
+
+def test_bfloat16_round_trips(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="pip install ml_dtypes")
+    a = np.array([1.0, -2.5, 3.0e38, 2.0**-120], np.float32).astype(ml_dtypes.bfloat16)
+    save({"w": a, "m": {"f": np.ones(2, np.float32)}}, tmp_path / "b.safetensors")
+    back = load(tmp_path / "b.safetensors")
+    assert back["w"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(back["w"].view(np.uint16), a.view(np.uint16))
+    np.testing.assert_array_equal(back["m"]["f"], np.ones(2, np.float32))
+
+
+def test_bfloat16_file_without_ml_dtypes(tmp_path):
+    """A BF16 tensor written by another program: read with ml_dtypes, a clear error without."""
+    bits = np.array([0x3F80, 0xC020], np.uint16)  # bfloat16 1.0 and -2.5
+    header = {"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}
+    path = write_file(tmp_path / "bf.safetensors", json.dumps(header) + "  ", bits.tobytes())
+    try:
+        import ml_dtypes
+    except ImportError:
+        assert_serialization_error(path, "tensor 'w' is BF16; .*pip install ml_dtypes")
+    else:
+        np.testing.assert_array_equal(load(path)["w"].astype(np.float32), [1.0, -2.5])
+        assert load(path)["w"].dtype == ml_dtypes.bfloat16
+
+
 def test_unstorable_values(tmp_path):
     with pytest.raises(ValueError, match="unknown extension '.pt'"):
         save({}, tmp_path / "x.pt")
@@ -177,39 +216,93 @@ def test_truncated_files(tmp_path):
     for cut in [0, 3, 8, 9, 8 + n // 2, 8 + n, 8 + n + 5, len(raw) - 1]:
         path = tmp_path / f"cut{cut}.safetensors"
         path.write_bytes(raw[:cut])
-        assert_serialization_error(path, "too short|only .* follow|not valid JSON|past the end")
+        assert_serialization_error(path, "rejected by safetensors")
+    # with the header intact, the message says how much data is missing
+    assert_serialization_error(path, f"need {len(raw) - 8 - n} data bytes but {len(raw) - 9 - n}")
+
+
+def split(raw: bytes) -> tuple[dict, bytes]:
+    """A safetensors file's header (as a dict) and its data bytes."""
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def write_file(path, header: dict | bytes | str, data: bytes, length=None):
+    text = header if isinstance(header, bytes) else header if isinstance(header, str) else None
+    text = json.dumps(header).encode() if text is None else text
+    text = text.encode() if isinstance(text, str) else text
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+    return path
+
+
+def test_files_the_package_refuses_are_refused(tmp_path):
+    """A gap between tensors, bytes after the last one, or one name twice: the official
+    reader's rules, with a message that names the file and the tensor."""
+    header, data = split(saved_file(tmp_path))
+    first, second = sorted(["a", "b.c"], key=lambda k: header[k]["data_offsets"])
+    begin, end = header[second]["data_offsets"]
+    gap = json.loads(json.dumps(header))
+    gap[second]["data_offsets"] = [begin + 8, end + 8]
+    path = write_file(tmp_path / "gap.safetensors", gap, data[:begin] + bytes(8) + data[begin:])
+    assert_serialization_error(path, f"tensor '{second}' starts at data byte {begin + 8}, not")
+
+    path = write_file(tmp_path / "trailing.safetensors", header, data + b"xyz")
+    assert_serialization_error(path, "3 bytes trail the last tensor")
+
+    text = json.dumps(header)  # the same name again at the end, with the same entry
+    twice = text[:-1] + f', "{first}": {json.dumps(header[first])}}}'
+    path = write_file(tmp_path / "twice.safetensors", twice, data)
+    assert_serialization_error(path, f"names '{first}' twice")
 
 
 def test_corrupt_headers(tmp_path):
-    raw = saved_file(tmp_path)
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
+    header, data = split(saved_file(tmp_path))
 
-    def write(name, head: dict | bytes, length=None, data=raw[8 + n :]):
-        text = head if isinstance(head, bytes) else json.dumps(head).encode()
-        path = tmp_path / f"{name}.safetensors"
-        path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
-        return path
+    def write(name, head, length=None):
+        return write_file(tmp_path / f"{name}.safetensors", head, data, length)
 
     def patched(name, **changes):
         h = json.loads(json.dumps(header))
         h["a"].update(changes)
         return write(name, h)
 
-    assert_serialization_error(write("huge", header, length=2**62), "implausibly large")
-    assert_serialization_error(write("json", b"{not json" + b" " * 7), "not valid JSON")
-    assert_serialization_error(write("list", b"[1, 2]"), "not an object")
-    assert_serialization_error(patched("dtype", dtype="Q7"), "'a'.*unknown or unsupported dtype")
-    assert_serialization_error(patched("past", data_offsets=[0, 10**6]), "'a'.*past the end")
-    assert_serialization_error(patched("neg", data_offsets=[5, 2]), "'a'.*not \\[begin, end\\]")
-    assert_serialization_error(patched("size", shape=[3, 3]), "'a'.*needs 72")
-    assert_serialization_error(patched("shape", shape=[-1]), "'a'.*shape")
+    assert_serialization_error(write("huge", header, length=2**62), "header too large")
+    assert_serialization_error(write("json", b"{not json" + b" " * 7), "invalid JSON")
+    assert_serialization_error(write("utf8", b'{"\xff\xfe": 1}'), "rejected by safetensors")
+    assert_serialization_error(write("list", b"[1, 2]"), "rejected by safetensors")
+    assert_serialization_error(patched("dtype", dtype="Q7"), "'a' has dtype 'Q7'")
+    assert_serialization_error(patched("past", data_offsets=[0, 10**6]), "'a' has 1000000 bytes")
+    assert_serialization_error(patched("neg", data_offsets=[5, 2]), "'a' needs .* offsets")
+    assert_serialization_error(patched("size", shape=[3, 3]), "'a'.*of F64, which needs 72")
+    assert_serialization_error(patched("shape", shape=[-1]), "'a' needs .* a shape of sizes")
     bad_meta = dict(header, __metadata__={"x": 1})
     assert_serialization_error(write("meta", bad_meta), "strings to strings")
-    bad_tree = dict(header, __metadata__={ser.TREE_KEY: "{oops"})
-    assert_serialization_error(write("tree", bad_tree), "not valid JSON")
-    missing = dict(header, __metadata__={ser.TREE_KEY: '{"z": {"__tensor__": "nope"}}'})
-    assert_serialization_error(write("missing", missing), "'nope'")
+
+
+def test_damaged_structure_entry(tmp_path):
+    """The tree in the metadata is checked as it is rebuilt: a structure save() could not
+    have written is a SerializationError naming the place, not a KeyError or TypeError."""
+    header, data = split(saved_file(tmp_path))
+    trees = {
+        "notjson": ("{oops", "not valid JSON"),
+        "missing": ('{"z": {"__tensor__": "nope"}}', "'nope'"),
+        "listname": ('{"z": {"__tensor__": ["a"]}}', "at 'z' should be"),
+        "extrakey": ('{"z": {"__tensor__": "a", "y": 1}}', "at 'z' should be"),
+        "items": ('{"o": {"s": {"__items__": 5}}}', "at 'o.s' should be"),
+        "pair": ('{"o": {"__items__": [[1]]}}', "at 'o' holds \\[1\\]"),
+        "key": ('{"o": {"__items__": [[[1], 2]]}}', "not a \\[key, value\\] pair"),
+        "deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    }
+    for name, (tree, match) in trees.items():
+        path = write_file(
+            tmp_path / f"{name}.safetensors", dict(header, __metadata__={ser.TREE_KEY: tree}), data
+        )
+        assert_serialization_error(path, match)
+    ok = dict(
+        header, __metadata__={ser.TREE_KEY: '{"o": {"__items__": [[1, {"__tensor__": "a"}]]}}'}
+    )
+    back = load(write_file(tmp_path / "ok.safetensors", ok, data))
+    np.testing.assert_array_equal(back["o"][1], np.arange(10.0))
 
 
 def test_flipped_header_bytes(tmp_path):
@@ -338,6 +431,70 @@ def test_checkpoint_resume_is_bit_identical(tmp_path, fmt):
     for (k, a), b in zip(m1.state_dict().items(), m3.state_dict().values()):
         np.testing.assert_array_equal(a, b, err_msg=k)
     assert o1.param_groups[0]["lr"] == o3.param_groups[0]["lr"]
+
+
+def test_checkpoint_saved_from_a_device_loads_anywhere(tmp_path, device):
+    m = make(0).to(device)
+    save_checkpoint(tmp_path / "c.safetensors", m, step=1)
+    back = make(1)
+    assert load_checkpoint(tmp_path / "c.safetensors", back) == {"step": 1}
+    for (k, a), b in zip(make(0).state_dict().items(), back.state_dict().values()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+
+
+def test_checkpoint_that_does_not_fit_the_model(tmp_path):
+    """Every missing, unexpected and mismatched key in one line that names the file, and the
+    model left as it was."""
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, make(0))
+    m = make(1)
+    del m.layers[1]._parameters["b"]
+    m.layers[0].W = nn.Parameter(tl.zeros(3, 5))
+    m.extra = nn.Parameter(tl.zeros(2))
+    before = m.state_dict()
+    with pytest.raises(SerializationError) as e:
+        load_checkpoint(path, m)
+    msg = str(e.value)
+    assert str(path) in msg and "\n" not in msg
+    assert "missing from the file: extra" in msg
+    assert "not in the model: layers.1.b" in msg
+    assert "shapes differ: layers.0.W (3, 4) in the file, (3, 5) in the model" in msg
+    for (k, a), b in zip(before.items(), m.state_dict().values()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+
+
+def test_checkpoint_lists_at_most_a_few_keys(tmp_path):
+    path = tmp_path / "c.safetensors"
+    save({"model": {f"w{i}": np.ones(1) for i in range(20)}, "extra": {}}, path)
+    with pytest.raises(SerializationError, match="not in the model: w0, .*, w5 and 14 more"):
+        load_checkpoint(path, make(0))
+
+
+def test_checkpoint_that_does_not_fit_the_optimizer(tmp_path):
+    m = make(0)
+    opt = AdamW(nn.optim.param_groups_for_decay(m, 0.1), lr=0.01)
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, m, opt)
+    with pytest.raises(SerializationError, match="c.safetensors: the optimizer state does not fit"):
+        load_checkpoint(path, m, AdamW(m.parameters(), lr=0.01))  # one group, not two
+    state = load(path)
+    del state["optimizer"]["param_groups"]
+    save(state, path)
+    with pytest.raises(SerializationError, match="does not fit: no entry 'param_groups'"):
+        load_checkpoint(path, m, opt)
+
+
+def test_damaged_checkpoint_entries(tmp_path):
+    path = tmp_path / "c.safetensors"
+    for state, match in [
+        ({"model": [np.ones(1)]}, "'model' entry is not a {name: array} dict"),
+        ({"model": {"w": "text"}}, "'model' entry is not a {name: array} dict"),
+        ({"model": {}, "extra": [1]}, "'extra' entry is not a dict"),
+        ({"model": {}, "optimizer": 3}, "no optimizer state"),
+    ]:
+        save(state, path)
+        with pytest.raises(SerializationError, match=match):
+            load_checkpoint(path, make(0), AdamW(make(0).parameters()))
 
 
 def test_checkpoint_errors(tmp_path):
