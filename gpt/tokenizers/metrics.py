@@ -91,8 +91,9 @@ def report(
 
 def format_reports(reports: list[TokenizerReport]) -> str:
     """A plain-text table, one row per report, then the first difference of each lossy one."""
+    w = max([12, *(len(r.name) for r in reports)])
     header = (
-        f"{'tokenizer':<12} {'vocab':>6} {'tokens':>8} {'bytes/tok':>9} {'chars/tok':>9} "
+        f"{'tokenizer':<{w}} {'vocab':>6} {'tokens':>8} {'bytes/tok':>9} {'chars/tok':>9} "
         f"{'used':>6} {'rare':>6} {'unk':>6} {'MB/s':>6}  reversible"
     )
     lines = [header, "-" * len(header)]
@@ -100,7 +101,7 @@ def format_reports(reports: list[TokenizerReport]) -> str:
     for r in reports:
         rev = "yes" if r.reversible else f"no (at char {r.first_difference})"
         lines.append(
-            f"{r.name:<12} {r.vocab_size:>6} {r.n_tokens:>8} {r.bytes_per_token:>9.2f} "
+            f"{r.name:<{w}} {r.vocab_size:>6} {r.n_tokens:>8} {r.bytes_per_token:>9.2f} "
             f"{r.chars_per_token:>9.2f} {r.used_share:>6.1%} {r.rare_share:>6.1%} "
             f"{r.unk_rate:>6.2%} {r.encode_mb_per_s:>6.2f}  {rev}"
         )

@@ -15,9 +15,25 @@ def test_merges_by_likelihood_gain_worked_by_hand():
     # occur apart. Next (a, ##b) and (a, ##c) tie at 0.1 and the smaller ids win: "ab".
     # Then a: 5, ##c: 5, (a, ##c) = 5 / 25 = 0.2: "ac".
     text = "ab " * 5 + "ac " * 5 + "xy " * 2
-    tok = WordPiece.train(text, vocab_size=9)
+    tok = WordPiece.train(text, vocab_size=9, score="likelihood")
     assert tok.itos == ["[UNK]", "##b", "##c", "##y", "a", "x", "xy", "ab", "ac"]
     assert [tok.id_to_token(i) for i in tok.encode("ab xy ac")] == ["ab", "xy", "ac"]
+
+
+def test_merges_by_frequency_worked_by_hand():
+    # the same words; by frequency (the default, as the `tokenizers` library trains) the pairs
+    # count (a, ##b) = 5, (a, ##c) = 5, (x, ##y) = 2: "ab" first (tie broken by the smaller
+    # ids), then "ac", and only then "xy"
+    text = "ab " * 5 + "ac " * 5 + "xy " * 2
+    tok = WordPiece.train(text, vocab_size=8)
+    assert tok.itos == ["[UNK]", "##b", "##c", "##y", "a", "x", "ab", "ac"]
+    assert [tok.id_to_token(i) for i in tok.encode("ab xy ac")] == ["ab", "x", "##y", "ac"]
+    # two continuation pieces merge into one: in "abc" x3 + "bc" x2, (a, ##b) and (##b, ##c)
+    # both count 3; ids are [UNK]=0 ##b=1 ##c=2 a=3 b=4, so (1, 2) < (3, 1) wins: "##bc"
+    tok = WordPiece.train("abc " * 3 + "bc " * 2, vocab_size=6)
+    assert tok.itos[-1] == "##bc"
+    with pytest.raises(TokenizerError, match="score must be one of"):
+        WordPiece.train(text, vocab_size=8, score="best")
 
 
 def hand_vocab() -> WordPiece:
@@ -74,3 +90,24 @@ def test_vocab_size_limits():
         WordPiece.train("abc", vocab_size=3)
     with pytest.raises(TokenizerError, match="more than the text supports"):
         WordPiece.train("abc", vocab_size=100)
+
+
+def test_default_score_compresses_like_the_tokenizers_library(train_text, heldout_text):
+    """Issue 19: at the same vocabulary size, our default WordPiece needs at most 1.05x the
+    tokens of the `tokenizers` library's WordPiece trainer on held-out text."""
+    hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
+    from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+    theirs = hf.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    theirs.normalizer = normalizers.BertNormalizer(lowercase=False)
+    theirs.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=1000, special_tokens=["[UNK]"])
+    theirs.train_from_iterator([train_text], trainer)
+    n_theirs = len(theirs.encode(heldout_text, add_special_tokens=False).ids)
+
+    ours = WordPiece.train(train_text, 1000)
+    n_ours = len(ours.encode(heldout_text))
+    assert n_ours <= 1.05 * n_theirs
+    # the likelihood score is the one that compresses far worse
+    n_likelihood = len(WordPiece.train(train_text, 1000, score="likelihood").encode(heldout_text))
+    assert n_likelihood > 1.3 * n_theirs
