@@ -253,8 +253,7 @@ def _one_line(err: Exception) -> str:
     from gpt.config import ConfigError
 
     if isinstance(err, ConfigError) and err.field and err.rule:
-        value = err.value if not isinstance(err.value, str) else repr(err.value)
-        return f"{_flag(err.field)} {value}: {err.rule}"
+        return f"{_flag(err.field)} {err.value}: {err.rule}"
     return str(err)
 
 

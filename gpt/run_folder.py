@@ -24,6 +24,7 @@ import json
 import os
 from pathlib import Path
 
+from gpt.config import bad_value
 from nn.serialization import _atomic_write
 
 
@@ -60,7 +61,7 @@ class RunFolder:
     def claim(self, resume: bool, overwrite: bool) -> None:
         """Refuse a folder this run must not write into (before any work is done)."""
         if self.path.exists() and not self.path.is_dir():
-            raise RunError(f"out_dir={str(self.path)!r} is a file, not a folder")
+            raise bad_value("out_dir", str(self.path), "is a file, not a folder")
         if resume and overwrite:
             raise RunError("resume and overwrite exclude each other: choose one")
         if resume and not self.ckpt.exists():

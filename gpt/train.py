@@ -321,38 +321,42 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def step(self) -> float:
-        """One optimization step on a fresh random batch; returns the loss.
-
-        The batch is ``grad_accum_steps × batch_size`` windows, run as that many micro-batches
-        whose gradients add up (each loss scaled by 1/K): the same gradient as one big batch,
-        up to float rounding."""
+        """One optimization step on a fresh random batch; returns the loss."""
         cfg = self.cfg
         lr = learning_rate(self.iter, cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        k = cfg.grad_accum_steps
         x, y = get_batch(
-            self.splits["train"], self.model_cfg.block_size, k * cfg.batch_size, self.rng
+            self.splits["train"],
+            self.model_cfg.block_size,
+            cfg.grad_accum_steps * cfg.batch_size,
+            self.rng,
         )
-        model = self.parallel or self.model
         self.optimizer.zero_grad()
-        total = 0.0
-        for xk, yk in zip(np.split(x, k), np.split(y, k)):
-            _, loss = model(tl.tensor(xk, device=cfg.device), tl.tensor(yk, device=cfg.device))
-            (loss if k == 1 else loss * (1.0 / k)).backward()
-            total += loss.item() / k
+        loss = self.backward(x, y)
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         grad_norm = nn.optim.clip_grad_norm_(self.model.parameters(), clip)
-        if not (math.isfinite(total) and math.isfinite(grad_norm)):
-            raise self._diverged(
-                "training loss" if not math.isfinite(total) else "gradient norm",
-                total if not math.isfinite(total) else grad_norm,
-            )
+        if not math.isfinite(loss):
+            raise self._diverged("training loss", loss)
+        if not math.isfinite(grad_norm):
+            raise self._diverged("gradient norm", grad_norm)
         self.optimizer.step()
         self.iter += 1
-        self.pending.append(
-            {"iter": self.iter, "loss": total, "lr": lr, "grad_norm": float(grad_norm)}
-        )
+        self.pending.append({"iter": self.iter, "loss": loss, "lr": lr, "grad_norm": grad_norm})
+        return loss
+
+    def backward(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Add the batch's gradient to the parameters' ``.grad``; returns the batch's loss.
+
+        The batch runs as ``grad_accum_steps`` = K micro-batches, each loss scaled by 1/K, so
+        the gradients add up to the whole batch's mean-loss gradient (up to float rounding)."""
+        k, device = self.cfg.grad_accum_steps, self.cfg.device
+        model = self.parallel or self.model
+        total = 0.0
+        for xk, yk in zip(np.split(x, k), np.split(y, k)):
+            _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
+            (loss if k == 1 else loss * (1.0 / k)).backward()
+            total += loss.item() / k
         return total
 
     def _diverged(self, what: str, value: float) -> Diverged:

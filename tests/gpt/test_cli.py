@@ -1,6 +1,8 @@
 """python -m gpt: the jobs are listed, bad input ends with a one-line error (exit 2), and a
 tiny train → sample round trip works through the checkpoint and tokenizer files."""
 
+import re
+
 import pytest
 
 from gpt.__main__ import main
@@ -69,3 +71,167 @@ def test_train_then_sample_and_an_unknown_character(tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("to be")
     assert main(["sample", "--out-dir", out, "--prompt", "Zebra"]) == 2
     assert "Z" in capsys.readouterr().err
+
+
+SMALL = ["--block-size", "16", "--n-layer", "1", "--d-model", "16", "--n-head", "2"]
+
+
+def small_run(tmp_path, *extra):
+    path = tmp_path / "t.txt"
+    path.write_text(TEXT)
+    return ["train", "--text", str(path), *SMALL, "--eval-iters", "1", *extra]
+
+
+def test_train_help_shows_defaults_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--max-iters MAX_ITERS optimizer steps in all (default: 2000)" in out
+    assert "(default: 0.001)" in out and "--grad-accum-steps" in out
+    assert "{relu,gelu,gelu_tanh,silu,elu,glu,reglu,geglu,swiglu}" in out
+    assert "{layernorm,rmsnorm,none}" in out and "--config FILE" in out
+
+
+def test_sample_help_describes_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    out = capsys.readouterr().out
+    options = re.split(r"\n  (?=-)", out.split("options:")[1])
+    described = {o.split()[0]: " ".join(o.split()) for o in options if o.strip()}
+    for flag in ("--num-samples", "--top-p", "--temperature", "--top-k", "--seed"):
+        assert "(default: " in described[flag], described[flag]
+    assert "best-validation" in described["--best"]
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--eval-interval", "0", "--eval-interval 0: must be an integer ≥ 1"),
+        ("--eval-interval", "-1", "--eval-interval -1: must be an integer ≥ 1"),
+        ("--batch-size", "-2", "--batch-size -2: must be an integer ≥ 1"),
+        ("--threads", "0", "--threads 0: must be an integer ≥ 1"),
+        ("--learning-rate", "-1", "--learning-rate -1.0: must be a finite number in (0, ∞)"),
+        ("--learning-rate", "nan", "--learning-rate nan: must be a finite number in (0, ∞)"),
+        ("--max-iters", "0", "--max-iters 0: must be an integer ≥ 1"),
+        ("--max-iters", "-5", "--max-iters -5: must be an integer ≥ 1"),
+        ("--eval-iters", "0", "--eval-iters 0: must be an integer ≥ 1"),
+        ("--grad-accum-steps", "0", "--grad-accum-steps 0: must be an integer ≥ 1"),
+        ("--dropout", "1", "--dropout 1.0: must be a finite number in [0, 1)"),
+        ("--beta2", "1", "--beta2 1.0: must be a finite number in [0, 1)"),
+        ("--min-lr", "1", "--min-lr 1.0: must be a finite number in [0, 0.001]"),
+    ],
+)
+def test_bad_train_flags_are_one_line_errors(tmp_path, capsys, flag, value, message):
+    assert main(small_run(tmp_path, "--out-dir", str(tmp_path / "run"), flag, value)) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {message}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_dir_that_is_a_file_and_cuda_without_a_gpu(tmp_path, capsys):
+    import tensorlab as tl
+
+    args = small_run(tmp_path, "--out-dir", str(tmp_path / "t.txt"))
+    assert main(args) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    if not tl.backend.cuda_available():
+        assert main(small_run(tmp_path, "--out-dir", str(tmp_path / "r"), "--device", "cuda")) == 2
+        assert "--device cuda: no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--top-p", "1.5", "--top-p 1.5: must be a finite number in (0, 1]"),
+        ("--top-k", "0", "--top-k 0: must be an integer ≥ 1"),
+        ("--max-new-tokens", "-3", "--max-new-tokens -3: must be an integer ≥ 0"),
+        ("--temperature", "nan", "--temperature nan: must be a finite number in [0, ∞)"),
+        ("--num-samples", "0", "--num-samples 0: must be an integer ≥ 1"),
+    ],
+)
+def test_bad_sample_flags_are_one_line_errors(tmp_path, capsys, flag, value, message):
+    assert main(["sample", "--out-dir", str(tmp_path), flag, value]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_config_file_then_flags(tmp_path, capsys):
+    """Precedence: the preset, then the config file, then the flags; the run folder keeps
+    the resolved config."""
+    import json
+
+    from gpt.__main__ import build_parser, resolve_configs
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('n_layer = 3\nlearning_rate = 3e-4\nbatch_size = 5\ntokenizer = "char"\n')
+    args = build_parser().parse_args(["train", "--config", str(cfg), "--batch-size", "7"])
+    model, train = resolve_configs(args)
+    assert (model.n_layer, model.d_model) == (3, 128)  # file over the preset's 4; tiny's 128
+    assert (train.learning_rate, train.batch_size) == (3e-4, 7)  # the flag over the file
+
+    run = tmp_path / "run"
+    cfg.write_text("n_layer = 1\nmax_iters = 2\neval_interval = 1\n")
+    assert main([*small_run(tmp_path, "--out-dir", str(run)), "--config", str(cfg)]) == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["n_layer"] == 1 and saved["train"]["max_iters"] == 2
+    assert '"max_iters": 2' in capsys.readouterr().err  # printed at start
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("n_layers = 3\n", ["unknown key 'n_layers'"]),
+        ("n_layer = \n", ["not valid TOML"]),
+        ("[model]\nn_layer = 3\n", ["unknown key 'model'"]),
+        ('d_ff = "wide"\n', ["--d-ff wide: must be an integer ≥ 1"]),
+    ],
+)
+def test_bad_config_files(tmp_path, capsys, content, words):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(content)
+    assert main(small_run(tmp_path, "--out-dir", str(tmp_path / "r"), "--config", str(cfg))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(w in err for w in words), err
+
+
+def test_resume_takes_the_runs_config_and_extends_it(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(small_run(tmp_path, "--out-dir", run, "--max-iters", "2")) == 0
+    capsys.readouterr()
+    assert main(["train", "--out-dir", run, "--resume", "--max-iters", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "resuming from iteration 2" in captured.err
+    assert "final: iter 4" in captured.out
+    assert main(["train", "--out-dir", run, "--resume", "--n-layer", "2"]) == 2
+    assert "n_layer: 1 -> 2" in capsys.readouterr().err
+    assert main(["train", "--out-dir", run, "--max-iters", "1"]) == 2
+    assert "holds a training run" in capsys.readouterr().err
+
+
+def test_ctrl_c_saves_and_exits_130(tmp_path):
+    """A real process: SIGINT during training finishes the step, saves, prints one line."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    args = small_run(tmp_path, "--out-dir", str(run), "--max-iters", "100000")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpt", *args, "--eval-interval", "100000"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (run / "config.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped: SIGINT at iteration ") and "--resume" in last
+    assert "Traceback" not in err
+    from nn.serialization import load_checkpoint
+
+    saved = load_checkpoint(run / "ckpt.safetensors")["iter"]
+    assert f"iteration {saved}:" in last

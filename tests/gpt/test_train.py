@@ -1,12 +1,17 @@
 """Training from scripts: it learns, resumes bit for bit, and refuses bad input clearly."""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
+import gpt
 import nn
 from gpt.config import GPTConfig
-from gpt.run_folder import RunError
-from gpt.train import TrainConfig, Trainer, learning_rate
+from gpt.data import get_batch
+from gpt.run_folder import RunError, RunFolder
+from gpt.train import Diverged, Interrupted, TrainConfig, Trainer, learning_rate
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40
@@ -19,15 +24,8 @@ def tiny_model(dropout: float = 0.0) -> GPTConfig:
 
 
 def trainer(tmp_path, dropout: float = 0.0, **kw) -> Trainer:
-    cfg = TrainConfig(
-        out_dir=str(tmp_path),
-        eval_interval=10,
-        eval_iters=2,
-        batch_size=4,
-        warmup_iters=2,
-        progress=False,
-        **kw,
-    )
+    settings = dict(eval_interval=10, eval_iters=2, batch_size=4, warmup_iters=2)
+    cfg = TrainConfig(out_dir=str(tmp_path), progress=False, **{**settings, **kw})
     return Trainer(tiny_model(dropout), cfg, text=TEXT)
 
 
@@ -111,3 +109,158 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(nn.serialization.SerializationError, match="ckpt.safetensors"):
         t.load()
+
+
+# ------------------------------------------------------------------ run safety (issue 12)
+def test_a_run_is_not_replaced_without_overwrite(tmp_path):
+    trainer(tmp_path, max_iters=10).run()
+    before = (tmp_path / "ckpt.safetensors").read_bytes()
+    with pytest.raises(RunError, match="evaluated up to iteration 10.*--resume.*--overwrite"):
+        trainer(tmp_path, max_iters=3)
+    assert (tmp_path / "ckpt.safetensors").read_bytes() == before
+    fresh = trainer(tmp_path, max_iters=3, overwrite=True)
+    fresh.run()
+    log = RunFolder(tmp_path).read_log()
+    assert [r["iter"] for r in log if "val_loss" in r] == [0, 3]  # the old run's records went
+
+
+def test_resume_needs_a_checkpoint(tmp_path):
+    with pytest.raises(RunError, match="no checkpoint .*ckpt.safetensors"):
+        trainer(tmp_path, resume=True)
+
+
+def test_resume_refuses_another_text(tmp_path):
+    trainer(tmp_path, max_iters=10).run()
+    cfg = TrainConfig(out_dir=str(tmp_path), progress=False, resume=True)
+    with pytest.raises(RunError, match="contents changed"):
+        Trainer(tiny_model(), cfg, text=TEXT.upper())
+
+
+def test_resume_uses_the_runs_own_tokenizer(tmp_path):
+    """A resumed run never rebuilds its tokenizer (a new text would remap the ids)."""
+    t = trainer(tmp_path, max_iters=10)
+    t.run()
+    saved = (tmp_path / "tokenizer.json").read_bytes()
+    resumed = trainer(tmp_path, resume=True, max_iters=12)
+    assert resumed.tokenizer.encode(TEXT[:50]) == t.tokenizer.encode(TEXT[:50])
+    resumed.run()
+    assert (tmp_path / "tokenizer.json").read_bytes() == saved
+
+
+def test_divergence_keeps_the_last_good_checkpoint(tmp_path):
+    t = trainer(tmp_path, max_iters=20)
+    t.run(max_iters=10)
+    before = (tmp_path / "ckpt.safetensors").read_bytes()
+    log_before = (tmp_path / "log.jsonl").read_text()
+    t.model.parameters()[0].data[...] = np.nan
+    with pytest.raises(Diverged, match=r"is nan at iteration 11; the checkpoint .* is kept"):
+        t.run()
+    assert (tmp_path / "ckpt.safetensors").read_bytes() == before
+    assert (tmp_path / "log.jsonl").read_text() == log_before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_saves_then_stops_and_resume_is_exact(tmp_path, signum):
+    straight = trainer(tmp_path / "a", max_iters=12, eval_interval=5)
+    straight.run()
+
+    stopped = trainer(tmp_path / "b", max_iters=12, eval_interval=5)
+    step = stopped.step
+
+    def step_then_signal():
+        loss = step()
+        if stopped.iter == 7:
+            os.kill(os.getpid(), signum)
+        return loss
+
+    stopped.step = step_then_signal
+    with pytest.raises(Interrupted, match=f"{signal.Signals(signum).name} at iteration 7"):
+        stopped.run()
+    resumed = trainer(tmp_path / "b", max_iters=12, eval_interval=5, resume=True)
+    assert resumed.iter == 0  # loaded by run()
+    resumed.run()
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # the log is the straight run's, record for record
+    assert RunFolder(tmp_path / "b").read_log() == RunFolder(tmp_path / "a").read_log()
+
+
+def test_a_kill_between_checkpoint_and_log_loses_no_record(tmp_path):
+    """The log is written after the checkpoint, which keeps the records since the previous
+    save: if the process dies between the two writes, resuming restores them, and records
+    past the checkpoint (which a resumed run writes again) are dropped."""
+    straight = trainer(tmp_path / "a", max_iters=15, eval_interval=5)
+    straight.run()
+    first = trainer(tmp_path / "b", max_iters=15, eval_interval=5)
+    first.run(max_iters=10)
+    log = RunFolder(tmp_path / "b").log
+    lines = log.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if '"iter": 6,' in line)
+    log.write_text("".join(lines[:cut]) + '{"iter": 6, "lo')  # lost tail, torn last line
+    resumed = trainer(tmp_path / "b", max_iters=15, eval_interval=5, resume=True)
+    resumed.run()
+    assert RunFolder(tmp_path / "b").read_log() == RunFolder(tmp_path / "a").read_log()
+
+
+def test_stale_temporary_files_are_removed_on_start(tmp_path):
+    for name in ("ckpt.safetensors.1a2b3c4d.tmp", ".tokenizer.json.x8y9.tmp", "notes.tmp"):
+        (tmp_path / name).write_text("left by a crash")
+    trainer(tmp_path, max_iters=2).run()
+    assert sorted(p.name for p in tmp_path.glob("*.tmp")) == ["notes.tmp"]
+
+
+def test_best_checkpoint_holds_the_lowest_validation_loss(tmp_path):
+    t = trainer(tmp_path, max_iters=30, eval_interval=5, learning_rate=3e-3)
+    history = t.run()
+    best = min(history, key=lambda r: r["val_loss"])
+    meta = nn.serialization.load_checkpoint(tmp_path / "best.safetensors")
+    assert meta["iter"] == best["iter"] and meta["best_val"] == best["val_loss"]
+    model, _ = gpt.load(tmp_path, which="best")
+    ckpt, _ = gpt.load(tmp_path)
+    if best["iter"] != history[-1]["iter"]:
+        assert any(
+            not np.array_equal(a, b)
+            for a, b in zip(model.state_dict().values(), ckpt.state_dict().values())
+        )
+
+
+def test_gpt_load_gives_the_trained_model_and_tokenizer(tmp_path):
+    t = trainer(tmp_path, max_iters=5)
+    t.run()
+    model, tok = gpt.load(tmp_path)
+    prompt = tok.encode("the quick")
+    assert prompt == t.tokenizer.encode("the quick")
+    ours = gpt.generate(model, prompt, 10, temperature=0)
+    theirs = gpt.generate(t.model, prompt, 10, temperature=0)
+    assert ours == theirs
+    with pytest.raises(RunError, match="does not exist"):
+        gpt.load(tmp_path / "nothing")
+
+
+# ------------------------------------------------------------------ gradient accumulation
+def test_gradient_accumulation_equals_one_bigger_batch(tmp_path):
+    """K micro-batches of B with losses scaled by 1/K give the gradient of one batch of K·B:
+    the same sums in another order, so equal up to float32 rounding (observed ≤ 2e-7
+    relative to the largest gradient entry; the bound gives 50× headroom). Parameters whose
+    true gradient is zero (the key bias: softmax ignores a constant per row) hold rounding
+    noise of ~1e-12, hence one scale for all, not one per parameter."""
+    rng = np.random.default_rng(0)
+    one = trainer(tmp_path / "1", batch_size=8, threads=1)
+    acc = trainer(tmp_path / "4", batch_size=2, grad_accum_steps=4, threads=1)
+    x, y = get_batch(one.splits["train"], 16, 8, rng)
+    loss_one, loss_acc = one.backward(x, y), acc.backward(x, y)
+    assert loss_acc == pytest.approx(loss_one, rel=1e-6)
+    scale = max(np.abs(p.grad.data).max() for p in one.model.parameters())
+    for p, q in zip(one.model.parameters(), acc.model.parameters()):
+        np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=0, atol=1e-5 * scale)
+
+
+def test_accumulation_draws_the_same_batches(tmp_path):
+    """The batch is drawn whole and then split, so a run with K×B stays on the same random
+    stream as one with batch K·B."""
+    one = trainer(tmp_path / "1", batch_size=8, max_iters=3, threads=1)
+    acc = trainer(tmp_path / "4", batch_size=4, grad_accum_steps=2, max_iters=3, threads=1)
+    np.testing.assert_allclose(
+        [one.step() for _ in range(3)], [acc.step() for _ in range(3)], rtol=1e-5
+    )
