@@ -188,6 +188,8 @@ class GPT(nn.Module):
             )
         if idx.dtype.kind not in "iu":
             raise TypeError(f"token ids must be integers, got dtype {idx.dtype}")
+        if idx.size == 0:
+            raise ValueError(f"GPT: the batch of token ids is empty (shape {idx.shape})")
         lo, hi = int(idx.data.min()), int(idx.data.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(

@@ -68,3 +68,40 @@ def test_norm_none_has_no_norm_parameters_and_is_gpt_only():
     assert with_norm.num_parameters() - without.num_parameters() == 3 * 2 * with_norm.d_model
     with pytest.raises(ConfigError, match="norm"):
         Seq2SeqConfig(norm="none")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(norm_eps=-1.0), "norm_eps=-1.0: must be a finite number in (0, ∞)"),
+        (dict(norm_eps=0.0), "norm_eps=0.0: must be a finite number in (0, ∞)"),
+        (dict(rope_base=0.0), "rope_base=0.0: must be a finite number in (0, ∞)"),
+        (dict(rope_base=float("nan")), "rope_base=nan: must be a finite number in (0, ∞)"),
+        (dict(vocab_size=True), "vocab_size=True: must be an integer ≥ 1"),
+        (dict(n_layer=2.0), "n_layer=2.0: must be an integer ≥ 0"),
+        (dict(bias="no"), "bias='no': must be true or false"),
+        (dict(init_std=-0.02), "init_std=-0.02: must be a finite number in [0, ∞)"),
+        (dict(dropout=float("nan")), "dropout=nan: must be a finite number in [0, 1)"),
+    ],
+)
+def test_every_field_is_checked_in_one_form(kwargs, message):
+    """Values that used to give NaN logits (norm_eps < 0, rope_base = 0) or were accepted
+    by accident (a bool as a size) are refused, each as ``field=value: rule``."""
+    with pytest.raises(ConfigError) as e:
+        GPTConfig(**kwargs)
+    assert str(e.value) == message
+    assert e.value.field == next(iter(kwargs))
+
+
+def test_an_empty_batch_is_a_clear_error():
+    import numpy as np
+
+    import tensorlab as tl
+    from gpt.model import GPT
+
+    model = GPT(GPTConfig(vocab_size=10, n_layer=1, d_model=16, n_head=2, block_size=8))
+    for shape in [(0, 5), (2, 0)]:
+        with pytest.raises(
+            ValueError, match=rf"batch of token ids is empty \(shape \({shape[0]}, "
+        ):
+            model(tl.tensor(np.zeros(shape, dtype=np.int64)))
