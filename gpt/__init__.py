@@ -10,7 +10,7 @@
 report).
 """
 
-from gpt import tokenizers
+from gpt import data, hf, tokenizers
 from gpt.config import PRESETS, ConfigError, GPTConfig, Seq2SeqConfig, preset
 from gpt.generate import generate, sample_next
 from gpt.generate_seq2seq import beam_search, greedy_decode

@@ -175,6 +175,14 @@ class GPT(nn.Module):
     def new_cache(self) -> GPTCache:
         return GPTCache(self.config.n_layer)
 
+    @classmethod
+    def from_pretrained(cls, path, strict: bool = True) -> GPT:
+        """A Hugging Face GPT-2 folder (``config.json`` + safetensors weights) as a GPT; see
+        :func:`gpt.hf.from_pretrained`."""
+        from gpt.hf import from_pretrained
+
+        return from_pretrained(path, strict)
+
     def forward(self, idx, targets=None, cache: GPTCache | None = None):
         idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))
         if idx.ndim != 2:

@@ -177,3 +177,16 @@ def test_backprop_attention_example_agrees(capsys):
         else:
             assert d < tol["hand vs autograd"], (pair, d)
     assert len(diffs) == 6
+
+
+def test_readme_python_blocks_run_as_pasted(monkeypatch, capsys):
+    """The README's Python blocks after the tour (which ``examples/tour.py`` runs) work when
+    pasted in order into one session, from the repository root."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 3, "the README lost its Python examples"
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    for block in blocks[1:]:
+        exec(compile(block, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "(4, 32, 320) loss" in out and "(4, 2, 32, 32)" in out and "induction scores" in out
