@@ -2,7 +2,8 @@
 
 Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a graph node),
 ``ops/`` (every op's forward and backward), ``autograd.py`` (the backward pass),
-``gradcheck.py`` (how we know the gradients are right).
+``gradcheck.py`` (how we know the gradients are right). ``functions.py`` holds the
+function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does.
 """
 
 # tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
@@ -37,6 +38,44 @@ from tensorlab.creation import (
 )
 from tensorlab.draw import draw  # the function replaces the submodule's name here
 from tensorlab.function import AnomalyError, Function, named_scope
+from tensorlab.functions import (
+    abs,
+    argsort,
+    broadcast_to,
+    clamp,
+    clip,
+    cos,
+    cumsum,
+    exp,
+    flip,
+    gather,
+    index_add,
+    log,
+    log_softmax,
+    logsumexp,
+    matmul,
+    maximum,
+    mean,
+    minimum,
+    prod,
+    relu,
+    repeat_interleave,
+    roll,
+    scatter_add,
+    sigmoid,
+    sin,
+    softmax,
+    sort,
+    sqrt,
+    std,
+    sum,
+    tanh,
+    tile,
+    topk,
+    tril,
+    triu,
+    var,
+)
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
 from tensorlab.ops.shape import concatenate, stack
@@ -50,51 +89,3 @@ float64 = "float64"
 int64 = "int64"
 
 cat = concatenate
-
-
-def exp(x: Tensor) -> Tensor:
-    return x.exp()
-
-
-def log(x: Tensor) -> Tensor:
-    return x.log()
-
-
-def tanh(x: Tensor) -> Tensor:
-    return x.tanh()
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return x.sigmoid()
-
-
-def relu(x: Tensor) -> Tensor:
-    return x.relu()
-
-
-def maximum(a: Tensor, b) -> Tensor:
-    return a.maximum(b)
-
-
-def minimum(a: Tensor, b) -> Tensor:
-    return a.minimum(b)
-
-
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    return a @ b
-
-
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    return x.softmax(axis)
-
-
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    return x.log_softmax(axis)
-
-
-def tril(x: Tensor, k: int = 0) -> Tensor:
-    return x.tril(k)
-
-
-def triu(x: Tensor, k: int = 0) -> Tensor:
-    return x.triu(k)

@@ -13,6 +13,7 @@ Its operators and methods do no math themselves: each delegates to one op in ``t
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,6 +21,8 @@ import numpy as np
 from tensorlab.backend import DEFAULT_DTYPE, device_of, to_device, xp_of
 
 Axis = int | tuple[int, ...] | None
+# What sort and topk return, as in PyTorch: ``values, indices = x.sort()`` or ``.values``.
+Sorted = namedtuple("Sorted", ["values", "indices"])
 
 
 def _lift(x, like: Tensor) -> Tensor:
@@ -193,6 +196,19 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """``np.sin(x)``, ``array * x``: the engine op of the same meaning, or a TypeError
+        naming the ufunc; never a plain array that has lost the graph (numpy_protocol.py)."""
+        if method == "__call__" and not kwargs:
+            op = _UFUNCS.get(ufunc)
+            if op is not None:
+                return op(*inputs)
+        return _array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """``np.sum(x)``, ``np.concatenate([x, y])``: as ``__array_ufunc__``, for functions."""
+        return _array_function(func, args, kwargs)
+
     def __dlpack__(self, *args, **kwargs):
         return self.data.__dlpack__(*args, **kwargs)
 
@@ -221,7 +237,11 @@ class Tensor:
                 return self
             return ToDevice.apply(self, device=device_or_dtype)
         dtype = np.dtype(device_or_dtype)
-        return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
+        if dtype == self.dtype:
+            return self
+        if dtype.kind != "f":  # integer tensors never require grad: a constant
+            return Tensor._wrap(self.data.astype(dtype))
+        return Cast.apply(self, dtype=dtype)
 
     def astype(self, dtype) -> Tensor:
         return self.to(dtype)
@@ -410,6 +430,12 @@ class Tensor:
     def tanh(self) -> Tensor:
         return Tanh.apply(self)
 
+    def sin(self) -> Tensor:
+        return Sin.apply(self)
+
+    def cos(self) -> Tensor:
+        return Cos.apply(self)
+
     def sigmoid(self) -> Tensor:
         return Sigmoid.apply(self)
 
@@ -427,6 +453,8 @@ class Tensor:
 
     def clip(self, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy's names
         return Clip.apply(self, lo=min, hi=max)
+
+    clamp = clip  # PyTorch's name
 
     def masked_fill(self, mask, value: float) -> Tensor:
         """``value`` where ``mask`` is true, ``self`` elsewhere (``mask`` broadcasts)."""
@@ -448,6 +476,21 @@ class Tensor:
     def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         return Var.apply(self, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
 
+    def std(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        """√var (``ddof=0`` as NumPy; PyTorch's default is ``correction=1``, i.e. ddof=1)."""
+        return Std.apply(self, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
+
+    def prod(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return Prod.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    def cumsum(self, axis: int | None = None) -> Tensor:
+        """Running sum along ``axis``; ``None`` flattens first (NumPy's rule)."""
+        if axis is None:
+            return Cumsum.apply(self.reshape(-1), axis=0)
+        if self.ndim == 0:
+            return self.reshape(1).cumsum(0).reshape(())
+        return Cumsum.apply(self, axis=axis % self.ndim)
+
     def logsumexp(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return LogSumExp.apply(self, axis=_axis(axis), keepdims=keepdims)
 
@@ -456,6 +499,41 @@ class Tensor:
 
     def log_softmax(self, axis: int = -1) -> Tensor:
         return LogSoftmax.apply(self, axis=axis)
+
+    def argsort(self, axis: int = -1, descending: bool = False) -> Tensor:
+        """The indices that sort ``self`` along ``axis`` (int64, no gradient). Stable: equal
+        entries keep their order, in both directions."""
+        a = self.data
+        xp = xp_of(a)
+        if not descending:
+            return Tensor._wrap(xp.argsort(a, axis=axis, kind="stable"))
+        # reverse, sort ascending (stable), reverse back: descending with ties in input order
+        n = a.shape[axis] if a.ndim else 1
+        rev = xp.flip(xp.argsort(xp.flip(a, axis), axis=axis, kind="stable"), axis)
+        return Tensor._wrap(n - 1 - rev)
+
+    def sort(self, axis: int = -1, descending: bool = False) -> Sorted:
+        """(values, indices) along ``axis``, as PyTorch's ``sort``; the values are
+        ``gather(axis, indices)``, so each gets the gradient of the entry it came from.
+        Ties: stable, equal entries keep their input order."""
+        if self.ndim == 0:
+            return Sorted(self * 1, Tensor._wrap(xp_of(self.data).zeros((), dtype=np.int64)))
+        idx = self.argsort(axis, descending)
+        return Sorted(Gather.apply(self, axis=axis, index=idx.data), idx)
+
+    def topk(self, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> Sorted:  # noqa: A002
+        """The ``k`` largest (``largest=False``: smallest) entries along ``axis`` and their
+        indices, in sorted order, as PyTorch's ``topk``. Ties: the lower index first."""
+        n = self.shape[axis] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise ValueError(
+                f"topk: k={k} is out of range for axis {axis} of shape {self.shape}: 0 <= k <= {n}"
+            )
+        if self.ndim == 0:
+            return self.sort()
+        idx = self.argsort(axis, descending=largest).data
+        idx = idx[(slice(None),) * (axis % self.ndim) + (slice(0, k),)]
+        return Sorted(Gather.apply(self, axis=axis, index=idx), Tensor._wrap(idx))
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         return Tensor._wrap(self.data.argmax(axis=axis, keepdims=keepdims))
@@ -496,6 +574,59 @@ class Tensor:
         return BroadcastTo.apply(self, shape=shape)
 
     broadcast_to = expand
+
+    def flip(self, axis: Axis = None) -> Tensor:
+        """Reverse the order along ``axis`` (None: every axis): indexing with step -1, so the
+        gradient is g flipped back (the backward of indexing, section 7 of derivations.md)."""
+        if axis is None:
+            axes = range(self.ndim)
+        else:
+            axes = [a % self.ndim for a in (axis if isinstance(axis, tuple | list) else (axis,))]
+        key = [slice(None)] * self.ndim
+        for a in axes:
+            key[a] = slice(None, None, -1)
+        return GetItem.apply(self, key=tuple(key))
+
+    def roll(self, shifts, axis: Axis = None) -> Tensor:
+        """Shift cyclically by ``shifts`` along ``axis`` (None: over the flattened tensor,
+        then the shape is restored), as ``np.roll`` and ``torch.roll``."""
+        return Roll.apply(self, shifts=_axis(shifts), axis=_axis(axis))
+
+    def tile(self, *reps) -> Tensor:
+        """The tensor repeated ``reps[i]`` times along axis i (missing reps count as 1, extra
+        ones add leading axes), as ``np.tile``: a reshape that interleaves size-1 axes, an
+        expand of those to reps, and a reshape back. No new op: the gradient sums the copies."""
+        if len(reps) == 1 and isinstance(reps[0], tuple | list):
+            reps = tuple(reps[0])
+        n = max(len(reps), self.ndim)
+        reps = (1,) * (n - len(reps)) + tuple(reps)
+        shape = (1,) * (n - self.ndim) + self.shape
+        x = self.reshape(tuple(v for s in shape for v in (1, s)))
+        x = x.expand(tuple(v for r, s in zip(reps, shape) for v in (r, s)))
+        return x.reshape(tuple(r * s for r, s in zip(reps, shape)))
+
+    def repeat(self, *sizes) -> Tensor:
+        """PyTorch's ``repeat``: the whole tensor ``sizes[i]`` times along axis i, which is
+        ``tile`` (NumPy's ``repeat``, each entry k times, is :meth:`repeat_interleave`)."""
+        if len(sizes) == 1 and isinstance(sizes[0], tuple | list):
+            sizes = tuple(sizes[0])
+        if len(sizes) < self.ndim:
+            raise ValueError(
+                f"repeat: {len(sizes)} sizes for a tensor of shape {self.shape}; give at least "
+                f"{self.ndim} (one per axis)"
+            )
+        return self.tile(sizes)
+
+    def repeat_interleave(self, repeats, axis: int | None = None) -> Tensor:
+        """Each entry ``repeats`` times in a row along ``axis`` (None: flattened), as
+        ``np.repeat`` and ``torch.repeat_interleave``; ``repeats`` an int or one per entry.
+        Indexing with the repeated positions, so repeats accumulate in the gradient."""
+        if axis is None:
+            return self.reshape(-1).repeat_interleave(repeats, 0)
+        xp = xp_of(self.data)
+        r = repeats.data if isinstance(repeats, Tensor) else repeats
+        index = xp.repeat(xp.arange(self.shape[axis]), r)
+        return GetItem.apply(self, key=(slice(None),) * (axis % self.ndim) + (index,))
 
     def sum_to(self, shape: tuple[int, ...]) -> Tensor:
         """Sum over broadcast axes so the result has ``shape`` (undoes broadcasting)."""
@@ -538,6 +669,30 @@ class Tensor:
         idx = index.data if isinstance(index, Tensor) else index
         return Gather.apply(self, axis=axis, index=idx)
 
+    def scatter_add(self, axis: int, index, src) -> Tensor:
+        """A copy of ``self`` with ``src[..., i, ...]`` added at ``index[..., i, ...]`` along
+        ``axis`` (PyTorch's ``scatter_add``; ``index`` of ``src``'s shape, or smaller: then
+        only that corner of ``src`` is used). Gradients: ``self`` gets g, ``src`` gets
+        ``g.gather(axis, index)``."""
+        idx = _checked_index("scatter_add", index, self, axis, src)
+        src = _lift(src, self)
+        if src.shape != idx.shape:
+            src = src[tuple(slice(0, n) for n in idx.shape)]
+        return self + ScatterAlongAxis.apply(
+            src, axis=axis % self.ndim, index=idx, shape=self.shape
+        )
+
+    def index_add(self, axis: int, index, source, alpha: float = 1.0) -> Tensor:
+        """A copy of ``self`` with ``alpha * source``'s slice i added to slice ``index[i]``
+        along ``axis`` (PyTorch's ``index_add``; repeated indices add up). Gradients:
+        ``self`` gets g, ``source`` gets ``alpha * g`` read at those slices."""
+        idx = _checked_index("index_add", index, self, axis, source)
+        source = _lift(source, self)
+        if alpha != 1.0:
+            source = source * alpha
+        key = (slice(None),) * (axis % self.ndim) + (idx,)
+        return self + ScatterAdd.apply(source, key=key, shape=self.shape)
+
 
 def _index_key(key):
     """Replace Tensors inside an index by their arrays."""
@@ -548,6 +703,43 @@ def _index_key(key):
     if isinstance(key, list):
         return np.asarray(key)
     return key
+
+
+def _checked_index(op: str, index, x: Tensor, axis: int, src):
+    """The integer array of ``index``, checked against ``x`` along ``axis`` (one-line errors
+    naming the op, the shapes and the valid range)."""
+    idx = index.data if isinstance(index, Tensor) else xp_of(x.data).asarray(index)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"{op}: index must hold integers, not {idx.dtype}")
+    if x.ndim == 0:
+        raise ValueError(f"{op}: needs a tensor with at least one axis, not a 0-d one")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for shape {x.shape}")
+    n = x.shape[axis]
+    src_shape = src.shape if hasattr(src, "shape") else np.shape(src)
+    if op == "index_add":
+        ok = idx.ndim == 1 and len(src_shape) == x.ndim and src_shape[axis] == len(idx)
+        ok = ok and all(
+            s == m for i, (s, m) in enumerate(zip(src_shape, x.shape)) if i != axis % x.ndim
+        )
+        want = "a 1-D index with one entry per slice of source, source shaped like self elsewhere"
+    else:
+        ok = idx.ndim == x.ndim == len(src_shape) and all(
+            k <= s and (i == axis % x.ndim or k <= m)
+            for i, (k, s, m) in enumerate(zip(idx.shape, src_shape, x.shape))
+        )
+        want = "index no larger than src, and than self except along axis, all of one rank"
+    if not ok:
+        raise ValueError(
+            f"{op}: index of shape {idx.shape}, source of shape {tuple(src_shape)} and self of "
+            f"shape {x.shape} along axis {axis}: need {want}"
+        )
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        raise IndexError(
+            f"{op}: index {bad} is out of range for axis {axis} of size {n}: 0..{n - 1}"
+        )
+    return idx
 
 
 def where(condition, a, b) -> Tensor:
@@ -578,11 +770,16 @@ def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0)
 
 
 # The ops import Tensor, so they are imported after the class exists.
+# NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.
+from tensorlab.numpy_protocol import UFUNCS as _UFUNCS  # noqa: E402
+from tensorlab.numpy_protocol import array_function as _array_function  # noqa: E402
+from tensorlab.numpy_protocol import array_ufunc as _array_ufunc  # noqa: E402
 from tensorlab.ops.elementwise import (  # noqa: E402
     Abs,
     Add,
     Cast,
     Clip,
+    Cos,
     Div,
     Exp,
     Log,
@@ -594,14 +791,32 @@ from tensorlab.ops.elementwise import (  # noqa: E402
     PowScalar,
     ReLU,
     Sigmoid,
+    Sin,
     Sqrt,
     Sub,
     Tanh,
     ToDevice,
     Where,
 )
-from tensorlab.ops.index import Gather, GetItem, Tril, Triu  # noqa: E402
+from tensorlab.ops.index import (  # noqa: E402
+    Gather,
+    GetItem,
+    ScatterAdd,
+    ScatterAlongAxis,
+    Tril,
+    Triu,
+)
 from tensorlab.ops.linalg import MatMul  # noqa: E402
 from tensorlab.ops.nnops import LogSoftmax, Softmax  # noqa: E402
-from tensorlab.ops.reduce import LogSumExp, Max, Mean, Min, Sum, Var  # noqa: E402
-from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, SumTo  # noqa: E402
+from tensorlab.ops.reduce import (  # noqa: E402
+    Cumsum,
+    LogSumExp,
+    Max,
+    Mean,
+    Min,
+    Prod,
+    Std,
+    Sum,
+    Var,
+)
+from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, Roll, SumTo  # noqa: E402

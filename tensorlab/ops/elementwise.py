@@ -146,6 +146,26 @@ class Abs(Function):
         return g * _const(xp_of(a).sign(a))
 
 
+class Sin(Function):
+    """y = sin(a);  da = g * cos(a)."""
+
+    def forward(ctx, a):
+        return xp_of(a).sin(a)
+
+    def backward(ctx, g):
+        return g * ctx.inputs[0].cos()
+
+
+class Cos(Function):
+    """y = cos(a);  da = -g * sin(a)."""
+
+    def forward(ctx, a):
+        return xp_of(a).cos(a)
+
+    def backward(ctx, g):
+        return -g * ctx.inputs[0].sin()
+
+
 class Tanh(Function):
     """y = tanh(a);  da = g * (1 - y²)."""
 

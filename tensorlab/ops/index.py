@@ -72,8 +72,11 @@ class Gather(Function):
 
 
 class ScatterAlongAxis(Function):
-    """y = zeros(shape) with g added at ``index`` along ``axis`` (the backward of
-    ``Gather``);  da = gather(g, axis, index)."""
+    """y = zeros(shape) with a added at ``index`` along ``axis`` (the backward of ``Gather``,
+    and ``scatter_add``);  da = g read at the same positions, ``gather(g, axis, index)``.
+
+    ``index`` may be smaller than ``shape`` on the other axes too (PyTorch's scatter rule):
+    only the positions it names are read back, never a broadcast of it."""
 
     def forward(ctx, a, axis, index, shape):
         ctx.axis, ctx.index = axis, index
@@ -83,7 +86,7 @@ class ScatterAlongAxis(Function):
         return out
 
     def backward(ctx, g):
-        return g.gather(ctx.axis, ctx.index)
+        return GetItem.apply(g, key=_along_axis_index(xp_of(g.data), ctx.index, ctx.axis))
 
 
 class Tril(Function):

@@ -18,6 +18,8 @@ class Softmax(Function):
 
     def forward(ctx, a, axis):
         ctx.axis = axis
+        if a.size == 0:  # nothing to normalize (an empty axis): an empty result, as PyTorch
+            return a.copy()
         xp = xp_of(a)
         e = xp.exp(a - a.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
@@ -33,6 +35,8 @@ def log_softmax_array(a, axis: int = -1):
 
     The one array-level log-softmax: :class:`LogSoftmax` runs it, and code that works on plain
     arrays (sampling, beam search, circuit tables) calls it instead of writing its own."""
+    if a.size == 0:  # an empty axis: an empty result, as PyTorch
+        return a.copy()
     xp = xp_of(a)
     shifted = a - a.max(axis=axis, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))

@@ -1,4 +1,5 @@
-"""Reductions over one or more axes: sum, mean, max, min, var, logsumexp.
+"""Reductions over one or more axes: sum, mean, max, min, var, std, prod, logsumexp; and
+cumsum, the running sum along one axis.
 
 A reduction maps many entries to one, so its backward sends ``g`` back to every entry that
 was reduced: ``g`` is reshaped to the kept-dims shape (a 1 where each reduced axis was) and
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from tensorlab.backend import xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor
+from tensorlab.tensor import Tensor, where
 
 _const = Tensor._wrap
 
@@ -91,21 +92,112 @@ class Min(_Extremum):
         return a.min(axis=ctx.axis, keepdims=keepdims)
 
 
+def _centered(ctx) -> Tensor:
+    a = ctx.inputs[0]
+    if not a.size:  # an empty input has an empty gradient (and no mean to take)
+        return a * 0.0
+    return a - a.mean(axis=ctx.axis, keepdims=True)
+
+
+def _per_dof(ctx) -> float:
+    """1/(N - ddof), NaN when there are no degrees of freedom left (as NumPy and PyTorch)."""
+    dof = ctx.count - ctx.ddof
+    return 1.0 / dof if dof > 0 else float("nan")
+
+
+def _moment(ctx, xp, a, axis, keepdims, ddof):
+    """Σ_axis (a - ā)² / (N - ddof): NaN for N ≤ ddof (an empty axis too), without NumPy's
+    warnings."""
+    _reduce_setup(ctx, a, axis, keepdims)
+    ctx.ddof = ddof
+    if ctx.count - ddof <= 0:
+        return xp.full(ctx.kshape if keepdims else ctx.out_shape, xp.nan, dtype=a.dtype)
+    return a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof)
+
+
 class Var(Function):
     """y = Σ_axis (a - ā)² / (N - ddof);  da = g * 2 (a - ā) / (N - ddof).
 
-    (The term from ā's own dependence on a vanishes because Σ (a - ā) = 0.)
+    (The term from ā's own dependence on a vanishes because Σ (a - ā) = 0.) NaN where
+    N ≤ ddof, value and gradient, as in PyTorch.
     """
 
     def forward(ctx, a, axis, keepdims, ddof):
+        return _moment(ctx, xp_of(a), a, axis, keepdims, ddof)
+
+    def backward(ctx, g):
+        return _spread(ctx, g) * _centered(ctx) * (2.0 * _per_dof(ctx))
+
+
+class Std(Function):
+    """y = √(Σ_axis (a - ā)² / (N - ddof));  da = g * (a - ā) / ((N - ddof) y),
+    taken as 0 where y = 0 (a constant slice: PyTorch's choice, a subgradient)."""
+
+    saves_output = True  # backward reads ctx.output
+
+    def forward(ctx, a, axis, keepdims, ddof):
+        xp = xp_of(a)
+        return xp.sqrt(_moment(ctx, xp, a, axis, keepdims, ddof))
+
+    def backward(ctx, g):
+        y = ctx.output
+        zero = y.data == 0
+        g_over_y = where(zero, 0.0, g / where(zero, 1.0, y))
+        return _spread(ctx, g_over_y) * _centered(ctx) * _per_dof(ctx)
+
+
+class Prod(Function):
+    """y = Π_axis a;  da_i = g * Π_{j≠i} a_j, which is g * y / a_i where no a_j is 0.
+
+    With a zero among the entries, y / a_i is 0/0 there; the backward then forms each
+    leave-one-out product directly (:func:`_products_of_others`).
+    """
+
+    saves_output = True  # backward reads ctx.output
+
+    def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
-        ctx.ddof = ddof
-        return a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof)
+        return a.prod(axis=ctx.axis, keepdims=keepdims)
 
     def backward(ctx, g):
         a = ctx.inputs[0]
-        centered = a - a.mean(axis=ctx.axis, keepdims=True)
-        return _spread(ctx, g) * centered * (2.0 / (ctx.count - ctx.ddof))
+        if not (a.data == 0).any():
+            return _spread(ctx, g) * _spread(ctx, ctx.output) / a
+        return _spread(ctx, g) * _products_of_others(a, ctx.axis)
+
+
+def _products_of_others(a: Tensor, axes: tuple | None) -> Tensor:
+    """Π_{j≠i} a_j over the reduced ``axes`` (None: all), for every i, as Tensor ops:
+    move the reduced axes last and flatten them to one axis of N, copy each row N times with
+    entry i replaced by 1 (an N×N pattern), take the product of each copy. O(N²) memory: used
+    only when an entry is 0."""
+    reduced = list(range(a.ndim)) if axes is None else list(axes)
+    kept = [i for i in range(a.ndim) if i not in reduced]
+    moved = a.permute(kept + reduced) if a.ndim else a
+    lead = moved.shape[: len(kept)]
+    rows = moved.reshape(lead + (-1,))
+    n = rows.shape[-1]
+    eye = xp_of(a.data).eye(n, dtype=bool)
+    others = where(eye, 1.0, rows.unsqueeze(-2).expand(lead + (n, n))).prod(axis=-1)
+    back = others.reshape(moved.shape)
+    if not a.ndim:
+        return back
+    inverse = [0] * a.ndim
+    for i, ax in enumerate(kept + reduced):
+        inverse[ax] = i
+    return back.permute(inverse)
+
+
+class Cumsum(Function):
+    """y_i = Σ_{j ≤ i} a_j along ``axis``;  da_j = Σ_{i ≥ j} g_i, the running sum of g taken
+    from the far end: flip(cumsum(flip(g)))."""
+
+    def forward(ctx, a, axis):
+        ctx.axis = axis
+        return xp_of(a).cumsum(a, axis=axis)
+
+    def backward(ctx, g):
+        return g.flip(ctx.axis).cumsum(ctx.axis).flip(ctx.axis)
 
 
 class LogSumExp(Function):
@@ -117,6 +209,9 @@ class LogSumExp(Function):
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
         xp = xp_of(a)
+        if a.size == 0:  # log of an empty sum: -inf (an empty result if a kept axis is empty)
+            y = xp.full(ctx.kshape, -xp.inf, dtype=a.dtype)
+            return y if keepdims else y.reshape(ctx.out_shape)
         m = a.max(axis=ctx.axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
         y = xp.log(xp.exp(a - m).sum(axis=ctx.axis, keepdims=True)) + m

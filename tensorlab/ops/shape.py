@@ -69,6 +69,19 @@ class SumTo(Function):
         return g.expand(ctx.inputs[0].shape)
 
 
+class Roll(Function):
+    """y = a shifted cyclically by ``shifts`` along ``axis`` (entries pushed off one end come
+    back at the other);  da = g shifted back, by -shifts."""
+
+    def forward(ctx, a, shifts, axis):
+        ctx.shifts, ctx.axis = shifts, axis
+        return xp_of(a).roll(a, shifts, axis)
+
+    def backward(ctx, g):
+        back = tuple(-s for s in ctx.shifts) if isinstance(ctx.shifts, tuple) else -ctx.shifts
+        return Roll.apply(g, shifts=back, axis=ctx.axis)
+
+
 class Concatenate(Function):
     """y = [a₁, a₂, ...] joined along ``axis``;  daᵢ = the slice of g that aᵢ filled."""
 

@@ -43,6 +43,8 @@ UNARY = {
     "sqrt": (lambda x: x.sqrt(), np.sqrt, positive),
     "abs": (lambda x: x.abs(), np.abs, lambda s: values(s).map(lambda a: away_from(a, [0.0]))),
     "tanh": (lambda x: x.tanh(), np.tanh, values),
+    "sin": (lambda x: x.sin(), np.sin, values),
+    "cos": (lambda x: tl.cos(x), np.cos, values),
     "sigmoid": (lambda x: x.sigmoid(), _sigmoid, lambda s: values(s, -6, 6)),
     "relu": (
         lambda x: x.relu(),
@@ -93,7 +95,7 @@ def test_unary_second_order(name, data):
 
 def test_module_level_functions_match_methods():
     x = leaf(np.linspace(-1.5, 1.5, 7))
-    for f in ("exp", "tanh", "sigmoid", "relu"):
+    for f in ("exp", "tanh", "sigmoid", "relu", "sin", "cos"):
         np.testing.assert_array_equal(getattr(tl, f)(x).numpy(), getattr(x, f)().numpy())
     np.testing.assert_array_equal(tl.log(x.abs() + 1).numpy(), np.log(np.abs(x.numpy()) + 1))
 

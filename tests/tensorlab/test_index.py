@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from opcheck import check_op, leaf
-from strategies import bool_mask, nonscalar_shapes, small_shapes, values
+from strategies import bool_mask, distinct, nonscalar_shapes, small_shapes, values
 
 import tensorlab as tl
 
@@ -152,3 +152,151 @@ def test_tril_triu(x, k, gg):
     check_op(lambda t: t.tril(k), lambda a: np.tril(a, k), x, gradgrad=gg)
     check_op(lambda t: tl.triu(t, k), lambda a: np.triu(a, k), x, gradgrad=gg)
     check_op(lambda t: tl.tril(t), np.tril, x)
+
+
+# ---------------------------------------------------------------- sort, argsort, topk
+@st.composite
+def sort_case(draw, shapes=nonscalar_shapes):
+    shape = draw(shapes)
+    x = distinct(draw(values(shape)))  # no ties: sort is smooth there
+    return x, draw(st.integers(-x.ndim, x.ndim - 1)), draw(st.booleans())
+
+
+@given(case=sort_case(), gg=st.booleans())
+def test_sort(case, gg):
+    x, axis, descending = case
+
+    def np_sort(a):
+        s = np.sort(a, axis=axis)
+        return np.flip(s, axis) if descending else s
+
+    check_op(lambda t: t.sort(axis, descending).values, np_sort, x, gradgrad=gg)
+    t = leaf(x)
+    idx = tl.argsort(t, axis, descending)
+    assert idx.dtype == np.int64 and not idx.requires_grad
+    np.testing.assert_array_equal(np.take_along_axis(x, idx.numpy(), axis), np_sort(x))
+
+
+@given(case=sort_case(), data=st.data(), gg=st.booleans())
+def test_topk(case, data, gg):
+    x, axis, largest = case
+    k = data.draw(st.integers(0, x.shape[axis]), label="k")
+
+    def np_topk(a):
+        s = np.sort(a, axis=axis)
+        s = np.flip(s, axis) if largest else s
+        return np.take(s, np.arange(k), axis=axis)
+
+    check_op(lambda t: t.topk(k, axis, largest).values, np_topk, x, gradgrad=gg)
+
+
+def test_sort_ties_keep_input_order_and_each_value_its_own_gradient():
+    """The tie rule: a stable sort, in both directions (equal entries keep their input
+    order), and each output position sends its gradient to the one entry placed there."""
+    x = leaf([2.0, 1.0, 2.0, 1.0])
+    values, idx = x.sort()
+    np.testing.assert_array_equal(idx.numpy(), [1, 3, 0, 2])
+    np.testing.assert_array_equal(x.sort(descending=True).indices.numpy(), [0, 2, 1, 3])
+    np.testing.assert_array_equal(x.topk(3).indices.numpy(), [0, 2, 1])
+    values.backward(tl.tensor([10.0, 20.0, 30.0, 40.0], dtype=np.float64))
+    np.testing.assert_array_equal(x.grad.numpy(), [30.0, 10.0, 40.0, 20.0])
+
+
+def test_topk_refuses_k_out_of_range():
+    with pytest.raises(
+        ValueError, match=r"topk: k=4 is out of range for axis -1 of shape \(2, 3\)"
+    ):
+        tl.zeros(2, 3).topk(4)
+
+
+def test_sort_of_a_0d_tensor_and_of_an_empty_axis():
+    assert tl.tensor(3.0).sort().values.item() == 3.0
+    v, i = tl.zeros(2, 0).sort()
+    assert v.shape == i.shape == (2, 0)
+
+
+# ---------------------------------------------------------------- scatter_add, index_add
+@st.composite
+def scatter_case(draw):
+    shape = draw(nonscalar_shapes)
+    x = draw(values(shape))
+    axis = draw(st.integers(-x.ndim, x.ndim - 1))
+    index_shape = tuple(
+        draw(st.integers(1, 4)) if i == axis % x.ndim else draw(st.integers(1, n))
+        for i, n in enumerate(shape)
+    )
+    index = draw(hnp.arrays(np.int64, index_shape, elements=st.integers(0, shape[axis] - 1)))
+    src_shape = tuple(k + draw(st.integers(0, 1)) for k in index_shape)  # maybe larger
+    return x, axis, index, draw(values(src_shape))
+
+
+def _np_scatter_add(a, axis, index, src):
+    out = a.copy()
+    src = src[tuple(slice(0, n) for n in index.shape)]
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[axis % a.ndim] = index
+    np.add.at(out, tuple(grids), src)
+    return out
+
+
+@given(case=scatter_case(), gg=st.booleans())
+def test_scatter_add(case, gg):
+    x, axis, index, src = case
+    check_op(
+        lambda t, s: t.scatter_add(axis, index, s),
+        lambda a, s: _np_scatter_add(a, axis, index, s),
+        x,
+        src,
+        gradgrad=gg,
+    )
+
+
+@st.composite
+def index_add_case(draw):
+    shape = draw(nonscalar_shapes)
+    x = draw(values(shape))
+    axis = draw(st.integers(-x.ndim, x.ndim - 1))
+    index = draw(st.lists(st.integers(0, shape[axis] - 1), min_size=0, max_size=5))
+    src_shape = list(shape)
+    src_shape[axis] = len(index)
+    return x, axis, np.array(index, dtype=np.int64), draw(values(tuple(src_shape)))
+
+
+@given(case=index_add_case(), alpha=st.sampled_from([1.0, -0.5]), gg=st.booleans())
+def test_index_add(case, alpha, gg):
+    x, axis, index, src = case
+
+    def np_index_add(a, s):
+        out = np.moveaxis(a.copy(), axis, 0)
+        np.add.at(out, index, alpha * np.moveaxis(s, axis, 0))
+        return np.moveaxis(out, 0, axis)
+
+    check_op(
+        lambda t, s: tl.index_add(t, axis, index, s, alpha=alpha),
+        np_index_add,
+        x,
+        src,
+        gradgrad=gg,
+    )
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda x: x.scatter_add(1, [[0, 3]], tl.ones(1, 2)),
+            r"index 3 is out of range for axis 1 of size 3",
+        ),
+        (lambda x: x.scatter_add(1, [[-1, 0]], tl.ones(1, 2)), r"index -1 is out of range"),
+        (lambda x: x.scatter_add(1, [[0, 1]], tl.ones(1, 1)), r"index of shape \(1, 2\), source"),
+        (
+            lambda x: x.index_add(0, [0, 2], tl.ones(2, 3)),
+            r"index 2 is out of range for axis 0 of size 2",
+        ),
+        (lambda x: x.index_add(0, [0], tl.ones(1, 2)), r"index_add: index of shape \(1,\)"),
+        (lambda x: x.index_add(0, [0.5], tl.ones(1, 3)), r"index must hold integers"),
+    ],
+)
+def test_scatter_errors_name_the_op_and_the_range(call, message):
+    with pytest.raises((ValueError, IndexError, TypeError), match=message):
+        call(tl.zeros(2, 3))

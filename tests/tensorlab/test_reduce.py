@@ -128,3 +128,106 @@ def test_reductions_keep_float32():
     x = tl.ones(3, 4)
     for y in (x.sum(), x.mean(0), x.max(1), x.var(), x.logsumexp(-1)):
         assert y.dtype == np.float32
+
+
+# ---------------------------------------------------------------- prod, std, cumsum
+@st.composite
+def signed_magnitudes(draw, shapes=small_shapes, low=0.5, high=1.5):
+    """Entries of either sign with |x| in [low, high]: products of up to 64 of them stay
+    within [0.5⁶⁴, 1.5⁶⁴] ≈ [5e-20, 2e11], where central differences keep their accuracy."""
+    shape = draw(shapes)
+    mag = draw(values(shape, low, high))
+    return np.where(draw(hnp.arrays(np.bool_, shape)), -mag, mag)
+
+
+@given(data=st.data(), gg=st.booleans())
+def test_prod(data, gg):
+    x = data.draw(signed_magnitudes(st.one_of(gg_shapes if gg else small_shapes)), label="x")
+    axis, keepdims = data.draw(axis_for(x.ndim)), data.draw(st.booleans())
+    check_op(
+        lambda t: t.prod(axis, keepdims),
+        lambda a: a.prod(axis=axis, keepdims=keepdims),
+        x,
+        gradgrad=gg,
+    )
+
+
+@pytest.mark.parametrize(
+    "x", [[2.0, 0.0, 3.0], [0.0, 0.0, 3.0], [[1.5, 0.0], [2.0, -1.0]], 0.0], ids=str
+)
+def test_prod_with_zeros(x):
+    """With zeros, y / a_i is 0/0: the backward forms the leave-one-out products instead.
+    A product is a polynomial, so finite differences are exact here too."""
+    check_op(lambda t: t.prod(-1 if np.ndim(x) else None), lambda a: a.prod(axis=-1), x)
+    check_op(lambda t: tl.prod(t), np.prod, x, gradgrad=True)
+    t = leaf(x)
+    t.prod().backward()
+    a = np.array(x, dtype=np.float64).ravel()
+    others = [np.prod(np.delete(a, i)) for i in range(a.size)]
+    np.testing.assert_array_equal(t.grad.numpy().ravel(), others)
+
+
+@given(
+    case=reduction_case(prep=lambda a: distinct(a, gap=0.1)),
+    ddof=st.sampled_from([0, 1]),
+    gg=st.booleans(),
+)
+def test_std(case, ddof, gg):
+    """Entries kept 0.1 apart, so σ is bounded away from 0 (where √ has its kink)."""
+    x, axis, keepdims = case
+    assume(_count(x.shape, axis) > ddof)
+    check_op(
+        lambda t: t.std(axis, keepdims, ddof=ddof),
+        lambda a: a.std(axis=axis, keepdims=keepdims, ddof=ddof),
+        x,
+        gradgrad=gg and x.size <= 9,
+    )
+
+
+def test_std_of_a_constant_slice_has_zero_gradient():
+    """σ = 0: the derivative of √ does not exist; 0 is taken (PyTorch's choice)."""
+    x = leaf([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
+    x.std(axis=1, ddof=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0, 0], [-0.5, 0, 0.5]])
+
+
+@given(x=st.one_of(small_shapes, shapes_with_empty).flatmap(values), data=st.data())
+def test_cumsum(x, data):
+    axis = data.draw(st.none() | st.integers(-x.ndim, x.ndim - 1) if x.ndim else st.none())
+    check_op(lambda t: t.cumsum(axis), lambda a: np.cumsum(a, axis=axis), x, gradgrad=x.size < 10)
+
+
+def test_cumsum_gradient_is_the_reverse_running_sum():
+    x = leaf([1.0, 2.0, 3.0, 4.0])
+    x.cumsum(0).backward(tl.tensor([1.0, 10.0, 100.0, 1000.0], dtype=np.float64))
+    np.testing.assert_array_equal(x.grad.numpy(), [1111.0, 1110.0, 1100.0, 1000.0])
+
+
+# ---------------------------------------------------------------- reductions over empty axes
+@pytest.mark.parametrize("shape, axis", [((2, 0), -1), ((0, 3), -1), ((0, 3), 0), ((0,), None)])
+def test_reductions_over_empty_axes_follow_numpy_and_do_not_raise(shape, axis):
+    """var/std of no entries and logsumexp of none: NaN and -inf, as NumPy and PyTorch (the
+    torch comparison is in test_torch_parity.py); gradients have the input's (empty) shape."""
+    x = leaf(np.zeros(shape))
+    count = int(np.prod([shape[a] for a in ([axis] if axis is not None else range(len(shape)))]))
+    for y, value in [
+        (x.var(axis), np.nan),
+        (x.var(axis, ddof=1), np.nan),
+        (x.std(axis), np.nan),
+        (x.logsumexp(axis), -np.inf),
+        (x.softmax(-1), None),
+        (x.log_softmax(-1), None),
+    ]:
+        if value is not None and count == 0:
+            assert np.all(y.numpy() == value) or np.all(np.isnan(y.numpy()) == np.isnan(value))
+        x.grad = None
+        y.sum().backward()
+        assert x.grad.shape == shape
+
+
+def test_var_without_degrees_of_freedom_is_nan_not_an_error():
+    x = leaf([3.0])
+    y = x.var(ddof=1)
+    assert np.isnan(y.item())
+    y.backward()
+    assert np.isnan(x.grad.numpy()).all()

@@ -195,3 +195,75 @@ def test_split_and_chunk(x):
 def test_split_sizes_must_add_up():
     with pytest.raises(ValueError, match="add up"):
         tl.split(tl.ones(5), [2, 2])
+
+
+# ---------------------------------------------------------------- flip, roll, tile, repeat
+any_arrays = st.one_of(arrays, shapes_with_empty.flatmap(values))
+
+
+@st.composite
+def axes_of(draw, ndim: int):
+    """None, one axis (maybe negative) or a tuple of distinct axes of an ``ndim``-d array."""
+    if ndim == 0:
+        return None
+    return draw(
+        st.none()
+        | st.integers(-ndim, ndim - 1)
+        | st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True).map(tuple)
+    )
+
+
+@given(x=any_arrays, data=st.data(), gg=st.booleans())
+def test_flip(x, data, gg):
+    axis = data.draw(axes_of(x.ndim), label="axis")
+    check_op(lambda t: t.flip(axis), lambda a: np.flip(a, axis), x, gradgrad=gg)
+    check_op(lambda t: tl.flip(t, axis), lambda a: np.flip(a, axis), x)
+
+
+@given(x=any_arrays, data=st.data(), gg=st.booleans())
+def test_roll(x, data, gg):
+    axis = data.draw(axes_of(x.ndim), label="axis")
+    if isinstance(axis, tuple):
+        shifts = data.draw(st.tuples(*[st.integers(-5, 5) for _ in axis]), label="shifts")
+    else:
+        shifts = data.draw(st.integers(-5, 5), label="shifts")
+    check_op(lambda t: t.roll(shifts, axis), lambda a: np.roll(a, shifts, axis), x, gradgrad=gg)
+
+
+@given(x=any_arrays, reps=st.lists(st.integers(0, 3), min_size=0, max_size=4), gg=st.booleans())
+def test_tile(x, reps, gg):
+    reps = tuple(reps)
+    check_op(lambda t: t.tile(reps), lambda a: np.tile(a, reps), x, gradgrad=gg)
+
+
+@given(x=any_arrays, data=st.data())
+def test_repeat_is_pytorchs_tile(x, data):
+    sizes = tuple(data.draw(st.lists(st.integers(0, 3), min_size=x.ndim, max_size=x.ndim + 2)))
+    check_op(lambda t: t.repeat(*sizes) if sizes else t.repeat(()), lambda a: np.tile(a, sizes), x)
+
+
+def test_repeat_needs_a_size_per_axis():
+    with pytest.raises(ValueError, match=r"repeat: 1 sizes for a tensor of shape \(2, 3\)"):
+        tl.zeros(2, 3).repeat(2)
+
+
+@given(x=arrays.filter(lambda a: a.ndim > 0), data=st.data(), gg=st.booleans())
+def test_repeat_interleave(x, data, gg):
+    axis = data.draw(st.none() | st.integers(-x.ndim, x.ndim - 1), label="axis")
+    n = x.size if axis is None else x.shape[axis]
+    repeats = data.draw(
+        st.integers(0, 3) | st.lists(st.integers(0, 3), min_size=n, max_size=n).map(np.array),
+        label="repeats",
+    )
+    check_op(
+        lambda t: t.repeat_interleave(repeats, axis),
+        lambda a: np.repeat(a, repeats, axis),
+        x,
+        gradgrad=gg,
+    )
+
+
+def test_repeat_interleave_gradient_adds_the_copies():
+    x = leaf([1.0, 2.0, 3.0])
+    x.repeat_interleave(np.array([2, 0, 3])).backward(tl.tensor(np.arange(5.0)))
+    np.testing.assert_array_equal(x.grad.numpy(), [0 + 1, 0, 2 + 3 + 4])

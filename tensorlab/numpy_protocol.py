@@ -1,0 +1,188 @@
+"""NumPy calls on Tensors: ``np.sin(x)``, ``np.sum(x, axis=0)``, ``array * x``.
+
+NumPy hands a call that involves a Tensor to ``Tensor.__array_ufunc__`` (for ufuncs such as
+``np.sin`` or the ``*`` of ``array * x``) or ``Tensor.__array_function__`` (for functions such
+as ``np.sum``). Without these hooks NumPy would convert the tensor with ``__array__`` and
+return a plain array: the result would look right and the graph would be gone, so a later
+``backward()`` would silently miss everything computed that way.
+
+So each call either runs the engine op of the same meaning (the tables below: the result is a
+Tensor, in the graph) or raises a ``TypeError`` that names the NumPy function. Ufuncs whose
+result is a predicate (``np.isnan``, comparisons) or piecewise constant (``np.floor``,
+``np.sign``: derivative 0 wherever it exists) return a constant Tensor. ``np.asarray(x)`` and
+``np.array(x)`` are conversions, not calls: they still give the values as an array.
+
+Only NumPy calls reach this file; ``x * y`` and ``x.sin()`` never do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorlab.ops.linalg import einsum
+from tensorlab.ops.shape import concatenate, stack
+from tensorlab.tensor import Tensor, _lift, where
+
+
+def _tensor_first(a, b):
+    """(a, b) as two Tensors, the non-Tensor lifted beside the Tensor (as the operators do)."""
+    if isinstance(a, Tensor):
+        return a, _lift(b, a)
+    return _lift(a, b), b
+
+
+def _binary(method: str):
+    def call(a, b):
+        a, b = _tensor_first(a, b)
+        return getattr(a, method)(b)
+
+    return call
+
+
+def _constant(ufunc):
+    """A ufunc computed on the arrays, its result a constant Tensor (no gradient flows)."""
+
+    def call(*args):
+        return Tensor._wrap(ufunc(*[x.data if isinstance(x, Tensor) else x for x in args]))
+
+    return call
+
+
+# ufunc -> what np.<ufunc>(...) runs (positional arguments only; the call form "__call__").
+UFUNCS = {
+    np.add: _binary("__add__"),
+    np.subtract: _binary("__sub__"),
+    np.multiply: _binary("__mul__"),
+    np.true_divide: _binary("__truediv__"),
+    np.power: _binary("__pow__"),
+    np.float_power: _binary("__pow__"),
+    np.matmul: _binary("__matmul__"),
+    np.maximum: _binary("maximum"),
+    np.minimum: _binary("minimum"),
+    np.negative: Tensor.__neg__,
+    np.positive: Tensor.__pos__,
+    np.exp: Tensor.exp,
+    np.log: Tensor.log,
+    np.sqrt: Tensor.sqrt,
+    np.absolute: Tensor.abs,
+    np.tanh: Tensor.tanh,
+    np.sin: Tensor.sin,
+    np.cos: Tensor.cos,
+    np.square: lambda x: x * x,
+    np.reciprocal: lambda x: 1.0 / x,
+}
+_PREDICATES = (
+    "isnan isinf isfinite signbit less less_equal greater greater_equal equal not_equal "
+    "logical_and logical_or logical_xor logical_not"
+)
+_PIECEWISE_CONSTANT = "floor ceil trunc rint sign"
+for _name in (_PREDICATES + " " + _PIECEWISE_CONSTANT).split():
+    UFUNCS[getattr(np, _name)] = _constant(getattr(np, _name))
+
+# ufunc -> Tensor method for np.<ufunc>.reduce(x, axis=..., keepdims=...)
+REDUCE = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min"}
+
+
+def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
+    """``Tensor.__array_ufunc__`` when the fast path (a plain call in ``UFUNCS``) missed."""
+    name = f"numpy.{ufunc.__name__}"
+    if "out" in kwargs:
+        raise TypeError(
+            f"{name}(..., out=...) with a Tensor: results are new Tensors; write y = {name}(x)"
+        )
+    if method == "reduce" and ufunc in REDUCE and not set(kwargs) - {"axis", "keepdims"}:
+        return getattr(inputs[0], REDUCE[ufunc])(
+            kwargs.get("axis", 0), kwargs.get("keepdims", False)
+        )
+    if method == "accumulate" and ufunc is np.add and not set(kwargs) - {"axis"}:
+        return inputs[0].cumsum(kwargs.get("axis", 0))
+    form = name if method == "__call__" else f"{name}.{method}"
+    if method == "__call__" and ufunc in UFUNCS:  # the op exists, not with these arguments
+        raise TypeError(f"{form} on a Tensor takes no keyword arguments (got {sorted(kwargs)})")
+    raise TypeError(
+        f"{form} has no tensorlab op, so it would drop the graph: use the Tensor method, or "
+        f"call it on the values ({form}(x.numpy())) for a plain array"
+    )
+
+
+def _sort(a, axis=-1, kind=None, order=None, stable=None):
+    return a.sort(axis)[0]
+
+
+def _repeat(a, repeats, axis=None):
+    return a.repeat_interleave(repeats, axis)
+
+
+def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    return a.reshape(shape if shape is not None else newshape)
+
+
+def _where(condition, *branches):
+    if len(branches) != 2:
+        raise TypeError("numpy.where with one argument (the indices of nonzeros) needs an array")
+    return where(condition, *branches)
+
+
+def _dot(a, b, out=None):
+    a, b = _tensor_first(a, b)
+    if a.ndim > 2 or b.ndim > 2:
+        raise TypeError("numpy.dot of Tensors with more than 2 axes: use matmul (a @ b)")
+    return a * b if a.ndim == 0 or b.ndim == 0 else a @ b
+
+
+def _tensor(x):
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+# function -> its tensorlab form, taking NumPy's argument names (the common ones).
+FUNCTIONS = {
+    np.sum: lambda a, axis=None, keepdims=False: a.sum(axis, keepdims),
+    np.mean: lambda a, axis=None, keepdims=False: a.mean(axis, keepdims),
+    np.max: lambda a, axis=None, keepdims=False: a.max(axis, keepdims),
+    np.min: lambda a, axis=None, keepdims=False: a.min(axis, keepdims),
+    np.var: lambda a, axis=None, ddof=0, keepdims=False: a.var(axis, keepdims, ddof),
+    np.std: lambda a, axis=None, ddof=0, keepdims=False: a.std(axis, keepdims, ddof),
+    np.prod: lambda a, axis=None, keepdims=False: a.prod(axis, keepdims),
+    np.cumsum: lambda a, axis=None: a.cumsum(axis),
+    np.argmax: lambda a, axis=None, keepdims=False: a.argmax(axis, keepdims),
+    np.argmin: lambda a, axis=None, keepdims=False: a.argmin(axis, keepdims),
+    np.reshape: _reshape,
+    np.transpose: lambda a, axes=None: a.T if axes is None else a.permute(axes),
+    np.squeeze: lambda a, axis=None: a.squeeze(axis),
+    np.expand_dims: lambda a, axis: a.unsqueeze(axis),
+    np.broadcast_to: lambda a, shape: a.broadcast_to(shape),
+    np.concatenate: lambda arrays, axis=0: concatenate([_tensor(x) for x in arrays], axis),
+    np.stack: lambda arrays, axis=0: stack([_tensor(x) for x in arrays], axis),
+    np.where: _where,
+    np.clip: lambda a, a_min=None, a_max=None: a.clip(a_min, a_max),
+    np.flip: lambda m, axis=None: m.flip(axis),
+    np.roll: lambda a, shift, axis=None: a.roll(shift, axis),
+    np.tile: lambda a, reps: a.tile(reps),
+    np.repeat: _repeat,
+    np.sort: _sort,
+    np.argsort: lambda a, axis=-1, kind=None, order=None, stable=None: a.argsort(axis),
+    np.tril: lambda m, k=0: m.tril(k),
+    np.triu: lambda m, k=0: m.triu(k),
+    np.dot: _dot,
+    np.einsum: lambda spec, *operands: einsum(spec, *[_tensor(x) for x in operands]),
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
+}
+
+
+def array_function(func, args: tuple, kwargs: dict):
+    """``Tensor.__array_function__``: the tensorlab form of ``func``, or a TypeError."""
+    name = f"numpy.{func.__name__}"
+    fn = FUNCTIONS.get(func)
+    if fn is None:
+        raise TypeError(
+            f"{name} has no tensorlab form, so it would drop the graph: use Tensor ops, or "
+            f"call it on the values ({name}(x.numpy(), ...)) for a plain array"
+        )
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as err:
+        if "argument" in str(err):  # a NumPy argument the tensorlab form does not take
+            raise TypeError(f"{name} on a Tensor: {err}") from None
+        raise
