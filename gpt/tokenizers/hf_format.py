@@ -42,20 +42,40 @@ from .wordpiece import WordPiece
 
 
 def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tokenizer:
-    """Build our tokenizer from a parsed ``tokenizer.json``."""
+    """Build a tokenizer from a parsed ``tokenizer.json``: one of our classes when the file is in
+    a form it writes (or an equivalent one), else a ``Pipeline`` of the parts the file names."""
     model = data.get("model")
     if not isinstance(model, dict):
         raise TokenizerFileError(path, "'model' must be a JSON object")
     kind = model.get("type") or _guess_model_type(model)
-    with file_errors(path, f"{kind} model"):
-        added = _added_tokens(data, path)
-        if kind == "BPE":
-            return _read_bpe(data, model, added, path)
-        if kind == "WordPiece":
-            return _read_wordpiece(data, model, added, path)
-        if kind == "Unigram":
-            return _read_unigram(data, model, added, path)
-    raise TokenizerFileError(path, f"unsupported model type {kind!r}")
+    try:
+        _native(_plain_extras(data, path), path, "added tokens with flags, or a post-processor")
+        with file_errors(path, f"{kind} model"):
+            added = _added_tokens(data, path)
+            if kind == "BPE":
+                return _read_bpe(data, model, added, path)
+            if kind == "WordPiece":
+                return _read_wordpiece(data, model, added, path)
+            if kind == "Unigram":
+                return _read_unigram(data, model, added, path)
+    except NotNative:
+        pass
+    from .pipeline import Pipeline
+
+    with file_errors(path, f"{kind} pipeline"):
+        return Pipeline.from_hf(data, path)
+
+
+def _plain_extras(data: dict[str, Any], path) -> bool:
+    """Whether the added tokens have no flags our classes would ignore and no post-processor
+    adds tokens: then the file's ids are what our classes give."""
+    from .pipeline import read_added_tokens
+
+    for t in read_added_tokens(data, path):
+        if t.lstrip or t.rstrip or t.single_word or (t.normalized and data.get("normalizer")):
+            return False
+    post = data.get("post_processor")
+    return post is None or (isinstance(post, dict) and post.get("type") == "ByteLevel")
 
 
 def load_hf(path: str | os.PathLike) -> Tokenizer:
@@ -122,12 +142,23 @@ def _is_split_step(step: dict) -> bool:
     )
 
 
+class NotNative(TokenizerFileError):
+    """The file combines parts in a way none of our four classes runs; ``from_hf_json`` then
+    builds a ``Pipeline`` instead."""
+
+
+def _native(cond: bool, path, problem: str) -> None:
+    """Check that the file is in a form one of our classes runs (see ``NotNative``)."""
+    if not cond:
+        raise NotNative(path, problem)
+
+
 def _require(cond: bool, path, problem: str) -> None:
     if not cond:
         raise TokenizerFileError(path, problem)
 
 
-def _ids_to_list(vocab: dict[str, int], added: dict[str, int], path) -> list[str]:
+def ids_to_list(vocab: dict[str, int], added: dict[str, int], path) -> list[str]:
     """Merge model vocab and added tokens into one list indexed by id (no gaps allowed)."""
     by_id: dict[int, str] = {}
     for t, i in list(vocab.items()) + list(added.items()):
@@ -140,7 +171,7 @@ def _ids_to_list(vocab: dict[str, int], added: dict[str, int], path) -> list[str
 
 
 def _read_bpe(data, model, added, path) -> ByteBPE:
-    _require(data.get("normalizer") is None, path, "BPE: normalizers are not supported")
+    _native(data.get("normalizer") is None, path, "BPE: normalizers are not supported")
     pre = data.get("pre_tokenizer") or {}
     if pre.get("type") == "Sequence":
         # Split(Regex, Isolated) then ByteLevel(use_regex=False): GPT-4-style custom patterns
@@ -152,10 +183,10 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
             and not steps[1].get("use_regex", True)
             and not steps[1].get("add_prefix_space", False)
         )
-        _require(ok, path, "BPE: only Split(Regex, Isolated) + ByteLevel(use_regex=False)")
+        _native(ok, path, "BPE: only Split(Regex, Isolated) + ByteLevel(use_regex=False)")
         pattern, prefix_space = steps[0]["pattern"]["Regex"], False
     else:
-        _require(
+        _native(
             pre.get("type") == "ByteLevel" and pre.get("use_regex", True),
             path,
             f"BPE: only a ByteLevel pre-tokenizer is supported, found {pre.get('type')!r}",
@@ -163,10 +194,10 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
         pattern = GPT2_PATTERN
         prefix_space = get(pre, "add_prefix_space", "bool", path, "pre_tokenizer", False)
     for field in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
-        _require(not model.get(field), path, f"BPE: {field}={model.get(field)!r} not supported")
-    _require(not model.get("byte_fallback"), path, "BPE: byte_fallback is not supported")
+        _native(not model.get(field), path, f"BPE: {field}={model.get(field)!r} not supported")
+    _native(not model.get("byte_fallback"), path, "BPE: byte_fallback is not supported")
     vocab_t2i = _model_vocab(model, path)
-    itos = _ids_to_list(vocab_t2i, added, path)
+    itos = ids_to_list(vocab_t2i, added, path)
     vocab: dict[int, bytes] = {}
     for i, t in enumerate(itos):
         if t in added:
@@ -200,7 +231,7 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
             clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False
         )
     else:
-        _require(
+        _native(
             norm.get("type") == "BertNormalizer",
             path,
             f"WordPiece: only BertNormalizer is supported, found {norm.get('type')!r}",
@@ -214,13 +245,13 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
             lowercase=get(norm, "lowercase", "bool", path, "normalizer", True),
         )
     pre = data.get("pre_tokenizer") or {}
-    _require(
+    _native(
         pre.get("type") == "BertPreTokenizer",
         path,
         f"WordPiece: only BertPreTokenizer is supported, found {pre.get('type')!r}",
     )
     vocab = _model_vocab(model, path)
-    itos = _ids_to_list(vocab, added, path)
+    itos = ids_to_list(vocab, added, path)
     unk = get(model, "unk_token", "str", path, "model", "[UNK]")
     return WordPiece(
         itos,
@@ -233,12 +264,12 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
 
 
 def _read_unigram(data, model, added, path) -> Unigram:
-    _require(data.get("normalizer") is None, path, "Unigram: normalizers are not supported")
-    _require(not model.get("byte_fallback"), path, "Unigram: byte_fallback is not supported")
+    _native(data.get("normalizer") is None, path, "Unigram: normalizers are not supported")
+    _native(not model.get("byte_fallback"), path, "Unigram: byte_fallback is not supported")
     pre = data.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
     meta = steps[0] if steps else {}
-    _require(
+    _native(
         meta.get("type") == "Metaspace",
         path,
         f"Unigram: expected a Metaspace pre-tokenizer, found {meta.get('type')!r}",
@@ -250,19 +281,19 @@ def _read_unigram(data, model, added, path) -> Unigram:
         prefix = get(meta, "add_prefix_space", "bool", path, "pre_tokenizer", True)
         scheme = "always" if prefix else "never"
     if len(steps) == 1:
-        _require(meta.get("split", True), path, "Unigram: Metaspace(split=False) alone")
+        _native(meta.get("split", True), path, "Unigram: Metaspace(split=False) alone")
         pattern = METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement)
     else:
         split = steps[1]
         ok = len(steps) == 2 and not meta.get("split", True) and _is_split_step(split)
-        _require(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
+        _native(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
         pattern = split["pattern"]["Regex"]
     pieces = [
         pair(p, "str,number", path, f"model.vocab[{k}]")
         for k, p in enumerate(get(model, "vocab", "list", path, "model"))
     ]
-    itos = _ids_to_list({t: i for i, (t, _) in enumerate(pieces)}, added, path)
-    _require(len(itos) == len(pieces), path, "Unigram: added tokens outside the model vocab")
+    itos = ids_to_list({t: i for i, (t, _) in enumerate(pieces)}, added, path)
+    _native(len(itos) == len(pieces), path, "Unigram: added tokens outside the model vocab")
     unk_id = model.get("unk_id")
     _require(isinstance(unk_id, int), path, "Unigram: the model has no unk_id")
     _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")

@@ -71,6 +71,7 @@ class Unigram(Tokenizer):
         prepend_scheme: str = "always",
         replacement: str = METASPACE,
         fuse_unk: bool = True,
+        byte_fallback: bool = False,
     ):
         if prepend_scheme not in ("always", "first", "never"):
             raise TokenizerError(f"prepend_scheme must be always/first/never: {prepend_scheme!r}")
@@ -80,6 +81,9 @@ class Unigram(Tokenizer):
         self.prepend_scheme = prepend_scheme
         self.replacement = replacement
         self.fuse_unk = fuse_unk
+        #: an unknown run of characters becomes its UTF-8 bytes as "<0xXX>" pieces, when the
+        #: vocabulary has them all (as SentencePiece's byte_fallback), instead of the unknown token
+        self.byte_fallback = byte_fallback
         self._split = splitter(pattern)
         # pieces that segmentation may use: everything but the special tokens
         self.scores = {t: s for t, s in self.pieces if t not in self.special}
@@ -140,17 +144,36 @@ class Unigram(Tokenizer):
         return self._pieces_to_ids(word, _backtrack(back, n))
 
     def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
-        stoi, unk = self.stoi, self.stoi[self.unk_token]
-        ids = []
+        """Ids of the pieces between cuts; runs of unknown pieces are fused (``fuse_unk``) and
+        become the unknown token or, with ``byte_fallback``, their bytes."""
+        stoi = self.stoi
+        ids: list[int] = []
+        unknown: list[str] = []  # the unknown pieces not yet added
+
+        def flush() -> None:
+            for text in ["".join(unknown)] if self.fuse_unk else unknown:
+                ids.extend(self._unknown_ids(text))
+            unknown.clear()
+
         for i, j in zip(cuts, cuts[1:]):
             t = word[i:j]
             k = stoi.get(t) if t in self.scores else None
             if k is None:
-                if self.fuse_unk and ids and ids[-1] == unk:
-                    continue
-                k = unk
+                unknown.append(t)
+                continue
+            if unknown:
+                flush()
             ids.append(k)
+        if unknown:
+            flush()
         return ids
+
+    def _unknown_ids(self, text: str) -> list[int]:
+        if self.byte_fallback:
+            byte_ids = [self.stoi.get(f"<0x{b:02X}>") for b in text.encode("utf-8")]
+            if None not in byte_ids:
+                return byte_ids
+        return [self.stoi[self.unk_token]]
 
     def encode_sample(
         self, text: str, alpha: float = 0.1, seed: int | None = None, allowed_special="all"

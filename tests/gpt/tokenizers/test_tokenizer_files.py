@@ -90,7 +90,7 @@ def write(path, text):
             ' "vocab": {"a": 0, "b": 5}, "merges": []}',
             "without gaps",
         ),
-        ('{"model": {"type": "WordLevel", "vocab": {}}}', "unsupported model type"),
+        ('{"model": {"type": "Magic", "vocab": {}}}', "model: unsupported model type 'Magic'"),
         (
             '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]},'
             ' "pre_tokenizer": {"type": "ByteLevel"}}',
@@ -98,13 +98,14 @@ def write(path, text):
         ),
         (
             '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},'
-            ' "pre_tokenizer": {"type": "Whitespace"}}',
-            "only a ByteLevel pre-tokenizer",
+            ' "pre_tokenizer": {"type": "UnicodeScripts"}}',
+            "pre_tokenizer: unsupported pre-tokenizer type 'UnicodeScripts'",
         ),
         (
             '{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]},'
-            ' "normalizer": {"type": "NFKC"}, "pre_tokenizer": {"type": "Metaspace"}}',
-            "normalizers are not supported",
+            ' "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"},'
+            ' {"type": "Precompiled"}]}, "pre_tokenizer": {"type": "Metaspace"}}',
+            r"normalizer.normalizers\[1\]: unsupported normalizer type 'Precompiled'",
         ),
         ('{"a": 0, "b": 1}', "merges.txt is missing"),
     ],

@@ -1,0 +1,255 @@
+"""Models of a ``tokenizer.json`` pipeline: one pre-tokenized word in, token ids out.
+
+The four model types of the ``tokenizers`` library, as ``build`` reads them from a file:
+
+* ``BPE``: a vocabulary and a ranked list of merges over *characters* (``MergeModel`` below).
+  Byte-level files (GPT-2) put a ``ByteLevel`` pre-tokenizer in front, which spells every byte
+  as a character, so the same model serves them. Options: ``continuing_subword_prefix`` /
+  ``end_of_word_suffix`` (decorate non-first / last characters), ``unk_token`` and ``fuse_unk``
+  (characters outside the vocabulary), ``byte_fallback`` (such characters become ``<0xXX>``
+  byte tokens instead), ``ignore_merges`` (a word that is a token is taken whole). ``dropout``
+  (random merges, a training device) must be null or 0: encoding must be deterministic.
+* ``WordPiece``: greedy longest match, the ``WordPiece`` class's own word encoder.
+* ``Unigram``: the most probable segmentation, the ``Unigram`` class's own Viterbi search.
+* ``WordLevel``: each word is a token or the unknown token.
+
+``build`` returns a ``Model``: the vocabulary by id and the word encoder.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .base import TokenizerError, TokenizerFileError
+from .fields import check, get, items, pair
+from .unigram import Unigram
+from .wordpiece import WordPiece
+
+
+@dataclass
+class Model:
+    """What a pipeline needs from its model: token -> id, and a word's ids."""
+
+    vocab: dict[str, int]
+    encode_word: Callable[[str], list[int]]
+    unk_token: str | None
+
+
+def byte_token(b: int) -> str:
+    """The token that stands for one byte under byte fallback: 0xE2 -> "<0xE2>"."""
+    return f"<0x{b:02X}>"
+
+
+class MergeModel:
+    """BPE over characters, merging as the ``tokenizers`` library does.
+
+    A word starts as its characters (looked up with the prefix/suffix decorations). Then,
+    repeatedly, the adjacent pair with the lowest merge rank is merged (ties: the leftmost),
+    until no adjacent pair has a merge. A merge may create a pair that ranks lower than pairs
+    still waiting, which is why this keeps a heap of candidates rather than replaying the
+    merge list in order.
+    """
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        merges: list[tuple[str, str]],
+        unk_token: str | None = None,
+        prefix: str = "",
+        suffix: str = "",
+        fuse_unk: bool = False,
+        byte_fallback: bool = False,
+        ignore_merges: bool = False,
+    ):
+        self.vocab = vocab
+        self.unk_token, self.prefix, self.suffix = unk_token, prefix, suffix
+        self.fuse_unk, self.byte_fallback, self.ignore_merges = (
+            fuse_unk,
+            byte_fallback,
+            ignore_merges,
+        )
+        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (a, b) in enumerate(merges):
+            merged = a + (b[len(prefix) :] if prefix and b.startswith(prefix) else b)
+            for t in (a, b, merged):
+                if t not in vocab:
+                    raise TokenizerError(f"merge {rank} ({a!r}, {b!r}) needs {t!r}, not in vocab")
+            self.ranks.setdefault((vocab[a], vocab[b]), (rank, vocab[merged]))
+
+    def _unk_id(self) -> int:
+        if self.unk_token not in self.vocab:
+            raise TokenizerError(f"unknown token {self.unk_token!r} is not in the vocabulary")
+        return self.vocab[self.unk_token]
+
+    def symbols(self, word: str) -> list[int]:
+        """The word's characters as ids, before any merge."""
+        ids: list[int] = []
+        unk: int | None = None  # a run of unknown characters not yet added (fuse_unk)
+        n = len(word)
+        for k, c in enumerate(word):
+            s = (self.prefix if k > 0 else "") + c + (self.suffix if k == n - 1 else "")
+            i = self.vocab.get(s)
+            if i is not None:
+                if unk is not None:
+                    ids.append(unk)
+                    unk = None
+                ids.append(i)
+                continue
+            if self.byte_fallback:
+                byte_ids = [self.vocab.get(byte_token(b)) for b in s.encode("utf-8")]
+                if None not in byte_ids:
+                    ids.extend(byte_ids)  # (a pending unknown run is added after, as there)
+                    continue
+            if self.unk_token is not None:
+                if unk is not None and not self.fuse_unk:
+                    ids.append(unk)
+                unk = self._unk_id()
+        if unk is not None:
+            ids.append(unk)
+        return ids
+
+    def encode_word(self, word: str) -> list[int]:
+        if self.ignore_merges and word in self.vocab:
+            return [self.vocab[word]]
+        ids = self.symbols(word)
+        ranks = self.ranks
+        # a doubly linked list over positions; a merged-away position gets ids[pos] = None
+        nxt = list(range(1, len(ids) + 1))
+        prv = list(range(-1, len(ids) - 1))
+        heap = []
+        for pos in range(len(ids) - 1):
+            r = ranks.get((ids[pos], ids[pos + 1]))
+            if r is not None:
+                heap.append((r[0], pos, r[1]))
+        heapq.heapify(heap)
+        n = len(ids)
+        while heap:
+            rank, pos, new_id = heapq.heappop(heap)
+            right = nxt[pos]
+            if ids[pos] is None or right >= n:
+                continue
+            current = ranks.get((ids[pos], ids[right]))
+            if current is None or current[1] != new_id:
+                continue  # stale: one side was merged since this entry was pushed
+            ids[pos], ids[right] = new_id, None
+            nxt[pos] = nxt[right]
+            if nxt[pos] < n:
+                prv[nxt[pos]] = pos
+            left = prv[pos]
+            if left >= 0:
+                r = ranks.get((ids[left], new_id))
+                if r is not None:
+                    heapq.heappush(heap, (r[0], left, r[1]))
+            if nxt[pos] < n:
+                r = ranks.get((new_id, ids[nxt[pos]]))
+                if r is not None:
+                    heapq.heappush(heap, (r[0], pos, r[1]))
+        return [i for i in ids if i is not None]
+
+
+def _vocab(spec: dict, path, where: str) -> dict[str, int]:
+    return dict(items(get(spec, "vocab", "object", path, where), "int", path, f"{where}.vocab"))
+
+
+def _merges(spec: dict, path, where: str) -> list[tuple[str, str]]:
+    from .hf_format import merge_pair_of
+
+    merges = get(spec, "merges", "list", path, where)
+    return [merge_pair_of(m, path, f"{where}.merges[{k}]") for k, m in enumerate(merges)]
+
+
+def build(
+    spec: dict[str, Any], added: dict[str, int], path: str | os.PathLike, where: str = "model"
+) -> Model:
+    """The model a file describes; ``added`` (the added tokens) are excluded from segmenting."""
+    check(spec, "object", path, where)
+    kind = get(spec, "type", "str", path, where, None) or _guess_type(spec)
+    if kind == "BPE":
+        dropout = get(spec, "dropout", "number|null", path, where, None)
+        if dropout:
+            raise TokenizerFileError(
+                path, f"{where}: BPE dropout={dropout} is random; only null or 0 is supported"
+            )
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str|null", path, where, None)
+        model = MergeModel(
+            vocab,
+            _merges(spec, path, where),
+            unk,
+            get(spec, "continuing_subword_prefix", "str|null", path, where, None) or "",
+            get(spec, "end_of_word_suffix", "str|null", path, where, None) or "",
+            get(spec, "fuse_unk", "bool", path, where, False),
+            get(spec, "byte_fallback", "bool", path, where, False),
+            get(spec, "ignore_merges", "bool", path, where, False),
+        )
+        return Model(vocab, model.encode_word, unk)
+    if kind == "WordPiece":
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str", path, where, "[UNK]")
+        itos = sorted(vocab, key=vocab.__getitem__)
+        wp = WordPiece(
+            itos,
+            [unk],
+            unk,
+            get(spec, "continuing_subword_prefix", "str", path, where, "##"),
+            get(spec, "max_input_chars_per_word", "int", path, where, 100),
+        )
+        return Model(vocab, _shift(wp._encode_word, itos, vocab), unk)
+    if kind == "Unigram":
+        pieces = [
+            pair(p, "str,number", path, f"{where}.vocab[{k}]")
+            for k, p in enumerate(get(spec, "vocab", "list", path, where))
+        ]
+        unk_id = get(spec, "unk_id", "int|null", path, where, None)
+        if unk_id is None:
+            raise TokenizerFileError(path, f"{where}: a Unigram model without unk_id")
+        if not 0 <= unk_id < len(pieces):
+            raise TokenizerFileError(path, f"field {where}.unk_id {unk_id} is out of range")
+        unk = pieces[unk_id][0]
+        specials = [t for t, _ in pieces if t in added and t != unk]
+        uni = Unigram(
+            pieces,
+            [unk, *specials],
+            unk,
+            byte_fallback=get(spec, "byte_fallback", "bool", path, where, False),
+        )
+        return Model(dict(uni.stoi), uni._viterbi, unk)
+    if kind == "WordLevel":
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str|null", path, where, None)
+
+        def word_level(word: str) -> list[int]:
+            i = vocab.get(word)
+            if i is None:
+                if unk not in vocab:
+                    raise TokenizerError(f"{word!r} is not in the vocabulary and there is no unk")
+                i = vocab[unk]
+            return [i]
+
+        return Model(vocab, word_level, unk)
+    raise TokenizerFileError(
+        path,
+        f"{where}: unsupported model type {kind!r} (supported: BPE, WordPiece, Unigram, WordLevel)",
+    )
+
+
+def _shift(encode_word, itos: list[str], vocab: dict[str, int]) -> Callable[[str], list[int]]:
+    """A word encoder built on ``itos`` (ids 0..n-1 in vocab order) mapped to the file's ids,
+    which need not be contiguous."""
+    if all(vocab[t] == i for i, t in enumerate(itos)):
+        return encode_word
+    return lambda word: [vocab[itos[i]] for i in encode_word(word)]
+
+
+def _guess_type(spec: dict) -> str | None:
+    if "merges" in spec:
+        return "BPE"
+    if isinstance(spec.get("vocab"), list):
+        return "Unigram"
+    if "continuing_subword_prefix" in spec and "max_input_chars_per_word" in spec:
+        return "WordPiece"
+    return None

@@ -1,0 +1,140 @@
+"""Normalizers: the first step of a ``tokenizer.json`` pipeline, text in, cleaned-up text out.
+
+A Hugging Face ``tokenizer.json`` names its normalizer as a JSON object ``{"type": ..., ...}``.
+``build`` turns one into a function ``str -> str`` with the meaning the ``tokenizers`` library
+gives it, so that files from there encode to the same ids here:
+
+* ``NFC``, ``NFD``, ``NFKC``, ``NFKD``: Unicode normal forms (composed / decomposed, with or
+  without compatibility mappings such as "ﬁ" -> "fi").
+* ``Lowercase``: each character lowercased on its own (no final-sigma rule: "Σ" -> "σ" always).
+* ``StripAccents``: drop combining marks (use after ``NFD``, which splits "é" into "e" + mark).
+* ``BertNormalizer``: BERT's cleanup (``pretokenize.bert_normalize``).
+* ``Replace``: every match of a literal string or a regex becomes ``content``.
+* ``Prepend``: put a string before non-empty text; ``Strip``: drop whitespace at either end.
+* ``Sequence``: the listed normalizers one after another.
+
+Anything else (``Precompiled``, SentencePiece's compiled character map; ``NMT``; ...) is
+refused with an error naming the type and where it sits in the file.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+import regex
+
+from .base import TokenizerFileError
+from .fields import MAX_NESTING, check, get
+from .pretokenize import WHITESPACE, bert_normalize, find_spans
+
+Normalizer = Callable[[str], str]
+
+_MARK = regex.compile(r"\p{M}")
+_LEADING_SPACE = regex.compile(rf"^[{WHITESPACE}]+")
+_TRAILING_SPACE = regex.compile(rf"[{WHITESPACE}]+$")
+
+
+def lowercase(text: str) -> str:
+    """Lowercase character by character, as the ``tokenizers`` library does."""
+    return "".join(c.lower() for c in text)
+
+
+def strip_accents(text: str) -> str:
+    """Drop every combining mark (general category M)."""
+    return _MARK.sub("", text)
+
+
+def replace_pattern(pattern: dict[str, str], content: str) -> Normalizer:
+    """Replace each match of ``{"String": s}`` or ``{"Regex": r}`` by ``content``."""
+    if "String" in pattern:
+        literal = pattern["String"]
+        return lambda text: text.replace(literal, content) if literal else text
+    expr = pattern["Regex"]
+
+    def replace(text: str) -> str:
+        out, pos = [], 0
+        for start, end in find_spans(expr, text):
+            out.append(text[pos:start])
+            out.append(content)
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    return replace
+
+
+def pattern_field(spec: dict[str, Any], path: str | os.PathLike, where: str) -> dict[str, str]:
+    """A ``pattern`` field: ``{"String": ...}`` or ``{"Regex": ...}`` (also used by ``Split``)."""
+    pattern = get(spec, "pattern", "object", path, where)
+    keys = [k for k in ("String", "Regex") if k in pattern]
+    if len(keys) != 1 or len(pattern) != 1:
+        raise TokenizerFileError(
+            path, f'field {where}.pattern must be {{"String": ...}} or {{"Regex": ...}}'
+        )
+    check(pattern[keys[0]], "str", path, f"{where}.pattern.{keys[0]}")
+    return pattern
+
+
+def build(
+    spec: dict[str, Any] | None, path: str | os.PathLike, where: str = "normalizer", depth: int = 0
+) -> Normalizer | None:
+    """The normalizer a file describes at ``where`` (None: the text is used as it is)."""
+    if spec is None:
+        return None
+    check(spec, "object", path, where)
+    if depth > MAX_NESTING:
+        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
+    kind = get(spec, "type", "str", path, where)
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        return lambda text: unicodedata.normalize(kind, text)
+    if kind == "Lowercase":
+        return lowercase
+    if kind == "StripAccents":
+        return strip_accents
+    if kind == "BertNormalizer":
+        options = dict(
+            clean_text=get(spec, "clean_text", "bool", path, where, True),
+            handle_chinese_chars=get(spec, "handle_chinese_chars", "bool", path, where, True),
+            strip_accents=get(spec, "strip_accents", "bool|null", path, where, None),
+            lowercase=get(spec, "lowercase", "bool", path, where, True),
+        )
+        return lambda text: bert_normalize(text, **options)
+    if kind == "Replace":
+        content = get(spec, "content", "str", path, where)
+        return replace_pattern(pattern_field(spec, path, where), content)
+    if kind == "Prepend":
+        prefix = get(spec, "prepend", "str", path, where)
+        return lambda text: prefix + text if text else text
+    if kind == "Strip":
+        left = get(spec, "strip_left", "bool", path, where, True)
+        right = get(spec, "strip_right", "bool", path, where, True)
+
+        def strip(text: str) -> str:
+            if left:
+                text = _LEADING_SPACE.sub("", text)
+            if right:
+                text = _TRAILING_SPACE.sub("", text)
+            return text
+
+        return strip
+    if kind == "Sequence":
+        steps = get(spec, "normalizers", "list", path, where)
+        parts = [
+            build(s, path, f"{where}.normalizers[{k}]", depth + 1) for k, s in enumerate(steps)
+        ]
+        parts = [p for p in parts if p is not None]
+
+        def sequence(text: str) -> str:
+            for p in parts:
+                text = p(text)
+            return text
+
+        return sequence
+    raise TokenizerFileError(
+        path,
+        f"{where}: unsupported normalizer type {kind!r} (supported: NFC, NFD, NFKC, NFKD, "
+        "Lowercase, StripAccents, BertNormalizer, Replace, Prepend, Strip, Sequence)",
+    )

@@ -1,0 +1,246 @@
+"""A tokenizer assembled from the parts a Hugging Face ``tokenizer.json`` names.
+
+The file describes a pipeline, and ``Pipeline`` runs it in the ``tokenizers`` library's order:
+
+1. **Added tokens** (``<s>``, ``[CLS]``, ...) are cut out of the raw text first and never split.
+   Their flags: ``lstrip``/``rstrip`` also swallow the whitespace on that side, ``single_word``
+   matches only a whole word, ``normalized`` matches in the normalized text instead of the raw
+   text, ``special`` marks tokens that ``decode(..., skip_special_tokens=True)`` leaves out.
+2. The **normalizer** cleans each remaining stretch of text (``normalizers.py``).
+3. The **pre-tokenizer** cuts it into words (``pre_tokenizers.py``).
+4. The **model** turns each word into ids (``hf_models.py``).
+5. With ``add_special_tokens=True`` the **post-processor** puts the template's special tokens
+   around the ids (``post_processors.py``).
+
+Decoding looks the ids up and hands the token strings to the **decoder** (``decoders.py``).
+
+The four trainers of this package keep their own classes (``ByteBPE``, ``WordPiece``,
+``Unigram``), and ``hf_format.from_hf_json`` reads a file into one of them when the file is in
+a form it writes; any other combination of supported parts becomes a ``Pipeline``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import regex
+
+from . import decoders, hf_models, normalizers, post_processors, pre_tokenizers
+from .base import AllowedSpecial, Tokenizer, TokenizerError
+from .fields import check, get
+from .pre_tokenizers import SPACE
+
+#: Rust's ``char::is_alphanumeric`` and "_": what ``single_word`` counts as part of a word
+_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}_]")
+_SPACE_BEFORE = regex.compile(rf"{SPACE}+$")
+_SPACE_AFTER = regex.compile(rf"^{SPACE}+")
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """An entry of the file's ``added_tokens``."""
+
+    content: str
+    id: int
+    special: bool = True
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+    normalized: bool = False
+
+
+def read_added_tokens(data: dict[str, Any], path: str | os.PathLike) -> list[AddedToken]:
+    """The ``added_tokens`` list of a file, every flag type-checked."""
+    out = []
+    for k, e in enumerate(get(data, "added_tokens", "list", path, default=[])):
+        where = f"added_tokens[{k}]"
+        check(e, "object", path, where)
+        special = get(e, "special", "bool", path, where, False)
+        out.append(
+            AddedToken(
+                get(e, "content", "str", path, where),
+                get(e, "id", "int", path, where),
+                special,
+                get(e, "lstrip", "bool", path, where, False),
+                get(e, "rstrip", "bool", path, where, False),
+                get(e, "single_word", "bool", path, where, False),
+                get(e, "normalized", "bool", path, where, not special),
+            )
+        )
+    return out
+
+
+def split_added(text: str, tokens: list[AddedToken]) -> list[tuple[str, AddedToken | None, int]]:
+    """Cut ``text`` at the added tokens: (text, the token or None, start offset) in order.
+
+    At each position the longest token wins; ``single_word``, ``lstrip`` and ``rstrip`` are
+    applied as described in the module docstring.
+    """
+    if not tokens or not text:
+        return [(text, None, 0)] if text else []
+    by_content = {t.content: t for t in tokens if t.content}
+    alternatives = sorted(by_content, key=len, reverse=True)
+    found = regex.finditer("|".join(regex.escape(t) for t in alternatives), text)
+    out: list[tuple[str, AddedToken | None, int]] = []
+    pos = 0
+    for m in found:
+        token = by_content[m.group()]
+        start, end = m.span()
+        if token.single_word and (
+            (start > 0 and _WORD_CHAR.match(text[start - 1]))
+            or (end < len(text) and _WORD_CHAR.match(text[end]))
+        ):
+            continue
+        if start < pos:  # inside whitespace an earlier token's rstrip took
+            continue
+        if token.lstrip:
+            space = _SPACE_BEFORE.search(text, pos, start)
+            if space:
+                start = space.start()
+        if token.rstrip:
+            space = _SPACE_AFTER.match(text[end:])
+            if space:
+                end += space.end()
+        if start > pos:
+            out.append((text[pos:start], None, pos))
+        out.append((text[start:end], token, start))
+        pos = end
+    if pos < len(text):
+        out.append((text[pos:], None, pos))
+    return out
+
+
+class Pipeline(Tokenizer):
+    """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring)."""
+
+    kind = "pipeline"
+
+    def __init__(
+        self,
+        model: hf_models.Model,
+        added: list[AddedToken],
+        normalizer: normalizers.Normalizer | None = None,
+        pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
+        post_processor: post_processors.PostProcessor | None = None,
+        decoder: decoders.Decoder | None = None,
+    ):
+        from .hf_format import ids_to_list
+
+        vocab = {t.content: t.id for t in added} | dict(model.vocab)
+        self.itos = ids_to_list(model.vocab, {t.content: t.id for t in added}, "<pipeline>")
+        self.stoi = vocab
+        super().__init__({t.content: t.id for t in added if t.special})
+        self.added = added
+        self.model = model
+        self.unk_token = model.unk_token
+        self.normalizer = normalizer
+        self.pre_tokenizer = pre_tokenizer
+        self.post_processor = post_processor
+        self.decoder = decoder
+        self._raw_added = [t for t in added if not t.normalized]
+        # normalized added tokens are matched in normalized text, so by their normalized form
+        self._normalized_added = [
+            replace(t, content=normalizer(t.content)) if normalizer else t
+            for t in added
+            if t.normalized
+        ]
+        self._cache: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_hf(cls, data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Pipeline:
+        """Assemble the pipeline a parsed ``tokenizer.json`` describes; an unsupported part is
+        refused with its type and its place in the file."""
+        added = read_added_tokens(data, path)
+        model = hf_models.build(
+            get(data, "model", "object", path), {t.content: t.id for t in added}, path
+        )
+        return cls(
+            model,
+            added,
+            normalizers.build(data.get("normalizer"), path),
+            pre_tokenizers.build(data.get("pre_tokenizer"), path),
+            post_processors.build(data.get("post_processor"), path),
+            decoders.build(data.get("decoder"), path),
+        )
+
+    # ----- encoding ----------------------------------------------------------------------------
+
+    def encode(
+        self,
+        text: str,
+        allowed_special: AllowedSpecial = "all",
+        add_special_tokens: bool = False,
+        pair: str | None = None,
+    ) -> list[int]:
+        """Text to ids. ``allowed_special`` chooses which *special* added tokens are recognised
+        (other added tokens always are); ``add_special_tokens`` applies the post-processor's
+        template, to ``text`` alone or to ``text`` and ``pair``."""
+        ids = self._encode_one(text, allowed_special)
+        pair_ids = None if pair is None else self._encode_one(pair, allowed_special)
+        if add_special_tokens and self.post_processor is not None:
+            return self.post_processor(ids, pair_ids)
+        return ids if pair_ids is None else ids + pair_ids
+
+    def _encode_one(self, text: str, allowed_special: AllowedSpecial) -> list[int]:
+        if not isinstance(text, str):
+            raise TokenizerError(f"encode expects str, got {type(text).__name__}")
+        allowed = self._allowed(allowed_special)
+        ids: list[int] = []
+        try:
+            for chunk, token, start in split_added(text, allowed(self._raw_added)):
+                if token is not None:
+                    ids.append(token.id)
+                    continue
+                if self.normalizer is not None:
+                    chunk = self.normalizer(chunk)
+                for part, token2, start2 in split_added(chunk, allowed(self._normalized_added)):
+                    if token2 is not None:
+                        ids.append(token2.id)
+                    else:
+                        ids.extend(self._encode_ordinary(part, start == 0 and start2 == 0))
+        except TokenizerError as e:
+            if self.source and not str(e).startswith(self.source):
+                raise TokenizerError(f"{self.source}: {e}") from None
+            raise
+        return ids
+
+    def _allowed(self, allowed_special: AllowedSpecial):
+        if allowed_special == "all":
+            return lambda tokens: tokens
+        if allowed_special == "none":
+            return lambda tokens: [t for t in tokens if not t.special]
+        pattern = self._special_pattern(allowed_special)  # validates the collection
+        chosen = set(allowed_special) if pattern is not None else set()
+        return lambda tokens: [t for t in tokens if not t.special or t.content in chosen]
+
+    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
+        pieces = [(text, first)]
+        if self.pre_tokenizer is not None:
+            pieces = self.pre_tokenizer(pieces)
+        return self._encode_words((w for w, _ in pieces), self.model.encode_word)
+
+    def encode_batch(
+        self,
+        texts: Iterable[str],
+        allowed_special: AllowedSpecial = "all",
+        add_special_tokens: bool = False,
+    ) -> list[list[int]]:
+        return [self.encode(t, allowed_special, add_special_tokens) for t in texts]
+
+    # ----- decoding ----------------------------------------------------------------------------
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Ids to text through the file's decoder (tokens joined by spaces if it has none)."""
+        ids = self.check_ids(ids)
+        tokens = [
+            self.itos[i] for i in ids if not (skip_special_tokens and i in self._special_by_id)
+        ]
+        if self.decoder is None:
+            return " ".join(tokens)
+        return "".join(self.decoder(tokens))
+
+    def _decode_pieces(self, ids: list[int]) -> str:
+        return self.decode(ids)
