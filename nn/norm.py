@@ -102,7 +102,12 @@ class RMSNormFn(Function):
 def layer_norm(
     x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
 ) -> Tensor:
-    """(x - mean(x)) / √(var(x) + eps) ⊙ weight + bias over the last axis (weight, bias (d,))."""
+    """(x - mean(x)) / √(var(x) + eps) ⊙ weight + bias over the last axis (weight, bias (d,)).
+
+    An empty last axis (d = 0) gives an empty result, as in PyTorch."""
+    if not x.shape or x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
+        affine = [t for t in (weight, bias) if t is not None]
+        return LayerNormFn.composed(x, *affine, eps=eps) if x.shape else x * 1.0
     if weight is None:
         if bias is not None:
             raise ValueError("layer_norm: a bias needs a weight (pass ones for a plain bias)")

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorlab.ops.linalg import einsum
+from tensorlab.ops.elementwise import Add, Div, Mul, Sub
+from tensorlab.ops.linalg import MatMul, einsum
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.tensor import Tensor, _lift, where
 
@@ -39,6 +40,18 @@ def _binary(method: str):
     return call
 
 
+def _arithmetic(op):
+    """``op`` of two inputs, one a Tensor: the operators' own call (``array * x`` lands here,
+    so this stays as short as ``Tensor.__rmul__``)."""
+
+    def call(a, b):
+        if isinstance(a, Tensor):
+            return op.apply(a, _lift(b, a))
+        return op.apply(_lift(a, b), b)
+
+    return call
+
+
 def _constant(ufunc):
     """A ufunc computed on the arrays, its result a constant Tensor (no gradient flows)."""
 
@@ -50,13 +63,13 @@ def _constant(ufunc):
 
 # ufunc -> what np.<ufunc>(...) runs (positional arguments only; the call form "__call__").
 UFUNCS = {
-    np.add: _binary("__add__"),
-    np.subtract: _binary("__sub__"),
-    np.multiply: _binary("__mul__"),
-    np.true_divide: _binary("__truediv__"),
+    np.add: _arithmetic(Add),
+    np.subtract: _arithmetic(Sub),
+    np.multiply: _arithmetic(Mul),
+    np.true_divide: _arithmetic(Div),
     np.power: _binary("__pow__"),
     np.float_power: _binary("__pow__"),
-    np.matmul: _binary("__matmul__"),
+    np.matmul: _arithmetic(MatMul),
     np.maximum: _binary("maximum"),
     np.minimum: _binary("minimum"),
     np.negative: Tensor.__neg__,

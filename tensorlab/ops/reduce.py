@@ -56,10 +56,13 @@ class Mean(Function):
 
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
+        if ctx.count == 0:  # the mean of nothing: NaN, as NumPy (without its warning)
+            shape = ctx.kshape if keepdims else ctx.out_shape
+            return xp_of(a).full(shape, xp_of(a).nan, dtype=a.dtype)
         return a.mean(axis=ctx.axis, keepdims=keepdims)
 
     def backward(ctx, g):
-        return _spread(ctx, g / ctx.count)
+        return _spread(ctx, g / ctx.count if ctx.count else g)  # (no entries: an empty grad)
 
 
 class _Extremum(Function):

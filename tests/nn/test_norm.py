@@ -193,3 +193,25 @@ def test_norm_defaults_start_as_identity_affine():
     ln, rms = nn.LayerNorm(8), nn.RMSNorm(8)
     assert (ln.w.data == 1).all() and (ln.b.data == 0).all() and (rms.w.data == 1).all()
     assert [n for n, _ in ln.named_parameters()] == ["w", "b"]
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (2, 0, 0)], ids=str)
+@pytest.mark.parametrize("affine", [False, True])
+def test_layer_norm_of_zero_size_inputs_matches_torch(shape, affine):
+    """An empty last axis (nothing to normalize) or no rows: an empty result and gradients,
+    as PyTorch; the weight and bias of (0, 3) inputs get zero gradients."""
+    torch = pytest.importorskip("torch")
+    d = shape[-1]
+    x = tl.zeros(*shape, dtype=np.float64, requires_grad=True)
+    xt = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    w, b = (tl.ones(d, dtype=np.float64, requires_grad=True) for _ in range(2))
+    wt, bt = (torch.ones(d, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    y = F.layer_norm(x, w, b) if affine else F.layer_norm(x)
+    yt = torch.nn.functional.layer_norm(xt, (d,), wt if affine else None, bt if affine else None)
+    assert y.shape == tuple(yt.shape) == shape
+    y.sum().backward()
+    yt.sum().backward()
+    assert x.grad.shape == shape
+    if affine:
+        np.testing.assert_array_equal(w.grad.numpy(), wt.grad.numpy())
+        np.testing.assert_array_equal(b.grad.numpy(), bt.grad.numpy())
