@@ -1,0 +1,613 @@
+"""The mutations that ``benchmarks/mutation.py`` applies, one at a time.
+
+Each is a plausible one-line bug of the kind a person makes: a wrong sign, an off-by-one, a
+wrong axis, a dropped term or factor, swapped arguments, a wrong scale, an inverted condition.
+``(name, snippet, replacement, what the bug is)``: the snippet must occur exactly once in its
+file (it may span lines to be unique; the change itself stays on one line). A mutation that no
+longer matches the source (the code moved on) is reported as an error, not skipped quietly:
+update it here.
+
+``TESTS[file]`` are the test paths a mutant of that file runs against, in stages: the focused
+file first (fast to fail), then the package's whole test folder. A mutant survives only if
+every stage passes.
+"""
+
+TESTS = {
+    "tensorlab/ops/elementwise.py": ["tests/tensorlab/test_elementwise.py", "tests/tensorlab"],
+    "tensorlab/ops/reduce.py": ["tests/tensorlab/test_reduce.py", "tests/tensorlab"],
+    "tensorlab/ops/nnops.py": ["tests/tensorlab/test_nnops.py", "tests/tensorlab"],
+    "tensorlab/ops/shape.py": ["tests/tensorlab/test_shape.py", "tests/tensorlab"],
+    "tensorlab/ops/index.py": ["tests/tensorlab/test_index.py", "tests/tensorlab"],
+    "tensorlab/ops/linalg.py": ["tests/tensorlab/test_linalg.py", "tests/tensorlab"],
+    "tensorlab/autograd.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
+    "nn/linear.py": ["tests/nn/test_linear.py", "tests/nn"],
+    "nn/norm.py": ["tests/nn/test_norm.py", "tests/nn"],
+    "nn/activation.py": ["tests/nn/test_activation.py", "tests/nn"],
+    "nn/loss.py": ["tests/nn/test_loss.py", "tests/nn"],
+    "nn/embedding.py": ["tests/nn/test_embedding.py", "tests/nn"],
+    "nn/attention.py": ["tests/nn/test_attention.py", "tests/nn"],
+    "nn/optim.py": ["tests/nn/test_optim.py", "tests/nn"],
+    "gpt/generate.py": ["tests/gpt/test_generate.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/data.py": ["tests/gpt/test_data.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/tokenizers/bpe.py": ["tests/gpt/tokenizers/test_byte_bpe.py", "tests/gpt/tokenizers"],
+}
+
+MUTANTS = {
+    "tensorlab/ops/elementwise.py": [
+        ("sub-db-sign", "return g, (-g if", "return g, (g if", "Sub: db = +g"),
+        (
+            "mul-swapped",
+            "return (g * b if a.requires_grad else None), (g * a if b.requires_grad",
+            "return (g * a if a.requires_grad else None), (g * b if b.requires_grad",
+            "Mul: da and db swapped (g·a, g·b)",
+        ),
+        ("div-db-sign", "gb = -g * ctx.output / b", "gb = g * ctx.output / b", "Div: db sign"),
+        (
+            "pow-scalar-exponent",
+            "return g * (p * a ** (p - 1))",
+            "return g * (p * a**p)",
+            "PowScalar: a^p instead of a^(p-1)",
+        ),
+        ("pow-scalar-2", "return g * (2 * a)", "return g * a", "PowScalar p=2: factor 2 dropped"),
+        ("pow-db-drop-y", "gb = g * ctx.output * a.log()", "gb = g * a.log()", "Pow: db lost y"),
+        ("sqrt-scale", "return g / (2 * ctx.output)", "return g / ctx.output", "Sqrt: 1/(2y)"),
+        (
+            "cos-sign",
+            "return -g * ctx.inputs[0].sin()",
+            "return g * ctx.inputs[0].sin()",
+            "Cos: da = +g sin(a)",
+        ),  # fmt: skip
+        ("tanh-square", "return g * (1 - y * y)", "return g * (1 - y)", "Tanh: 1 - y, not 1 - y²"),
+        ("sigmoid-drop-y", "return g * (y * (1 - y))", "return g * (1 - y)", "Sigmoid: y dropped"),
+        (
+            "sigmoid-half",
+            "return 0.5 * (xp_of(a).tanh(0.5 * a) + 1)",
+            "return 0.5 * (xp_of(a).tanh(a) + 1)",
+            "Sigmoid forward: tanh(a) instead of tanh(a/2)",
+        ),
+        (
+            "relu-at-zero",
+            "return g * _const(ctx.inputs[0].data > 0)",
+            "return g * _const(ctx.inputs[0].data >= 0)",
+            "ReLU: gradient 1 at exactly 0",
+        ),
+        (
+            "tie-mask-full",
+            "return (a > b) + 0.5 * (a == b)",
+            "return (a > b) + 1.0 * (a == b)",
+            "Maximum/Minimum: a tie gives both inputs the full gradient",
+        ),
+        (
+            "minimum-swapped",
+            "m = _tie_mask(b.data, a.data)",
+            "m = _tie_mask(a.data, b.data)",
+            "Minimum: the mask of Maximum (swapped args)",
+        ),
+        (
+            "clip-upper-open",
+            "inside &= a <= ctx.hi",
+            "inside &= a < ctx.hi",
+            "Clip: no gradient at exactly hi",
+        ),
+        (
+            "where-db-swapped",
+            "gb = where(ctx.cond, 0.0, g)",
+            "gb = where(ctx.cond, g, 0.0)",
+            "Where: db sent where cond is true",
+        ),
+    ],
+    "tensorlab/ops/reduce.py": [
+        (
+            "neg-axis",
+            "axes = (axis % nd if nd else axis,)",
+            "axes = (axis,)",
+            "_reduce_setup: a negative axis is not normalised",
+        ),
+        (
+            "mean-scale",
+            "return _spread(ctx, g / ctx.count)",
+            "return _spread(ctx, g)",
+            "Mean: backward not divided by N",
+        ),  # fmt: skip
+        (
+            "extremum-ties",
+            "weights = hit / hit.sum(axis=ctx.axis, keepdims=True)",
+            "weights = hit",
+            "Max/Min: every tie gets the whole gradient",
+        ),
+        ("var-ddof", "dof = ctx.count - ctx.ddof", "dof = ctx.count", "Var/Std: ddof ignored"),
+        (
+            "prod-drop-div",
+            "return _spread(ctx, g) * _spread(ctx, ctx.output) / a",
+            "return _spread(ctx, g) * _spread(ctx, ctx.output)",
+            "Prod: y instead of y / a_i",
+        ),
+        (
+            "cumsum-no-flip",
+            "return g.flip(ctx.axis).cumsum(ctx.axis).flip(ctx.axis)",
+            "return g.cumsum(ctx.axis)",
+            "Cumsum: running sum of g from the wrong end",
+        ),
+        (
+            "logsumexp-unnormalised",
+            "return _spread(ctx, g) * (a - y).exp()",
+            "return _spread(ctx, g) * a.exp()",
+            "LogSumExp: exp(a) instead of softmax(a)",
+        ),
+    ],
+    "tensorlab/ops/nnops.py": [
+        (
+            "softmax-drop-y",
+            "return y * (g - (g * y).sum(axis=ctx.axis, keepdims=True))",
+            "return y * (g - g.sum(axis=ctx.axis, keepdims=True))",
+            "Softmax backward: Σ g instead of Σ g·y",
+        ),
+        (
+            "softmax-axis",
+            "e /= e.sum(axis=axis, keepdims=True)",
+            "e /= e.sum(axis=-1, keepdims=True)",
+            "Softmax forward: normalised over the last axis whatever axis is",
+        ),
+        (
+            "log-softmax-no-exp",
+            "return g - ctx.output.exp() * g.sum(axis=ctx.axis, keepdims=True)",
+            "return g - ctx.output * g.sum(axis=ctx.axis, keepdims=True)",
+            "LogSoftmax backward: y instead of exp(y)",
+        ),
+        (
+            "log-softmax-axis",
+            "return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))",
+            "return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))",
+            "log_softmax_array: wrong axis for the sum",
+        ),
+    ],
+    "tensorlab/ops/shape.py": [
+        (
+            "permute-not-inverse",
+            "inverse[ax % len(ctx.axes)] = i",
+            "inverse[i] = ax % len(ctx.axes)",
+            "Permute backward: the permutation instead of its inverse",
+        ),
+        (
+            "sum-to-lead",
+            "if n == 1 and a.shape[lead + i] != 1",
+            "if n == 1 and a.shape[i] != 1",
+            "SumTo: axis compared without the leading offset",
+        ),
+        (
+            "roll-back-sign",
+            "isinstance(ctx.shifts, tuple) else -ctx.shifts",
+            "isinstance(ctx.shifts, tuple) else ctx.shifts",
+            "Roll backward: rolled forward again",
+        ),
+        ("concat-start", "start += n", "start = n", "Concatenate backward: slice offsets reset"),
+        (
+            "stack-neg-axis",
+            "ctx.axis = axis % (arrays[0].ndim + 1)",
+            "ctx.axis = axis % arrays[0].ndim",
+            "Stack: a negative axis is off by one",
+        ),
+    ],
+    "tensorlab/ops/index.py": [
+        (
+            "scatter-assign",
+            "        if _is_basic(key):\n            out[key] = a",
+            "        if True:\n            out[key] = a",
+            "ScatterAdd: repeated indices overwrite instead of adding",
+        ),
+        ("tril-k", "return g.tril(ctx.k)", "return g.tril(0)", "Tril backward: diagonal k lost"),
+        ("triu-k", "return g.triu(ctx.k)", "return g.triu(0)", "Triu backward: diagonal k lost"),
+    ],
+    "tensorlab/ops/linalg.py": [
+        ("matmul-da-transpose", "ga = g @ b.mT", "ga = g @ b", "MatMul: da = g b"),
+        (
+            "matmul-folded-db",
+            "gb = a.reshape(-1, k).mT @ g.reshape(-1, m)",
+            "gb = a[..., 0, :, :].mT @ g[..., 0, :, :]",
+            "MatMul: batched a with 2-D b keeps only the first batch entry's db",
+        ),
+        (
+            "einsum-known",
+            "known = set(ctx.out).union(*other_subs)",
+            "known = set(ctx.out)",
+            "Einsum backward: contracted letters forgotten",
+        ),
+        (
+            "einsum-implicit",
+            "if letters.count(c) == 1)",
+            "if letters.count(c) >= 1)",
+            "einsum implicit output keeps repeated letters",
+        ),
+    ],
+    "tensorlab/autograd.py": [
+        (
+            "send-overwrite",
+            "pending[k] = g if prev is None else prev + g",
+            "pending[k] = g",
+            "a second consumer's gradient replaces the first",
+        ),
+        (
+            "order-forward",
+            "    for node in reversed(order):\n        g = pending.pop",
+            "    for node in order:\n        g = pending.pop",
+            "the loop runs leaves first",
+        ),
+        (
+            "grad-to-constants",
+            "if gi is not None and t.requires_grad:",
+            "if gi is not None:",
+            "gradients also flow into tensors that do not require grad",
+        ),
+        (
+            "no-output-version-check",
+            "    if node.saves_output:\n        out = node._output_ref()",
+            "    if not node.saves_output:\n        out = node._output_ref()",
+            "a saved output changed in place is not noticed",
+        ),
+        (
+            "no-dtype-cast",
+            "if gi.data.dtype is not dtype and gi.data.dtype != dtype:",
+            "if gi.data.dtype is not dtype and gi.data.dtype == dtype:",
+            "a gradient keeps the promoted dtype",
+        ),
+        (
+            "owned-shared",
+            "if g.data.base is None and id(g) not in stored and",
+            "if g.data.base is None and",
+            "two leaves store the same gradient array",
+        ),
+        (
+            "grad-no-accumulate",
+            "t.grad = t.grad + g",
+            "t.grad = g",
+            ".grad is replaced, not added to",
+        ),
+    ],
+    "nn/linear.py": [
+        (
+            "sum-rows-mean",
+            "return _filled(a, a2.shape[0], 1.0) @ a2",
+            "return _filled(a, a2.shape[0], 1.0 / a2.shape[0]) @ a2",
+            "sum_rows: a mean (db of a bias scaled by 1/rows)",
+        ),
+        (
+            "mean-last-bessel",
+            "_filled(a, d, 1.0 / d)",
+            "_filled(a, d, 1.0 / (d - 1))",
+            "mean_last: divides by d - 1",
+        ),
+        (
+            "linear-dw-scale",
+            "gW = (x2.T @ g2).reshape(Wa.shape)",
+            "gW = (x2.T @ g2 / x2.shape[0]).reshape(Wa.shape)",
+            "LinearFn: dW averaged over rows",
+        ),
+        (
+            "linear-init-fan",
+            "uniform((d_in, d_out), 1.0 / math.sqrt(d_in)",
+            "uniform((d_in, d_out), 1.0 / math.sqrt(d_out)",
+            "Linear: init bound from fan-out",
+        ),
+    ],
+    "nn/norm.py": [
+        (
+            "centred-inverted",
+            "        if centred:\n",
+            "        if not centred:\n",
+            "_backward: the mean term goes to RMS norm instead of layer norm",
+        ),  # fmt: skip
+        (
+            "dx-drop-xhat",
+            "dx = gh - xhat * mean_last(gh * xhat)",
+            "dx = gh - xhat * mean_last(gh)",
+            "_backward: mean(ĝ) instead of mean(ĝ x̂)",
+        ),
+        (
+            "dgamma-gh",
+            "dgamma = sum_rows(g * xhat)",
+            "dgamma = sum_rows(gh * xhat)",
+            "_backward: dγ from ĝ = g γ instead of g",
+        ),
+        (
+            "rms-no-square",
+            "var = mean_last(xp.square(x))",
+            "var = mean_last(xp.abs(x))",
+            "RMSNorm forward: mean |x| instead of mean x²",
+        ),
+    ],
+    "nn/activation.py": [
+        ("gelu-cdf-sign", "d += ctx.cdf", "d -= ctx.cdf", "GELU backward: -Φ(x)"),
+        (
+            "gelu-tanh-3k",
+            "du = x2 * (3 * _TANH_K * _TANH_C)",
+            "du = x2 * (_TANH_K * _TANH_C)",
+            "GELU tanh backward: k instead of 3k",
+        ),
+        ("silu-sign", "d = 1.0 - s", "d = 1.0 + s", "SiLU backward: 1 + σ"),
+        (
+            "elu-slope",
+            'y + ctx.params["alpha"])',
+            'y * ctx.params["alpha"])',
+            "ELU backward: y·α instead of y + α",
+        ),
+        ("erf-horner", "for c in _A[3::-1]:", "for c in _A[3:0:-1]:", "erf: Horner drops a₁"),
+        (
+            "gated-act-after",
+            "h = self.act(linear(x, self.W_gate, self.b_gate)) * h",
+            "h = self.act(linear(x, self.W_gate, self.b_gate) * h)",
+            "FeedForward gated: activation after the product",
+        ),
+    ],
+    "nn/loss.py": [
+        (
+            "ce-smoothing-sign",
+            "loss -= label_smoothing * mean_z",
+            "loss += label_smoothing * mean_z",
+            "cross-entropy: the smoothing term added",
+        ),
+        (
+            "ce-smoothing-grad-scale",
+            "dz -= (eps / C) * w",
+            "dz -= eps * w",
+            "cross-entropy backward: ε instead of ε/C",
+        ),
+        (
+            "ce-mean-count",
+            "ctx.count = max(int(valid.sum()), 1)",
+            "ctx.count = max(int(t.size), 1)",
+            "cross-entropy mean: divides by ignored rows too",
+        ),
+        ("ce-ignore-forward", "loss *= valid", "loss *= 1", "cross-entropy: ignored rows count"),
+        (
+            "ce-target-bound",
+            "((t < 0) | (t >= C))]",
+            "((t < 0) | (t > C))]",
+            "cross_entropy: target C passes the check",
+        ),
+    ],
+    "nn/embedding.py": [
+        (
+            "scatter-first-run",
+            "xp.concatenate(([True], s[1:] != s[:-1]))",
+            "xp.concatenate(([False], s[1:] != s[:-1]))",
+            "scatter_add_rows: the first run of indices is lost",
+        ),
+        (
+            "embedding-bound",
+            "int(data.max()) >= V)",
+            "int(data.max()) > V)",
+            "embedding: index V passes the check",
+        ),
+        (
+            "sinusoid-cos",
+            "pe[:, 1::2] = np.cos(t * omega[: d // 2])",
+            "pe[:, 1::2] = np.sin(t * omega[: d // 2])",
+            "sinusoidal table: sin in the odd columns",
+        ),
+        (
+            "rotary-backward-sign",
+            'sin=-ctx.params["sin"])',
+            'sin=ctx.params["sin"])',
+            "RotaryFn backward: rotates by +θ",
+        ),
+        (
+            "rotary-forward-sign",
+            "y[..., 0] = a * cos - b * sin",
+            "y[..., 0] = a * cos + b * sin",
+            "RotaryFn forward: not a rotation",
+        ),
+        (
+            "relbias-align",
+            "i = xp.arange(T_q)[:, None] + (T_k - T_q)",
+            "i = xp.arange(T_q)[:, None]",
+            "RelativePositionBias: queries not aligned to the last keys",
+        ),
+        (
+            "learned-pos-offset",
+            ".arange(offset, offset + T)",
+            ".arange(T)",
+            "LearnedPositionalEmbedding: offset ignored",
+        ),
+        (
+            "rotary-theta",
+            "dtype=np.float64) / self.d_head)",
+            "dtype=np.float64) / (self.d_head // 2))",
+            "RotaryEmbedding: θ_i exponent over d/2",
+        ),
+    ],
+    "nn/attention.py": [
+        (
+            "causal-diagonal",
+            "return xp.tri(T_q, T_k, T_k - T_q, dtype=bool)",
+            "return xp.tri(T_q, T_k, 0, dtype=bool)",
+            "causal_keep: not aligned to the last keys (cache)",
+        ),
+        (
+            "ds-drop-a",
+            "dS -= A * sum_last(dS)",
+            "dS -= sum_last(dS)",
+            "AttentionFn: rowsum(dA⊙A)·A",
+        ),
+        (
+            "dk-no-transpose",
+            "dk = _matmul_into(dSs.swapaxes(-1, -2), qh, k.shape, k.dtype)",
+            "dk = _matmul_into(dSs, qh, k.shape, k.dtype)",
+            "AttentionFn: dK = dS Q",
+        ),
+        (
+            "dv-no-dropout",
+            "dv = _matmul_into((A if M is None else A * M).swapaxes(-1, -2)",
+            "dv = _matmul_into(A.swapaxes(-1, -2)",
+            "AttentionFn: dV ignores the dropout mask",
+        ),
+        (
+            "scale-d-model",
+            "self.scale = 1.0 / math.sqrt(dh)",
+            "self.scale = 1.0 / math.sqrt(d_model)",
+            "MultiHeadAttention: 1/√d_model",
+        ),
+        (
+            "attn-dropout-off",
+            "p = self.dropout if self.training else 0.0",
+            "p = 0.0",
+            "MultiHeadAttention: no dropout on the pattern",
+        ),
+        (
+            "padding-inverted",
+            "keep = ~kpm.astype(bool)[:, None, None, :]",
+            "keep = kpm.astype(bool)[:, None, None, :]",
+            "key_padding_mask: attends only to padding",
+        ),
+        (
+            "composed-no-scale",
+            "S = (q @ k.mT) * scale",
+            "S = q @ k.mT",
+            "attention_composed: unscaled scores",
+        ),
+        (
+            "rotary-cache-offset",
+            "past = len(cache) if cache is not None else 0",
+            "past = 0",
+            "MultiHeadAttention: rotary positions restart with a cache",
+        ),
+    ],
+    "nn/optim.py": [
+        ("sgd-dampening", "buf += (1 - damp) * d", "buf += d", "SGD: dampening ignored"),
+        (
+            "sgd-nesterov-mu",
+            "d = d + mu * buf if nesterov else buf",
+            "d = d + buf if nesterov else buf",
+            "SGD nesterov: μ dropped",
+        ),
+        (
+            "adam-v-correction",
+            "tmp /= math.sqrt(1 - b2**t)",
+            "tmp /= 1 - b2**t",
+            "Adam: v̂ correction without the square root",
+        ),
+        ("adam-m-correction", "tmp *= lr / (1 - b1**t)", "tmp *= lr", "Adam: no m̂ correction"),
+        ("adamw-decay-lr", "w *= 1 - lr * wd", "w *= 1 - wd", "AdamW: decay not scaled by lr"),
+        ("adam-l2-sign", "g = g + wd * w", "g = g - wd * w", "Adam L2: sign"),
+        (
+            "clip-norm-sqrt",
+            "norm = math.sqrt(float(total_sq))",
+            "norm = float(total_sq)",
+            "clip_grad_norm_: the squared norm",
+        ),
+        (
+            "warmup-from-zero",
+            "return lr * (step + 1) / (warmup + 1)",
+            "return lr * step / warmup",
+            "cosine_with_warmup: warmup starts at 0",
+        ),
+        (
+            "cosine-ratio",
+            "r = (step - warmup) / (total - warmup)",
+            "r = step / total",
+            "cosine_with_warmup: decay measured from step 0",
+        ),
+        (
+            "steplr-floordiv",
+            "self.gamma ** (step // self.step_size)",
+            "self.gamma ** (step / self.step_size)",
+            "StepLR: smooth decay instead of steps",
+        ),
+        (
+            "decay-vectors",
+            "(decay if p.ndim >= 2 else no_decay)",
+            "(decay if p.ndim >= 1 else no_decay)",
+            "param_groups_for_decay: biases and gains decay",
+        ),
+    ],
+    "gpt/generate.py": [
+        (
+            "top-k-off-by-one",
+            "z = np.where(z < kth, -np.inf, z)",
+            "z = np.where(z <= kth, -np.inf, z)",
+            "top-k keeps k - 1",
+        ),
+        (
+            "top-p-off-by-one",
+            "keep = order[: int(np.searchsorted(cum, top_p) + 1)]",
+            "keep = order[: int(np.searchsorted(cum, top_p))]",
+            "top-p drops the token that reaches p",
+        ),
+        (
+            "temperature-times",
+            "z = logits / temperature",
+            "z = logits * temperature",
+            "temperature multiplies",
+        ),  # fmt: skip
+        (
+            "window-refresh",
+            "            context = ids[-self.block :]",
+            "            context = ids[-(self.block - 1) :]",
+            "cached path refreshes from block - 1 tokens (issue 21)",
+        ),
+        (
+            "cache-skip-one",
+            "context = ids[self.seen :]",
+            "context = ids[self.seen + 1 :]",
+            "cached path skips a new token",
+        ),
+    ],
+    "gpt/data.py": [
+        (
+            "batch-start-bound",
+            "starts = rng.integers(0, len(ids) - block_size, size=batch_size)",
+            "starts = rng.integers(0, len(ids) - block_size + 1, size=batch_size)",
+            "get_batch: a window may run past the end",
+        ),
+        (
+            "batch-unshifted",
+            "return chunk[:, :-1], chunk[:, 1:]",
+            "return chunk[:, :-1], chunk[:, :-1]",
+            "get_batch: targets not shifted (issue 21)",
+        ),
+        (
+            "split-fraction",
+            "n = int(len(ids) * (1 - val_fraction))",
+            "n = int(len(ids) * val_fraction)",
+            "split_ids: the validation share goes to training",
+        ),
+        (
+            "check-length",
+            "if len(ids) < block_size + 1:",
+            "if len(ids) < block_size:",
+            "check_length: block_size tokens accepted",
+        ),
+    ],
+    "gpt/tokenizers/bpe.py": [
+        (
+            "encode-priority",
+            "if r is not None and (best is None or r < best):",
+            "if r is not None and (best is None or r > best):",
+            "encode: latest merge first (issue 21)",
+        ),
+        ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
+        (
+            "duplicate-merge-rank",
+            "self.ranks.setdefault((a, b), (rank, merged))",
+            "self.ranks[(a, b)] = (rank, merged)",
+            "a merge listed twice takes its later rank",
+        ),
+        (
+            "vocab-bytes-swapped",
+            "vocab[256 + k] = vocab[a] + vocab[b]",
+            "vocab[256 + k] = vocab[b] + vocab[a]",
+            "training: merged token's bytes in the wrong order",
+        ),
+        (
+            "prefix-space-twice",
+            'if self.add_prefix_space and not text.startswith(" "):',
+            "if self.add_prefix_space:",
+            "add_prefix_space doubles a leading space",
+        ),
+        (
+            "train-specials",
+            "n_merges = vocab_size - 256 - len(specials)",
+            "n_merges = vocab_size - 256",
+            "training: special tokens not counted in vocab_size",
+        ),
+    ],
+}
