@@ -164,6 +164,9 @@ def test_unstorable_values(tmp_path):
         save({"a": np.ones(2, complex)}, tmp_path / "x.safetensors")
     with pytest.raises(ValueError, match="both be stored as 'a.b'"):
         save({"a": {"b": np.ones(1)}, "a.b": np.ones(1)}, tmp_path / "x.safetensors")
+    with pytest.raises(TypeError, match="array 'o' has dtype object"):
+        save({"o": np.array([None, 1])}, tmp_path / "x.safetensors")
+    assert os.listdir(tmp_path) == []  # every failed write removed its temporary file
 
 
 # ------------------------------------------------------------------ the official library
