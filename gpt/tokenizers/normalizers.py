@@ -28,18 +28,13 @@ import regex
 
 from .base import TokenizerFileError
 from .fields import MAX_NESTING, check, get
-from .pretokenize import WHITESPACE, bert_normalize, find_spans
+from .pretokenize import WHITESPACE, bert_normalize, find_spans, from_oniguruma, lower_chars
 
 Normalizer = Callable[[str], str]
 
 _MARK = regex.compile(r"\p{M}")
 _LEADING_SPACE = regex.compile(rf"^[{WHITESPACE}]+")
 _TRAILING_SPACE = regex.compile(rf"[{WHITESPACE}]+$")
-
-
-def lowercase(text: str) -> str:
-    """Lowercase character by character, as the ``tokenizers`` library does."""
-    return "".join(c.lower() for c in text)
 
 
 def strip_accents(text: str) -> str:
@@ -52,7 +47,7 @@ def replace_pattern(pattern: dict[str, str], content: str) -> Normalizer:
     if "String" in pattern:
         literal = pattern["String"]
         return lambda text: text.replace(literal, content) if literal else text
-    expr = pattern["Regex"]
+    expr = from_oniguruma(pattern["Regex"])
 
     def replace(text: str) -> str:
         out, pos = [], 0
@@ -91,7 +86,7 @@ def build(
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
         return lambda text: unicodedata.normalize(kind, text)
     if kind == "Lowercase":
-        return lowercase
+        return lower_chars
     if kind == "StripAccents":
         return strip_accents
     if kind == "BertNormalizer":

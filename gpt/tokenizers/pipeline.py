@@ -127,11 +127,16 @@ class Pipeline(Tokenizer):
         post_processor: post_processors.PostProcessor | None = None,
         decoder: decoders.Decoder | None = None,
     ):
-        from .hf_format import ids_to_list
-
-        vocab = {t.content: t.id for t in added} | dict(model.vocab)
-        self.itos = ids_to_list(model.vocab, {t.content: t.id for t in added}, "<pipeline>")
-        self.stoi = vocab
+        # a normalized added token is matched, and decoded, in its normalized spelling
+        shown = [
+            replace(t, content=normalizer(t.content)) if normalizer and t.normalized else t
+            for t in added
+        ]
+        by_id = {i: t for t, i in model.vocab.items()} | {t.id: t.content for t in shown}
+        if set(by_id) != set(range(len(by_id))):
+            raise TokenizerError(f"token ids are not 0..{len(by_id) - 1} without gaps")
+        self.itos = [by_id[i] for i in range(len(by_id))]
+        self.stoi = dict(model.vocab) | {t.content: t.id for t in added}
         super().__init__({t.content: t.id for t in added if t.special})
         self.added = added
         self.model = model
@@ -140,13 +145,8 @@ class Pipeline(Tokenizer):
         self.pre_tokenizer = pre_tokenizer
         self.post_processor = post_processor
         self.decoder = decoder
-        self._raw_added = [t for t in added if not t.normalized]
-        # normalized added tokens are matched in normalized text, so by their normalized form
-        self._normalized_added = [
-            replace(t, content=normalizer(t.content)) if normalizer else t
-            for t in added
-            if t.normalized
-        ]
+        self._raw_added = [t for t in shown if not t.normalized]
+        self._normalized_added = [t for t in shown if t.normalized]
         self._cache: dict[str, list[int]] = {}
 
     @classmethod

@@ -33,7 +33,14 @@ import regex
 from .base import TokenizerFileError
 from .fields import MAX_NESTING, check, get
 from .normalizers import pattern_field
-from .pretokenize import GPT2_PATTERN, METASPACE, WHITESPACE, bytes_to_text, find_spans
+from .pretokenize import (
+    GPT2_PATTERN,
+    METASPACE,
+    WHITESPACE,
+    bytes_to_text,
+    find_spans,
+    from_oniguruma,
+)
 
 Piece = tuple[str, bool]
 PreTokenizer = Callable[[list[Piece]], list[Piece]]
@@ -144,10 +151,10 @@ SPACE = rf"[{WHITESPACE}]"
 PUNCT = r"[\p{P}!-/:-@\[-`{-~]"
 #: Rust's ``char::is_numeric``: Nd, Nl, No
 NUMERIC = r"[\p{Nd}\p{Nl}\p{No}]"
-#: Rust's regex ``\w+|[^\w\s]+`` (the ``Whitespace`` pre-tokenizer): word characters are
-#: alphabetic, marks, decimal digits, connector punctuation and the two joiners
-WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\u200c\u200d"
-WHITESPACE_PATTERN = rf"[{WORD}]+|[^{WORD}{WHITESPACE}]+"
+#: the ``Whitespace`` pre-tokenizer's ``\w+|[^\w\s]+``. The library compiles this one with Rust's
+#: ``regex`` crate, whose ``\w`` (alphabetic, marks, decimal digits, connector punctuation, the
+#: joiners) is the ``regex`` module's, unlike the patterns of a file (``from_oniguruma``)
+WHITESPACE_PATTERN = rf"\w+|[^\w{WHITESPACE}]+"
 
 
 def metaspace(replacement: str, prepend_scheme: str, split: bool) -> PreTokenizer:
@@ -223,7 +230,10 @@ def build(
         return splitting(char_matcher(regex.escape(delimiter)), "Removed")
     if kind == "Split":
         pattern = pattern_field(spec, path, where)
-        expr = pattern["Regex"] if "Regex" in pattern else regex.escape(pattern["String"])
+        if "Regex" in pattern:
+            expr = from_oniguruma(pattern["Regex"])
+        else:
+            expr = regex.escape(pattern["String"])
         invert = get(spec, "invert", "bool", path, where, False)
         return splitting(regex_matcher(expr), _behaviour(spec, path, where, "Isolated"), invert)
     if kind == "Metaspace":

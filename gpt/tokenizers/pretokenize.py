@@ -168,18 +168,57 @@ def text_to_bytes(s: str) -> bytes:
 # encode identically here.
 
 #: Characters with the Unicode White_Space property (Rust's ``char::is_whitespace``).
-_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 #: ASCII punctuation counts as punctuation for BERT even where Unicode calls it a symbol ('$').
 _PUNCT = r"\p{P}!-/:-@\[-`{-~"
-_BERT_SPLIT = regex.compile(rf"[^{_WHITESPACE}{_PUNCT}]+|[{_PUNCT}]")
+_BERT_SPLIT = regex.compile(rf"[^{WHITESPACE}{_PUNCT}]+|[{_PUNCT}]")
 _CJK = regex.compile(
     "([\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
     "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f])"
 )
-#: Control/format/private/unassigned characters (except tab, newline, CR), plus NUL and U+FFFD.
-_BERT_DROP = regex.compile(r"[\x00\ufffd]|(?![\t\n\r])[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}]")
-_BERT_SPACE = regex.compile(rf"[{_WHITESPACE}]")
+#: Control/format/private-use characters (except tab, newline, CR), plus NUL and U+FFFD.
+#: (unassigned code points are kept, as the ``tokenizers`` library keeps them)
+_BERT_DROP = regex.compile(r"[\x00\ufffd]|(?![\t\n\r])[\p{Cc}\p{Cf}\p{Co}\p{Cs}]")
+_BERT_SPACE = regex.compile(rf"[{WHITESPACE}]")
 _MARKS = regex.compile(r"\p{Mn}")
+
+
+def lower_chars(text: str) -> str:
+    """Lowercase character by character, as the ``tokenizers`` library does: no final-sigma
+    rule, so "ΟΔΟΣ" -> "οδοσ" where ``str.lower`` gives "οδος"."""
+    return "".join(c.lower() for c in text)
+
+
+#: Oniguruma's ``\w`` (the engine the ``tokenizers`` library runs a file's regexes with), as
+#: measured against it over every code point below U+30000: alphabetic characters, marks,
+#: decimal digits, connector punctuation, and Latin-1's "¹²³¼½¾". The ``regex`` module's ``\w``
+#: also has the joiners U+200C/U+200D and lacks those six.
+ONIG_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\u00b2\u00b3\u00b9\u00bc-\u00be"
+
+
+def from_oniguruma(pattern: str) -> str:
+    r"""A pattern from a ``tokenizer.json`` with ``\w`` / ``\W`` spelled out so that the
+    ``regex`` module matches what Oniguruma matches (``\W`` inside a [...] set is left as is)."""
+    out, i, depth = [], 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt == "w":
+                out.append(ONIG_WORD if depth else f"[{ONIG_WORD}]")
+            elif nxt == "W" and not depth:
+                out.append(f"[^{ONIG_WORD}]")
+            else:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[":
+            depth += 1
+        elif c == "]" and depth:
+            depth -= 1
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def bert_normalize(
@@ -199,7 +238,7 @@ def bert_normalize(
     if strip_accents or (strip_accents is None and lowercase):
         text = _MARKS.sub("", unicodedata.normalize("NFD", text))
     if lowercase:
-        text = text.lower()
+        text = lower_chars(text)
     return text
 
 

@@ -1,0 +1,408 @@
+"""Issue 19: every listed ``tokenizer.json`` component loads here with the ids, and decodes to
+the text, that the ``tokenizers`` library gives.
+
+Each case builds a tokenizer with that library (test-only, no network), trains it on a corpus
+generated here, saves ``tokenizer.json``, loads it with ``gpt.tokenizers.load`` and compares on
+texts that stress Unicode: combining marks, emoji, CJK, right-to-left scripts, NUL, mixed
+whitespace, digits.
+"""
+
+import json
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from tokenizer_strategies import unicode_text
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
+
+from tokenizers import (  # noqa: E402
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
+import gpt.tokenizers as tk  # noqa: E402
+from gpt.tokenizers import TokenizerFileError  # noqa: E402
+from gpt.tokenizers.pipeline import Pipeline  # noqa: E402
+
+STRESS = [
+    "Hello, world! It's 2024: 3.14159 and 1,000,000 items.",
+    "e\u0301 a\u0300\u0301 n\u0303 \u0915\u093e\u0940 Cafe\u0301 naïve ÅNGSTRÖM",  # combining marks
+    "🤗 👍🏽 👨\u200d👩\u200d👧 ❤️ emoji🙂mixed",
+    "中文字符 日本語のテキスト 한국어 텍스트",
+    "שלום עולם مرحبا بالعالم ١٢٣ ٤٥",  # right to left, Arabic-Indic digits
+    "nul\x00inside \x00\x00 and\x01control",
+    "  mixed\t\twhitespace\n\n \u00a0nbsp\u3000ideographic\u2009thin  ",
+    "digits 0123456789 ½ ² Ⅻ ٣ 12ab34",
+    "ΟΔΟΣ Σίσυφος ǅ ﬁ ﬀ Ⅷ ㎏ ① Ｆｕｌｌ",
+    "<s>special</s> [CLS] [MASK] tokens <unk> ▁meta▁space",
+    "don't can't we're I'm it's y'all",
+    "",
+    " ",
+    "a",
+]
+
+WORDS = (
+    "the quick brown fox jumps over the lazy dog while 42 wizards quietly hex "
+    "jovial buyers; naïve café résumé Ångström über straße 中文 字符 日本 🤗 👍 שלום عالم "
+    "don't can't it's 3.14 1,000 ½ ² ١٢٣ e\u0301 x\u0300 \t tabs\nnewline"
+).split(" ")
+
+
+def corpus(seed: int = 0, n: int = 4000) -> str:
+    """A generated training text: the words above in random order, plus the stress texts."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(n)]
+    return " ".join(words) + "\n" + "\n".join(STRESS)
+
+
+CORPUS = corpus()
+SPECIALS = ["<unk>", "<s>", "</s>", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+
+
+def trained(model, trainer, normalizer=None, pre=None, decoder=None, post=None):
+    t = hf.Tokenizer(model)
+    if normalizer is not None:
+        t.normalizer = normalizer
+    if pre is not None:
+        t.pre_tokenizer = pre
+    if decoder is not None:
+        t.decoder = decoder
+    t.train_from_iterator([CORPUS], trainer)
+    if post is not None:
+        t.post_processor = post
+    return t
+
+
+def bpe(vocab=300, **kw):
+    return models.BPE(unk_token="<unk>", **kw), trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=SPECIALS, show_progress=False
+    )
+
+
+def compare(theirs, tmp_path, texts=STRESS, pair=False):
+    """Save theirs, load it here, and check ids (without and with special tokens) and decode."""
+    path = tmp_path / "tokenizer.json"
+    theirs.save(str(path))
+    ours = tk.load(path)
+    for text in texts:
+        expected = theirs.encode(text, add_special_tokens=False).ids
+        assert ours.encode(text) == expected, text
+        assert ours.decode(expected) == theirs.decode(expected, skip_special_tokens=False), text
+        with_specials = theirs.encode(text).ids
+        if isinstance(ours, Pipeline):
+            assert ours.encode(text, add_special_tokens=True) == with_specials, text
+            if pair:
+                both = theirs.encode(text, "second text").ids
+                assert ours.encode(text, add_special_tokens=True, pair="second text") == both
+    return ours
+
+
+# ----- normalizers (each with a BPE model over Whitespace-split words) -------------------------
+
+NORMALIZERS = {
+    "NFC": normalizers.NFC(),
+    "NFD": normalizers.NFD(),
+    "NFKC": normalizers.NFKC(),
+    "NFKD": normalizers.NFKD(),
+    "Lowercase": normalizers.Lowercase(),
+    "NFD+StripAccents": normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()]),
+    "Bert": normalizers.BertNormalizer(),
+    "Bert-cased-no-chinese": normalizers.BertNormalizer(
+        lowercase=False, handle_chinese_chars=False, strip_accents=False
+    ),
+    "Bert-strip-accents-cased": normalizers.BertNormalizer(lowercase=False, strip_accents=True),
+    "Replace-string": normalizers.Replace("o", "0"),
+    "Replace-regex": normalizers.Replace(hf.Regex(r"\s+"), " "),
+    "Prepend": normalizers.Prepend("▁"),
+    "Strip": normalizers.Strip(),
+    "Strip-left": normalizers.Strip(left=True, right=False),
+    "Sequence": normalizers.Sequence(
+        [normalizers.NFKC(), normalizers.Lowercase(), normalizers.Replace("'", "’")]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", NORMALIZERS)
+def test_normalizers(name, tmp_path):
+    model, trainer = bpe()
+    theirs = trained(model, trainer, NORMALIZERS[name], pre_tokenizers.Whitespace())
+    compare(theirs, tmp_path)
+
+
+# ----- pre-tokenizers (each with a BPE model and byte fallback-free vocab) ----------------------
+
+PRE_TOKENIZERS = {
+    "Whitespace": pre_tokenizers.Whitespace(),
+    "WhitespaceSplit": pre_tokenizers.WhitespaceSplit(),
+    "BertPreTokenizer": pre_tokenizers.BertPreTokenizer(),
+    "Punctuation-isolated": pre_tokenizers.Punctuation(),
+    "Punctuation-merged-previous": pre_tokenizers.Punctuation("merged_with_previous"),
+    "Punctuation-merged-next": pre_tokenizers.Punctuation("merged_with_next"),
+    "Punctuation-contiguous": pre_tokenizers.Punctuation("contiguous"),
+    "Punctuation-removed": pre_tokenizers.Punctuation("removed"),
+    "Digits": pre_tokenizers.Digits(),
+    "Digits-individual": pre_tokenizers.Digits(individual_digits=True),
+    "Metaspace": pre_tokenizers.Metaspace(),
+    "Metaspace-first": pre_tokenizers.Metaspace(prepend_scheme="first"),
+    "Metaspace-never-nosplit": pre_tokenizers.Metaspace(prepend_scheme="never", split=False),
+    "Split-string-removed": pre_tokenizers.Split(" ", "removed"),
+    "Split-regex-isolated": pre_tokenizers.Split(hf.Regex(r"\d+|\s"), "isolated"),
+    "Split-regex-invert": pre_tokenizers.Split(hf.Regex(r"\w+"), "removed", invert=True),
+    "Split-merged-next": pre_tokenizers.Split(hf.Regex(r"\s+"), "merged_with_next"),
+    "CharDelimiterSplit": pre_tokenizers.CharDelimiterSplit("o"),
+    "ByteLevel": pre_tokenizers.ByteLevel(add_prefix_space=False),
+    "ByteLevel-prefix": pre_tokenizers.ByteLevel(add_prefix_space=True),
+    "Sequence": pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True)]
+    ),
+    "Sequence-split-bytelevel": pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(hf.Regex(r"\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+"), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", PRE_TOKENIZERS)
+def test_pre_tokenizers(name, tmp_path):
+    model, trainer = bpe(400)
+    pre = PRE_TOKENIZERS[name]
+    if name.startswith(("ByteLevel", "Sequence-split-bytelevel")):
+        trainer = trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        theirs = trained(model, trainer, pre=pre, decoder=decoders.ByteLevel())
+    else:
+        theirs = trained(model, trainer, pre=pre)
+    compare(theirs, tmp_path)
+
+
+# ----- models and their decoders -----------------------------------------------------------------
+
+
+def test_bpe_with_byte_fallback(tmp_path):
+    # byte tokens in the vocabulary; characters never seen fall back to them
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    theirs = trained(
+        models.BPE(unk_token="<unk>", byte_fallback=True, dropout=None),
+        trainers.BpeTrainer(
+            vocab_size=600, special_tokens=SPECIALS + byte_tokens, show_progress=False
+        ),
+        pre=pre_tokenizers.Metaspace(),
+        decoder=decoders.Sequence(
+            [
+                decoders.Replace("▁", " "),
+                decoders.ByteFallback(),
+                decoders.Fuse(),
+                decoders.Strip(" ", 1, 0),
+            ]
+        ),
+    )
+    compare(theirs, tmp_path, STRESS + ["ÿ unseen ☃ ⛄ 𝄞"])
+
+
+def test_bpe_with_prefix_suffix_and_unknowns(tmp_path):
+    theirs = trained(
+        models.BPE(unk_token="<unk>", fuse_unk=True, end_of_word_suffix="</w>"),
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIALS,
+            end_of_word_suffix="</w>",
+            limit_alphabet=40,
+            show_progress=False,
+        ),
+        pre=pre_tokenizers.Whitespace(),
+        decoder=decoders.BPEDecoder(suffix="</w>"),
+    )
+    compare(theirs, tmp_path)
+    theirs = trained(
+        models.BPE(unk_token="<unk>", continuing_subword_prefix="##"),
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIALS,
+            continuing_subword_prefix="##",
+            limit_alphabet=40,
+            show_progress=False,
+        ),
+        pre=pre_tokenizers.WhitespaceSplit(),
+        decoder=decoders.WordPiece(prefix="##", cleanup=False),
+    )
+    compare(theirs, tmp_path)
+
+
+@pytest.mark.parametrize("cleanup", [True, False])
+def test_wordpiece_with_a_whitespace_pre_tokenizer(tmp_path, cleanup):
+    # the combination the issue names: WordPiece without BertPreTokenizer
+    theirs = trained(
+        models.WordPiece(unk_token="[UNK]"),
+        trainers.WordPieceTrainer(vocab_size=300, special_tokens=SPECIALS, show_progress=False),
+        normalizers.NFKC(),
+        pre_tokenizers.Whitespace(),
+        decoders.WordPiece(cleanup=cleanup),
+    )
+    compare(theirs, tmp_path)
+
+
+def test_wordlevel(tmp_path):
+    theirs = trained(
+        models.WordLevel(unk_token="<unk>"),
+        trainers.WordLevelTrainer(vocab_size=200, special_tokens=SPECIALS, show_progress=False),
+        normalizers.Lowercase(),
+        pre_tokenizers.Whitespace(),
+    )
+    compare(theirs, tmp_path)
+
+
+@pytest.mark.parametrize("byte_fallback", [False, True])
+def test_unigram(tmp_path, byte_fallback):
+    extra = [f"<0x{b:02X}>" for b in range(256)] if byte_fallback else []
+    theirs = trained(
+        models.Unigram(byte_fallback=byte_fallback),
+        trainers.UnigramTrainer(
+            vocab_size=300, special_tokens=SPECIALS + extra, unk_token="<unk>", show_progress=False
+        ),
+        normalizers.NFKC(),
+        pre_tokenizers.Metaspace(),
+        decoders.Sequence([decoders.Metaspace(), decoders.ByteFallback()])
+        if byte_fallback
+        else decoders.Metaspace(),
+    )
+    compare(theirs, tmp_path, STRESS + ["ÿ unseen ☃ ⛄ 𝄞"])
+
+
+def test_decoder_strip_and_replace(tmp_path):
+    theirs = trained(
+        *bpe(),
+        pre=pre_tokenizers.Metaspace(),
+        decoder=decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 1)]
+        ),
+    )
+    # (the library itself panics decoding no ids through Strip, so texts giving none are left out)
+    compare(theirs, tmp_path, [t for t in STRESS if t.strip()])
+
+
+# ----- post-processors and added tokens ----------------------------------------------------------
+
+POST = {
+    "Template": processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 3), ("[SEP]", 4)],
+    ),
+    "Bert": processors.BertProcessing(("[SEP]", 4), ("[CLS]", 3)),
+    "Roberta": processors.RobertaProcessing(("</s>", 2), ("<s>", 1)),
+    "ByteLevel": processors.ByteLevel(),
+}
+
+
+@pytest.mark.parametrize("name", POST)
+def test_post_processors(name, tmp_path):
+    model, trainer = bpe()
+    theirs = trained(model, trainer, pre=pre_tokenizers.WhitespaceSplit(), post=POST[name])
+    assert theirs.token_to_id("[CLS]") == 3 and theirs.token_to_id("</s>") == 2
+    compare(theirs, tmp_path, pair=True)
+
+
+def test_added_tokens_with_flags(tmp_path):
+    model, trainer = bpe()
+    theirs = trained(model, trainer, normalizers.Lowercase(), pre_tokenizers.Whitespace())
+    theirs.add_tokens(
+        [
+            hf.AddedToken("[MASK]", lstrip=True, rstrip=True, special=True, normalized=False),
+            hf.AddedToken("hex", single_word=True, normalized=True),
+            hf.AddedToken("Quick", normalized=True),  # matched after lowercasing
+            hf.AddedToken("<tag>", normalized=False, rstrip=True),
+        ]
+    )
+    texts = STRESS + [
+        "a  [MASK]  b [MASK][MASK] c",
+        "hex hexagon rehex hex. HEX",
+        "The QUICK quick Quick fox",
+        "<tag>   after <tag>",
+    ]
+    compare(theirs, tmp_path, texts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=unicode_text)
+def test_generated_text(pipelines, text):
+    for theirs, ours in pipelines:
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory):
+    """A few pipelines for the generated-text test, loaded here."""
+    out = []
+    cases = [
+        (normalizers.NFKC(), pre_tokenizers.Whitespace()),
+        (normalizers.BertNormalizer(), pre_tokenizers.Punctuation()),
+        (None, pre_tokenizers.Metaspace(prepend_scheme="first")),
+        (normalizers.NFD(), pre_tokenizers.Digits()),
+    ]
+    for k, (norm, pre) in enumerate(cases):
+        theirs = trained(*bpe(), norm, pre)
+        path = tmp_path_factory.mktemp(f"p{k}") / "tokenizer.json"
+        theirs.save(str(path))
+        out.append((theirs, tk.load(path)))
+    return out
+
+
+# ----- what is not supported is refused by name and place ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "part, spec, message",
+    [
+        (
+            "normalizer",
+            {"type": "Precompiled", "precompiled_charsmap": ""},
+            "normalizer: unsupported normalizer type 'Precompiled'",
+        ),
+        (
+            "pre_tokenizer",
+            {"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]},
+            "pre_tokenizer.pretokenizers[0]: unsupported pre-tokenizer type 'UnicodeScripts'",
+        ),
+        ("decoder", {"type": "CTC"}, "decoder: unsupported decoder type 'CTC'"),
+        (
+            "post_processor",
+            {"type": "Magic"},
+            "post_processor: unsupported post-processor type 'Magic'",
+        ),
+    ],
+)
+def test_unsupported_parts_are_named(tmp_path, part, spec, message):
+    theirs = trained(*bpe(), pre=pre_tokenizers.Whitespace())
+    path = tmp_path / "tokenizer.json"
+    theirs.save(str(path))
+    data = json.loads(path.read_text())
+    data[part] = spec
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokenizerFileError) as info:
+        tk.load(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+
+
+def test_bpe_dropout_is_refused(tmp_path):
+    theirs = trained(*bpe(), pre=pre_tokenizers.Whitespace())
+    path = tmp_path / "tokenizer.json"
+    theirs.save(str(path))
+    data = json.loads(path.read_text())
+    data["model"]["dropout"] = 0.1
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokenizerFileError, match="dropout=0.1 is random"):
+        tk.load(path)
