@@ -21,6 +21,7 @@ from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, PRESETS, GPTC
 # Training flags: (field of TrainConfig, type, help). The default shown is TrainConfig's.
 TRAIN_FLAGS = [
     ("text", str, "UTF-8 text file to train on (none: CPython's own documentation text)"),
+    ("data", str, "a folder made by `prepare` (token files, for texts larger than memory)"),
     ("tokenizer", str, "char, bpe, wordpiece, unigram, or a saved tokenizer file"),
     ("tokenizer_vocab_size", int, "vocabulary size of a trained bpe/wordpiece/unigram"),
     ("out_dir", str, "the run's folder: checkpoints, tokenizer, config, log, loss curve"),
@@ -232,6 +233,55 @@ def _sample(args) -> int:
     return 0
 
 
+def _add_prepare_parser(sub) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize a text once into memory-mapped train/val token files",
+        description="Tokenize a UTF-8 text file, a block at a time, into train.bin and "
+        "val.bin (uint16 ids when the vocabulary fits) with their tokenizer; then "
+        "train --data FOLDER reads batches from them without loading the text.",
+    )
+    p.add_argument("--text", required=True, help="UTF-8 text file")
+    p.add_argument("--out", required=True, help="folder to create")
+    p.add_argument(
+        "--tokenizer",
+        default="char",
+        help="char, bpe, wordpiece, unigram, or a saved tokenizer file (default: char)",
+    )
+    p.add_argument("--tokenizer-vocab-size", type=int, default=512, help="(default: 512)")
+    p.add_argument(
+        "--tokenizer-sample-chars",
+        type=int,
+        default=20_000_000,
+        help="characters a subword tokenizer is trained on (default: 20000000)",
+    )
+    p.add_argument("--val-fraction", type=float, default=0.1, help="(default: 0.1)")
+    p.set_defaults(func=_prepare)
+
+
+def _prepare(args) -> int:
+    from gpt.config import check_int, check_real
+    from gpt.token_files import prepare
+
+    check_int("tokenizer_vocab_size", args.tokenizer_vocab_size, 1)
+    check_int("tokenizer_sample_chars", args.tokenizer_sample_chars, 1)
+    check_real("val_fraction", args.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
+    meta = prepare(
+        args.text,
+        args.out,
+        args.tokenizer,
+        args.tokenizer_vocab_size,
+        args.val_fraction,
+        args.tokenizer_sample_chars,
+        progress=sys.stderr.isatty(),
+    )
+    print(
+        f"{args.out}: {meta['train_tokens']:,} training and {meta['val_tokens']:,} validation "
+        f"tokens ({meta['dtype']}), vocabulary {meta['vocab_size']}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpt",
@@ -241,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(sub)
     _add_sample_parser(sub)
+    _add_prepare_parser(sub)
     from gpt.tokenizers import cli as tok_cli
 
     tok_cli.add_report_parser(sub)

@@ -32,7 +32,16 @@ import numpy as np
 
 import nn
 import tensorlab as tl
-from gpt.config import ConfigError, GPTConfig, check_bool, check_choice, check_int, check_real
+from gpt import token_files
+from gpt.config import (
+    ConfigError,
+    GPTConfig,
+    bad_value,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+)
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
 from gpt.run_folder import RunError, RunFolder
@@ -45,6 +54,7 @@ class TrainConfig:
     config is made; a bad value is a :class:`ConfigError` naming it and its valid range."""
 
     text: str | None = None  # path; None = the CPython docs text (gpt.data.default_text)
+    data: str | None = None  # a folder made by ``python -m gpt prepare`` (instead of text)
     tokenizer: str = "char"  # char | bpe | wordpiece | unigram | path to a saved tokenizer
     tokenizer_vocab_size: int = 512  # for trained subword tokenizers
     out_dir: str = "out"
@@ -72,10 +82,15 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("text", "tokenizer", "out_dir"):
+        for name in ("text", "data", "tokenizer", "out_dir"):
             v = getattr(self, name)
-            if not (v is None and name == "text") and (not isinstance(v, str) or not v):
-                raise ConfigError(f"{name}={v!r}: must be a non-empty string", name, v)
+            if not (v is None and name in ("text", "data")) and (not isinstance(v, str) or not v):
+                raise bad_value(name, v, "must be a non-empty string")
+        if self.data is not None and (self.text is not None or self.tokenizer != "char"):
+            raise ConfigError(
+                f"data={self.data!r}: prepared data brings its own text and tokenizer; "
+                "leave out text and tokenizer"
+            )
         check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1)
         for name in ("max_iters", "eval_interval", "eval_iters", "log_interval", "batch_size"):
             check_int(name, getattr(self, name), 1)
@@ -108,7 +123,7 @@ class TrainConfig:
 
 
 # What a resumed run must share with the run it continues (the data and its tokens).
-SAME_ON_RESUME = ("text", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
+SAME_ON_RESUME = ("text", "data", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
 
 
 class Diverged(RuntimeError):
@@ -207,8 +222,12 @@ class Trainer:
                 cfg.device,
                 "no CUDA GPU with CuPy on this machine",
             )
-        text = load_text(cfg.text) if text is None else text
-        self.text_digest = text_digest(text)
+        if cfg.data is not None:  # tokenized once by ``prepare``, read through memory maps
+            tokenizer, self.splits, meta = token_files.load(cfg.data)
+            self.text_digest = meta["text_digest"]
+        else:
+            text = load_text(cfg.text) if text is None else text
+            self.text_digest = text_digest(text)
         if cfg.resume:
             tokenizer = self._check_resume(model_cfg)
         self.tokenizer = tokenizer or build_tokenizer(cfg, text)
@@ -216,11 +235,11 @@ class Trainer:
             model_cfg = GPTConfig.from_dict(
                 {**model_cfg.to_dict(), "vocab_size": self.tokenizer.vocab_size}
             )
-        ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
-        train_ids, val_ids = split_ids(ids, cfg.val_fraction)
-        check_length(train_ids, model_cfg.block_size, "training")
-        check_length(val_ids, model_cfg.block_size, "validation")
-        self.splits = {"train": train_ids, "val": val_ids}
+        if cfg.data is None:
+            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            self.splits = dict(zip(("train", "val"), split_ids(ids, cfg.val_fraction)))
+        check_length(self.splits["train"], model_cfg.block_size, "training")
+        check_length(self.splits["val"], model_cfg.block_size, "validation")
         self.model_cfg = model_cfg
 
         tl.manual_seed(cfg.seed)

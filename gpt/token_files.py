@@ -1,0 +1,167 @@
+"""A corpus tokenized once into memory-mapped token files, for texts larger than memory.
+
+    python -m gpt prepare --text corpus.txt --out data/corpus
+    python -m gpt train --data data/corpus --out-dir out/corpus
+
+``prepare`` reads the text twice, a block of lines at a time, never whole: the first pass
+counts its characters, fingerprints it and (for the character tokenizer) collects its
+alphabet; the second encodes each block and appends the ids to ``train.bin`` until the first
+``1 - val_fraction`` of the characters are in, then to ``val.bin``. The folder:
+
+::
+
+    data/corpus/
+      train.bin, val.bin   token ids, raw little-endian uint16 (uint32 if the vocabulary
+                           has more than 65,536 tokens): nanoGPT's layout
+      tokenizer.json       the tokenizer that made them
+      meta.json            dtype, token counts, the text's path, size and fingerprint
+
+A subword tokenizer is trained on the first ``tokenizer_sample_chars`` characters (the whole
+text if shorter). Training then reads batches straight from the files through ``np.memmap``:
+only the windows a batch touches are paged in, so memory stays flat however large the corpus.
+Blocks end at line ends, so a pre-tokenizer never sees a word cut in two (a run of blank lines
+longer than a block can still be split).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from gpt.data import DataError
+from nn.serialization import _atomic_write
+
+META = "meta.json"
+BLOCK_CHARS = 1 << 20  # characters read per block (then up to the line's end)
+
+
+def _blocks(path: Path, bar=None):
+    """The text in blocks of about BLOCK_CHARS characters, each ending at a line end."""
+    with open(path, encoding="utf-8", newline="") as f:
+        while True:
+            block = f.read(BLOCK_CHARS)
+            if not block:
+                return
+            block += f.readline()
+            if bar is not None:
+                bar.update(len(block))
+            yield block
+
+
+def _scan(path: Path, sample_chars: int) -> tuple[int, str, set[str], str]:
+    """Characters, fingerprint, alphabet and the first ``sample_chars`` characters."""
+    digest, chars, alphabet, sample = hashlib.sha256(), 0, set(), []
+    try:
+        for block in _blocks(path):
+            digest.update(block.encode("utf-8", "surrogatepass"))
+            alphabet.update(block)
+            if chars < sample_chars:
+                sample.append(block[: sample_chars - chars])
+            chars += len(block)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{str(path)!r} is not UTF-8 text ({err})") from err
+    return chars, digest.hexdigest()[:16], alphabet, "".join(sample)
+
+
+def prepare(
+    text: str | os.PathLike,
+    out: str | os.PathLike,
+    tokenizer: str = "char",
+    vocab_size: int = 512,
+    val_fraction: float = 0.1,
+    tokenizer_sample_chars: int = 20_000_000,
+    progress: bool = False,
+) -> dict:
+    """Tokenize the file ``text`` into ``out`` (see the module docstring); returns the meta."""
+    from tqdm import tqdm
+
+    import gpt.tokenizers as tk
+
+    path, out = Path(text), Path(out)
+    if not path.is_file():
+        raise DataError(f"text file {str(path)!r} does not exist")
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if (out / META).exists():
+        raise DataError(f"{out} already holds prepared data; choose another folder")
+    trained = tokenizer in tk.KINDS and tokenizer != "char"
+    chars, digest, alphabet, sample = _scan(path, tokenizer_sample_chars if trained else 0)
+    if tokenizer == "char":
+        tok = tk.KINDS["char"].train("".join(sorted(alphabet)))
+    elif trained:
+        tok = tk.KINDS[tokenizer].train(sample, vocab_size=vocab_size)
+    else:
+        tok = tk.load(tokenizer)
+    dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")
+    out.mkdir(parents=True, exist_ok=True)
+    split_at = int(chars * (1 - val_fraction))
+    counts, seen = {"train": 0, "val": 0}, 0
+    files = {name: open(out / f"{name}.bin.tmp", "wb") for name in counts}
+    try:
+        bar = tqdm(
+            total=chars, unit="char", unit_scale=True, desc="tokenizing", disable=not progress
+        )
+        for block in _blocks(path, bar):
+            cut = min(max(split_at - seen, 0), len(block))
+            for name, part in (("train", block[:cut]), ("val", block[cut:])):
+                if part:
+                    ids = np.asarray(tok.encode(part), dtype=dtype)
+                    files[name].write(ids.tobytes())
+                    counts[name] += len(ids)
+            seen += len(block)
+        bar.close()
+    finally:
+        for f in files.values():
+            f.close()
+    for name in counts:
+        os.replace(out / f"{name}.bin.tmp", out / f"{name}.bin")
+    tok.save(out / "tokenizer.json")
+    meta = {
+        "dtype": dtype.str,
+        "vocab_size": tok.vocab_size,
+        "train_tokens": counts["train"],
+        "val_tokens": counts["val"],
+        "text": str(path),
+        "text_chars": chars,
+        "text_digest": digest,
+    }
+    text_meta = json.dumps(meta, indent=1) + "\n"
+    _atomic_write(out / META, lambda f: f.write(text_meta.encode()))
+    return meta
+
+
+def load(folder: str | os.PathLike) -> tuple[object, dict[str, np.memmap], dict]:
+    """``(tokenizer, {"train": ids, "val": ids}, meta)`` of a prepared folder; the ids are
+    read-only memory maps."""
+    import gpt.tokenizers as tk
+
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / META).read_text())
+        dtype = np.dtype(meta["dtype"])
+        splits = {}
+        for name in ("train", "val"):
+            ids = np.memmap(folder / f"{name}.bin", dtype=dtype, mode="r")
+            if hasattr(mmap, "MADV_RANDOM"):  # batches are random windows: no read-ahead
+                ids._mmap.madvise(mmap.MADV_RANDOM)
+            if len(ids) != meta[f"{name}_tokens"]:
+                raise DataError(
+                    f"{folder / (name + '.bin')}: {len(ids)} tokens, but {META} says "
+                    f"{meta[name + '_tokens']}; prepare the data again"
+                )
+            splits[name] = ids
+    except FileNotFoundError as err:
+        raise DataError(
+            f"{folder}: not a prepared data folder ({Path(err.filename).name} is missing; "
+            "make one with python -m gpt prepare)"
+        ) from err
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, DataError):
+            raise
+        raise DataError(f"{folder / META}: damaged ({type(err).__name__}: {err})") from err
+    return tk.load(folder / "tokenizer.json"), splits, meta
