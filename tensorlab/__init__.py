@@ -3,7 +3,8 @@
 Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a graph node),
 ``ops/`` (every op's forward and backward), ``autograd.py`` (the backward pass),
 ``gradcheck.py`` (how we know the gradients are right). ``functions.py`` holds the
-function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does.
+function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does,
+``transforms.py`` jacobian, hessian, vjp, jvp, hvp.
 """
 
 # tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
@@ -80,6 +81,7 @@ from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import einsum
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.trace import trace_backward
+from tensorlab.transforms import hessian, hvp, jacobian, jvp, vhp, vjp
 
 if allocator.wanted():  # once per process: keep freed memory for reuse (see allocator.py)
     allocator.keep_freed_memory()
