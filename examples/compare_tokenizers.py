@@ -6,7 +6,8 @@ Trains a character tokenizer, byte-level BPE, WordPiece (with each of its two me
 Unigram on the first 90% of a text (tinyshakespeare if it is in ../shared/data beside the
 repository, else the help-topic text that ships with CPython) and measures each on the last 10%,
 which none of them has seen. With the `tokenizers` library installed it also trains that
-library's WordPiece at the same vocabulary size and compares token counts.
+library's WordPiece at the same vocabulary size and compares token counts. It writes
+tokens.html, the token visualizer's page: the held-out text coloured by token for each one.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--text", help="a UTF-8 text file (default: tinyshakespeare)")
     p.add_argument("--vocab-size", type=int, default=2048)
+    p.add_argument(
+        "--html",
+        default="tokens.html",
+        help="write the token visualizer page here (default tokens.html; '' for none)",
+    )
     args = p.parse_args()
     if args.text:
         text, source = Path(args.text).read_text(encoding="utf-8"), args.text
@@ -75,6 +81,14 @@ def main() -> None:
     for name, tok in trained.items():
         pieces = [tok.id_to_token(i) for i in tok.encode(sentence)]
         print(f"  {name:<13} {len(pieces):>3} tokens: {' | '.join(pieces)}")
+    if sys.stdout.isatty():
+        print("\nthe same in colour (byte-level BPE), one colour per token:")
+        print(tk.to_terminal(trained["bpe"], sentence))
+    if args.html:
+        sample = heldout[:1500]
+        page = tk.to_html(trained, sample, f"How each tokenizer cuts {source}'s held-out text")
+        Path(args.html).write_text(page, encoding="utf-8")
+        print(f"\nwrote {args.html}: the held-out text coloured by token, ids on hover")
 
 
 def library_wordpiece_tokens(train: str, heldout: str, vocab_size: int) -> int | None:

@@ -21,6 +21,7 @@ a form it writes; any other combination of supported parts becomes a ``Pipeline`
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -113,10 +114,51 @@ def split_added(text: str, tokens: list[AddedToken]) -> list[tuple[str, AddedTok
     return out
 
 
+@dataclass(frozen=True)
+class Spelling:
+    """How the tokens spell the text they stand for (``offsets.surface`` asks): in GPT-2's
+    printable byte alphabet, with a character standing for a space ("▁"), with a prefix on
+    word-continuing pieces ("##"), with a suffix on word-final pieces ("</w>")."""
+
+    byte_level: bool = False
+    space: str = ""
+    prefix: str = ""
+    suffix: str = ""
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Spelling:
+        pre = json.dumps(data.get("pre_tokenizer"))
+        model = data.get("model") or {}
+        space = ""
+        if '"Metaspace"' in pre:
+            space = _find_key(data.get("pre_tokenizer"), "replacement") or "\u2581"
+        return cls(
+            byte_level='"ByteLevel"' in pre,
+            space=space,
+            prefix=model.get("continuing_subword_prefix") or "",
+            suffix=model.get("end_of_word_suffix") or "",
+        )
+
+
+def _find_key(spec: Any, key: str) -> Any:
+    """The first value of ``key`` anywhere in a (checked, so shallow enough) JSON value."""
+    if isinstance(spec, dict):
+        if key in spec:
+            return spec[key]
+        spec = list(spec.values())
+    if isinstance(spec, list):
+        for value in spec:
+            found = _find_key(value, key)
+            if found is not None:
+                return found
+    return None
+
+
 class Pipeline(Tokenizer):
     """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring)."""
 
     kind = "pipeline"
+    spelling = Spelling()
 
     def __init__(
         self,
@@ -157,7 +199,7 @@ class Pipeline(Tokenizer):
         model = hf_models.build(
             get(data, "model", "object", path), {t.content: t.id for t in added}, path
         )
-        return cls(
+        tok = cls(
             model,
             added,
             normalizers.build(data.get("normalizer"), path),
@@ -165,6 +207,8 @@ class Pipeline(Tokenizer):
             post_processors.build(data.get("post_processor"), path),
             decoders.build(data.get("decoder"), path),
         )
+        tok.spelling = Spelling.of(data)
+        return tok
 
     # ----- encoding ----------------------------------------------------------------------------
 
