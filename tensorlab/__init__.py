@@ -4,7 +4,8 @@ Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a gr
 ``ops/`` (every op's forward and backward), ``autograd.py`` (the backward pass),
 ``gradcheck.py`` (how we know the gradients are right). ``functions.py`` holds the
 function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does,
-``transforms.py`` jacobian, hessian, vjp, jvp, hvp.
+``transforms.py`` jacobian, hessian, vjp, jvp, hvp, ``checkpoint.py`` activation
+checkpointing.
 """
 
 # tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
@@ -20,6 +21,7 @@ from tensorlab.autograd import (
     set_grad_enabled,
 )
 from tensorlab.backend import DEFAULT_DTYPE, cuda_available, manual_seed
+from tensorlab.checkpoint import checkpoint
 from tensorlab.creation import (
     arange,
     eye,

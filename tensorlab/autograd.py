@@ -174,8 +174,14 @@ def _changed(node, what: str, t: Tensor, saved: int) -> RuntimeError:
 def _composed_grads(node, g: Tensor) -> list:
     """A fused op's local gradients as a graph: run its composed form on the same inputs and
     backpropagate ``g`` through it, stopping at the inputs (they are the variables here)."""
-    ins = node.inputs
-    y = node.composed(*ins, **node.params)
+    return grads_at_inputs(node.composed(*node.inputs, **node.params), g, node.inputs)
+
+
+def grads_at_inputs(y: Tensor, g: Tensor, ins, create_graph: bool = True) -> list:
+    """Backpropagate ``g`` from ``y`` to the tensors ``ins`` that ``y`` was computed from,
+    stopping there: their gradients (None where none arrives), nothing stored in ``.grad``,
+    no hooks run, nothing beyond ``ins`` visited. For the composed form of a fused op, and
+    for the recomputed forward of a checkpoint (tensorlab/checkpoint.py)."""
     stop = {id(_node_of(t)) for t in ins if t.requires_grad}
     pending: dict[int, Tensor] = {}
     _send(pending, y, g)
@@ -186,7 +192,7 @@ def _composed_grads(node, g: Tensor) -> list:
             reached[id(n)] = gn
         return gn
 
-    _propagate(topological_order([_node_of(y)], stop), pending, arrive, True, stop)
+    _propagate(topological_order([_node_of(y)], stop), pending, arrive, create_graph, stop)
     return [reached.get(id(_node_of(t))) if t.requires_grad else None for t in ins]
 
 
