@@ -162,14 +162,22 @@ def resolve_configs(args) -> tuple[GPTConfig, object]:
 
 def _train(args) -> int:
     from gpt.train import Trainer, config_summary, plot_history
+    from nn.distributed import world
 
-    model_cfg, tcfg = resolve_configs(args)
-    trainer = Trainer(model_cfg, tcfg)
+    dist = world()
+    with dist.together():  # in an MPI job a bad flag or file fails on every rank at once
+        model_cfg, tcfg = resolve_configs(args)
+        trainer = Trainer(model_cfg, tcfg, dist=dist)
+    if trainer.dist.rank != 0:  # in an MPI job rank 0 alone prints
+        trainer.run()
+        return 0
     print(config_summary(trainer.model_cfg, tcfg), file=sys.stderr)
     n = trainer.model.num_parameters()
+    processes = f", {trainer.dist.size} processes" if trainer.dist.size > 1 else ""
     print(
         f"model: {n / 1e6:.2f}M parameters, vocab {trainer.model_cfg.vocab_size} "
-        f"({tcfg.tokenizer} tokenizer), {len(trainer.splits['train']):,} training tokens",
+        f"({tcfg.tokenizer} tokenizer), {len(trainer.splits['train']):,} training tokens"
+        + processes,
         file=sys.stderr,
     )
     history = trainer.run()
@@ -310,27 +318,47 @@ def _one_line(err: Exception) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import traceback
+
     from gpt.config import ConfigError
     from gpt.data import DataError
     from gpt.run_folder import RunError
     from gpt.tokenizers import TokenizerError
     from gpt.train import Diverged, Interrupted
+    from nn.distributed import PeerError, fail, world
     from nn.serialization import SerializationError
+
+    dist = world()
+
+    def error(err: Exception, message: str, code: int) -> int:
+        """Print the one line (rank 0 when every rank knows of the error) and return the
+        exit code; an error on one rank alone ends the whole MPI job instead."""
+        if dist.size > 1 and not getattr(err, "agreed", False):
+            fail(dist, message, code)
+        if dist.rank == 0:
+            print(f"error: {message}", file=sys.stderr)
+        return code
 
     try:
         return args.func(args)
     except (ConfigError, DataError, RunError, TokenizerError, SerializationError) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return error(e, _one_line(e), 2)
     except FileNotFoundError as e:
-        print(f"error: {e.filename}: no such file", file=sys.stderr)
-        return 2
-    except Diverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return error(e, f"{e.filename}: no such file", 2)
+    except PeerError as e:
+        return error(e, str(e), 2)
+    except Diverged as e:  # the gradients are averaged: every rank sees the same NaN
+        e.agreed = True
+        return error(e, str(e), 1)
     except Interrupted as e:
-        print(f"stopped: {e}", file=sys.stderr)
+        if dist.rank == 0:
+            print(f"stopped: {e}", file=sys.stderr)
         return 130
+    except Exception:
+        if dist.size == 1:
+            raise
+        traceback.print_exc()
+        return error(Exception(), "the traceback above ended the job", 1)
 
 
 if __name__ == "__main__":

@@ -154,39 +154,49 @@ def build_tokenizer(cfg: TrainConfig, text: str):
 
 
 def estimate_loss(
-    model: nn.Module, splits: dict, cfg: TrainConfig, block_size: int, it: int
+    model: nn.Module, splits: dict, cfg: TrainConfig, block_size: int, it: int, dist=None
 ) -> dict[str, float]:
     """Mean loss over ``eval_iters`` random batches of each split, in eval mode.
 
     The batches come from a generator seeded by (seed, iteration), so evaluating never
-    disturbs the training batches' random stream."""
+    disturbs the training batches' random stream. In an MPI job (``dist``) rank r runs the
+    batches i with i mod N = r, and the sums are added over the ranks: the same batches and
+    the same mean as one process."""
     from tqdm import tqdm
 
-    out = {}
+    dist = dist or nn.distributed.Solo()
+    sums = []
     with nn.evaluating(model):
         for name, ids in splits.items():
             rng = np.random.default_rng([cfg.seed, it, len(name)])
-            losses = []
+            total = 0.0
             bar = tqdm(
                 range(cfg.eval_iters),
                 desc=f"eval {name}",
                 leave=False,
                 file=sys.stderr,
-                disable=not (cfg.progress and sys.stderr.isatty()),
+                disable=not (cfg.progress and sys.stderr.isatty() and dist.rank == 0),
             )
-            for _ in bar:
-                x, y = get_batch(ids, block_size, cfg.batch_size, rng)
-                _, loss = model(tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device))
-                losses.append(loss.item())
-            out[name] = float(np.mean(losses))
-    return out
+            for i in bar:
+                x, y = get_batch(ids, block_size, cfg.batch_size, rng)  # drawn on every rank
+                if i % dist.size == dist.rank:
+                    _, loss = model(
+                        tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
+                    )
+                    total += loss.item()
+            sums.append(total)
+    sums = dist.sum(np.array(sums))
+    return {name: float(v) / cfg.eval_iters for name, v in zip(splits, sums)}
 
 
-def cpu_threads(cfg: TrainConfig) -> int:
-    """How many threads share each batch: 1 on a GPU; ``cfg.threads``, or min(2, cores)."""
+def cpu_threads(cfg: TrainConfig, processes: int = 1) -> int:
+    """How many threads share each batch: 1 on a GPU; ``cfg.threads``, or min(2, cores) (1 in
+    an MPI job, where the processes share the cores)."""
     if cfg.device != "cpu":
         return 1
-    return cfg.threads if cfg.threads is not None else min(2, nn.data_parallel.cores())
+    if cfg.threads is not None:
+        return cfg.threads
+    return 1 if processes > 1 else min(2, nn.data_parallel.cores())
 
 
 def text_digest(text: str) -> str:
@@ -205,12 +215,25 @@ class Trainer:
 
     With ``cfg.resume`` the tokenizer is the run's own (``tokenizer.json`` in the run folder),
     and the model config and the data settings must equal the run's (refused otherwise, naming
-    each difference)."""
+    each difference).
+
+    Started by ``mpiexec -n N``, each process trains on its share of every batch and the
+    gradients are averaged (nn/distributed.py); rank 0 alone writes the run's files."""
 
     def __init__(
-        self, model_cfg: GPTConfig, cfg: TrainConfig, text: str | None = None, tokenizer=None
+        self,
+        model_cfg: GPTConfig,
+        cfg: TrainConfig,
+        text: str | None = None,
+        tokenizer=None,
+        dist=None,
     ):
         self.cfg = cfg
+        self.dist = dist = dist or nn.distributed.world()
+        if cfg.batch_size % dist.size:
+            raise bad_value(
+                "batch_size", cfg.batch_size, f"must be divisible by the {dist.size} processes"
+            )
         self.run_folder = RunFolder(cfg.out_dir)
         self.out = self.run_folder.path
         self.run_folder.claim(cfg.resume, cfg.overwrite)
@@ -244,7 +267,9 @@ class Trainer:
 
         tl.manual_seed(cfg.seed)
         self.model = GPT(model_cfg).to(cfg.device)
-        self.threads = cpu_threads(cfg)
+        if dist.size > 1:  # each rank its own dropout stream (the model: see run)
+            tl.manual_seed(int(np.random.SeedSequence([cfg.seed, dist.rank]).generate_state(1)[0]))
+        self.threads = cpu_threads(cfg, dist.size)
         # On a CPU the batch is split over threads (nn/data_parallel.py): the same step, run
         # on pieces at once. ``self.model`` is the GPT itself (what checkpoints hold).
         self.parallel = nn.DataParallel(self.model, self.threads) if self.threads > 1 else None
@@ -258,6 +283,7 @@ class Trainer:
         self.pending: list[dict] = []  # log records not yet in log.jsonl (since the last save)
         self.best_val = math.inf
         self._stop: str | None = None  # set by a signal: finish the step, save, stop
+        self._stopping: str | None = None  # the same, once all ranks know (see step)
 
     def _check_resume(self, model_cfg: GPTConfig):
         """The run's tokenizer, after checking that this run continues it faithfully."""
@@ -292,7 +318,9 @@ class Trainer:
             iter=self.iter,
             model_config=self.model_cfg.to_dict(),
             rng_state=self.rng.bit_generator.state,
-            tl_rng_state=tl.backend.generator(self.cfg.device).bit_generator.state,
+            tl_rng_states=self.dist.gather(
+                tl.backend.generator(self.cfg.device).bit_generator.state
+            ),
             history=self.history,
             log_tail=self.pending,
             best_val=self.best_val,
@@ -300,16 +328,19 @@ class Trainer:
 
     def save(self) -> None:
         """Write the checkpoint (and, on a new best validation loss, the best one), then the
-        log records since the last save. Each file is written atomically."""
-        run = self.run_folder
-        if not run.tokenizer.exists():
-            self.tokenizer.save(run.tokenizer)
+        log records since the last save. Each file is written atomically, by rank 0 only."""
+        run, extra = self.run_folder, self._extra()  # (every rank takes part in the gather)
         val = self.history[-1]["val_loss"] if self.history else math.inf
-        if self.history and self.history[-1]["iter"] == self.iter and val < self.best_val:
-            self.best_val = val
-            nn.serialization.save_checkpoint(run.best, self.model, None, **self._extra())
-        nn.serialization.save_checkpoint(run.ckpt, self.model, self.optimizer, **self._extra())
-        run.append_log(self.pending)
+        best = self.history and self.history[-1]["iter"] == self.iter and val < self.best_val
+        if best:
+            self.best_val = extra["best_val"] = val
+        if self.dist.rank == 0:
+            if not run.tokenizer.exists():
+                self.tokenizer.save(run.tokenizer)
+            if best:
+                nn.serialization.save_checkpoint(run.best, self.model, None, **extra)
+            nn.serialization.save_checkpoint(run.ckpt, self.model, self.optimizer, **extra)
+            run.append_log(self.pending)
         self.pending = []
 
     def load(self) -> None:
@@ -324,7 +355,7 @@ class Trainer:
         try:
             self.iter = int(extra["iter"])
             self.rng.bit_generator.state = extra["rng_state"]
-            tl.backend.generator(self.cfg.device).bit_generator.state = extra["tl_rng_state"]
+            states = list(extra["tl_rng_states"])
             self.history = list(extra.get("history", []))
             tail = list(extra.get("log_tail", []))
             self.best_val = float(extra.get("best_val", math.inf))
@@ -332,11 +363,18 @@ class Trainer:
             raise nn.serialization.SerializationError(
                 f"{path}: damaged checkpoint metadata ({type(err).__name__}: {err})"
             ) from err
+        if len(states) != self.dist.size:
+            raise RunError(
+                f"{path} was written by a run of {len(states)} processes; resume it with as "
+                f"many (mpiexec -n {len(states)}), not {self.dist.size}"
+            )
+        tl.backend.generator(self.cfg.device).bit_generator.state = states[self.dist.rank]
         # The log holds every record up to the previous save; the checkpoint holds the
         # records since then. Records past the checkpoint (from a run killed later) go.
         since = tail[0]["iter"] if tail else self.iter + 1
-        kept = [r for r in self.run_folder.read_log() if r.get("iter", math.inf) < since]
-        self.run_folder.rewrite_log(kept + tail)
+        if self.dist.rank == 0:
+            kept = [r for r in self.run_folder.read_log() if r.get("iter", math.inf) < since]
+            self.run_folder.rewrite_log(kept + tail)
 
     # ------------------------------------------------------------------ the loop
     def step(self) -> float:
@@ -352,7 +390,16 @@ class Trainer:
             self.rng,
         )
         self.optimizer.zero_grad()
-        loss = self.backward(x, y)
+        # In an MPI job every rank drew the same batch and runs its own share of the rows;
+        # the gradients are then averaged, and with them the loss and the stop requests.
+        dist, rows = self.dist, len(x) // self.dist.size
+        mine = slice(dist.rank * rows, (dist.rank + 1) * rows)
+        loss = self.backward(x[mine], y[mine])
+        asked = self._stop is not None
+        loss, stops = dist.average_gradients(self.model.parameters(), [loss, asked])
+        loss /= dist.size
+        if stops:  # decided together, so that every rank stops after the same step
+            self._stopping = self._stop or "a signal to another process"
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         grad_norm = nn.optim.clip_grad_norm_(self.model.parameters(), clip)
         if not math.isfinite(loss):
@@ -394,7 +441,9 @@ class Trainer:
     def evaluate(self) -> dict:
         """Estimate both splits' losses at this iteration; the record joins the history."""
         model = self.parallel or self.model
-        losses = estimate_loss(model, self.splits, self.cfg, self.model_cfg.block_size, self.iter)
+        losses = estimate_loss(
+            model, self.splits, self.cfg, self.model_cfg.block_size, self.iter, self.dist
+        )
         for name in ("train", "val"):
             if not math.isfinite(losses[name]):
                 raise self._diverged(f"{name} loss", losses[name])
@@ -410,20 +459,24 @@ class Trainer:
         after Ctrl-C or SIGTERM (a checkpoint saved first)."""
         cfg = self.cfg
         stop = cfg.max_iters if max_iters is None else max_iters
-        self.run_folder.prepare(overwrite=cfg.overwrite and not cfg.resume)
+        dist = self.dist
+        lead = dist.rank == 0  # the rank that writes files and prints
+        with dist.together():
+            if lead:
+                self.run_folder.prepare(overwrite=cfg.overwrite and not cfg.resume)
+        dist.broadcast_parameters(self.model.parameters())  # one model everywhere
         if cfg.resume:
-            self.load()
-            if cfg.progress:
+            with dist.together():
+                self.load()
+            if cfg.progress and lead:
                 print(
                     f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr
                 )
-        self.run_folder.write_config(
-            {
-                "model": self.model_cfg.to_dict(),
-                "train": asdict(cfg),
-                "text_digest": self.text_digest,
-            }
-        )
+        if lead:
+            config = {"model": self.model_cfg.to_dict(), "train": asdict(cfg)}
+            config["text_digest"] = self.text_digest
+            config["processes"] = self.dist.size
+            self.run_folder.write_config(config)
         # With the batch split over threads, the pieces share the cores with BLAS: on two cores
         # each piece's matrix products get one BLAS thread (see docs/data_parallel.md).
         if self.threads > 1:
@@ -456,7 +509,7 @@ class Trainer:
 
     def _loop(self, stop: int) -> None:
         cfg = self.cfg
-        progress = Progress(self, stop) if cfg.progress else None
+        progress = Progress(self, stop) if cfg.progress and self.dist.rank == 0 else None
         if self.iter == 0 and not self.history:
             self.evaluate()
         while self.iter < stop:
@@ -468,13 +521,13 @@ class Trainer:
                 if progress:
                     progress.eval(record)
                 self.save()
-            if self._stop is not None:
+            if self._stopping is not None:
                 if self.pending:
                     self.save()
                 if progress:
                     progress.close()
                 raise Interrupted(
-                    f"{self._stop} at iteration {self.iter}: saved {self.checkpoint_path}; "
+                    f"{self._stopping} at iteration {self.iter}: saved {self.checkpoint_path}; "
                     "continue with --resume"
                 )
         if progress:

@@ -31,4 +31,4 @@ from nn.module import (
 )
 from nn.norm import LayerNorm, RMSNorm
 
-from nn import data_parallel, functional, init, optim, serialization  # isort: skip
+from nn import data_parallel, distributed, functional, init, optim, serialization  # isort: skip

@@ -165,15 +165,14 @@ def test_a_signal_saves_then_stops_and_resume_is_exact(tmp_path, signum):
     straight.run()
 
     stopped = trainer(tmp_path / "b", max_iters=12, eval_interval=5)
-    step = stopped.step
+    backward = stopped.backward
 
-    def step_then_signal():
-        loss = step()
-        if stopped.iter == 7:
+    def backward_then_signal(x, y):  # the signal arrives during the 7th step
+        if stopped.iter == 6:
             os.kill(os.getpid(), signum)
-        return loss
+        return backward(x, y)
 
-    stopped.step = step_then_signal
+    stopped.backward = backward_then_signal
     with pytest.raises(Interrupted, match=f"{signal.Signals(signum).name} at iteration 7"):
         stopped.run()
     resumed = trainer(tmp_path / "b", max_iters=12, eval_interval=5, resume=True)
