@@ -49,7 +49,7 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
         raise TokenizerFileError(path, "'model' must be a JSON object")
     kind = model.get("type") or _guess_model_type(model)
     try:
-        _native(_plain_extras(data, path), path, "added tokens with flags, or a post-processor")
+        _native(_plain_extras(data, path), path, "added-token flags, post-processor, padding")
         with file_errors(path, f"{kind} model"):
             added = _added_tokens(data, path)
             if kind == "BPE":
@@ -67,13 +67,15 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
 
 
 def _plain_extras(data: dict[str, Any], path) -> bool:
-    """Whether the added tokens have no flags our classes would ignore and no post-processor
-    adds tokens: then the file's ids are what our classes give."""
+    """Whether the added tokens have no flags our classes would ignore, no post-processor adds
+    tokens and no truncation or padding is set: then the file's ids are what our classes give."""
     from .pipeline import read_added_tokens
 
     for t in read_added_tokens(data, path):
         if t.lstrip or t.rstrip or t.single_word or (t.normalized and data.get("normalizer")):
             return False
+    if data.get("truncation") is not None or data.get("padding") is not None:
+        return False
     post = data.get("post_processor")
     return post is None or (isinstance(post, dict) and post.get("type") == "ByteLevel")
 

@@ -11,6 +11,8 @@ The file describes a pipeline, and ``Pipeline`` runs it in the ``tokenizers`` li
 4. The **model** turns each word into ids (``hf_models.py``).
 5. With ``add_special_tokens=True`` the **post-processor** puts the template's special tokens
    around the ids (``post_processors.py``).
+6. **Truncation** and **padding**, when set (by the file or by assigning ``truncation`` and
+   ``padding``), cut and fill encodings to a length (``batching.py``).
 
 Decoding looks the ids up and hands the token strings to the **decoder** (``decoders.py``).
 
@@ -29,7 +31,7 @@ from typing import Any
 
 import regex
 
-from . import decoders, hf_models, normalizers, post_processors, pre_tokenizers
+from . import batching, decoders, hf_models, normalizers, post_processors, pre_tokenizers
 from .base import AllowedSpecial, Tokenizer, TokenizerError
 from .fields import check, get
 from .pre_tokenizers import SPACE
@@ -168,6 +170,8 @@ class Pipeline(Tokenizer):
         pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
         post_processor: post_processors.PostProcessor | None = None,
         decoder: decoders.Decoder | None = None,
+        truncation: batching.Truncation | None = None,
+        padding: batching.Padding | None = None,
     ):
         # a normalized added token is matched, and decoded, in its normalized spelling
         shown = [
@@ -187,6 +191,8 @@ class Pipeline(Tokenizer):
         self.pre_tokenizer = pre_tokenizer
         self.post_processor = post_processor
         self.decoder = decoder
+        self.truncation = truncation
+        self.padding = padding
         self._raw_added = [t for t in shown if not t.normalized]
         self._normalized_added = [t for t in shown if t.normalized]
         self._cache: dict[str, list[int]] = {}
@@ -206,6 +212,8 @@ class Pipeline(Tokenizer):
             pre_tokenizers.build(data.get("pre_tokenizer"), path),
             post_processors.build(data.get("post_processor"), path),
             decoders.build(data.get("decoder"), path),
+            batching.read_truncation(data.get("truncation"), path),
+            batching.read_padding(data.get("padding"), path),
         )
         tok.spelling = Spelling.of(data)
         return tok
@@ -221,11 +229,25 @@ class Pipeline(Tokenizer):
     ) -> list[int]:
         """Text to ids. ``allowed_special`` chooses which *special* added tokens are recognised
         (other added tokens always are); ``add_special_tokens`` applies the post-processor's
-        template, to ``text`` alone or to ``text`` and ``pair``."""
+        template, to ``text`` alone or to ``text`` and ``pair``. Truncation and padding apply
+        when set (padding "to the longest" pads one text only to a multiple, if one is set)."""
+        ids = self._finish(text, pair, allowed_special, add_special_tokens)
+        if self.padding is not None:
+            ids = batching.pad([ids], self.padding)[0][0]
+        return ids
+
+    def _finish(
+        self, text: str, pair: str | None, allowed_special: AllowedSpecial, add_special: bool
+    ) -> list[int]:
+        """Encode, truncate and apply the template (everything but padding)."""
         ids = self._encode_one(text, allowed_special)
         pair_ids = None if pair is None else self._encode_one(pair, allowed_special)
-        if add_special_tokens and self.post_processor is not None:
-            return self.post_processor(ids, pair_ids)
+        template = self.post_processor if add_special else None
+        if self.truncation is not None:
+            n_added = template.n_added(pair is not None) if template is not None else 0
+            ids, pair_ids = batching.truncate(ids, pair_ids, self.truncation, n_added)
+        if template is not None:
+            return template(ids, pair_ids)
         return ids if pair_ids is None else ids + pair_ids
 
     def _encode_one(self, text: str, allowed_special: AllowedSpecial) -> list[int]:
@@ -271,8 +293,31 @@ class Pipeline(Tokenizer):
         texts: Iterable[str],
         allowed_special: AllowedSpecial = "all",
         add_special_tokens: bool = False,
+        pairs: Iterable[str] | None = None,
     ) -> list[list[int]]:
-        return [self.encode(t, allowed_special, add_special_tokens) for t in texts]
+        """Encode many texts (each with its pair, if ``pairs`` are given), truncated and padded
+        as set; ``attention_masks`` gives the masks of such a batch."""
+        return self.encode_batch_with_masks(texts, allowed_special, add_special_tokens, pairs)[0]
+
+    def encode_batch_with_masks(
+        self,
+        texts: Iterable[str],
+        allowed_special: AllowedSpecial = "all",
+        add_special_tokens: bool = False,
+        pairs: Iterable[str] | None = None,
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """``encode_batch`` and the attention masks (1 for a token, 0 for padding)."""
+        texts = list(texts)
+        pair_list = [None] * len(texts) if pairs is None else list(pairs)
+        if len(pair_list) != len(texts):
+            raise TokenizerError(f"{len(texts)} texts but {len(pair_list)} pairs")
+        batch = [
+            self._finish(t, p, allowed_special, add_special_tokens)
+            for t, p in zip(texts, pair_list)
+        ]
+        if self.padding is None:
+            return batch, [[1] * len(ids) for ids in batch]
+        return batching.pad(batch, self.padding)
 
     # ----- decoding ----------------------------------------------------------------------------
 

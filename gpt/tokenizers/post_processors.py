@@ -12,29 +12,28 @@ and only when asked (``add_special_tokens=True``). The types ``build`` reads:
 * ``ByteLevel``: only adjusts character offsets; the ids are unchanged.
 * ``Sequence``: the listed post-processors, of which at most one may add tokens.
 
-A post-processor here is a function ``(ids, pair_ids or None) -> ids``.
+A post-processor here is a ``Template``: ``template(ids, pair_ids or None) -> ids``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from .base import TokenizerFileError
 from .fields import MAX_NESTING, check, entries, get, pair
 
-PostProcessor = Callable[[list[int], "list[int] | None"], list[int]]
 
+class Template:
+    """A post-processor: a template for one text and one for a pair, each a list of items:
+    "A" and "B" stand for the two texts' ids, a list of ints is inserted as it is."""
 
-def template(
-    single: list[str | int | list[int]], pair_: list[str | int | list[int]]
-) -> PostProcessor:
-    """Fill a template: "A" and "B" stand for the two texts' ids, a list of ints is inserted."""
+    def __init__(self, single: list, pair_: list):
+        self.single, self.pair = single, pair_
 
-    def fill(items: list, a: list[int], b: list[int] | None) -> list[int]:
+    def __call__(self, a: list[int], b: list[int] | None = None) -> list[int]:
         out: list[int] = []
-        for item in items:
+        for item in self.single if b is None else self.pair:
             if item == "A":
                 out.extend(a)
             elif item == "B":
@@ -43,7 +42,13 @@ def template(
                 out.extend(item)
         return out
 
-    return lambda a, b: fill(single if b is None else pair_, a, b)
+    def n_added(self, pair_: bool) -> int:
+        """How many ids the template adds (truncation leaves room for them)."""
+        items = self.pair if pair_ else self.single
+        return sum(len(item) for item in items if isinstance(item, list))
+
+
+PostProcessor = Template
 
 
 def _template_items(
@@ -101,13 +106,13 @@ def build(
             specials[name] = list(entries(get(entry, "ids", "list", path, at), "int", path, at))
         single = _template_items(spec, "single", specials, path, where)
         both = _template_items(spec, "pair", specials, path, where)
-        return template(single, both)
+        return Template(single, both)
     if kind in ("BertProcessing", "RobertaProcessing"):
         _, sep = pair(get(spec, "sep", "list", path, where), "str,int", path, f"{where}.sep")
         _, cls = pair(get(spec, "cls", "list", path, where), "str,int", path, f"{where}.cls")
         if kind == "BertProcessing":
-            return template([[cls], "A", [sep]], [[cls], "A", [sep], "B", [sep]])
-        return template([[cls], "A", [sep]], [[cls], "A", [sep, sep], "B", [sep]])
+            return Template([[cls], "A", [sep]], [[cls], "A", [sep], "B", [sep]])
+        return Template([[cls], "A", [sep]], [[cls], "A", [sep, sep], "B", [sep]])
     if kind == "ByteLevel":
         return None  # it only adjusts offsets
     if kind == "Sequence":

@@ -406,3 +406,48 @@ def test_bpe_dropout_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(TokenizerFileError, match="dropout=0.1 is random"):
         tk.load(path)
+
+
+# ----- truncation and padding, read from the file ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "truncation, padding",
+    [
+        (dict(max_length=12), dict(length=None)),
+        (dict(max_length=9, direction="left"), dict(length=16, direction="left")),
+        (dict(max_length=10, strategy="only_first"), dict(length=None, pad_to_multiple_of=8)),
+        (dict(max_length=3), dict(length=None)),  # shorter than the template's own tokens
+    ],
+)
+def test_truncation_and_padding_for_batches(tmp_path, truncation, padding):
+    theirs = trained(
+        models.WordPiece(unk_token="[UNK]"),
+        trainers.WordPieceTrainer(vocab_size=300, special_tokens=SPECIALS, show_progress=False),
+        normalizers.BertNormalizer(),
+        pre_tokenizers.BertPreTokenizer(),
+        decoders.WordPiece(),
+        processors.BertProcessing(("[SEP]", 4), ("[CLS]", 3)),
+    )
+    theirs.enable_truncation(**truncation)
+    theirs.enable_padding(pad_id=6, pad_token="[UNK]", **padding)
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    ours = tk.load(tmp_path / "tokenizer.json")
+    assert isinstance(ours, Pipeline)
+    texts = [t for t in STRESS if t.strip()]
+    pairs = ["a short one", "", *texts[2:], "and the last"]
+    for with_specials in (True, False):
+        for second in (None, pairs[: len(texts)]):
+            if second is None:
+                expected = theirs.encode_batch(texts, add_special_tokens=with_specials)
+            elif truncation.get("strategy") == "only_first":
+                continue  # the library cannot always cut only the first text here
+            else:
+                expected = theirs.encode_batch(
+                    list(zip(texts, second)), add_special_tokens=with_specials
+                )
+            ids, masks = ours.encode_batch_with_masks(texts, "all", with_specials, second)
+            assert ids == [e.ids for e in expected]
+            assert masks == [e.attention_mask for e in expected]
+    for text in texts:  # one text: padded to the fixed length or to the multiple
+        assert ours.encode(text, add_special_tokens=True) == theirs.encode(text).ids

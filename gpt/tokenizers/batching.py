@@ -1,0 +1,169 @@
+"""Truncation and padding: making encoded texts fit a length, and a batch rectangular.
+
+A model takes at most so many positions (BERT: 512), and a batch is one array, so encodings are
+cut to a maximum length and padded to a common one. This follows the ``tokenizers`` library,
+whose ``tokenizer.json`` may carry both settings (``"truncation"`` and ``"padding"``):
+
+* Truncation keeps ``max_length`` ids, counting the special tokens the post-processor will add.
+  With a pair of texts, ``longest_first`` shortens the longer one first (when both must be cut
+  they end up with half each); ``only_first`` / ``only_second`` cut just one. ``direction``
+  "right" drops the end, "left" the beginning.
+* Padding appends (or, ``direction="left"``, prepends) ``pad_id`` up to ``length``, or to the
+  longest encoding of the batch if ``length`` is None, rounded up to a multiple of
+  ``multiple_of``. The attention mask is 1 for real tokens and 0 for padding.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .base import TokenizerError, TokenizerFileError
+from .fields import check, get
+
+STRATEGIES = ("longest_first", "only_first", "only_second")
+DIRECTIONS = ("right", "left")
+
+
+@dataclass(frozen=True)
+class Truncation:
+    max_length: int
+    strategy: str = "longest_first"
+    direction: str = "right"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int):
+            raise TokenizerError(f"truncation max_length must be an integer: {self.max_length!r}")
+        if self.max_length < 0:
+            raise TokenizerError(f"truncation max_length must be >= 0, got {self.max_length}")
+        if self.strategy not in STRATEGIES:
+            raise TokenizerError(f"truncation strategy must be one of {STRATEGIES}")
+        if self.direction not in DIRECTIONS:
+            raise TokenizerError(f"truncation direction must be one of {DIRECTIONS}")
+
+
+@dataclass(frozen=True)
+class Padding:
+    pad_id: int
+    length: int | None = None
+    direction: str = "right"
+    multiple_of: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.length is not None and self.length < 0:
+            raise TokenizerError(f"padding length must be >= 0 or None, got {self.length}")
+        if self.multiple_of is not None and self.multiple_of < 1:
+            raise TokenizerError(f"padding multiple_of must be >= 1, got {self.multiple_of}")
+        if self.direction not in DIRECTIONS:
+            raise TokenizerError(f"padding direction must be one of {DIRECTIONS}")
+
+
+def _cut(ids: list[int], n: int, direction: str) -> list[int]:
+    if len(ids) <= n:
+        return ids
+    return ids[:n] if direction == "right" else ids[len(ids) - n :]
+
+
+def truncate(
+    ids: list[int], pair: list[int] | None, params: Truncation, n_added: int = 0
+) -> tuple[list[int], list[int] | None]:
+    """Cut ``ids`` (and ``pair``) so that, with ``n_added`` special tokens, they fit."""
+    limit = max(params.max_length - n_added, 0)
+    total = len(ids) + (len(pair) if pair is not None else 0)
+    if total <= limit:
+        return ids, pair
+    if pair is None or params.strategy != "longest_first":
+        if pair is None and params.strategy == "only_second":
+            raise TokenizerError("truncation only_second needs a pair of texts")
+        first = params.strategy != "only_second"
+        target = ids if first else pair
+        keep = len(target) - (total - limit)
+        if keep < 0:
+            raise TokenizerError(
+                f"truncation {params.strategy}: that text has {len(target)} ids, "
+                f"{total - limit} would have to go"
+            )
+        cut = _cut(target, keep, params.direction)
+        return (cut, pair) if first else (ids, cut)
+    # longest_first: the shorter text keeps what it has if the longer one can absorb the cut
+    n1, n2 = len(ids), len(pair)
+    short = min(n1, n2)
+    long_keep = short if short > limit else max(short, limit - short)
+    short_keep = short
+    if short_keep + long_keep > limit:
+        short_keep = limit // 2
+        long_keep = short_keep + limit % 2
+    keep1, keep2 = (short_keep, long_keep) if n1 <= n2 else (long_keep, short_keep)
+    return _cut(ids, keep1, params.direction), _cut(pair, keep2, params.direction)
+
+
+def pad(batch: list[list[int]], params: Padding) -> tuple[list[list[int]], list[list[int]]]:
+    """The batch padded (see the module docstring), and its attention masks."""
+    length = params.length
+    if length is None:
+        length = max((len(ids) for ids in batch), default=0)
+    if params.multiple_of and length % params.multiple_of:
+        length += params.multiple_of - length % params.multiple_of
+    out, masks = [], []
+    for ids in batch:
+        n = max(length - len(ids), 0)
+        if params.direction == "right":
+            out.append(ids + [params.pad_id] * n)
+            masks.append([1] * len(ids) + [0] * n)
+        else:
+            out.append([params.pad_id] * n + ids)
+            masks.append([0] * n + [1] * len(ids))
+    return out, masks
+
+
+# ----- reading the settings of a tokenizer.json ---------------------------------------------------
+
+
+def _direction(spec: dict, path, where: str) -> str:
+    value = get(spec, "direction", "str", path, where, "Right")
+    if value not in ("Right", "Left"):
+        raise TokenizerFileError(path, f"field {where}.direction must be Right or Left: {value!r}")
+    return value.lower()
+
+
+def read_truncation(spec: Any, path: str | os.PathLike) -> Truncation | None:
+    if spec is None:
+        return None
+    check(spec, "object", path, "truncation")
+    strategy = get(spec, "strategy", "str", path, "truncation", "LongestFirst")
+    names = {
+        "LongestFirst": "longest_first",
+        "OnlyFirst": "only_first",
+        "OnlySecond": "only_second",
+    }
+    if strategy not in names:
+        raise TokenizerFileError(
+            path, f"field truncation.strategy must be one of {list(names)}, got {strategy!r}"
+        )
+    max_length = get(spec, "max_length", "int", path, "truncation")
+    if max_length < 0:
+        raise TokenizerFileError(path, f"field truncation.max_length must be >= 0: {max_length}")
+    return Truncation(max_length, names[strategy], _direction(spec, path, "truncation"))
+
+
+def read_padding(spec: Any, path: str | os.PathLike) -> Padding | None:
+    if spec is None:
+        return None
+    check(spec, "object", path, "padding")
+    strategy = spec.get("strategy", "BatchLongest")
+    if strategy == "BatchLongest":
+        length = None
+    elif isinstance(strategy, dict) and list(strategy) == ["Fixed"]:
+        length = check(strategy["Fixed"], "int", path, "padding.strategy.Fixed")
+    else:
+        raise TokenizerFileError(
+            path, f'field padding.strategy must be "BatchLongest" or {{"Fixed": n}}: {strategy!r}'
+        )
+    multiple = get(spec, "pad_to_multiple_of", "int|null", path, "padding", None)
+    return Padding(
+        get(spec, "pad_id", "int", path, "padding", 0),
+        length,
+        _direction(spec, path, "padding"),
+        multiple or None,
+    )
