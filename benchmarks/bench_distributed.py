@@ -1,0 +1,176 @@
+"""Milliseconds per global training step: one process, two MPI processes, the thread split,
+and PyTorch, at the same global batch (the nanoGPT CPU config by default).
+
+    python benchmarks/bench_distributed.py              # 8 rounds
+    python benchmarks/bench_distributed.py --large      # 6 layers × 384, block 256, batch 8
+
+Each way of running is its own fresh process (``mpiexec -n 2`` for MPI), and the ways take
+turns, round after round, so that the machine's drift hits them alike; each measurement is
+the median of 10 steps after 3 warm-up steps. Printed: the median over rounds of each way's
+time, and the median over rounds of the per-round ratios.
+
+- ``1 process``: ``Trainer.step`` with ``threads=1``, NumPy's BLAS on every core;
+- ``MPI ×2``: ``mpiexec -n 2``, each rank ``threads=1`` and one BLAS thread, half the batch;
+- ``threads ×2``: one process, ``threads=2`` (nn.DataParallel), one BLAS thread per piece;
+- ``PyTorch``: benchmarks/torch_gpt.py, ``torch.set_num_threads(2)``.
+
+All of ours run the real ``gpt.train.Trainer.step`` on tiny Shakespeare (characters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+CONFIGS = {
+    "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64, batch_size=12),
+    "large": dict(n_layer=6, n_head=6, d_model=384, block_size=256, batch_size=8),
+}
+WARMUP, STEPS = 3, 10
+
+
+def worker_ours(name: str, threads: int) -> None:
+    import numpy as np
+
+    import nn
+    from benchmarks.bench_train import DATA
+    from gpt.config import GPTConfig
+    from gpt.train import TrainConfig, Trainer
+    from tensorlab.blas_threads import blas_threads
+
+    cfg = dict(CONFIGS[name])
+    batch = cfg.pop("batch_size")
+    out = tempfile.mkdtemp()
+    dist = nn.distributed.world()
+    tcfg = TrainConfig(
+        text=DATA,
+        out_dir=os.path.join(out, "run"),
+        batch_size=batch,
+        threads=threads,
+        progress=False,
+    )
+    trainer = Trainer(GPTConfig(**cfg), tcfg, dist=dist)
+    dist.broadcast_parameters(trainer.model.parameters())
+    times = []
+    share = nn.data_parallel.blas_threads_per_piece(threads) if threads > 1 else None
+    with blas_threads(share) if share else _nothing():
+        for i in range(WARMUP + STEPS):
+            dist.barrier()
+            t0 = time.perf_counter()
+            trainer.step()
+            dist.barrier()
+            if i >= WARMUP:
+                times.append(time.perf_counter() - t0)
+    shutil.rmtree(out, ignore_errors=True)
+    if dist.rank == 0:
+        print(json.dumps({"ms": 1e3 * float(np.median(times))}))
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def worker_torch(name: str) -> None:
+    import numpy as np
+    import torch
+
+    from benchmarks.bench_train import make_torch
+
+    torch.set_num_threads(2)
+    step = make_torch(CONFIGS[name])
+    times = [step() for _ in range(WARMUP + STEPS)][WARMUP:]
+    print(json.dumps({"ms": 1e3 * float(np.median(times))}))
+
+
+def run(args: list[str], mpi: int = 0, blas: int | None = None) -> float | None:
+    env = dict(os.environ)
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE"):
+        env.pop(var, None)
+    if blas is not None:
+        env.update(OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(blas))
+    cmd = [sys.executable, os.path.abspath(__file__), *args]
+    if mpi:
+        cmd = [shutil.which("mpiexec"), "-n", str(mpi), *cmd]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if res.returncode != 0:
+        if "No module named 'torch'" in res.stderr:
+            return None
+        raise RuntimeError(res.stderr[-3000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])["ms"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--large", action="store_true")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    name = "large" if args.large else "tiny"
+    if args.worker == "ours":
+        return worker_ours(name, args.threads)
+    if args.worker == "torch":
+        return worker_torch(name)
+    have_mpi = shutil.which("mpiexec") is not None
+    ways = {
+        "1 process": lambda: run(["--worker", "ours", "--threads", "1"] + large(args)),
+        "MPI x2": (
+            (lambda: run(["--worker", "ours", "--threads", "1"] + large(args), mpi=2, blas=1))
+            if have_mpi
+            else None
+        ),
+        "threads x2": lambda: run(["--worker", "ours", "--threads", "2"] + large(args)),
+        "PyTorch": lambda: run(["--worker", "torch"] + large(args)),
+    }
+    ways = {k: v for k, v in ways.items() if v is not None}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for r in range(args.rounds):
+        for k, fn in ways.items():
+            ms = fn()
+            if ms is not None:
+                times[k].append(ms)
+        print(
+            f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in times.items() if v),
+            file=sys.stderr,
+        )
+    cfg = CONFIGS[name]
+    print(
+        f"ms per global step, config {name} ({cfg}), medians over {args.rounds} rounds of "
+        f"{STEPS} steps each"
+    )
+    for k, v in times.items():
+        if v:
+            print(f"  {k:<11} {statistics.median(v):8.1f} ms")
+
+    def ratio(a: str, b: str) -> str:
+        if not times.get(a) or not times.get(b):
+            return "n/a"
+        return f"{statistics.median(x / y for x, y in zip(times[a], times[b])):.3f}"
+
+    print("median of per-round ratios:")
+    print(f"  MPI x2 / PyTorch        {ratio('MPI x2', 'PyTorch')}   (target ≤ 0.8)")
+    print(f"  1 process / MPI x2      {ratio('1 process', 'MPI x2')}   (throughput; target ≥ 1.7)")
+    print(f"  threads x2 / PyTorch    {ratio('threads x2', 'PyTorch')}")
+    print(f"  MPI x2 / threads x2     {ratio('MPI x2', 'threads x2')}")
+
+
+def large(args) -> list[str]:
+    return ["--large"] if args.large else []
+
+
+if __name__ == "__main__":
+    main()
