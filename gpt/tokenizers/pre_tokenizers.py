@@ -37,9 +37,11 @@ from .pretokenize import (
     GPT2_PATTERN,
     METASPACE,
     WHITESPACE,
+    bert_pretokenize,
     bytes_to_text,
     find_spans,
     from_oniguruma,
+    splitter,
 )
 
 Piece = tuple[str, bool]
@@ -129,6 +131,18 @@ def splitting(matcher: Matcher, behaviour: str, invert: bool = False) -> PreToke
     return split
 
 
+def words_of(split: Callable[[str], list[str]]) -> PreTokenizer:
+    """A step cutting each piece with ``split``, a function that returns the words in order."""
+
+    def run(pieces: list[Piece]) -> list[Piece]:
+        out = []
+        for text, at_start in pieces:
+            out.extend((w, at_start and k == 0) for k, w in enumerate(split(text)) if w)
+        return out
+
+    return run
+
+
 def per_piece(f: Callable[[str, bool], str]) -> PreTokenizer:
     """A step that rewrites each piece's text (``f(text, at_start)``) without cutting it."""
     return lambda pieces: [(f(t, a), a) for t, a in pieces]
@@ -180,8 +194,8 @@ def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
     steps = []
     if add_prefix_space:
         steps.append(per_piece(lambda t, _: t if t.startswith(" ") else " " + t))
-    if use_regex:
-        steps.append(splitting(regex_matcher(GPT2_PATTERN, True), "Isolated"))
+    if use_regex:  # GPT-2's pattern matches every character: Isolated is its findall
+        steps.append(words_of(splitter(GPT2_PATTERN)))
     steps.append(per_piece(lambda t, _: bytes_to_text(t.encode("utf-8"))))
     return sequence(steps)
 
@@ -213,9 +227,9 @@ def build(
     if kind == "WhitespaceSplit":
         return splitting(char_matcher(SPACE), "Removed")
     if kind == "BertPreTokenizer":
-        return sequence(
-            [splitting(char_matcher(SPACE), "Removed"), splitting(char_matcher(PUNCT), "Isolated")]
-        )
+        # split at whitespace (Removed), then around punctuation (Isolated): the same cut as
+        # ``pretokenize.bert_pretokenize``, which the WordPiece class uses, so that one runs
+        return words_of(bert_pretokenize)
     if kind == "Punctuation":
         return splitting(char_matcher(PUNCT), _behaviour(spec, path, where, "Isolated"))
     if kind == "Digits":

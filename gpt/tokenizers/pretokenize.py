@@ -148,9 +148,10 @@ def unicode_to_bytes() -> dict[str, int]:
 
 
 def bytes_to_text(b: bytes) -> str:
-    """Bytes to their GPT-2 printable spelling, e.g. b' hi' -> 'Ġhi'."""
-    table = bytes_to_unicode()
-    return "".join(table[x] for x in b)
+    """Bytes to their GPT-2 printable spelling, e.g. b' hi' -> 'Ġhi'. (Decoding as Latin-1
+    makes one character per byte, code point = byte value, which ``translate`` respells through
+    the table in one pass.)"""
+    return b.decode("latin-1").translate(bytes_to_unicode())
 
 
 def text_to_bytes(s: str) -> bytes:
