@@ -17,8 +17,8 @@ How it stays honest:
   edited in the checkout are never touched, and the commit is printed with the result.
 - Python must import the copy's packages: this is checked before anything runs, and bytecode
   caching is off (a mutant of the same length could otherwise reuse a stale ``.pyc``).
-- Each test stage is run once on the unmutated copy first; a stage that fails there would
-  "kill" every mutant, so the run stops instead.
+- Each test stage is run once on the unmutated copy first. A test that fails there would
+  "kill" every mutant: it is listed, and deselected from the mutant runs.
 - A snippet that is not found exactly once in its file is an error for that mutant, reported.
 - A mutant whose tests run past ``--timeout`` counts as killed (the tests noticed *something*)
   and is listed as a timeout.
@@ -113,10 +113,9 @@ def check_imports(tree: Path, env: dict) -> None:
     print(f"imports from the copy: {' '.join(files)}")
 
 
-def run_stage(stage: str, tree: Path, env: dict, timeout: float) -> tuple[str, str]:
-    """``pytest -x -q`` on one stage's paths: ("passed" | "failed" | "timeout" | "error", the
-    last lines of its output)."""
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "--no-header", *shlex.split(stage)]
+def run_stage(args: list[str], tree: Path, env: dict, timeout: float) -> tuple[str, str]:
+    """``pytest -q`` with ``args``: ("passed" | "failed" | "timeout" | "error", its output)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "--no-header", *args]
     proc = subprocess.Popen(
         cmd,
         cwd=tree,
@@ -132,13 +131,29 @@ def run_stage(stage: str, tree: Path, env: dict, timeout: float) -> tuple[str, s
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return "timeout", f"more than {timeout:.0f} s"
-    lines = [s for s in output.strip().splitlines() if s.strip()]
-    failed = [s for s in lines if s.startswith(("FAILED", "ERROR"))]
-    tail = (failed[0] if failed else lines[-1] if lines else "")[:200]
     # pytest: 0 all passed, 1 some failed, 2 interrupted (a collection error: the mutant broke
     # an import), 3 internal error; 4 usage error and 5 no tests are the script's problem.
     status = {0: "passed", 1: "failed", 2: "failed", 3: "failed"}.get(proc.returncode, "error")
-    return status, tail if status != "error" else f"pytest exit {proc.returncode}: {tail}"
+    return status, output if status != "error" else f"pytest exit {proc.returncode}: {output}"
+
+
+def failures(output: str) -> list[str]:
+    """The node ids in pytest's ``FAILED id - message`` / ``ERROR id - message`` lines."""
+    ids = []
+    for line in output.splitlines():
+        for tag in ("FAILED ", "ERROR "):
+            if line.startswith(tag):
+                rest = line[len(tag) :]
+                cut = rest.find("] - ") + 1 if "[" in rest else 0
+                ids.append(rest[:cut] if cut else rest.split(" - ")[0])
+    return ids
+
+
+def summary(output: str) -> str:
+    """The first failing test's line, else pytest's last line."""
+    lines = [s for s in output.strip().splitlines() if s.strip()]
+    failed = [s for s in lines if s.startswith(("FAILED", "ERROR"))]
+    return (failed[0] if failed else lines[-1] if lines else "")[:200]
 
 
 def locate(m: Mutant, tree: Path) -> str | None:
@@ -159,7 +174,7 @@ def locate(m: Mutant, tree: Path) -> str | None:
     return source
 
 
-def run_mutant(m: Mutant, tree: Path, env: dict, timeout: float) -> None:
+def run_mutant(m: Mutant, tree: Path, env: dict, timeout: float, skip: dict) -> None:
     source = locate(m, tree)
     if source is None:
         return
@@ -169,28 +184,37 @@ def run_mutant(m: Mutant, tree: Path, env: dict, timeout: float) -> None:
     try:
         m.status = "survived"
         for stage in m.stages:
-            result, tail = run_stage(stage, tree, env, timeout)
+            args = ["-x", *shlex.split(stage), *(f"--deselect={t}" for t in skip.get(stage, []))]
+            result, output = run_stage(args, tree, env, timeout)
             m.stage_results.append(f"{stage}: {result}")
             if result == "error":
-                m.status, m.detail = "error", tail
+                m.status, m.detail = "error", summary(output)
                 break
             if result in ("failed", "timeout"):
                 m.status = "killed" if result == "failed" else "timeout"
-                m.detail = tail
+                m.detail = summary(output)
                 break
     finally:
         path.write_text(source, encoding="utf-8")
         m.seconds = time.perf_counter() - start
 
 
-def baseline(stages: list[str], tree: Path, env: dict, timeout: float) -> None:
-    """Every stage must pass on the unmutated copy, or the run would count false kills."""
+def baseline(stages: list[str], tree: Path, env: dict, timeout: float) -> dict[str, list[str]]:
+    """Run every stage on the unmutated copy. A test that fails there would "kill" every
+    mutant: it is reported and deselected from the mutant runs (returned, by stage)."""
+    skip = {}
     for stage in stages:
         t0 = time.perf_counter()
-        result, tail = run_stage(stage, tree, env, timeout)
+        result, output = run_stage(shlex.split(stage), tree, env, timeout)
         print(f"baseline {result:8} {time.perf_counter() - t0:6.1f} s  {stage}", flush=True)
-        if result != "passed":
-            raise SystemExit(f"the unmutated tests fail in stage {stage!r}: {tail}")
+        if result in ("timeout", "error") or (result == "failed" and not failures(output)):
+            raise SystemExit(
+                f"the unmutated tests of stage {stage!r} cannot run: {summary(output)}"
+            )
+        skip[stage] = failures(output)
+        for t in skip[stage]:
+            print(f"  fails without any mutation, deselected: {t}", flush=True)
+    return skip
 
 
 def main(argv=None) -> int:
@@ -230,9 +254,9 @@ def run(args, mutants: list[Mutant], tree: Path, commit: str) -> int:
 
     env = environment(tree)
     check_imports(tree, env)
-    baseline(sorted({s for m in mutants for s in m.stages}), tree, env, args.timeout)
+    skip = baseline(sorted({s for m in mutants for s in m.stages}), tree, env, args.timeout)
     for i, m in enumerate(mutants, 1):
-        run_mutant(m, tree, env, args.timeout)
+        run_mutant(m, tree, env, args.timeout, skip)
         where = f"{m.file}:{m.line}"
         print(f"[{i:3}/{len(mutants)}] {m.status:8} {m.seconds:6.1f} s  {m.id:42} {where:34} "
               f"{m.why}\n{'':18}{m.detail[:110]}", flush=True)  # fmt: skip
@@ -249,12 +273,16 @@ def run(args, mutants: list[Mutant], tree: Path, commit: str) -> int:
         f"{counts['survived']} survived; {counts['error']} errors. Kill rate {rate:.1%}. "
         f"Run time {total / 60:.1f} min."
     )
+    for stage, tests in skip.items():
+        for t in tests:
+            print(f"  deselected (fails without any mutation), in {stage!r}: {t}")
     for status in ("survived", "error"):
         for m in (m for m in mutants if m.status == status):
             print(f"  {status}: {m.id} ({m.file}:{m.line}) {m.why}\n"
                   f"      {m.find.strip()!r} -> {m.replace.strip()!r}  {m.detail}")  # fmt: skip
     if args.json:
         report = {"commit": commit, "seconds": total, "kill_rate": rate, **counts}
+        report["deselected"] = skip
         report["mutants"] = [asdict(m) for m in mutants]
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
