@@ -59,6 +59,7 @@ NPZ_TREE_KEY = "__tensorlab_tree__"  # array holding the structure (npz)
 _ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
              "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
              "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}  # fmt: skip
+_MAX_HEADER = 100_000_000  # the package's limit too: a longer header means a corrupt file
 
 
 class SerializationError(ValueError):
@@ -130,7 +131,7 @@ def _unflatten(tree, arrays: dict[str, np.ndarray], path, where: tuple[str, ...]
             if not (
                 isinstance(pair, list) and len(pair) == 2 and not isinstance(pair[0], list | dict)
             ):
-                raise damaged(f"holds {pair!r}, not a [key, value] pair")
+                raise damaged(f"holds {json.dumps(pair)[:80]}, not a [key, value] pair")
             out[pair[0]] = _unflatten(pair[1], arrays, path, (*where, str(pair[0])))
         return out
     return {k: _unflatten(v, arrays, path, (*where, k)) for k, v in tree.items()}
@@ -209,8 +210,8 @@ def _header(path) -> tuple[dict | str, int]:
         if len(start) < 8:
             return f"the file is {size} bytes, too short for the header's length", 0
         (n,) = struct.unpack("<Q", start)
-        if n > size - 8:
-            return f"the header's length says {n} bytes but {size - 8} follow", 0
+        if n > min(size - 8, _MAX_HEADER):
+            return f"the header's length says {n} bytes; {size - 8} follow", 0
         text = f.read(n)
     try:
         header = json.loads(text, object_pairs_hook=_no_duplicates)
