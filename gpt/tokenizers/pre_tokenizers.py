@@ -41,6 +41,7 @@ from .pretokenize import (
     bytes_to_text,
     find_spans,
     from_oniguruma,
+    metaspace,
     splitter,
 )
 
@@ -171,18 +172,10 @@ NUMERIC = r"[\p{Nd}\p{Nl}\p{No}]"
 WHITESPACE_PATTERN = rf"\w+|[^\w{WHITESPACE}]+"
 
 
-def metaspace(replacement: str, prepend_scheme: str, split: bool) -> PreTokenizer:
-    """Spaces become ``replacement``, which may also be put before the piece; then optionally
-    cut before each ``replacement``."""
-
-    def prepare(text: str, at_start: bool) -> str:
-        text = text.replace(" ", replacement)
-        prepend = prepend_scheme == "always" or (prepend_scheme == "first" and at_start)
-        if prepend and not text.startswith(replacement):
-            text = replacement + text
-        return text
-
-    steps = [per_piece(prepare)]
+def metaspace_step(replacement: str, prepend_scheme: str, split: bool) -> PreTokenizer:
+    """Spaces become ``replacement`` (``pretokenize.metaspace``, as the Unigram class does it);
+    then optionally cut before each ``replacement``."""
+    steps = [per_piece(lambda t, first: metaspace(t, replacement, prepend_scheme, first))]
     if split:
         steps.append(splitting(char_matcher(regex.escape(replacement)), "MergedWithNext"))
     return sequence(steps)
@@ -266,7 +259,7 @@ def build(
         else:  # files from before tokenizers 0.19
             prefix = get(spec, "add_prefix_space", "bool", path, where, True)
             scheme = "always" if prefix else "never"
-        return metaspace(replacement, scheme, get(spec, "split", "bool", path, where, True))
+        return metaspace_step(replacement, scheme, get(spec, "split", "bool", path, where, True))
     if kind == "ByteLevel":
         return byte_level(
             get(spec, "add_prefix_space", "bool", path, where, True),

@@ -37,6 +37,17 @@ UNIGRAM_PATTERN = (
     rf"|\s+|{METASPACE}"
 )
 
+
+def metaspace(text: str, replacement: str, prepend_scheme: str, first: bool) -> str:
+    """Spaces become ``replacement`` ("▁"), which is also put before the text when
+    ``prepend_scheme`` is "always", or "first" and the text begins the input (``first``)."""
+    text = text.replace(" ", replacement)
+    prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)
+    if prepend and not text.startswith(replacement):
+        text = replacement + text
+    return text
+
+
 #: Hugging Face's ``Metaspace(split=True)`` expressed as a pattern: each piece starts at a "▁".
 METASPACE_SPLIT_PATTERN = rf"{METASPACE}?[^{METASPACE}]+|{METASPACE}"
 

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .base import Tokenizer, TokenizerError, check_special_tokens, count_words
-from .pretokenize import METASPACE, UNIGRAM_PATTERN, splitter
+from .pretokenize import METASPACE, UNIGRAM_PATTERN, metaspace, splitter
 
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
 
@@ -100,12 +100,7 @@ class Unigram(Tokenizer):
         """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
         if not text:
             return []
-        r = self.replacement
-        text = text.replace(" ", r)
-        prepend = self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)
-        if prepend and not text.startswith(r):
-            text = r + text
-        return self._split(text)
+        return self._split(metaspace(text, self.replacement, self.prepend_scheme, first))
 
     # ----- encoding ----------------------------------------------------------------------------
 
