@@ -20,6 +20,7 @@ on a data-centre network). Printed: T(N) and the speed-up T(1)/T(N) on 10, 25 an
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -56,19 +57,22 @@ def step_ms(shape: dict, batch: int, steps: int = 6) -> tuple:
 
 
 def main() -> None:
+    import numpy as np
+
     from gpt.config import preset
 
     fits = {}
     for name, shape in SHAPES.items():
-        b1, b2 = (4, 12) if name == "tiny" else (1, 4)
-        m1, cfg = step_ms(shape, b1)
-        m2, _ = step_ms(shape, b2)
-        c = (m2 - m1) / (b2 - b1)
-        fits[name] = (m1 - c * b1, c, cfg.num_parameters(), cfg)
-        print(
-            f"{name}: t({b1}) = {m1:.1f} ms, t({b2}) = {m2:.1f} ms -> a = {fits[name][0]:.1f} "
-            f"ms, c = {c:.2f} ms/sequence, P = {fits[name][2]:,}"
-        )
+        batches = (1, 4, 8, 12) if name == "tiny" else (1, 2, 4)
+        ms = []
+        for b in batches:
+            m, cfg = step_ms(shape, b)
+            ms.append(m)
+        c, a = np.polyfit(batches, ms, 1)  # least squares: t = a + c·b
+        a = max(float(a), 0.0)
+        fits[name] = (a, float(c), cfg.num_parameters(), cfg)
+        shown = ", ".join(f"t({b}) = {m:.1f}" for b, m in zip(batches, ms))
+        print(f"{name}: {shown} ms -> a = {a:.1f} ms, c = {c:.2f} ms/sequence")
     a_s, c_s, p_s, cfg_s = fits["small-char"]
     g2 = preset("gpt2-small")
     ratio = (g2.flops_per_token() * g2.block_size) / (cfg_s.flops_per_token() * cfg_s.block_size)
@@ -88,8 +92,11 @@ def main() -> None:
             cells = []
             t1 = a + c * batch
             for n in ns:
+                if n > batch:  # fewer than one sequence per process
+                    cells.append("-")
+                    continue
                 comm = 0.0 if n == 1 else (2 * (n - 1) / n * 4 * p / bw + 2 * (n - 1) * LATENCY)
-                t = a + c * batch / n + 1e3 * comm
+                t = a + c * math.ceil(batch / n) + 1e3 * comm
                 cells.append(f"{t:9.1f} ({t1 / t:4.1f}x)")
             print(f"{gbps:>6} " + " ".join(f"{x:>16}" for x in cells))
 
