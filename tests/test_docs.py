@@ -190,3 +190,46 @@ def test_readme_python_blocks_run_as_pasted(monkeypatch, capsys):
         exec(compile(block, "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "(4, 32, 320) loss" in out and "(4, 2, 32, 32)" in out and "induction scores" in out
+
+
+# What the pages' code blocks take as given, as a reader would have it from the page's text.
+PAGE_SETUP = {
+    "autograd.md": "import tensorlab as tl\n",
+    "data_parallel.md": (
+        "import numpy as np\nimport nn\nimport tensorlab as tl\nfrom gpt import GPT, GPTConfig\n"
+        "gpt = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, d_model=16))\n"
+        "optimizer = nn.optim.AdamW(gpt.parameters())\n"
+        "x = y = tl.tensor(np.arange(32).reshape(4, 8) % 16)\n"
+    ),
+    "tokenizers.md": (
+        "from gpt.data import default_text\n"
+        "text, heldout_text = default_text()[:300_000], default_text()[300_000:310_000]\n"
+    ),
+}
+FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_code_blocks_run(page, tmp_path, monkeypatch, capsys):
+    """Every ```python block of a page runs, in order, in one namespace per page (from a
+    scratch folder); blocks written as a ``>>>`` session are run as doctests, so the worked
+    numbers they print cannot drift from the code."""
+    import doctest
+
+    blocks = FENCE.findall(page.read_text(encoding="utf-8"))
+    if not blocks:
+        pytest.skip(f"{page.name} has no Python blocks")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    exec(PAGE_SETUP.get(page.name, ""), namespace)
+    parser = doctest.DocTestParser()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    for i, block in enumerate(blocks):
+        where = f"{page.name}, Python block {i + 1}"
+        if ">>>" in block:
+            test = parser.get_doctest(block, namespace, where, page.name, 0)
+            runner = doctest.DocTestRunner(optionflags=flags)
+            runner.run(test, out=lambda s: print(s, end=""))
+            assert runner.failures == 0, f"{where}:\n{capsys.readouterr().out}"
+        else:
+            exec(compile(block, where, "exec"), namespace)
