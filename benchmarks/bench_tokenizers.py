@@ -8,6 +8,9 @@ Measures, on one text (default: tinyshakespeare, 1.1 MB):
 * Unigram training to ``--vocab-size``,
 * WordPiece training (for information; there is no target for it),
 * byte-level BPE encoding throughput in MB/s, cold (fresh tokenizer, empty cache) and warm,
+* the same encoding cold with the pre-tokenizer pattern run under the time limit that patterns
+  from files get (GPT-2's pattern wrapped in ``(?:...)``, so it is not recognised as shipped),
+  and through a ``Pipeline`` (the same vocabulary as a tokenizer.json our classes do not run),
 * a naive BPE trainer that recounts every pair after every merge, timed for ``--naive-merges``
   merges and extrapolated to the full vocabulary: the baseline the incremental trainer beats.
 
@@ -20,6 +23,7 @@ there.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -120,6 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     t_cold, ids = median_time(lambda: tk.ByteBPE(bpe.vocab, bpe.merges).encode(text), R)
     bpe.encode(text)  # fill the cache
     t_warm, _ = median_time(lambda: bpe.encode(text), R)
+    limited = f"(?:{bpe.pattern})"
+    t_limited, ids_limited = median_time(
+        lambda: tk.ByteBPE(bpe.vocab, bpe.merges, pattern=limited).encode(text), R
+    )
+    assert ids_limited == ids, "the time-limited pattern changed the ids"
+    with tempfile.TemporaryDirectory() as d:
+        pipeline_file = Path(d) / "tokenizer.json"
+        data = tk.to_hf_json(bpe)
+        # a template that adds nothing: files with a post-processor load as a Pipeline
+        data["post_processor"] = {"type": "BertProcessing", "sep": ["a", 0], "cls": ["a", 0]}
+        pipeline_file.write_text(json.dumps(data), encoding="utf-8")
+        t_pipe, ids_pipe = median_time(lambda: tk.load(pipeline_file).encode(text), R)
+    assert ids_pipe == ids, "the Pipeline gave other ids"
     t_naive = None
     if args.naive_merges > 0:
         t, _ = median_time(lambda: naive_bpe_train(text, args.naive_merges), 1)
@@ -181,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         ("WordPiece train", t_wp, hf_wp, "s", "-"),
         ("BPE encode, cold cache", mb / t_cold, hf_enc and mb / hf_enc, "MB/s", ">= 2 MB/s"),
         ("BPE encode, warm cache", mb / t_warm, hf_enc and mb / hf_enc, "MB/s", "-"),
+        ("BPE encode, cold, pattern time-limited", mb / t_limited, None, "MB/s", "-"),
+        ("BPE encode, cold, as a Pipeline", mb / t_pipe, hf_enc and mb / hf_enc, "MB/s", "-"),
     ]
     print()
     print("| measurement | gpt.tokenizers | HF tokenizers (1 thread) | our speed / HF's | target |")

@@ -86,7 +86,8 @@ def main() -> None:
         print(tk.to_terminal(trained["bpe"], sentence))
     if args.html:
         sample = heldout[:1500]
-        page = tk.to_html(trained, sample, f"How each tokenizer cuts {source}'s held-out text")
+        title = f"How each tokenizer cuts held-out text of {Path(source).name}"
+        page = tk.to_html(trained, sample, title)
         Path(args.html).write_text(page, encoding="utf-8")
         print(f"\nwrote {args.html}: the held-out text coloured by token, ids on hover")
 
