@@ -81,29 +81,43 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     out = _Outputs(inputs, create_graph)
     with set_grad_enabled(create_graph):  # record the backward's own ops only if asked
         try:
-            _propagate(order, pending, out.arrive, create_graph)
+            _propagate(order, pending, out.arrive, create_graph, free=not retain_graph)
         finally:
-            if not retain_graph:
+            if not retain_graph:  # after an error: the nodes the loop did not reach
                 for node in order:
                     if not isinstance(node, Tensor):
                         _free(node)
     return out.results
 
 
-def _propagate(order: list, pending: dict, arrive, create_graph: bool, stop=frozenset()):
-    """The loop itself. For each node, latest first: take its gradient (complete, since every
-    consumer came before it), let ``arrive`` see it (hooks, ``.grad``), and send each input
-    its share. Leaves, and the nodes in ``stop``, send nothing further."""
-    for node in reversed(order):
+def _propagate(
+    order: list, pending: dict, arrive, create_graph: bool, stop=frozenset(), free=False
+):
+    """The loop itself. For each node, latest first (taken off the end of ``order``): take its
+    gradient (complete, since every consumer came before it), let ``arrive`` see it (hooks,
+    ``.grad``), and send each input its share. Leaves, and the nodes in ``stop``, send
+    nothing further.
+
+    With ``free`` (a backward without retain_graph) a node's saved tensors are dropped as soon
+    as its backward has run: what only it kept alive (inputs, and once its output is gone the
+    arrays it stored) is released during the pass, not after it, so memory falls as the
+    backward goes. What is left in ``order`` afterwards was not reached (an error)."""
+    pop = order.pop
+    while order:
+        node = pop()
         g = pending.pop(id(node), None)
-        if g is None:
+        if isinstance(node, Tensor):  # a leaf
+            if g is not None:
+                arrive(node, g)
             continue
-        g = arrive(node, g)
-        if isinstance(node, Tensor) or id(node) in stop:
-            continue
-        for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
-            if gi is not None:
-                _send(pending, t, gi)
+        if g is not None:
+            g = arrive(node, g)
+            if id(node) not in stop:
+                for t, gi in zip(node.inputs, local_grads(node, g, create_graph)):
+                    if gi is not None:
+                        _send(pending, t, gi)
+        if free:
+            _free(node)
 
 
 def _send(pending: dict, t: Tensor, g: Tensor) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -83,6 +84,25 @@ def test_second_backward_through_freed_graph_raises():
     with pytest.raises(RuntimeError, match="retain_graph") as err:
         y.backward()
     assert "freed" in str(err.value) and "second time" in str(err.value)
+
+
+def test_saved_tensors_are_freed_during_the_backward_pass():
+    """Without retain_graph a node lets go of what it saved as soon as its backward has run:
+    by the time the gradient reaches ``a``, the intermediate ``b`` (saved by tanh, kept for
+    mul) is gone, not only after the whole pass (issue 13: lower peak memory)."""
+    x = leaf([0.5, 1.0])
+    a = x.exp()
+    b = a * 3.0
+    alive = weakref.ref(b)
+    loss = b.tanh().sum()
+    del b
+    seen = []
+    a.register_hook(lambda g: seen.append(alive() is None))
+    loss.backward()
+    assert seen == [True]
+    np.testing.assert_allclose(
+        x.grad.numpy(), 3 * np.exp([0.5, 1.0]) * (1 - np.tanh(3 * np.exp([0.5, 1.0])) ** 2)
+    )
 
 
 def test_freed_intermediate_node_is_named():
