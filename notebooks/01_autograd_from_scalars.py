@@ -1,0 +1,216 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 1. From a scalar to a tensor autograd
+#
+# Backpropagation is the chain rule applied in a clever order (Rumelhart, Hinton & Williams,
+# 1986; the reverse mode of automatic differentiation goes back to Linnainmaa, 1970). This
+# notebook builds it up in four steps, each run on tensorlab:
+#
+# 1. the chain rule on one number;
+# 2. one op's backward, and the gradient it receives (`g`) and sends;
+# 3. tensors and broadcasting: why the engine needs `sum_to`;
+# 4. the order: a reverse topological sort of the graph.
+#
+# Cells marked **Exercise** ask you to write a backward in NumPy; `check` grades it against
+# finite differences and tensorlab's own op and says what is wrong. The reference answers are
+# in `notebooks/solutions.py`: try first.
+
+# %%
+import numpy as np
+
+import tensorlab as tl
+from tensorlab.exercises import check
+
+# %% [markdown]
+# ## 1. The chain rule on one number
+#
+# $L = \tanh(w x + b)^2$ with $x = 0.5$, $w = -1.5$, $b = 0.2$. Name the steps
+# $u = wx + b$, $y = \tanh u$, $L = y^2$. The chain rule multiplies the local derivatives
+# backwards from $L$:
+#
+# $$\frac{\partial L}{\partial w} = \underbrace{2y}_{\partial L/\partial y}\;
+#   \underbrace{(1 - y^2)}_{\partial y/\partial u}\;\underbrace{x}_{\partial u/\partial w}.$$
+
+# %%
+x, w, b = 0.5, -1.5, 0.2
+u = w * x + b
+y = np.tanh(u)
+dL_dy = 2 * y
+dL_du = dL_dy * (1 - y**2)
+by_hand = {"w": dL_du * x, "b": dL_du, "x": dL_du * w}
+
+tw, tb, tx = (tl.tensor(v, dtype="float64", requires_grad=True) for v in (w, b, x))
+L = (tw * tx + tb).tanh() ** 2
+L.backward()
+for name, t in [("w", tw), ("b", tb), ("x", tx)]:
+    print(f"dL/d{name}: by hand {by_hand[name]:+.6f}   tensorlab {t.grad.item():+.6f}")
+
+# %% [markdown]
+# Read the hand computation again: each line used only the gradient from the line above
+# ($\partial L/\partial y$, then $\partial L/\partial u$) and one *local* derivative. That is
+# the whole design of the engine. Every op gets the gradient of the loss with respect to its
+# output, called `g` everywhere in tensorlab, and returns the gradient with respect to each
+# input. It never needs to know what came after it.
+#
+# ## 2. One op's backward
+#
+# An op in tensorlab is a `tl.Function` with a `forward` on raw arrays and a `backward` that
+# turns `g` into one gradient per input. Here is multiplication, written from scratch:
+
+
+# %%
+class MyMul(tl.Function):
+    def forward(ctx, a, b):  # NumPy arrays in, array out
+        return a * b
+
+    def backward(ctx, g):  # g = dL/dy; return dL/da, dL/db
+        a, b = ctx.inputs
+        return g * b, g * a
+
+
+a = tl.tensor([1.0, 2.0, 3.0], dtype="float64", requires_grad=True)
+b = tl.tensor([4.0, 5.0, 6.0], dtype="float64", requires_grad=True)
+MyMul.apply(a, b).sum().backward()
+print("da =", a.grad.numpy(), "(= b)   db =", b.grad.numpy(), "(= a)")
+
+# %% [markdown]
+# `tl.gradcheck` holds a backward to central finite differences,
+# $(f(x + \varepsilon) - f(x - \varepsilon))/2\varepsilon$, entry by entry (in float64, where
+# the difference is good to about $10^{-9}$; see `docs/autograd.md`, section 8):
+
+# %%
+print(tl.gradcheck(MyMul.apply, [a, b]))
+
+# %% [markdown]
+# **Exercise 1.** Write the backward of $y = \tanh(a)$ in NumPy: `g` is $\partial L/\partial y$
+# and `a` the input; return $\partial L/\partial a$. (Hint: $\tanh' = 1 - \tanh^2$.) Replace
+# `raise NotImplementedError` and run the cell.
+
+
+# %%
+def tanh_backward(g, a):
+    raise NotImplementedError  # your code: return dL/da
+
+
+check("tanh", tanh_backward)
+
+# %% [markdown]
+# `check` draws a random input and a random `g`, and compares your answer with finite
+# differences and with `Tanh.backward`. Try a wrong answer on purpose, say
+# `g * (np.tanh(a)**2 - 1)`, to see how it reports a sign error.
+#
+# **Exercise 2.** $y = a - b$: both gradients.
+
+
+# %%
+def sub_backward(g, a, b):
+    raise NotImplementedError  # return dL/da, dL/db
+
+
+check("sub", sub_backward)
+
+# %% [markdown]
+# ## 3. Tensors and broadcasting: `sum_to`
+#
+# Add a bias of shape `(3,)` to a batch of shape `(4, 3)`. NumPy copies the bias into every
+# row; each copy sends back its own gradient, and **a value used $k$ times receives the sum of
+# its $k$ gradients** (`docs/derivations.md`, section 2). So the bias's gradient is the sum of
+# `g` over the rows:
+
+# %%
+X = tl.randn(4, 3, dtype="float64", requires_grad=True)
+bias = tl.tensor([0.1, 0.2, 0.3], dtype="float64", requires_grad=True)
+g = np.arange(12.0).reshape(4, 3)
+(X + bias).backward(g)
+print("g summed over the rows:", g.sum(axis=0))
+print("bias.grad:             ", bias.grad.numpy())
+
+# %% [markdown]
+# The `Add` op itself returned `g` for both inputs, in the shape `(4, 3)`. The engine noticed
+# that `(4, 3)` is not the bias's shape and called `Tensor.sum_to((3,))`: the **one** place
+# where broadcasting is undone, so no op has to think about it. `trace_backward` prints what
+# each op sent on after that step: `Add` received a `(4, 3)` gradient of ones (norm
+# $\sqrt{12} = 3.46$) and sent the bias its column sums, `[4, 4, 4]` (norm 6.93):
+
+# %%
+with tl.trace_backward():
+    (X + bias).sum().backward()
+
+# %% [markdown]
+# **Exercise 3.** Without the engine's help: write the backward of `a + b` for `a` `(4, 3)` and
+# `b` `(3,)` in NumPy, returning gradients in the inputs' shapes. (Forget the sum, and the
+# checker will tell you what it found.)
+
+
+# %%
+def add_broadcast_backward(g, a, b):
+    raise NotImplementedError  # return dL/da (4, 3), dL/db (3,)
+
+
+check("add_broadcast", add_broadcast_backward)
+
+# %% [markdown]
+# **Exercise 4.** Matrix multiplication, $Y = AB$ with $A$ `(2, 3)` and $B$ `(3, 4)`. The
+# derivation (`docs/derivations.md`, section 4) gives $dA = g B^\top$ and $dB = A^\top g$, and
+# there is a shortcut to remember it: these are the only products of $g$ `(2, 4)` with $A$ or
+# $B$ whose shapes come out right.
+
+
+# %%
+def matmul_backward(g, a, b):
+    raise NotImplementedError  # return dL/da, dL/db
+
+
+check("matmul", matmul_backward)
+
+# %% [markdown]
+# ## 4. The order: reverse topological sort
+#
+# An op may only run its backward once its `g` is complete, that is, once every op that used
+# its output has sent its share. Sorting the graph so that each node comes after its inputs
+# and walking that list backwards guarantees it. Here `h` is used twice, so its gradient is
+# the sum of two contributions (`docs/autograd.md`, section 3):
+
+# %%
+tl.manual_seed(0)
+x_in = tl.randn(4, 3, dtype="float64")
+W1 = tl.randn(3, 5, dtype="float64", requires_grad=True)
+W2 = tl.randn(5, 2, dtype="float64", requires_grad=True)
+h = (x_in @ W1).tanh()
+loss = (h @ W2).sum() + (h * h).sum()
+
+from tensorlab.autograd import topological_order  # noqa: E402
+
+order = [n.name for n in topological_order([loss._ctx]) if not isinstance(n, tl.Tensor)]
+print("forward (topological) order:", " -> ".join(order))
+with tl.trace_backward() as trace:
+    loss.backward()
+
+# %% [markdown]
+# The backward ran the list in reverse. `Tanh` ran only after both `MatMul` (of `h @ W2`) and
+# `Mul` (of `h * h`) had sent it their gradients. The picture of the same graph, with each
+# node's value and gradient (it needs Graphviz's `dot`; see the README):
+
+# %%
+import shutil  # noqa: E402
+
+if shutil.which("dot"):
+    from IPython.display import display
+
+    display(tl.draw(loss, params={"W1": W1, "W2": W2}, show_grad=True, rankdir="LR"))
+else:
+    print("Graphviz's dot is not installed: no picture (apt/brew/conda install graphviz)")
+
+# %% [markdown]
+# That is the whole engine: `tensorlab/autograd.py` sorts, walks and adds, and every op in
+# `tensorlab/ops/` is a forward and a local backward like `MyMul`'s. Notebook 2 goes through
+# the backward of every op family; notebook 3 does a whole attention head by hand.
