@@ -22,17 +22,37 @@ from __future__ import annotations
 import os
 import unicodedata
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import regex
 
+from . import alignment
+from .alignment import Aligned
 from .base import TokenizerFileError
 from .fields import MAX_NESTING, check, get
 from .pretokenize import WHITESPACE, bert_normalize, find_spans, from_oniguruma, lower_chars
 
-Normalizer = Callable[[str], str]
+
+@dataclass(frozen=True)
+class Normalizer:
+    """A normalizer: ``normalizer(text)`` gives the normalized text; ``normalizer.align`` does the
+    same on an ``alignment.Aligned`` text, keeping track of where each character came from."""
+
+    apply: Callable[[str], str]
+    align: Callable[[Aligned], Aligned]
+
+    def __call__(self, text: str) -> str:
+        return self.apply(text)
+
+
+def per_cluster(apply: Callable[[str], str]) -> Normalizer:
+    """A normalizer that works on each character with the marks after it."""
+    return Normalizer(apply, alignment.by_clusters(apply))
+
 
 _MARK = regex.compile(r"\p{M}")
+_SPACE = regex.compile(rf"[{WHITESPACE}]")
 _LEADING_SPACE = regex.compile(rf"^[{WHITESPACE}]+")
 _TRAILING_SPACE = regex.compile(rf"[{WHITESPACE}]+$")
 
@@ -42,16 +62,25 @@ def strip_accents(text: str) -> str:
     return _MARK.sub("", text)
 
 
-def replace_pattern(pattern: dict[str, str], content: str) -> Normalizer:
+def matches_of(pattern: dict[str, str]) -> Callable[[str], list[tuple[int, int]]]:
+    """Where ``{"String": s}`` or ``{"Regex": r}`` matches (a file's regex under the time limit)."""
+    if "String" in pattern:
+        expr = regex.escape(pattern["String"]) if pattern["String"] else None
+        return lambda text: [] if expr is None else find_spans(expr, text, trusted=True)
+    expr = from_oniguruma(pattern["Regex"])
+    return lambda text: find_spans(expr, text)
+
+
+def replace_pattern(pattern: dict[str, str], content: str) -> Callable[[str], str]:
     """Replace each match of ``{"String": s}`` or ``{"Regex": r}`` by ``content``."""
     if "String" in pattern:
         literal = pattern["String"]
         return lambda text: text.replace(literal, content) if literal else text
-    expr = from_oniguruma(pattern["Regex"])
+    find = matches_of(pattern)
 
     def replace(text: str) -> str:
         out, pos = [], 0
-        for start, end in find_spans(expr, text):
+        for start, end in find(text):
             out.append(text[pos:start])
             out.append(content)
             pos = end
@@ -84,11 +113,11 @@ def build(
         raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
     kind = get(spec, "type", "str", path, where)
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
-        return lambda text: unicodedata.normalize(kind, text)
+        return per_cluster(lambda text: unicodedata.normalize(kind, text))
     if kind == "Lowercase":
-        return lower_chars
+        return per_cluster(lower_chars)
     if kind == "StripAccents":
-        return strip_accents
+        return per_cluster(strip_accents)
     if kind == "BertNormalizer":
         options = dict(
             clean_text=get(spec, "clean_text", "bool", path, where, True),
@@ -96,13 +125,16 @@ def build(
             strip_accents=get(spec, "strip_accents", "bool|null", path, where, None),
             lowercase=get(spec, "lowercase", "bool", path, where, True),
         )
-        return lambda text: bert_normalize(text, **options)
+        return per_cluster(lambda text: bert_normalize(text, **options))
     if kind == "Replace":
         content = get(spec, "content", "str", path, where)
-        return replace_pattern(pattern_field(spec, path, where), content)
+        pattern = pattern_field(spec, path, where)
+        return Normalizer(
+            replace_pattern(pattern, content), alignment.replaced(matches_of(pattern), content)
+        )
     if kind == "Prepend":
         prefix = get(spec, "prepend", "str", path, where)
-        return lambda text: prefix + text if text else text
+        return Normalizer(lambda text: prefix + text if text else text, alignment.prepended(prefix))
     if kind == "Strip":
         left = get(spec, "strip_left", "bool", path, where, True)
         right = get(spec, "strip_right", "bool", path, where, True)
@@ -114,7 +146,7 @@ def build(
                 text = _TRAILING_SPACE.sub("", text)
             return text
 
-        return strip
+        return Normalizer(strip, alignment.stripped(_SPACE.fullmatch, left, right))
     if kind == "Sequence":
         steps = get(spec, "normalizers", "list", path, where)
         parts = [
@@ -127,7 +159,7 @@ def build(
                 text = p(text)
             return text
 
-        return sequence
+        return Normalizer(sequence, alignment.chained([p.align for p in parts]))
     raise TokenizerFileError(
         path,
         f"{where}: unsupported normalizer type {kind!r} (supported: NFC, NFD, NFKC, NFKD, "

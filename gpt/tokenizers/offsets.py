@@ -8,22 +8,28 @@ that no token covers, such as the spaces WordPiece drops, is skipped). Work is i
 so a byte-level token holding half of a character still has a place; spans are then given in
 characters, ``text[start:end]``, widened to whole characters.
 
-Normalization (lowercasing, accents, NFKC, ...) can make a token's surface differ from the text;
-ASCII case is forgiven, and tokens whose surface still cannot be found (and unknown tokens) are
-given the text between their neighbours.
+Tokens are cut from the *normalized* text (lowercased, accents stripped, NFKC, ...), so the
+search runs there, and the spans found are carried back to the original characters by the
+normalizer's alignment (``alignment.py``). Tokens whose surface still cannot be found (and
+unknown tokens) are given the text between their neighbours.
 """
 
 from __future__ import annotations
 
+import regex
+
+from . import alignment
+from .alignment import Aligned
 from .base import Tokenizer
 from .bpe import ByteBPE
-from .pretokenize import unicode_to_bytes
+from .pipeline import Pipeline
+from .pretokenize import bert_normalize, unicode_to_bytes
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
 Span = tuple[int, int]
 #: how many bytes of uncovered text may lie between one token and the next
-MAX_GAP = 32
+MAX_GAP = 128
 
 
 def surface(tok: Tokenizer, i: int) -> bytes:
@@ -58,33 +64,54 @@ def encode_with_offsets(
     """``(id, (start, end))`` for each token of ``text`` (``tok.encode(text)`` unless ``ids``
     are given), ``text[start:end]`` being what the token covers.
 
-    A run of tokens whose text cannot be found (unknown tokens, text changed by normalizing)
-    shares the span of the text between its neighbours, or gets ``None`` if that is empty.
+    A run of tokens whose text cannot be found (unknown tokens, mostly) is placed in the text
+    between its neighbours (``_fill_gaps``); ``None`` if there is nothing there.
     """
     if ids is None:
         ids = tok.encode(text)
+    original = text
+    text, origin = normalized(tok, text)  # the search runs in the text the model saw
     data = text.encode("utf-8")
     lower = data.lower()  # ASCII only, so byte positions stay the same
     char_at = _char_index(text)
     spans: list[Span | None] = []
+    cursors: list[int] = []  # where the search stood after each token, in characters
     pos = 0
     unk = tok.unk_id
     for k, i in enumerate(ids):
         chunk_start = k == 0 or (ids[k - 1] in tok._special_by_id and ids[k - 1] != unk)
         # an unknown token is placed by its neighbours, unless its text is there literally
         s = surface(tok, i)
-        found, pos = _find(data, lower, s, pos, chunk_start, literal=i == unk)
-        spans.append(found)
-    _fill_gaps(spans, data)
-    return [
-        (i, None if sp is None else (char_at[sp[0]], _char_end(char_at, sp[1])))
-        for i, sp in zip(ids, spans)
-    ]
+        # a "▁" that was in the text itself (not a space) is matched as it is spelled
+        spelled = tok.itos[i].encode("utf-8") if tok.kind == "pipeline" else s
+        at = data.find(spelled, pos, pos + MAX_GAP + len(spelled)) if spelled != s else -1
+        found, after = _find(data, lower, s, pos, chunk_start, literal=i == unk)
+        if at >= 0 and (found is None or at <= found[0]):
+            found, after = (at, at + len(spelled)), at + len(spelled)
+        pos = after
+        spans.append(None if found is None else (char_at[found[0]], _char_end(char_at, found[1])))
+        cursors.append(char_at[pos])
+    unk_text = surface(tok, unk).decode("utf-8") if unk is not None else None
+    _fill_gaps(spans, cursors, text, unk_text)
+    out: list[tuple[int, Span | None]] = []
+    for i, sp in zip(ids, spans):
+        if sp is None:
+            out.append((i, None))
+        elif sp[1] > sp[0]:  # back to the characters of the original text
+            out.append((i, (origin[sp[0]][0], origin[sp[1] - 1][1])))
+        else:
+            at = origin[sp[0]][0] if sp[0] < len(origin) else len(original)
+            out.append((i, (at, at)))
+    return out
 
 
-def _fill_gaps(spans: list[Span | None], data: bytes) -> None:
-    """Give each run of unfound tokens the text between its neighbours (trimmed of whitespace,
-    unless that is all there is)."""
+def _fill_gaps(
+    spans: list[Span | None], cursors: list[int], text: str, unk_text: str | None
+) -> None:
+    """Place each run of unfound tokens in the text between its neighbours: cut that text into
+    as many units as the run has tokens if possible (whitespace-separated words; else
+    characters other than whitespace; else characters; the unknown token's own spelling, where
+    the text holds it, counts as one unit), else give each token all of it."""
     k = 0
     while k < len(spans):
         if spans[k] is not None:
@@ -93,19 +120,55 @@ def _fill_gaps(spans: list[Span | None], data: bytes) -> None:
         run_end = k
         while run_end < len(spans) and spans[run_end] is None:
             run_end += 1
-        gap_start = spans[k - 1][1] if k > 0 else 0
-        gap_end = spans[run_end][0] if run_end < len(spans) else len(data)
-        start, end = gap_start, gap_end
-        while start < end and data[start : start + 1].isspace():
-            start += 1
-        while end > start and data[end - 1 : end].isspace():
-            end -= 1
-        if end == start:  # only whitespace between the neighbours: then that is it
-            start, end = gap_start, gap_end
-        if end > start:
-            for j in range(k, run_end):
-                spans[j] = (start, end)
+        gap_start = cursors[k - 1] if k > 0 else 0
+        gap_end = spans[run_end][0] if run_end < len(spans) else len(text)
+        gap_end = max(gap_start, gap_end)
+        n = run_end - k
+        places = _units(text, gap_start, gap_end, n, unk_text)
+        if places is not None:
+            spans[k:run_end] = places
         k = run_end
+
+
+def _units(text: str, start: int, end: int, n: int, unk_text: str | None) -> list[Span] | None:
+    """``n`` places for ``n`` unfound tokens in ``text[start:end]`` (see ``_fill_gaps``)."""
+    literal = regex.escape(unk_text) + "|" if unk_text else ""
+    gap = text[start:end]
+    trimmed = gap.strip()
+    offset = start + (len(gap) - len(gap.lstrip()))
+    for piece, base, pattern in (
+        (trimmed, offset, rf"{literal}\S+"),
+        (trimmed, offset, rf"{literal}\S"),
+        (trimmed, offset, rf"(?s){literal}."),
+        (gap, start, rf"(?s){literal}."),
+    ):
+        units = [(m.start() + base, m.end() + base) for m in regex.finditer(pattern, piece)]
+        if len(units) == n:
+            return units
+    if not gap:
+        return None
+    whole = (offset, offset + len(trimmed)) if trimmed else (start, end)
+    return [whole] * n
+
+
+def normalized(tok: Tokenizer, text: str) -> Aligned:
+    """The text as ``tok``'s model sees it, with the original span of each character: a
+    ``Pipeline`` through its normalizer, WordPiece through BERT's (special tokens as they are),
+    the others unchanged."""
+    if isinstance(tok, Pipeline):
+        return tok.normalize_aligned(text)
+    if not isinstance(tok, WordPiece):
+        return alignment.identity(text)
+    align = alignment.by_clusters(lambda t: bert_normalize(t, **tok.normalizer))
+    out_text, out_spans, pos = [], [], 0
+    for chunk, special, _ in tok.split_special(text):
+        aligned = alignment.identity(chunk, pos)
+        if not special:
+            aligned = align(aligned)
+        out_text.append(aligned[0])
+        out_spans.extend(aligned[1])
+        pos += len(chunk)
+    return "".join(out_text), out_spans
 
 
 def _find(
@@ -113,10 +176,11 @@ def _find(
 ) -> tuple[Span | None, int]:
     """Where ``s`` next occurs, and where the search goes on from: right at ``pos`` (exactly, or
     without a leading space that the tokenizer added), else at most MAX_GAP bytes further on,
-    ASCII case forgiven (unless ``literal``); the earliest such place wins. ``chunk_start``:
+    ASCII case forgiven; the earliest such place wins. ``chunk_start``:
     ``pos`` starts the text or follows a special token, where a tokenizer may have put a space
     of its own (Unigram's "▁"); such a space covers nothing, and is reported on the character
-    after it, as the ``tokenizers`` library does."""
+    after it, as the ``tokenizers`` library does. ``literal``: only right at ``pos``, past
+    whitespace (for an unknown token, whose text may be there as an added token)."""
     bare = s.lstrip(b" ")
     for candidate in (s, bare):
         if candidate and data.startswith(candidate, pos):
@@ -126,9 +190,14 @@ def _find(
         while end < len(data) and data[end] & 0xC0 == 0x80:  # to the end of the character
             end += 1
         return (pos, min(end, len(data))), pos
-    candidates = [(s, data)] if literal else [(s, data), (bare, data), (s.lower(), lower)]
-    if not literal:
-        candidates.append((bare.lower(), lower))
+    if literal:  # only after whitespace: an unknown token's spelling is no text to look for
+        start = pos
+        while start < len(data) and data[start : start + 1].isspace():
+            start += 1
+        if s and data.startswith(s, start):
+            return (start, start + len(s)), start + len(s)
+        return None, pos
+    candidates = [(s, data), (bare, data), (s.lower(), lower), (bare.lower(), lower)]
     best: Span | None = None
     for candidate, haystack in candidates:
         if not candidate:

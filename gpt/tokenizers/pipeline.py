@@ -31,7 +31,15 @@ from typing import Any
 
 import regex
 
-from . import batching, decoders, hf_models, normalizers, post_processors, pre_tokenizers
+from . import (
+    alignment,
+    batching,
+    decoders,
+    hf_models,
+    normalizers,
+    post_processors,
+    pre_tokenizers,
+)
 from .base import AllowedSpecial, Tokenizer, TokenizerError
 from .fields import check, get
 from .pre_tokenizers import SPACE
@@ -272,6 +280,19 @@ class Pipeline(Tokenizer):
                 raise TokenizerError(f"{self.source}: {e}") from None
             raise
         return ids
+
+    def normalize_aligned(self, text: str) -> alignment.Aligned:
+        """The text as the model sees it (added tokens as they are, the rest normalized), with
+        the original span of each character (see ``alignment.py``)."""
+        out_text: list[str] = []
+        out_spans: list[alignment.Span] = []
+        for chunk, token, start in split_added(text, self._raw_added):
+            aligned = alignment.identity(chunk, start)
+            if token is None and self.normalizer is not None:
+                aligned = self.normalizer.align(aligned)
+            out_text.append(aligned[0])
+            out_spans.extend(aligned[1])
+        return "".join(out_text), out_spans
 
     def _allowed(self, allowed_special: AllowedSpecial):
         if allowed_special == "all":

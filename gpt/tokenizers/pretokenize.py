@@ -89,11 +89,12 @@ def time_limit(text: str) -> float:
     return PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text)
 
 
-def find_spans(pattern: str, text: str) -> list[tuple[int, int]]:
+def find_spans(pattern: str, text: str, trusted: bool = False) -> list[tuple[int, int]]:
     """The (start, end) of each match of ``pattern`` in ``text``, under a time limit (see
-    above) unless the pattern is one of SHIPPED. Raises PatternTimeoutError."""
+    above) unless the pattern is one of SHIPPED or ``trusted`` (an escaped literal, say).
+    Raises PatternTimeoutError."""
     compiled = compile_pattern(pattern)
-    if pattern in SHIPPED:
+    if trusted or pattern in SHIPPED:
         return [m.span() for m in compiled.finditer(text)]
     limit = time_limit(text)
     try:

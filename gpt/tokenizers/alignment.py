@@ -1,0 +1,162 @@
+"""Normalizing with alignment: which characters of the original each normalized one came from.
+
+Offsets must point into the text the user gave, but tokens are cut from the *normalized* text
+("Café" may have become "cafe", "ﬁ" became "fi", a space was put before "中"). So each normalizer
+also has an aligned form, working on an ``Aligned``: the text and, for every character, the
+(start, end) span of original characters it stands for. The rules, as the ``tokenizers`` library
+keeps its alignments:
+
+* a character rewritten on its own (lowercased, decomposed, ...) keeps its span; one that
+  became several characters ("ﬁ" -> "fi") gives each of them its span; characters merged into
+  one (e + combining accent -> é) give it the span of the first, and a dropped accent takes its
+  span with it. ``by_clusters`` does this for any normalizer that works on a character and the
+  marks that follow it, by normalizing each such cluster alone;
+* a replaced stretch gives its replacement the union of the stretch's spans (``replaced``);
+* characters put in front of the text get the span of the first one (``prepended``);
+* removed characters take their spans with them (``stripped``).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+
+Span = tuple[int, int]
+#: a text and the original span of each of its characters
+Aligned = tuple[str, list[Span]]
+
+
+def identity(text: str, start: int = 0) -> Aligned:
+    """``text`` before any normalization: character k stands for itself."""
+    return text, [(start + k, start + k + 1) for k in range(len(text))]
+
+
+def _union(spans: list[Span]) -> Span:
+    return (spans[0][0], spans[-1][1])
+
+
+def _starts_cluster(c: str) -> bool:
+    """Whether ``c`` begins a new cluster: not a combining mark, not a Hangul vowel or final
+    consonant (those compose with the characters before them)."""
+    return unicodedata.combining(c) == 0 and not 0x1160 <= ord(c) <= 0x11FF
+
+
+def _match_up(before: str, spans: list[Span], after: str) -> list[Span]:
+    """Spans for the characters of ``after``, the normalized form of ``before``.
+
+    First, characters found unchanged in ``before`` (in order) take their own spans, so a
+    dropped accent takes its span with it. Then each other character takes the first unused
+    character of ``before`` between its matched neighbours ("e" + accent -> "é" gets the span
+    of the "e"), or, with none left, the one before it (the parts of a decomposition: "ﬁ" ->
+    "f", "i" both get the span of the "ﬁ")."""
+    source: list[int | None] = []
+    j = 0
+    for c in after:
+        k = before.find(c, j)
+        source.append(k if k >= 0 else None)
+        if k >= 0:
+            j = k + 1
+    used = {k for k in source if k is not None}
+    previous = -1
+    for i, k in enumerate(source):
+        if k is not None:
+            previous = k
+            continue
+        following = next((m for m in source[i + 1 :] if m is not None), len(before))
+        free = next((m for m in range(previous + 1, following) if m not in used), None)
+        if free is None:
+            free = previous if previous >= 0 else min(following, len(before) - 1)
+        used.add(free)
+        source[i] = previous = free
+    return [spans[k] for k in source]
+
+
+def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]:
+    """The aligned form of a normalizer that works cluster by cluster (see the module
+    docstring): each cluster is normalized alone. An output as long as its input keeps the
+    spans one to one; otherwise ``_match_up`` pairs output and input characters ("e" + accent
+    -> "é" gets the span of the "e", "ﬁ" -> "fi" gives both the span of the "ﬁ")."""
+
+    def align(aligned: Aligned) -> Aligned:
+        text, spans = aligned
+        out_text: list[str] = []
+        out_spans: list[Span] = []
+        k = 0
+        while k < len(text):
+            end = k + 1
+            while end < len(text) and not _starts_cluster(text[end]):
+                end += 1
+            piece = normalize(text[k:end])
+            if len(piece) == end - k:
+                out_spans.extend(spans[k:end])
+            else:
+                out_spans.extend(_match_up(text[k:end], spans[k:end], piece))
+            out_text.append(piece)
+            k = end
+        return "".join(out_text), out_spans
+
+    return align
+
+
+def replaced(find: Callable[[str], list[Span]], content: str) -> Callable[[Aligned], Aligned]:
+    """Each match ``find`` reports is replaced by ``content``, which gets the match's spans
+    (an empty match: the span of the character after it, or before it at the end)."""
+
+    def align(aligned: Aligned) -> Aligned:
+        text, spans = aligned
+        out_text: list[str] = []
+        out_spans: list[Span] = []
+        pos = 0
+        for start, end in find(text):
+            out_text.append(text[pos:start])
+            out_spans.extend(spans[pos:start])
+            if start < end:
+                where = _union(spans[start:end])
+            elif spans:
+                where = spans[min(start, len(spans) - 1)]
+            else:
+                where = (0, 0)
+            out_text.append(content)
+            out_spans.extend([where] * len(content))
+            pos = end
+        out_text.append(text[pos:])
+        out_spans.extend(spans[pos:])
+        return "".join(out_text), out_spans
+
+    return align
+
+
+def prepended(prefix: str) -> Callable[[Aligned], Aligned]:
+    """``prefix`` before non-empty text, aligned with its first character."""
+
+    def align(aligned: Aligned) -> Aligned:
+        text, spans = aligned
+        if not text:
+            return aligned
+        return prefix + text, [spans[0]] * len(prefix) + spans
+
+    return align
+
+
+def stripped(is_space: Callable[[str], bool], left: bool, right: bool):
+    """Whitespace removed from the start and/or the end."""
+
+    def align(aligned: Aligned) -> Aligned:
+        text, spans = aligned
+        start, end = 0, len(text)
+        while left and start < end and is_space(text[start]):
+            start += 1
+        while right and end > start and is_space(text[end - 1]):
+            end -= 1
+        return text[start:end], spans[start:end]
+
+    return align
+
+
+def chained(steps: list[Callable[[Aligned], Aligned]]) -> Callable[[Aligned], Aligned]:
+    def align(aligned: Aligned) -> Aligned:
+        for step in steps:
+            aligned = step(aligned)
+        return aligned
+
+    return align
