@@ -11,7 +11,11 @@ the final stream into next-token logits:
 Hook points (identity modules) name every activation a circuits analysis reads:
 ``hook_embed``, ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
 ``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
-and inside attention ``blocks.{i}.attn.hook_pattern`` (and q, k, v, z).
+and inside attention ``blocks.{i}.attn.hook_q`` (k, v), ``hook_attn_scores``,
+``hook_pattern``, ``hook_z`` and ``hook_result`` (each head's output in the residual basis).
+The scores, the pattern and the per-head results are closed on the training path (a fused
+attention, W_O summing over heads in one product) and opened by ``gpt.circuits`` when a hook
+asks for them, so an unused hook point costs nothing.
 """
 
 from __future__ import annotations

@@ -304,8 +304,11 @@ class MultiHeadAttention(Module):
 
     Hook points (e.g. ``blocks.0.attn.hook_pattern``), in TransformerLens's layouts: ``hook_q``,
     ``hook_k``, ``hook_v`` (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores``
-    and ``hook_pattern`` (B, H, T_q, T_k, composed path only), and ``hook_z`` (B, T_q, H,
-    d_head), the heads' outputs before W_O.
+    and ``hook_pattern`` (B, H, T_q, T_k, composed path only), ``hook_z`` (B, T_q, H,
+    d_head), the heads' outputs before W_O, and ``hook_result`` (B, T_q, H, d_model), each
+    head's output z^h W_O^h before the sum over heads and b_O (only when ``use_attn_result``,
+    see :func:`attention_results`: by default W_O sums over heads inside one product, so
+    there is no per-head result to hook and the training path pays nothing for it).
 
     ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
     d_model); source (B, T_k, d_source) for cross-attention; key_padding_mask (B, T_k) boolean,
@@ -367,7 +370,9 @@ class MultiHeadAttention(Module):
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
+        self.hook_result = HookPoint()
         self.fused = fused
+        self.use_attn_result = False
 
     @property
     def fused(self) -> bool:
@@ -392,6 +397,27 @@ class MultiHeadAttention(Module):
                 else None
             )
         object.__setattr__(self, "_fused", bool(value))
+
+    @property
+    def use_attn_result(self) -> bool:
+        return self._use_attn_result
+
+    @use_attn_result.setter
+    def use_attn_result(self, value: bool) -> None:
+        h = self.hook_result
+        if not value and (h._forward_hooks or h._forward_pre_hooks):
+            raise RuntimeError(
+                "MultiHeadAttention.use_attn_result = False: remove the hooks on hook_result "
+                "first (without it the heads' outputs are summed inside one product)"
+            )
+        h.closed = (
+            None
+            if value
+            else "per-head results are off (W_O sums over heads in one product); set "
+            "attn.use_attn_result = True, or use nn.attention.attention_results(model) or "
+            "gpt.circuits"
+        )
+        object.__setattr__(self, "_use_attn_result", bool(value))
 
     # ------------------------------------------------------------------ per-head views
     def _head_bias(self, b: Tensor | None) -> Tensor | None:
@@ -455,7 +481,11 @@ class MultiHeadAttention(Module):
             else:
                 k, v = cache.k, cache.v
         z = self.hook_z(self.attend(q, k, v, self._keep(key_padding_mask, mask)))
-        out = linear(z, self.W_O, self.b_O, in_dims=2)  # Σ over heads and d_head
+        if self.use_attn_result:  # each head's output in the residual basis, then their sum
+            out = self.hook_result(head_results(z, self.W_O)).sum(axis=-2)
+            out = out if self.b_O is None else out + self.b_O
+        else:
+            out = linear(z, self.W_O, self.b_O, in_dims=2)  # Σ over heads and d_head
         return dropout(out, self.dropout, self.training)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, keep) -> Tensor:
@@ -498,6 +528,13 @@ class MultiHeadAttention(Module):
         return f"d_model={self.d_model}, n_head={self.n_head}, d_head={self.d_head}, {kind}, {path}"
 
 
+def head_results(z: Tensor, W_O: Tensor) -> Tensor:
+    """Each head's output in the residual basis, z^h W_O^h, (..., T, H, d_model) from z (..., T,
+    H, d_head) and W_O (H, d_head, d_model), without the bias b_O (TransformerLens's
+    ``hook_result``). Summed over heads it is ``linear(z, W_O, in_dims=2)``."""
+    return (z.transpose(-3, -2) @ W_O).transpose(-3, -2)
+
+
 @contextlib.contextmanager
 def composed_attention(model: Module):
     """Inside this block every :class:`MultiHeadAttention` in ``model`` takes the composed path
@@ -516,3 +553,22 @@ def composed_attention(model: Module):
             hooked = any(h._forward_hooks or h._forward_pre_hooks for h in m._inner_hooks())
             if f and not hooked:
                 m.fused = True
+
+
+@contextlib.contextmanager
+def attention_results(model: Module):
+    """Inside this block every :class:`MultiHeadAttention` in ``model`` computes each head's
+    output on its own (``use_attn_result = True``), so ``hook_result`` (B, T, H, d_model) can be
+    read or replaced; each goes back to its own setting afterwards, except a layer whose
+    ``hook_result`` still carries a hook. The attention itself keeps its path (fused or not)."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    before = [m.use_attn_result for m in layers]
+    for m in layers:
+        m.use_attn_result = True
+    try:
+        yield model
+    finally:
+        for m, was in zip(layers, before):
+            h = m.hook_result
+            if not was and not (h._forward_hooks or h._forward_pre_hooks):
+                m.use_attn_result = False

@@ -65,7 +65,14 @@ from gpt.circuits.bigram import (
     model_bigram_logprobs,
 )
 from gpt.circuits.factored import FactoredMatrix
-from gpt.circuits.hooks import hook_names, hooks, run_with_cache, run_with_hooks, token_losses
+from gpt.circuits.hooks import (
+    hook_names,
+    hooks,
+    mean_token_loss,
+    run_with_cache,
+    run_with_hooks,
+    token_losses,
+)
 from gpt.circuits.induction import (
     format_head_table,
     induction_report,
@@ -83,6 +90,7 @@ __all__ = [
     "run_with_cache",
     "run_with_hooks",
     "token_losses",
+    "mean_token_loss",
     "qk_circuit",
     "ov_circuit",
     "W_QK",

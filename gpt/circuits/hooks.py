@@ -1,6 +1,7 @@
-"""Hook points by name: activation caching (``run_with_cache``) and interventions
-(``run_with_hooks``, ``hooks``) on a model's :class:`~nn.module.HookPoint` modules, and the
-per-token loss of the logits they return (``token_losses``)."""
+"""Hook points by name: activation caching (``run_with_cache``, with the gradient at each hook
+point when ``incl_bwd``) and interventions (``run_with_hooks``, ``hooks``) on a model's
+:class:`~nn.module.HookPoint` modules, and the per-token loss of the logits they return
+(``token_losses``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 import nn
 import tensorlab as tl
+from nn.attention import attention_results, composed_attention
 from nn.module import HookPoint
 from tensorlab import Tensor
 from tensorlab.ops.nnops import log_softmax_array
@@ -68,14 +70,21 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
     array) or None to leave the activation as it is. A function with two required positional
     parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
 
-    Hooking an attention's ``hook_attn_scores`` or ``hook_pattern`` switches the model's
-    attention layers to their composed path for the block (``nn.composed_attention``): a fused
-    attention has no scores or pattern to hook. The two paths agree up to float rounding.
+    Two kinds of hook point are closed on the default (training) path and opened here for
+    the block, only when hooked: ``hook_attn_scores`` and ``hook_pattern`` switch the model's
+    attention layers to their composed path (``nn.composed_attention``: a fused attention has
+    no scores or pattern), and ``hook_result`` makes them compute each head's output on its
+    own (``nn.attention.attention_results``: by default W_O sums over heads in one product).
+    Either way the logits agree with the default path up to float rounding.
     """
     chosen = [(n, m, fn) for name, fn in fwd_hooks for n, m in _select(model, name).items()]
-    inner = any(getattr(m, "closed", None) for _, m, _ in chosen)
+    closed = [n for n, m, _ in chosen if getattr(m, "closed", None)]
     handles = []
-    with nn.composed_attention(model) if inner else contextlib.nullcontext():
+    with contextlib.ExitStack() as opened:
+        if any(n.endswith(("hook_attn_scores", "hook_pattern")) for n in closed):
+            opened.enter_context(composed_attention(model))
+        if any(n.endswith("hook_result") for n in closed):
+            opened.enter_context(attention_results(model))
         try:
             for n, module, fn in chosen:
                 handles.append(module.register_forward_hook(_wrap_hook(fn, n)))
@@ -107,7 +116,13 @@ def _wrap_hook(fn: Callable, name: str):
 
 
 def run_with_cache(
-    model, tokens, names=None, *, grad: bool = False
+    model,
+    tokens,
+    names=None,
+    *,
+    grad: bool = False,
+    incl_bwd: bool = False,
+    metric: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, np.ndarray]]:
     """Run ``model`` on ``tokens`` (B, T) (or one sequence (T,)) and record activations.
 
@@ -116,23 +131,53 @@ def run_with_cache(
     ``cache["blocks.1.attn.hook_pattern"]`` (B, H, T, T). ``names`` selects what to record:
     None (every hook point), a name or list of names, or a predicate ``name -> bool``.
 
+    ``incl_bwd``: also the gradient of a scalar at every recorded activation, under
+    ``name + "_grad"`` (TransformerLens's keys), same shape. The scalar is ``metric(logits)``
+    (a Tensor function of the logits), by default the mean next-token cross-entropy of
+    ``tokens``. The gradients are taken with ``tl.grad``: the parameters' ``.grad`` are not
+    touched.
+
     The model runs in eval mode (no dropout; restored afterwards) and without building a graph
-    unless ``grad=True``; the hooks are removed afterwards, also on an error. Hooking an
-    attention hook point makes that layer take its composed (unfused) path, so caching only
-    the residual-stream hooks keeps the fast path.
+    unless ``grad`` or ``incl_bwd``; the hooks are removed afterwards, also on an error.
+    Hooking ``hook_attn_scores``/``hook_pattern`` or ``hook_result`` opens them for this run
+    (see :func:`hooks`), so caching only the residual-stream hooks keeps the fast path.
     """
     cache: dict[str, np.ndarray] = {}
+    acts: dict[str, Tensor] = {}
 
     def record(name):
         def fn(act):
             cache[name] = _to_numpy(act)
+            if incl_bwd:
+                acts[name] = act
 
         return fn
 
     selected = _select(model, names)
-    with hooks(model, [(n, record(n)) for n in selected]), nn.evaluating(model, grad=grad):
-        logits, _ = model(_as_tokens(tokens))
+    tokens = _as_tokens(tokens)
+    with hooks(model, [(n, record(n)) for n in selected]):
+        with nn.evaluating(model, grad=grad or incl_bwd):
+            logits, _ = model(tokens)
+            if incl_bwd:
+                out = mean_token_loss(logits, tokens) if metric is None else metric(logits)
+                if out.size != 1:
+                    raise ValueError(f"incl_bwd: the metric must be a scalar, got {out.shape}")
+                wanted = [n for n in acts if acts[n].requires_grad]
+                grads = tl.grad(out, [acts[n] for n in wanted], allow_unused=True)
+                for n, g in zip(wanted, grads):
+                    cache[n + "_grad"] = np.zeros_like(cache[n]) if g is None else _to_numpy(g)
+                for n in acts.keys() - set(wanted):  # no path from the parameters: zero
+                    cache[n + "_grad"] = np.zeros_like(cache[n])
     return logits, cache
+
+
+def mean_token_loss(logits: Tensor, tokens) -> Tensor:
+    """The mean next-token cross-entropy of ``logits`` (B, T, vocab) on ``tokens`` (B, T), as a
+    Tensor (position t predicts token t+1): the default metric of ``incl_bwd``."""
+    tok = _as_tokens(tokens)
+    return nn.functional.cross_entropy(logits[:, :-1], tok[:, 1:])
+    V = logits.shape[-1]
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), tok[:, 1:].reshape(-1))
 
 
 def run_with_hooks(

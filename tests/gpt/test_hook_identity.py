@@ -2,9 +2,11 @@
 positions, post-norm, sandwich + parallel, RoPE, relative positions, attention-only without
 norms) and of an encoder-decoder Transformer, a hook that changes nothing (a forward hook
 returning its input, one returning None, a pre-hook returning its arguments) leaves the logits
-bit for bit those of the unhooked model: on the composed attention path, where every hook
-point is open, and on the fused path, where the scores and pattern are closed and every other
-point is hooked; with source padding (seq2seq) and with the key/value cache (both models)."""
+bit for bit those of the unhooked model: on the composed attention path with per-head results,
+where every hook point is open; on the fused path as built, where the scores, the pattern and
+the per-head results (hook_result) are closed and every other point is hooked; and on the
+fused path with per-head results; with source padding (seq2seq) and with the key/value cache
+(both models)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ from gpt.config import GPTConfig, Seq2SeqConfig
 from gpt.generate import generate
 from gpt.model import GPT
 from gpt.seq2seq import Transformer
+from nn.attention import attention_results
 
 STYLES = ["returns input", "returns None", "pre-hook"]
-PATHS = ["composed", "fused"]
+PATHS = ["composed", "fused", "fused-results"]
 CLOSED_WHEN_FUSED = ("hook_attn_scores", "hook_pattern")
+CLOSED_WITHOUT_RESULTS = ("hook_result",)
 
 GPT_VARIANTS = {
     "default": {},
@@ -72,28 +76,38 @@ def small_seq2seq(variant: str, seed: int = 0) -> Transformer:
     return randomize(Transformer(cfg), seed).eval()
 
 
+@contextlib.contextmanager
 def on_path(model: nn.Module, path: str):
-    """The composed path (every attention layer, inside ``nn.composed_attention``) or the
-    model as built (fused)."""
-    return nn.composed_attention(model) if path == "composed" else contextlib.nullcontext()
+    """Every hook point open (the composed attention path, inside ``nn.composed_attention``,
+    with per-head results, inside ``attention_results``), the model as built (fused, no
+    per-head results), or the fused attention with per-head results."""
+    with contextlib.ExitStack() as stack:
+        if path == "composed":
+            stack.enter_context(nn.composed_attention(model))
+        if path in ("composed", "fused-results"):
+            stack.enter_context(attention_results(model))
+        yield model
 
 
 def open_points(model: nn.Module, path: str) -> list[str]:
-    """The hook points the model's current path runs through; on the fused path those are all
-    but every attention layer's scores and pattern, which are closed (hooking them raises)."""
+    """The hook points the model's current path runs through. Closed ones (hooking them
+    raises): on the fused path every attention layer's scores and pattern, and without
+    per-head results every attention layer's hook_result."""
     modules = dict(model.named_modules())
     names = hook_names(model)
     points = [n for n in names if not modules[n].closed]
     closed = [n for n in names if n not in points]
-    if path == "composed":
-        assert closed == []
-    else:
-        assert closed and all(n.rsplit(".", 1)[-1] in CLOSED_WHEN_FUSED for n in closed)
-        assert len(closed) == 2 * sum(
-            isinstance(m, nn.MultiHeadAttention) for m in modules.values()
-        )
-        with pytest.raises(RuntimeError, match="attention is fused"):
-            modules[closed[0]].register_forward_hook(lambda *a: None)
+    expected = {
+        "composed": (),
+        "fused": CLOSED_WHEN_FUSED + CLOSED_WITHOUT_RESULTS,
+        "fused-results": CLOSED_WHEN_FUSED,
+    }[path]
+    n_attn = sum(isinstance(m, nn.MultiHeadAttention) for m in modules.values())
+    assert sorted(n.rsplit(".", 1)[-1] for n in closed) == sorted(expected * n_attn)
+    for n in closed:
+        reason = "attention is fused" if n.endswith(CLOSED_WHEN_FUSED) else "per-head results"
+        with pytest.raises(RuntimeError, match=reason):
+            modules[n].register_forward_hook(lambda *a: None)
     return points
 
 

@@ -3,7 +3,8 @@ order, finite differences; with and without a score bias, causal, masks with ful
 rows, a dropout mask), F.scaled_dot_product_attention against a reference written here and
 against PyTorch, and MultiHeadAttention: a per-head reference, the fused and the composed
 path against each other (self, causal, cross, padding, cache), fully masked rows, identity
-hooks on every hook point, the hook points a fused layer closes, composed_attention, dropout
+hooks on every hook point, the hook points a fused layer closes, composed_attention, per-head
+results (hook_result, attention_results), dropout
 on the pattern, d_head apart from d_model / n_head, per-head views of the stored matrices."""
 
 from __future__ import annotations
@@ -19,10 +20,18 @@ from strategies import assert_same, check_fused_op, rand64
 import nn
 import nn.functional as F
 import tensorlab as tl
-from nn.attention import AttentionFn, attention_composed
+from nn.attention import AttentionFn, attention_composed, attention_results
 
 B, T, D, H = 2, 5, 8, 2
-HOOK_POINTS = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
+HOOK_POINTS = (
+    "hook_q",
+    "hook_k",
+    "hook_v",
+    "hook_attn_scores",
+    "hook_pattern",
+    "hook_z",
+    "hook_result",
+)
 OPEN_WHEN_FUSED = ("hook_q", "hook_k", "hook_v", "hook_z")
 
 
@@ -507,14 +516,17 @@ def identity_hook(point, style, calls, name):
 
 
 @pytest.mark.parametrize("style", ["returns input", "returns None", "pre-hook"])
+@pytest.mark.parametrize("results", [False, True], ids=["summed", "per-head results"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_identity_hooks_change_nothing(scenario, fused, style):
+def test_identity_hooks_change_nothing(scenario, fused, results, style):
     """Identity hooks on every hook point the layer's path opens (q, k, v, z when fused; the
-    scores and the pattern too when composed) leave the output and every gradient bit for
-    bit as they are without hooks, on the same path; and every hook did run."""
+    scores and the pattern too when composed; hook_result with per-head results) leave the
+    output and every gradient bit for bit as they are without hooks, on the same path; and
+    every hook did run."""
     spec = SCENARIOS[scenario]
     m = make(fused=fused, **spec["layer"])
+    m.use_attn_result = results
     rng = np.random.default_rng(3)
     x = x64(requires_grad=True)
     src = t64(rng.standard_normal((B, 7, 6)), True) if m.cross else None
@@ -526,7 +538,8 @@ def test_identity_hooks_change_nothing(scenario, fused, style):
     g = rng.standard_normal((B, T, D))
     plain = run_layer(m, x, src, kpm, spec.get("cache", False), g)
     points = [n for n in HOOK_POINTS if not getattr(m, n).closed]
-    assert tuple(points) == (OPEN_WHEN_FUSED if fused else HOOK_POINTS)
+    expected = OPEN_WHEN_FUSED if fused else HOOK_POINTS[:-1]
+    assert tuple(points) == expected + (("hook_result",) if results else ())
     calls = {}
     handles = [identity_hook(getattr(m, n), style, calls, n) for n in points]
     hooked = run_layer(m, x, src, kpm, spec.get("cache", False), g)
@@ -560,6 +573,55 @@ def test_fused_layer_refuses_score_and_pattern_hooks():
     m.fused = True
     with pytest.raises(RuntimeError, match="attention is fused"):
         m.hook_attn_scores.register_forward_hook(lambda *a: None)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_per_head_results_are_each_heads_output_and_sum_to_the_layers(fused):
+    """With use_attn_result, hook_result (B, T, H, d_model) is z^h W_O^h for every head
+    (computed here from hook_z), its sum over heads plus b_O is the output of the summed path,
+    and the gradients of input and parameters agree with it."""
+    m = make(causal=True, fused=fused)
+    x = x64(requires_grad=True)
+    g = np.random.default_rng(2).standard_normal((B, T, D))
+    params = list(m.parameters())
+    y0 = m(x)
+    grads0 = tl.grad((y0 * t64(g)).sum(), [x, *params])
+    m.use_attn_result = True
+    seen, handles = capture(m, ["hook_z", "hook_result"])
+    y1 = m(x)
+    for h in handles:
+        h.remove()
+    z, result = seen["hook_z"].numpy(), seen["hook_result"].numpy()
+    assert result.shape == (B, T, H, D)
+    expect = np.einsum("bthe,hed->bthd", z, m.W_O.data)
+    np.testing.assert_allclose(result, expect, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.sum(2) + m.b_O.data, y0.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y1.numpy(), y0.numpy(), rtol=1e-12, atol=1e-12)
+    grads1 = tl.grad((y1 * t64(g)).sum(), [x, *params])
+    for a, b in zip(grads1, grads0):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_editing_one_heads_result_removes_that_head():
+    """Zeroing head 1's hook_result gives the output of zeroing its z: the head's whole
+    contribution, and nothing else."""
+    m = make(causal=True)
+    m.use_attn_result = True
+    x = x64()
+
+    def zero_head(module, inputs, out, axis_value=1):
+        a = out.numpy().copy()
+        a[:, :, axis_value] = 0
+        return t64(a)
+
+    h = m.hook_result.register_forward_hook(zero_head)
+    via_result = m(x).numpy()
+    h.remove()
+    h = m.hook_z.register_forward_hook(zero_head)
+    via_z = m(x).numpy()
+    h.remove()
+    np.testing.assert_allclose(via_result, via_z, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(via_result, m(x).numpy())
 
 
 class TwoLayers(nn.Module):
@@ -596,6 +658,39 @@ def test_composed_attention_switches_and_restores():
     with pytest.raises(KeyError), nn.composed_attention(model):  # restored after an error
         raise KeyError("inside")
     assert model.first.fused and not model.second.fused
+
+
+def test_result_hook_is_closed_by_default_and_attention_results_opens_it():
+    """By default W_O sums over heads in one product: hook_result is closed (hooking it
+    raises, naming the switch); attention_results opens it for a block and restores each
+    layer afterwards, except one that still carries a hook on hook_result (turning results
+    off under a hook raises)."""
+    model = TwoLayers()
+    model.second.use_attn_result = True
+    with pytest.raises(RuntimeError, match="per-head results are off.*use_attn_result"):
+        model.first.hook_result.register_forward_hook(lambda *a: None)
+    x = x64()
+    before = model(x).numpy()
+    with attention_results(model) as inside:
+        assert inside is model and model.first.use_attn_result
+        assert model.first.fused  # the attention keeps its path
+        seen, handles = capture(model.first, ["hook_result"])
+        out = model(x).numpy()
+        for h in handles:
+            h.remove()
+    assert seen["hook_result"].shape == (B, T, H, D)
+    np.testing.assert_allclose(out, before, rtol=1e-12, atol=1e-12)
+    assert not model.first.use_attn_result and model.second.use_attn_result
+    with attention_results(model):
+        h = model.first.hook_result.register_forward_hook(lambda *a: None)
+    assert model.first.use_attn_result
+    with pytest.raises(RuntimeError, match="remove the hooks on hook_result"):
+        model.first.use_attn_result = False
+    h.remove()
+    model.first.use_attn_result = False
+    with pytest.raises(KeyError), attention_results(model):  # restored after an error
+        raise KeyError("inside")
+    assert not model.first.use_attn_result and model.second.use_attn_result
 
 
 def test_hook_can_edit_the_pattern():

@@ -34,6 +34,13 @@ def test_run_with_cache_records_every_hook_with_its_shape():
             assert np.all(np.triu(act, 1) == 0)  # causal
         elif name.split(".")[-1] in ("hook_q", "hook_k", "hook_v", "hook_z"):
             assert act.shape == (B, T, H, dh)
+        elif name.endswith("hook_result"):  # per head, in the residual basis, before b_O
+            assert act.shape == (B, T, H, d)
+            block = model.blocks[int(name.split(".")[1])]
+            out = cache[name.replace("attn.hook_result", "hook_attn_out")]
+            np.testing.assert_allclose(
+                act.sum(2) + block.attn.b_O.numpy(), out, rtol=1e-5, atol=1e-6
+            )
         else:
             assert act.shape == (B, T, d), name
     # the cached final residual stream gives the logits
@@ -91,3 +98,66 @@ def test_run_with_hooks_intervenes():
     ).numpy()
     np.testing.assert_allclose(same, base, rtol=1e-5, atol=1e-6)
     assert seen == ["blocks.0.attn.hook_z"]
+
+
+def gradient_by_substitution(model, tokens, name, metric):
+    """d metric / d activation at hook point ``name``, found another way: the activation is
+    replaced by a leaf Tensor equal to it, and tl.grad differentiates with respect to that."""
+    leaf = {}
+
+    def substitute(act):
+        leaf["x"] = tl.tensor(act.numpy().copy(), requires_grad=True)
+        return leaf["x"]
+
+    logits = C.run_with_hooks(model, tokens, [(name, substitute)], grad=True)
+    (g,) = tl.grad(metric(logits), [leaf["x"]])
+    return g.numpy()
+
+
+def test_gradient_cache_equals_the_gradient_at_a_substituted_leaf():
+    """run_with_cache(incl_bwd=True) caches, under name + "_grad", the gradient of the metric
+    (default: the mean next-token loss) at every hook point, the closed ones (scores,
+    pattern, per-head results) included; the parameters' .grad stay None."""
+    model = GPT(small())
+    tokens = np.random.default_rng(3).integers(0, 11, (2, 6))
+    _, cache = C.run_with_cache(model, tokens, incl_bwd=True)
+    names = C.hook_names(model)
+    assert set(cache) == set(names) | {n + "_grad" for n in names}
+    assert all(p.grad is None for p in model.parameters())
+    loss = lambda logits: C.mean_token_loss(logits, tokens)  # noqa: E731
+    for name in ("hook_embed", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_result"):
+        expect = gradient_by_substitution(model, tokens, name, loss)
+        assert cache[name + "_grad"].shape == cache[name].shape
+        np.testing.assert_allclose(cache[name + "_grad"], expect, rtol=1e-4, atol=1e-7)
+        assert np.abs(expect).max() > 1e-4  # not trivially zero
+
+    def logit_diff(logits):  # a custom metric: logit of 3 minus logit of 4 at the last position
+        return (logits[:, -1, 3] - logits[:, -1, 4]).sum()
+
+    _, cache = C.run_with_cache(
+        model, tokens, names=lambda n: "resid" in n, incl_bwd=True, metric=logit_diff
+    )
+    final = cache["blocks.1.hook_resid_post_grad"]
+    assert np.all(final[:, :-1] == 0)  # only the last position's logits were read
+    for name in ("blocks.0.hook_resid_mid", "blocks.1.hook_resid_pre"):
+        expect = gradient_by_substitution(model, tokens, name, logit_diff)
+        np.testing.assert_allclose(cache[name + "_grad"], expect, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="metric must be a scalar"):
+        C.run_with_cache(model, tokens, incl_bwd=True, metric=lambda logits: logits)
+
+
+def test_no_norm_final_gradient_is_the_unembedding_column():
+    """In a model without a final norm, d logit[b, t, j] / d resid_final is W_U[:, j] at
+    position t and zero elsewhere."""
+    model = GPT(small(final_norm=False))
+    tokens = np.array([[1, 5, 2, 7]])
+    _, cache = C.run_with_cache(
+        model,
+        tokens,
+        names="blocks.1.hook_resid_post",
+        incl_bwd=True,
+        metric=lambda logits: logits[0, 2, 6],
+    )
+    g = cache["blocks.1.hook_resid_post_grad"][0]
+    np.testing.assert_allclose(g[2], model.W_U.numpy()[:, 6], rtol=1e-6)
+    assert np.all(np.delete(g, 2, axis=0) == 0)
