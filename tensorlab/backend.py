@@ -36,6 +36,16 @@ DEVICES = ("cpu", "cuda")
 _XP: dict[type, object] = {np.ndarray: np}
 
 
+_HALF = np.dtype(np.float16)
+
+
+def acc_dtype(array):
+    """The dtype to accumulate sums and products of ``array`` in: float32 for float16, whose
+    11-bit significand drops small addends once a partial sum has grown (a running sum of
+    5000 × 0.1 stops at 256), else None (the array's own). Results are cast back."""
+    return np.float32 if array.dtype is _HALF else None
+
+
 def cuda_available() -> bool:
     """True when CuPy is installed and a CUDA device answers."""
     return cupy is not None

@@ -7,7 +7,7 @@ entry; batch axes that were broadcast are summed by the engine.
 
 from __future__ import annotations
 
-from tensorlab.backend import xp_of
+from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
 
 
@@ -20,7 +20,10 @@ class MatMul(Function):
     """
 
     def forward(ctx, a, b):
-        return a @ b
+        if acc_dtype(a) is None or acc_dtype(b) is None:
+            return a @ b
+        # float16: products summed in float32 (NumPy then uses BLAS, also much faster)
+        return xp_of(a).matmul(a, b, dtype=acc_dtype(a)).astype(a.dtype)
 
     def backward(ctx, g):
         a, b = ctx.inputs
@@ -61,7 +64,9 @@ class Einsum(Function):
     def forward(ctx, *arrays, spec):
         ins, out = _parse(spec, len(arrays))
         ctx.ins, ctx.out = ins, out
-        return xp_of(arrays[0]).einsum(f"{','.join(ins)}->{out}", *arrays)
+        acc = acc_dtype(arrays[0]) if all(acc_dtype(a) for a in arrays) else None
+        y = xp_of(arrays[0]).einsum(f"{','.join(ins)}->{out}", *arrays, dtype=acc)
+        return y if acc is None else y.astype(arrays[0].dtype)
 
     def backward(ctx, g):
         grads = []

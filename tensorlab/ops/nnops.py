@@ -7,7 +7,7 @@ matrix is never built.
 
 from __future__ import annotations
 
-from tensorlab.backend import xp_of
+from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
 
 
@@ -22,7 +22,7 @@ class Softmax(Function):
             return a.copy()
         xp = xp_of(a)
         e = xp.exp(a - a.max(axis=axis, keepdims=True))
-        e /= e.sum(axis=axis, keepdims=True)
+        e /= e.sum(axis=axis, keepdims=True, dtype=acc_dtype(a))
         return e
 
     def backward(ctx, g):
@@ -39,7 +39,8 @@ def log_softmax_array(a, axis: int = -1):
         return a.copy()
     xp = xp_of(a)
     shifted = a - a.max(axis=axis, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    lse = xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True, dtype=acc_dtype(a)))
+    return shifted - lse.astype(a.dtype, copy=False)
 
 
 class LogSoftmax(Function):

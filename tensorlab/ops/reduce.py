@@ -8,7 +8,7 @@ broadcast over the input. What differs between reductions is the weight each ent
 
 from __future__ import annotations
 
-from tensorlab.backend import xp_of
+from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor, where
 
@@ -45,7 +45,9 @@ class Sum(Function):
 
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
-        return a.sum(axis=ctx.axis, keepdims=keepdims)
+        acc = acc_dtype(a)  # float16 sums in float32
+        y = a.sum(axis=ctx.axis, keepdims=keepdims, dtype=acc)
+        return y if acc is None else y.astype(a.dtype)
 
     def backward(ctx, g):
         return _spread(ctx, g)
@@ -59,7 +61,9 @@ class Mean(Function):
         if ctx.count == 0:  # the mean of nothing: NaN, as NumPy (without its warning)
             shape = ctx.kshape if keepdims else ctx.out_shape
             return xp_of(a).full(shape, xp_of(a).nan, dtype=a.dtype)
-        return a.mean(axis=ctx.axis, keepdims=keepdims)
+        acc = acc_dtype(a)
+        y = a.mean(axis=ctx.axis, keepdims=keepdims, dtype=acc)
+        return y if acc is None else y.astype(a.dtype)
 
     def backward(ctx, g):
         return _spread(ctx, g / ctx.count if ctx.count else g)  # (no entries: an empty grad)
@@ -115,7 +119,9 @@ def _moment(ctx, xp, a, axis, keepdims, ddof):
     ctx.ddof = ddof
     if ctx.count - ddof <= 0:
         return xp.full(ctx.kshape if keepdims else ctx.out_shape, xp.nan, dtype=a.dtype)
-    return a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof)
+    acc = acc_dtype(a)
+    y = a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof, dtype=acc)
+    return y if acc is None else y.astype(a.dtype)
 
 
 class Var(Function):
@@ -160,7 +166,9 @@ class Prod(Function):
 
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
-        return a.prod(axis=ctx.axis, keepdims=keepdims)
+        acc = acc_dtype(a)
+        y = a.prod(axis=ctx.axis, keepdims=keepdims, dtype=acc)
+        return y if acc is None else y.astype(a.dtype)
 
     def backward(ctx, g):
         a = ctx.inputs[0]
@@ -197,7 +205,9 @@ class Cumsum(Function):
 
     def forward(ctx, a, axis):
         ctx.axis = axis
-        return xp_of(a).cumsum(a, axis=axis)
+        acc = acc_dtype(a)
+        y = xp_of(a).cumsum(a, axis=axis, dtype=acc)
+        return y if acc is None else y.astype(a.dtype)
 
     def backward(ctx, g):
         return g.flip(ctx.axis).cumsum(ctx.axis).flip(ctx.axis)
@@ -217,7 +227,8 @@ class LogSumExp(Function):
             return y if keepdims else y.reshape(ctx.out_shape)
         m = a.max(axis=ctx.axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
-        y = xp.log(xp.exp(a - m).sum(axis=ctx.axis, keepdims=True)) + m
+        y = xp.log(xp.exp(a - m).sum(axis=ctx.axis, keepdims=True, dtype=acc_dtype(a))) + m
+        y = y.astype(a.dtype, copy=False)
         return y if keepdims else y.reshape(ctx.out_shape)
 
     def backward(ctx, g):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tensorlab.backend import xp_of
+from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor
 
@@ -62,8 +62,11 @@ class SumTo(Function):
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(shape) if n == 1 and a.shape[lead + i] != 1
         )
-        out = a.sum(axis=axes, keepdims=True) if axes else a
-        return out.reshape(shape)
+        if not axes:
+            return a.reshape(shape)
+        acc = acc_dtype(a)
+        out = a.sum(axis=axes, keepdims=True, dtype=acc)
+        return (out if acc is None else out.astype(a.dtype)).reshape(shape)
 
     def backward(ctx, g):
         return g.expand(ctx.inputs[0].shape)

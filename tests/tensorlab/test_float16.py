@@ -1,0 +1,152 @@
+"""float16 through every op, and integer tensors that never require grad.
+
+Every op keeps float16 in and float16 out, gradients included, and agrees with the same
+computation in float64 (on the same float16-rounded inputs) to float16's precision: relative
+error below 5e-3 for values and 1e-2 for gradients (float16 keeps 11 significant bits,
+relative spacing 9.8e-4; an op and its backward round a few times). Sums, means, variances,
+products, running sums, log-sum-exp, softmax and matrix products accumulate in float32 and
+round once at the end, where NumPy's float16 arithmetic would lose the small addends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nn.functional as F
+import tensorlab as tl
+from nn.activation import ErfFn
+
+RNG = np.random.default_rng(0)
+A = RNG.uniform(0.5, 1.5, (3, 4)) * RNG.choice([-1, 1], (3, 4))
+B = RNG.uniform(0.5, 1.5, (3, 4))
+W = RNG.standard_normal((4, 2))
+IDX = np.array([[0, 2, 1, 0], [1, 1, 0, 2], [2, 0, 0, 1]])
+
+OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "neg": lambda a, b: -a,
+    "pow_scalar": lambda a, b: a**2,
+    "pow": lambda a, b: b**a,
+    "exp": lambda a, b: a.exp(),
+    "log": lambda a, b: b.log(),
+    "sqrt": lambda a, b: b.sqrt(),
+    "abs": lambda a, b: a.abs(),
+    "tanh": lambda a, b: a.tanh(),
+    "sigmoid": lambda a, b: a.sigmoid(),
+    "relu": lambda a, b: a.relu(),
+    "sin": lambda a, b: a.sin(),
+    "cos": lambda a, b: a.cos(),
+    "maximum": lambda a, b: a.maximum(b),
+    "minimum": lambda a, b: a.minimum(b),
+    "clip": lambda a, b: a.clip(-0.8, 0.8),
+    "where": lambda a, b: tl.where(A > 0, a, b),
+    "sum": lambda a, b: a.sum(1),
+    "mean": lambda a, b: a.mean(),
+    "max": lambda a, b: a.max(0),
+    "min": lambda a, b: a.min(1),
+    "var": lambda a, b: a.var(1),
+    "std": lambda a, b: a.std(0, ddof=1),
+    "prod": lambda a, b: a.prod(1),
+    "logsumexp": lambda a, b: a.logsumexp(1),
+    "cumsum": lambda a, b: a.cumsum(1),
+    "softmax": lambda a, b: a.softmax(-1),
+    "log_softmax": lambda a, b: a.log_softmax(0),
+    "matmul": lambda a, b: a @ b.T,
+    "einsum": lambda a, b: tl.einsum("ij,kj->ik", a, b),
+    "reshape": lambda a, b: a.reshape(4, 3),
+    "permute": lambda a, b: a.T,
+    "expand": lambda a, b: a.expand(2, 3, 4),
+    "concatenate": lambda a, b: tl.cat([a, b], 1),
+    "stack": lambda a, b: tl.stack([a, b]),
+    "getitem": lambda a, b: a[1:, [0, 0, 2]],
+    "gather": lambda a, b: a.gather(1, IDX),
+    "flip": lambda a, b: a.flip(0),
+    "roll": lambda a, b: a.roll(1, 1),
+    "tile": lambda a, b: a.tile(2, 1),
+    "repeat_interleave": lambda a, b: a.repeat_interleave(2, 0),
+    "sort": lambda a, b: a.sort(1).values,
+    "topk": lambda a, b: a.topk(2).values,
+    "scatter_add": lambda a, b: a.scatter_add(1, IDX, b),
+    "index_add": lambda a, b: a.index_add(0, [2, 2, 0], b),
+    "tril": lambda a, b: a.tril(),
+    "triu": lambda a, b: a.triu(1),
+    "layer_norm": lambda a, b: F.layer_norm(a, b[0], b[1]),
+    "rms_norm": lambda a, b: F.rms_norm(a, b[0]),
+    "gelu": lambda a, b: F.gelu(a),
+    "gelu_tanh": lambda a, b: F.gelu(a, "tanh"),
+    "silu": lambda a, b: F.silu(a),
+    "elu": lambda a, b: F.elu(a),
+    "erf": lambda a, b: ErfFn.apply(a),
+    "linear": lambda a, b: F.linear(a, tl.tensor(W.astype(a.dtype))),
+    "cross_entropy": lambda a, b: F.cross_entropy(a, np.array([0, 3, 1])),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op_in_float16(name):
+    fn = OPS[name]
+    x16, y16 = (tl.tensor(v.astype(np.float16), requires_grad=True) for v in (A, B))
+    x64, y64 = (
+        tl.tensor(v.astype(np.float16).astype(np.float64), requires_grad=True) for v in (A, B)
+    )
+    out16, out64 = fn(x16, y16), fn(x64, y64)
+    assert out16.dtype == np.float16
+    g = RNG.standard_normal(out16.shape)
+    out16.backward(tl.tensor(g.astype(np.float16)))
+    out64.backward(tl.tensor(g))
+    scale = max(1.0, np.abs(out64.numpy()).max())
+    assert np.abs(out16.numpy().astype(np.float64) - out64.numpy()).max() / scale < 5e-3
+    for t16, t64 in ((x16, x64), (y16, y64)):
+        if t64.grad is None:
+            assert t16.grad is None
+            continue
+        assert t16.grad.dtype == np.float16
+        gscale = max(1.0, np.abs(t64.grad.numpy()).max())
+        assert np.abs(t16.grad.numpy().astype(np.float64) - t64.grad.numpy()).max() / gscale < 1e-2
+
+
+def test_float16_sums_accumulate_in_float32():
+    """5000 × 0.1: a float16 running sum stalls at 256 (0.1 is below half the spacing there);
+    accumulated in float32 and rounded once it is 500, like every other reduction here."""
+    x = tl.tensor(np.full(5000, 0.1, np.float16), requires_grad=True)
+    assert np.cumsum(x.numpy())[-1] == 256.0  # what NumPy's float16 arithmetic gives
+    assert x.cumsum()[-1].item() == 500.0
+    assert x.sum().item() == 500.0
+    assert abs(x.mean().item() - 0.1) < 1e-4
+    tenth = float(np.float16(0.1))  # 0.0999755859375
+    assert (x.reshape(1, -1) @ x.reshape(-1, 1)).item() == np.float16(tenth * tenth * 5000)
+    assert abs(x.logsumexp().item() - (np.log(5000) + 0.1)) < 1e-2
+    assert x.softmax(0).sum().item() == 1.0
+    y = tl.tensor(np.full((2, 4000), 0.1, np.float16))
+    expect = float(np.float16(tenth * tenth * 4000))
+    assert tl.einsum("ij,ij->i", y, y).numpy().tolist() == [expect, expect]
+    x.sum().backward()
+    assert x.grad.dtype == np.float16
+
+
+def test_integer_tensors_never_require_grad():
+    with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
+        tl.tensor([1, 2], requires_grad=True)
+    with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
+        tl.tensor([1, 2]).requires_grad_()
+    x = tl.tensor([1.5, -2.0], requires_grad=True)
+    for t in (
+        x.to(np.int64),
+        x.astype("int32"),
+        x.to(bool),
+        x.argmax(),
+        x.argsort(),
+        x.sort().indices,
+        x.topk(1).indices,
+        x > 0,
+        np.isnan(x),
+        tl.tensor([1, 2]) * 3,
+    ):
+        assert t.dtype.kind in "iub" and not t.requires_grad and t.grad_fn is None
+    y = x * tl.tensor([2, 3])  # an integer operand: no gradient for it, x's is float
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 3.0])
