@@ -6,6 +6,10 @@
 The tiny op is measured inside a chain of 100 ``y = y * c`` on 4-element float32 tensors,
 then one backward, divided by the number of ops: what one op costs inside a real graph.
 Target (issue #2): at most 10 µs per tiny op, forward + backward.
+
+Two forward-only rows time a NumPy array beside a tensor: ``tensor * array`` (the Tensor's
+operator) and ``array * tensor``, which NumPy hands to ``Tensor.__array_ufunc__``
+(tensorlab/numpy_protocol.py) and which should cost about as much.
 """
 
 from __future__ import annotations
@@ -49,6 +53,30 @@ def tiny_chain_torch(torch):
     return step
 
 
+def with_array_ours(array_first: bool):
+    x = tl.tensor(np.ones(4, np.float32), requires_grad=True)
+    a = np.full(4, 1.0001, np.float32)
+
+    def step():
+        y = x
+        for _ in range(CHAIN):
+            y = a * y if array_first else y * a
+
+    return step
+
+
+def with_array_torch(torch, array_first: bool):
+    x = torch.ones(4, requires_grad=True)
+    a = torch.full((4,), 1.0001)  # PyTorch has no NumPy operand: its tensor beside it
+
+    def step():
+        y = x
+        for _ in range(CHAIN):
+            y = a * y if array_first else y * a
+
+    return step
+
+
 def matmul_ours(n=256):
     rng = np.random.default_rng(0)
     a = tl.tensor(rng.standard_normal((n, n), dtype=np.float32), requires_grad=True)
@@ -80,6 +108,10 @@ def main() -> None:
     numpy_call = median_time(lambda: np.multiply(a, a), reps=50, inner=1000)
     ours_tiny = median_time(tiny_chain_ours(), reps=50) / (CHAIN + 1)
     ref_tiny = median_time(tiny_chain_torch(torch), reps=50) / (CHAIN + 1) if torch else None
+    ours_ta = median_time(with_array_ours(False), reps=50) / CHAIN
+    ours_at = median_time(with_array_ours(True), reps=50) / CHAIN
+    ref_ta = median_time(with_array_torch(torch, False), reps=50) / CHAIN if torch else None
+    ref_at = median_time(with_array_torch(torch, True), reps=50) / CHAIN if torch else None
     ours_mm = median_time(matmul_ours(), reps=50)
     ref_mm = median_time(matmul_torch(torch), reps=50) if torch else None
 
@@ -90,6 +122,8 @@ def main() -> None:
     print(f"{'':<44} {'tensorlab':>10} {'pytorch':>10} {'ratio':>7}")
     print(row("bare numpy multiply (4 floats)", numpy_call, None))
     print(row("tiny elementwise op, forward+backward", ours_tiny, ref_tiny))
+    print(row("tensor * array, forward", ours_ta, ref_ta))
+    print(row("array * tensor, forward (__array_ufunc__)", ours_at, ref_at))
     print(row("256x256 matmul, forward+backward", ours_mm, ref_mm))
     target = "met" if ours_tiny <= 10e-6 else "NOT met"
     print(f"target <= 10 us per tiny op: {target} ({ours_tiny * 1e6:.1f} us)")
