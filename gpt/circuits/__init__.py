@@ -82,6 +82,18 @@ from gpt.circuits.induction import (
     repeated_tokens,
 )
 from gpt.circuits.qk_ov import W_OV, W_QK, composition_scores, ov_circuit, qk_circuit
+from gpt.circuits.resid import (
+    accumulated_resid,
+    apply_ln_to_stack,
+    decompose_resid,
+    final_resid,
+    folded_unembed,
+    full_resid_decomposition,
+    logit_attrs,
+    logit_lens,
+    residual_directions,
+    stack_head_results,
+)
 
 __all__ = [
     "FactoredMatrix",
@@ -106,4 +118,14 @@ __all__ = [
     "repeated_sequence_losses",
     "induction_report",
     "format_head_table",
+    "final_resid",
+    "decompose_resid",
+    "stack_head_results",
+    "full_resid_decomposition",
+    "accumulated_resid",
+    "apply_ln_to_stack",
+    "folded_unembed",
+    "logit_lens",
+    "residual_directions",
+    "logit_attrs",
 ]

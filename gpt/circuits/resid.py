@@ -1,0 +1,278 @@
+"""The residual stream taken apart: the final stream as the sum of what every component wrote
+(``decompose_resid``, ``stack_head_results``, ``full_resid_decomposition``), the stream after
+each layer (``accumulated_resid``) and its logits (``logit_lens``), and what each component
+adds to a logit or a logit difference (``logit_attrs``: direct logit attribution).
+
+Everything reads a cache from :func:`~gpt.circuits.run_with_cache` (every hook point by
+default, ``hook_result`` included) and returns float64 arrays stacked on a first "component"
+axis, (n, B, T, d_model), with TransformerLens's labels when ``return_labels=True``.
+
+Why the parts sum to the whole. In a pre-norm model the stream only ever grows by addition::
+
+    resid_final = embed + pos_embed + Σ_layers (attn_out + mlp_out),
+    attn_out = Σ_heads result^h + b_O,
+
+so the stacks below sum to the final stream exactly (float rounding aside). The logits are
+``ln_f(resid_final) @ W_U``. A LayerNorm centres its input and divides it by a per-position
+scale σ = √(var + eps) (RMSNorm: by √(mean(x²) + eps)), then multiplies by the gain w and adds
+the bias b. Centring is linear; dividing by σ is not, but σ is one number per position, so
+with σ read from this run (frozen) the norm is linear in each component. That is
+TransformerLens's folding: :func:`apply_ln_to_stack` centres each component and divides it by
+the cached σ; the gain goes into the unembedding (:func:`folded_unembed`, w ⊙ W_U) and
+b @ W_U is a constant that belongs to no component. Then, for this input,
+
+    logits = Σ_components apply_ln(component) @ (w ⊙ W_U) + b @ W_U
+
+up to float rounding. What is approximate is the reading, not the sum: σ depends on every
+component, so a component's term is what it adds *at this σ*, not what removing it would
+change (that is activation patching, :mod:`gpt.circuits.patching`).
+
+Only models whose stream is a plain sum have a decomposition: norm_placement "pre" (a
+"post" or "sandwich" model normalizes inside each block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nn
+import tensorlab as tl
+from gpt.circuits.factored import _arr
+
+
+def _check_pre_norm(model) -> None:
+    placement = model.config.norm_placement
+    if placement != "pre":
+        raise ValueError(
+            f"the residual stream has no additive decomposition with norm_placement="
+            f"{placement!r} (a norm inside each block); use a 'pre' model"
+        )
+
+
+def _get(cache: dict, name: str) -> np.ndarray:
+    if name not in cache:
+        raise KeyError(
+            f"{name!r} is not in the cache; run run_with_cache(model, tokens) with it (or with "
+            "names=None for every hook point)"
+        )
+    return _arr(cache[name])
+
+
+def _stack(parts: list[np.ndarray], like: np.ndarray) -> np.ndarray:
+    return np.stack(parts) if parts else np.zeros((0,) + like.shape)
+
+
+def _embed_parts(model, cache: dict) -> tuple[list[np.ndarray], list[str]]:
+    """The token embeddings (B, T, d) and, for learned or sinusoidal positions, the position
+    vectors broadcast to (B, T, d)."""
+    embed = _get(cache, "hook_embed")
+    parts, labels = [embed], ["embed"]
+    if model.pos is not None:
+        zeros = tl.tensor(np.zeros(embed.shape[1:], np.float32)[None])
+        pos = _arr(model.pos(zeros))
+        parts.append(np.broadcast_to(pos, embed.shape))
+        labels.append("pos_embed")
+    return parts, labels
+
+
+def final_resid(model, cache: dict) -> np.ndarray:
+    """The stream the final norm reads, (B, T, d): the last block's ``hook_resid_post`` (the
+    embeddings for a model of no layers)."""
+    _check_pre_norm(model)
+    L = len(model.blocks)
+    if L:
+        return _get(cache, f"blocks.{L - 1}.hook_resid_post")
+    parts, _ = _embed_parts(model, cache)
+    return sum(parts)
+
+
+def _layer_range(model, layer: int | None) -> int:
+    L = len(model.blocks)
+    if layer is None:
+        return L
+    if not 0 <= layer <= L:
+        raise IndexError(f"layer {layer} is out of range [0, {L}] for a model of {L} layers")
+    return layer
+
+
+def _norm_scale(model, resid: np.ndarray) -> np.ndarray | None:
+    """The final norm's per-position divisor σ (..., 1) for streams ``resid``; None without a
+    normalizing final norm."""
+    ln = model.ln_f
+    if isinstance(ln, nn.LayerNorm):
+        return np.sqrt(resid.var(-1, keepdims=True) + ln.eps)
+    if isinstance(ln, nn.RMSNorm):
+        return np.sqrt((resid**2).mean(-1, keepdims=True) + ln.eps)
+    return None
+
+
+def _centre(model, stack: np.ndarray) -> np.ndarray:
+    return stack - stack.mean(-1, keepdims=True) if isinstance(model.ln_f, nn.LayerNorm) else stack
+
+
+def apply_ln_to_stack(model, cache: dict, stack, recompute_ln: bool = False) -> np.ndarray:
+    """The final norm applied to every component of ``stack`` (n, B, T, d) without its gain
+    and bias (those are in :func:`folded_unembed`): centred (LayerNorm) and divided by σ.
+
+    σ is the final stream's (from ``cache``), the same for every component, so the results
+    still sum to the normalized final stream: the frozen-scale linearization of the module
+    docstring. ``recompute_ln=True`` instead divides each entry by its own σ, as if it were
+    the final stream (the logit lens; the results then no longer add up)."""
+    stack = _arr(stack)
+    scale = _norm_scale(model, stack if recompute_ln else final_resid(model, cache))
+    stack = _centre(model, stack)
+    return stack if scale is None else stack / scale
+
+
+def folded_unembed(model) -> tuple[np.ndarray, np.ndarray]:
+    """The unembedding with the final norm's affine part folded in: (W_U' (d, vocab), b_U
+    (vocab,)) with W_U' = diag(w) W_U and b_U = b W_U (zeros without a gain or a bias), so
+    that ``logits = apply_ln(resid_final) @ W_U' + b_U``."""
+    W_U = _arr(model.W_U)
+    w = getattr(model.ln_f, "w", None)
+    b = getattr(model.ln_f, "b", None)
+    b_U = np.zeros(W_U.shape[1]) if b is None else _arr(b) @ W_U
+    return (W_U if w is None else _arr(w)[:, None] * W_U), b_U
+
+
+def decompose_resid(
+    model,
+    cache: dict,
+    layer: int | None = None,
+    mode: str = "all",
+    incl_embeds: bool = True,
+    apply_ln: bool = False,
+    return_labels: bool = False,
+):
+    """What each layer wrote, stacked (n, B, T, d): "embed", "pos_embed" (learned or
+    sinusoidal positions only), then "{i}_attn_out" and "{i}_mlp_out" for the layers before
+    ``layer`` (default all; ``mode`` "attn" or "mlp" keeps one kind). With every part and all
+    layers, the sum is the final stream; ``apply_ln`` folds the final norm
+    (:func:`apply_ln_to_stack`)."""
+    if mode not in ("all", "attn", "mlp"):
+        raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
+    _check_pre_norm(model)
+    parts, labels = _embed_parts(model, cache) if incl_embeds else ([], [])
+    for i in range(_layer_range(model, layer)):
+        if mode in ("all", "attn"):
+            parts.append(_get(cache, f"blocks.{i}.hook_attn_out"))
+            labels.append(f"{i}_attn_out")
+        if mode in ("all", "mlp") and model.blocks[i].mlp is not None:
+            parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
+            labels.append(f"{i}_mlp_out")
+    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+
+
+def stack_head_results(
+    model,
+    cache: dict,
+    layer: int | None = None,
+    apply_ln: bool = False,
+    return_labels: bool = False,
+):
+    """Every head's output in the residual basis (``hook_result``, without b_O), stacked
+    (layers·heads, B, T, d) layer-major, labelled "L{l}H{h}", for the layers before
+    ``layer`` (default all). ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
+    _check_pre_norm(model)
+    parts, labels = [], []
+    for i in range(_layer_range(model, layer)):
+        result = _get(cache, f"blocks.{i}.attn.hook_result")  # (B, T, H, d)
+        for h in range(result.shape[2]):
+            parts.append(result[:, :, h])
+            labels.append(f"L{i}H{h}")
+    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+
+
+def full_resid_decomposition(
+    model, cache: dict, apply_ln: bool = False, return_labels: bool = False
+):
+    """The final stream split as finely as the hook points allow, (n, B, T, d): "embed",
+    "pos_embed", each head "L{l}H{h}", each MLP "{l}_mlp_out", and "bias" (Σ of the
+    attention output biases b_O, which belong to no head). The parts sum to the final stream;
+    ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
+    _check_pre_norm(model)
+    parts, labels = _embed_parts(model, cache)
+    heads, head_labels = stack_head_results(model, cache, return_labels=True)
+    parts += list(heads)
+    labels += head_labels
+    bias = np.zeros(model.config.d_model)
+    for i, block in enumerate(model.blocks):
+        if block.mlp is not None:
+            parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
+            labels.append(f"{i}_mlp_out")
+        if block.attn.b_O is not None:
+            bias = bias + _arr(block.attn.b_O)
+    parts.append(np.broadcast_to(bias, _get(cache, "hook_embed").shape))
+    labels.append("bias")
+    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+
+
+def accumulated_resid(
+    model,
+    cache: dict,
+    layer: int | None = None,
+    incl_mid: bool = False,
+    apply_ln: bool = False,
+    return_labels: bool = False,
+):
+    """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" (and
+    "{i}_mid" between attention and MLP when ``incl_mid``) for the layers before ``layer``,
+    then "final_post" when ``layer`` is None. ``apply_ln`` normalizes each stream with its own
+    statistics, as the final norm would if the model stopped there (the logit lens)."""
+    _check_pre_norm(model)
+    n = _layer_range(model, layer)
+    parts, labels = [], []
+    for i in range(n):
+        parts.append(_get(cache, f"blocks.{i}.hook_resid_pre"))
+        labels.append(f"{i}_pre")
+        if incl_mid and not model.blocks[i].parallel:
+            parts.append(_get(cache, f"blocks.{i}.hook_resid_mid"))
+            labels.append(f"{i}_mid")
+    if layer is None:
+        parts.append(final_resid(model, cache))
+        labels.append("final_post")
+    stack = _stack(parts, _get(cache, "hook_embed"))
+    if apply_ln:
+        stack = apply_ln_to_stack(model, cache, stack, recompute_ln=True)
+    return (stack, labels) if return_labels else stack
+
+
+def logit_lens(model, cache: dict, incl_mid: bool = False, return_labels: bool = False):
+    """Logits (n, B, T, vocab) read off the stream before each layer and at the end, as if the
+    model stopped there: the final norm (own statistics) and W_U applied to every stream of
+    :func:`accumulated_resid`. The last entry ("final_post") is the model's logits."""
+    stack, labels = accumulated_resid(
+        model, cache, incl_mid=incl_mid, apply_ln=True, return_labels=True
+    )
+    W_U, b_U = folded_unembed(model)
+    logits = stack @ W_U + b_U
+    return (logits, labels) if return_labels else logits
+
+
+def residual_directions(model, tokens) -> np.ndarray:
+    """The folded unembedding's column of each token, ``tokens.shape + (d,)``: the direction
+    in the (normalized) stream that raises that token's logit."""
+    W_U, _ = folded_unembed(model)
+    return W_U.T[np.asarray(tokens, dtype=np.int64)]
+
+
+def logit_attrs(model, stack, tokens, incorrect_tokens=None) -> np.ndarray:
+    """Direct logit attribution: each component's term in the logit of ``tokens``, (n, B, T)
+    from ``stack`` (n, B, T, d) folded with ``apply_ln=True``. ``tokens`` is broadcast to
+    (B, T) (per position the token whose logit to read, e.g. the next token); with
+    ``incorrect_tokens`` (same broadcasting) the term in the logit difference
+    logit(tokens) - logit(incorrect_tokens). Σ over components (plus ``folded_unembed``'s b_U
+    entries) is the model's logit (difference)."""
+    stack = _arr(stack)
+    shape = stack.shape[1:-1]
+    dirs = residual_directions(model, np.broadcast_to(tokens, shape))
+    if incorrect_tokens is not None:
+        dirs = dirs - residual_directions(model, np.broadcast_to(incorrect_tokens, shape))
+    return np.einsum("n...d,...d->n...", stack, dirs)
+
+
+def _finish(model, cache, parts, labels, apply_ln: bool, return_labels: bool):
+    stack = _stack(parts, _get(cache, "hook_embed"))
+    if apply_ln:
+        stack = apply_ln_to_stack(model, cache, stack)
+    return (stack, labels) if return_labels else stack
