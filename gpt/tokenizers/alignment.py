@@ -44,18 +44,20 @@ def _starts_cluster(c: str) -> bool:
 def _match_up(before: str, spans: list[Span], after: str) -> list[Span]:
     """Spans for the characters of ``after``, the normalized form of ``before``.
 
-    First, characters found unchanged in ``before`` (in order) take their own spans, so a
-    dropped accent takes its span with it. Then each other character takes the first unused
-    character of ``before`` between its matched neighbours ("e" + accent -> "é" gets the span
-    of the "e"), or, with none left, the one before it (the parts of a decomposition: "ﬁ" ->
-    "f", "i" both get the span of the "ﬁ")."""
+    First, characters found unchanged in ``before`` (in order, matched from the end) take
+    their own spans ("A" + two accents -> "Á" + accent: the accent left is the second). Then
+    each other character takes the first unused character of ``before`` between its matched
+    neighbours ("e" + accent -> "é" gets the span of the "e"), or, with none left, the one
+    before it."""
+    # matched from the end: a composition absorbs the first marks, the last ones remain
     source: list[int | None] = []
-    j = 0
-    for c in after:
-        k = before.find(c, j)
+    j = len(before)
+    for c in reversed(after):
+        k = before.rfind(c, 0, j)
         source.append(k if k >= 0 else None)
         if k >= 0:
-            j = k + 1
+            j = k
+    source.reverse()
     used = {k for k in source if k is not None}
     previous = -1
     for i, k in enumerate(source):
@@ -74,8 +76,10 @@ def _match_up(before: str, spans: list[Span], after: str) -> list[Span]:
 def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]:
     """The aligned form of a normalizer that works cluster by cluster (see the module
     docstring): each cluster is normalized alone. An output as long as its input keeps the
-    spans one to one; otherwise ``_match_up`` pairs output and input characters ("e" + accent
-    -> "é" gets the span of the "e", "ﬁ" -> "fi" gives both the span of the "ﬁ")."""
+    spans one to one; one that is what its characters give one at a time gives each
+    character's output that character's span ("ﬁ" -> "fi" both get the span of the "ﬁ", a
+    stripped accent takes its span with it); otherwise characters were combined, and
+    ``_match_up`` pairs output and input characters ("e" + accent -> "é": the span of "e")."""
 
     def align(aligned: Aligned) -> Aligned:
         text, spans = aligned
@@ -87,9 +91,13 @@ def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]
             while end < len(text) and not _starts_cluster(text[end]):
                 end += 1
             piece = normalize(text[k:end])
+            singles = [normalize(c) for c in text[k:end]] if len(piece) != end - k else []
             if len(piece) == end - k:
                 out_spans.extend(spans[k:end])
-            else:
+            elif "".join(singles) == piece:  # what each character gives on its own
+                for single, span in zip(singles, spans[k:end]):
+                    out_spans.extend([span] * len(single))
+            else:  # characters combined
                 out_spans.extend(_match_up(text[k:end], spans[k:end], piece))
             out_text.append(piece)
             k = end

@@ -23,17 +23,24 @@ from .alignment import Aligned
 from .base import Tokenizer
 from .bpe import ByteBPE
 from .pipeline import Pipeline
-from .pretokenize import bert_normalize, unicode_to_bytes
+from .pretokenize import WHITESPACE, bert_normalize, unicode_to_bytes
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
 Span = tuple[int, int]
+_BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")
+_TRIM = regex.compile(rf"(?s)[{WHITESPACE}]*(.*?)[{WHITESPACE}]*")
 #: how many bytes of uncovered text may lie between one token and the next
 MAX_GAP = 128
 
 
 def surface(tok: Tokenizer, i: int) -> bytes:
     """The text token ``i`` stands for, as UTF-8 bytes (see the module docstring)."""
+    fallback = tok.kind == "pipeline" or getattr(tok, "byte_fallback", False)
+    if fallback and not isinstance(tok, ByteBPE):
+        byte = _BYTE_TOKEN.fullmatch(tok.itos[i])
+        if byte:  # a byte-fallback token stands for one byte
+            return bytes([int(byte.group(1), 16)])
     if i in tok._special_by_id:
         return tok._special_by_id[i].encode("utf-8")
     if isinstance(tok, ByteBPE):
@@ -134,11 +141,11 @@ def _units(text: str, start: int, end: int, n: int, unk_text: str | None) -> lis
     """``n`` places for ``n`` unfound tokens in ``text[start:end]`` (see ``_fill_gaps``)."""
     literal = regex.escape(unk_text) + "|" if unk_text else ""
     gap = text[start:end]
-    trimmed = gap.strip()
-    offset = start + (len(gap) - len(gap.lstrip()))
+    inner = _TRIM.fullmatch(gap)  # (Unicode's White_Space: str.strip also takes \x1c-\x1f)
+    trimmed, offset = inner.group(1), start + inner.start(1)
     for piece, base, pattern in (
-        (trimmed, offset, rf"{literal}\S+"),
-        (trimmed, offset, rf"{literal}\S"),
+        (trimmed, offset, rf"{literal}[^{WHITESPACE}]+"),
+        (trimmed, offset, rf"{literal}[^{WHITESPACE}]"),
         (trimmed, offset, rf"(?s){literal}."),
         (gap, start, rf"(?s){literal}."),
     ):
@@ -192,7 +199,7 @@ def _find(
         return (pos, min(end, len(data))), pos
     if literal:  # only after whitespace: an unknown token's spelling is no text to look for
         start = pos
-        while start < len(data) and data[start : start + 1].isspace():
+        while start < len(data) and data[start] in b" \t\n\r\x0b\x0c":
             start += 1
         if s and data.startswith(s, start):
             return (start, start + len(s)), start + len(s)

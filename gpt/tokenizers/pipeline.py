@@ -164,6 +164,16 @@ def _find_key(spec: Any, key: str) -> Any:
     return None
 
 
+def _spread(content: str, chunk: str, start: int) -> alignment.Aligned:
+    """An added token's text aligned with its chunk of the original: ``chunk`` is ``content``
+    with the whitespace its ``lstrip``/``rstrip`` swallowed, which its ends then cover."""
+    text, spans = alignment.identity(content, start + chunk.index(content))
+    if spans:
+        spans[0] = (start, spans[0][1])
+        spans[-1] = (spans[-1][0], start + len(chunk))
+    return text, spans
+
+
 class Pipeline(Tokenizer):
     """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring)."""
 
@@ -287,9 +297,12 @@ class Pipeline(Tokenizer):
         out_text: list[str] = []
         out_spans: list[alignment.Span] = []
         for chunk, token, start in split_added(text, self._raw_added):
-            aligned = alignment.identity(chunk, start)
-            if token is None and self.normalizer is not None:
-                aligned = self.normalizer.align(aligned)
+            if token is not None:  # the token, over the whitespace it swallowed too
+                aligned = _spread(token.content, chunk, start)
+            else:
+                aligned = alignment.identity(chunk, start)
+                if self.normalizer is not None:
+                    aligned = self.normalizer.align(aligned)
             out_text.append(aligned[0])
             out_spans.extend(aligned[1])
         return "".join(out_text), out_spans

@@ -1,5 +1,5 @@
-"""Issue 19: every listed ``tokenizer.json`` component loads here with the ids, and decodes to
-the text, that the ``tokenizers`` library gives.
+"""Issue 19: every listed ``tokenizer.json`` component loads here with the ids and offsets, and
+decodes to the text, that the ``tokenizers`` library gives.
 
 Each case builds a tokenizer with that library (test-only, no network), trains it on a corpus
 generated here, saves ``tokenizer.json``, loads it with ``gpt.tokenizers.load`` and compares on
@@ -88,13 +88,17 @@ def bpe(vocab=300, **kw):
 
 
 def compare(theirs, tmp_path, texts=STRESS, pair=False):
-    """Save theirs, load it here, and check ids (without and with special tokens) and decode."""
+    """Save theirs, load it here, and check ids (without and with special tokens), offsets and
+    decode."""
     path = tmp_path / "tokenizer.json"
     theirs.save(str(path))
     ours = tk.load(path)
     for text in texts:
-        expected = theirs.encode(text, add_special_tokens=False).ids
+        encoding = theirs.encode(text, add_special_tokens=False)
+        expected = encoding.ids
         assert ours.encode(text) == expected, text
+        offsets = list(zip(expected, map(tuple, encoding.offsets)))
+        assert tk.encode_with_offsets(ours, text) == offsets, text
         assert ours.decode(expected) == theirs.decode(expected, skip_special_tokens=False), text
         with_specials = theirs.encode(text).ids
         if isinstance(ours, Pipeline):
@@ -340,7 +344,10 @@ def test_added_tokens_with_flags(tmp_path):
 @given(text=unicode_text)
 def test_generated_text(pipelines, text):
     for theirs, ours in pipelines:
-        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+        encoding = theirs.encode(text, add_special_tokens=False)
+        assert ours.encode(text) == encoding.ids
+        offsets = list(zip(encoding.ids, map(tuple, encoding.offsets)))
+        assert tk.encode_with_offsets(ours, text) == offsets
 
 
 @pytest.fixture(scope="module")
