@@ -523,7 +523,9 @@ class Tensor:
 
     def topk(self, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> Sorted:  # noqa: A002
         """The ``k`` largest (``largest=False``: smallest) entries along ``axis`` and their
-        indices, in sorted order, as PyTorch's ``topk``. Ties: the lower index first."""
+        indices, in sorted order, as PyTorch's ``topk`` (``sorted`` is taken for its signature:
+        the result is always sorted). The values are a gather, as in :meth:`sort`. Ties: the
+        lower index first."""
         n = self.shape[axis] if self.ndim else 1
         if not 0 <= k <= n:
             raise ValueError(

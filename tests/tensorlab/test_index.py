@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from opcheck import check_op, leaf
-from strategies import bool_mask, distinct, nonscalar_shapes, small_shapes, values
+from strategies import (
+    bool_mask,
+    distinct,
+    nonscalar_shapes,
+    shapes_with_empty,
+    small_shapes,
+    values,
+)
 
 import tensorlab as tl
 
@@ -155,8 +162,11 @@ def test_tril_triu(x, k, gg):
 
 
 # ---------------------------------------------------------------- sort, argsort, topk
+sort_shapes = st.one_of(nonscalar_shapes, shapes_with_empty)
+
+
 @st.composite
-def sort_case(draw, shapes=nonscalar_shapes):
+def sort_case(draw, shapes=sort_shapes):
     shape = draw(shapes)
     x = distinct(draw(values(shape)))  # no ties: sort is smooth there
     return x, draw(st.integers(-x.ndim, x.ndim - 1)), draw(st.booleans())

@@ -142,7 +142,8 @@ def signed_magnitudes(draw, shapes=small_shapes, low=0.5, high=1.5):
 
 @given(data=st.data(), gg=st.booleans())
 def test_prod(data, gg):
-    x = data.draw(signed_magnitudes(st.one_of(gg_shapes if gg else small_shapes)), label="x")
+    shapes = gg_shapes if gg else st.one_of(small_shapes, shapes_with_empty)
+    x = data.draw(signed_magnitudes(shapes), label="x")
     axis, keepdims = data.draw(axis_for(x.ndim)), data.draw(st.booleans())
     check_op(
         lambda t: t.prod(axis, keepdims),
