@@ -25,9 +25,13 @@
 # in `notebooks/solutions.py`: try first.
 
 # %%
+import shutil
+
 import numpy as np
 
 import tensorlab as tl
+from tensorlab.autograd import topological_order
+from tensorlab.draw import backward_steps
 from tensorlab.exercises import check
 
 # %% [markdown]
@@ -180,35 +184,51 @@ check("matmul", matmul_backward)
 # and walking that list backwards guarantees it. Here `h` is used twice, so its gradient is
 # the sum of two contributions (`docs/autograd.md`, section 3):
 
+
 # %%
-tl.manual_seed(0)
-x_in = tl.randn(4, 3, dtype="float64")
-W1 = tl.randn(3, 5, dtype="float64", requires_grad=True)
-W2 = tl.randn(5, 2, dtype="float64", requires_grad=True)
-h = (x_in @ W1).tanh()
-loss = (h @ W2).sum() + (h * h).sum()
+def two_layer_loss():
+    tl.manual_seed(0)
+    x_in = tl.randn(4, 3, dtype="float64")
+    W1 = tl.randn(3, 5, dtype="float64", requires_grad=True)
+    W2 = tl.randn(5, 2, dtype="float64", requires_grad=True)
+    h = (x_in @ W1).tanh()
+    W1.name, W2.name, h.name = "W1", "W2", "h"  # names show up in the pictures below
+    return (h @ W2).sum() + (h * h).sum(), h
 
-from tensorlab.autograd import topological_order  # noqa: E402
 
+loss, h = two_layer_loss()
 order = [n.name for n in topological_order([loss._ctx]) if not isinstance(n, tl.Tensor)]
 print("forward (topological) order:", " -> ".join(order))
-with tl.trace_backward() as trace:
+with tl.trace_backward():
     loss.backward()
 
 # %% [markdown]
 # The backward ran the list in reverse. `Tanh` ran only after both `MatMul` (of `h @ W2`) and
 # `Mul` (of `h * h`) had sent it their gradients. The picture of the same graph, with each
-# node's value and gradient (it needs Graphviz's `dot`; see the README):
+# tensor's value and gradient (norms; the entries too for tensors of at most 6). It needs
+# Graphviz's `dot` program: `apt install graphviz`, `brew install graphviz` or
+# `conda install -c conda-forge graphviz`.
 
 # %%
-import shutil  # noqa: E402
+HAVE_DOT = shutil.which("dot") is not None
+loss, h = two_layer_loss()
+h.retain_grad()  # keep the gradient of this intermediate tensor too
+loss.backward()
+picture = tl.draw(loss, show_values=True, show_grad=True, rankdir="LR", graph_attr={"size": "9"})
+picture if HAVE_DOT else print(picture.source[:400])
 
-if shutil.which("dot"):
-    from IPython.display import display
+# %% [markdown]
+# ## Step through it
+#
+# `backward_steps` runs `backward()` and returns a page with one frame per node, in the order
+# the engine ran them: the node at work in orange, the gradients it sends in red (with shape
+# and norm), the nodes already done in green. Drag the slider or use the arrows. The page is
+# self-contained: `page.save("backward.html")` writes a file any browser opens.
 
-    display(tl.draw(loss, params={"W1": W1, "W2": W2}, show_grad=True, rankdir="LR"))
-else:
-    print("Graphviz's dot is not installed: no picture (apt/brew/conda install graphviz)")
+# %%
+loss, h = two_layer_loss()
+page = backward_steps(loss) if HAVE_DOT else None
+page if HAVE_DOT else print("no Graphviz: no page")
 
 # %% [markdown]
 # That is the whole engine: `tensorlab/autograd.py` sorts, walks and adds, and every op in

@@ -176,5 +176,5 @@ for fused in (True, False):
 
 # %% [markdown]
 # Where next: notebook 4 puts fused and composed side by side for layer norm, GELU and
-# cross-entropy, and `tl.draw(..., steps=True)`-style pictures let you step through the
-# backward of a whole GPT.
+# cross-entropy; `tensorlab.draw.backward_steps(loss)` (notebook 1) steps through the backward
+# of anything, a whole GPT included.

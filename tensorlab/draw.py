@@ -46,7 +46,14 @@ _DOT_MISSING = (
 )
 
 
+_Drawing = None
+
+
 def _digraph_class():
+    """``Drawing``, made once (graphviz is imported only when something is drawn)."""
+    global _Drawing
+    if _Drawing is not None:
+        return _Drawing
     import graphviz
 
     class Drawing(graphviz.Digraph):
@@ -69,6 +76,9 @@ def _digraph_class():
                 return {"text/plain": _DOT_MISSING}
             return super()._repr_mimebundle_(include, exclude, **kwargs)
 
+    Drawing.__module__ = __name__
+    Drawing.__qualname__ = "Drawing"
+    _Drawing = Drawing
     return Drawing
 
 
@@ -473,8 +483,12 @@ _FRAGMENT = """<div id="{P}root" class="tlbs">
     var ul = line(panel, "ul", "", "");
     if (!f.sends.length) line(ul, "li", "", "sends nothing (no input needs a gradient)");
     f.sends.forEach(function (s) { line(ul, "li", "send", "sends to " + s.to + ": " + s.grad); });
-    var cur = el(f.node);
-    if (cur && cur.scrollIntoView) cur.scrollIntoView({block: "nearest", inline: "nearest"});
+    var cur = el(f.node), box = root.querySelector(".graph");  // scroll the picture only
+    if (cur) {
+      var r = cur.getBoundingClientRect(), b = box.getBoundingClientRect();
+      if (r.top < b.top || r.bottom > b.bottom) box.scrollTop += r.top - b.top - b.height / 2;
+      if (r.left < b.left || r.right > b.right) box.scrollLeft += r.left - b.left - b.width / 2;
+    }
   }
   slider.addEventListener("input", function () { show(+slider.value); });
   root.querySelector(".prev").addEventListener("click", function () { show(+slider.value - 1); });
