@@ -167,3 +167,30 @@ def read_padding(spec: Any, path: str | os.PathLike) -> Padding | None:
         _direction(spec, path, "padding"),
         multiple or None,
     )
+
+
+def truncation_json(params: Truncation | None) -> dict[str, Any] | None:
+    """``params`` as a tokenizer.json ``"truncation"`` entry."""
+    if params is None:
+        return None
+    strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlyFirst", "OnlySecond")))
+    return {
+        "direction": params.direction.capitalize(),
+        "max_length": params.max_length,
+        "strategy": strategy[params.strategy],
+        "stride": 0,
+    }
+
+
+def padding_json(params: Padding | None, pad_token: str) -> dict[str, Any] | None:
+    """``params`` as a tokenizer.json ``"padding"`` entry."""
+    if params is None:
+        return None
+    return {
+        "strategy": "BatchLongest" if params.length is None else {"Fixed": params.length},
+        "direction": params.direction.capitalize(),
+        "pad_to_multiple_of": params.multiple_of,
+        "pad_id": params.pad_id,
+        "pad_type_id": 0,
+        "pad_token": pad_token,
+    }

@@ -51,9 +51,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def save(tok: Tokenizer, path: str | os.PathLike, format: str = "tensorlab") -> None:
-    """Save ``tok``. ``format``: "tensorlab" (ours, any kind) or "huggingface" (tokenizer.json,
-    for ByteBPE, WordPiece and Unigram)."""
-    if format == "huggingface":
+    """Save ``tok``. ``format``: "tensorlab" (ours) or "huggingface" (tokenizer.json, for
+    ByteBPE, WordPiece, Unigram and Pipeline). A Pipeline, read from a tokenizer.json, is
+    always written as one: our format has no form for it."""
+    if format == "huggingface" or (format == "tensorlab" and tok.kind == "pipeline"):
         data = to_hf_json(tok)
     elif format == "tensorlab":
         data = to_json(tok)

@@ -348,7 +348,7 @@ def load_gpt2(
 
 
 def to_hf_json(tok: Tokenizer) -> dict[str, Any]:
-    """The ``tokenizer.json`` object for a ByteBPE, WordPiece or Unigram tokenizer."""
+    """The ``tokenizer.json`` object for a ByteBPE, WordPiece, Unigram or Pipeline."""
     added = [
         {
             "id": i,
@@ -368,6 +368,8 @@ def to_hf_json(tok: Tokenizer) -> dict[str, Any]:
         return head | _wordpiece_pipeline(tok)
     if isinstance(tok, Unigram):
         return head | _unigram_pipeline(tok)
+    if tok.kind == "pipeline":
+        return tok.to_hf_json()
     raise TokenizerError(f"{type(tok).__name__} has no Hugging Face tokenizer.json form")
 
 

@@ -23,6 +23,7 @@ a form it writes; any other combination of supported parts becomes a ``Pipeline`
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterable
@@ -179,6 +180,8 @@ class Pipeline(Tokenizer):
 
     kind = "pipeline"
     spelling = Spelling()
+    #: the parsed tokenizer.json this pipeline was built from (``to_hf_json`` writes it back)
+    file_data: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -234,7 +237,20 @@ class Pipeline(Tokenizer):
             batching.read_padding(data.get("padding"), path),
         )
         tok.spelling = Spelling.of(data)
+        tok.file_data = copy.deepcopy(data)
         return tok
+
+    def to_hf_json(self) -> dict[str, Any]:
+        """The ``tokenizer.json`` this pipeline was read from, with its current truncation and
+        padding settings (a Pipeline is saved in that form only)."""
+        if self.file_data is None:
+            raise TokenizerError("this Pipeline was not read from a file: nothing to write")
+        data = copy.deepcopy(self.file_data)
+        data["truncation"] = batching.truncation_json(self.truncation)
+        pad = self.padding
+        pad_token = self.itos[pad.pad_id] if pad and 0 <= pad.pad_id < len(self.itos) else ""
+        data["padding"] = batching.padding_json(pad, pad_token)
+        return data
 
     # ----- encoding ----------------------------------------------------------------------------
 

@@ -458,3 +458,21 @@ def test_truncation_and_padding_for_batches(tmp_path, truncation, padding):
             assert masks == [e.attention_mask for e in expected]
     for text in texts:  # one text: padded to the fixed length or to the multiple
         assert ours.encode(text, add_special_tokens=True) == theirs.encode(text).ids
+
+
+def test_a_pipeline_saves_as_tokenizer_json_with_its_settings(tmp_path):
+    from gpt.tokenizers.batching import Padding, Truncation
+
+    theirs = trained(*bpe(), normalizers.NFKC(), pre_tokenizers.Whitespace(), post=POST["Bert"])
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    ours = tk.load(tmp_path / "tokenizer.json")
+    ours.truncation = Truncation(8, direction="left")
+    ours.padding = Padding(pad_id=0, length=10)
+    ours.save(tmp_path / "saved.json")  # a Pipeline is written as tokenizer.json
+    back = tk.load(tmp_path / "saved.json")
+    again = hf.Tokenizer.from_file(str(tmp_path / "saved.json"))
+    for text in STRESS:
+        expected = again.encode(text).ids
+        assert len(expected) == 10
+        assert back.encode(text, add_special_tokens=True) == expected
+        assert ours.encode(text, add_special_tokens=True) == expected
