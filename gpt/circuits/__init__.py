@@ -81,6 +81,7 @@ from gpt.circuits.induction import (
     repeated_sequence_losses,
     repeated_tokens,
 )
+from gpt.circuits.patching import activation_patching, attribution_patching, patch_activation
 from gpt.circuits.qk_ov import W_OV, W_QK, composition_scores, ov_circuit, qk_circuit
 from gpt.circuits.resid import (
     accumulated_resid,
@@ -128,4 +129,7 @@ __all__ = [
     "logit_lens",
     "residual_directions",
     "logit_attrs",
+    "patch_activation",
+    "activation_patching",
+    "attribution_patching",
 ]

@@ -110,3 +110,14 @@ def hand_built_induction_model(V: int = 9, seq_len: int = 8, c: float = 20.0) ->
     U[tok, tok] = 10
     set_param(model.W_U, U)
     return model
+
+
+def randomized(seed: int = 0, std: float = 0.3, **kw) -> GPT:
+    """A ``small(**kw)`` GPT with every parameter N(0, std²): gains, biases and b_O far from
+    their initial 1s and 0s, and heads whose patterns are far from uniform."""
+    tl.manual_seed(seed)
+    model = GPT(small(**kw))
+    rng = np.random.default_rng(seed)
+    for p in model.parameters():
+        p.data[...] = rng.standard_normal(p.shape) * std
+    return model

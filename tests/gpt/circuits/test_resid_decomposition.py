@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model, set_param, small
+from circuit_models import hand_built_induction_model, randomized, set_param, small
 
 import tensorlab as tl
 from gpt import circuits as C
 from gpt.config import GPTConfig
 from gpt.model import GPT
-
-
-def randomized(seed: int = 0, **kw) -> GPT:
-    """A small GPT with every parameter N(0, 0.3²): gains, biases and b_O far from 1 and 0."""
-    tl.manual_seed(seed)
-    model = GPT(small(**kw))
-    rng = np.random.default_rng(seed)
-    for p in model.parameters():
-        p.data[...] = rng.standard_normal(p.shape) * 0.3
-    return model
 
 
 def logits_and_cache(model, tokens):

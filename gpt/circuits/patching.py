@@ -1,0 +1,164 @@
+"""Activation patching: run the model on a corrupted input with one activation taken from a
+clean run, and see how much of the clean behaviour comes back (Meng et al. 2022, "ROME";
+Wang et al. 2022, "IOI"). And attribution patching, its first-order approximation from one
+forward and one backward pass (Nanda 2023).
+
+    logits, clean_cache = C.run_with_cache(model, clean)
+    out = C.patch_activation(model, corrupted, clean_cache, "blocks.1.attn.hook_z", head=0)
+    grid = C.activation_patching(model, corrupted, clean_cache, metric, "hook_resid_pre", by="pos")
+    approx = C.attribution_patching(model, clean, corrupted, metric, "attn.hook_z", by="head")
+
+``metric(logits)`` maps the logits Tensor (B, T, vocab) of a whole batch to one number (a
+Tensor of one element, or a float); for attribution patching it must be written in Tensor ops,
+since it is differentiated. Where the patch goes, by the hook point's layout
+(TransformerLens's):
+
+==============================================  ================  ========  ========
+hook points                                     shape             position  head
+==============================================  ================  ========  ========
+hook_embed, hook_resid_*, hook_attn_out, ...    (B, T, d_model)   axis 1    none
+attn.hook_q, _k, _v, _z, _result                (B, T, H, ·)      axis 1    axis 2
+attn.hook_attn_scores, attn.hook_pattern        (B, H, T, T)      axis 2    axis 1
+==============================================  ================  ========  ========
+
+(for the scores and the pattern, "position" is the query's). The sweeps correspond to
+TransformerLens's ``patching`` module: ``by="pos"`` on "hook_resid_pre" is
+``get_act_patch_resid_pre``, ``by="head"`` on "attn.hook_z" is
+``get_act_patch_attn_head_out_all_pos``, ``by="pos_head"`` is ``..._by_pos``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpt.circuits.factored import _arr
+from gpt.circuits.hooks import _as_tokens, run_with_cache, run_with_hooks
+from tensorlab import Tensor
+
+HEAD_FIRST = ("hook_attn_scores", "hook_pattern")
+PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result")
+SWEEPS = {"layer": (), "pos": ("pos",), "head": ("head",), "pos_head": ("pos", "head")}
+
+
+def _axes(name: str) -> tuple[int, int | None]:
+    """(position axis, head axis or None) of the activation at hook point ``name``."""
+    last = name.rsplit(".", 1)[-1]
+    if last in HEAD_FIRST:
+        return 2, 1
+    if last in PER_HEAD:
+        return 1, 2
+    return 1, None
+
+
+def _index(shape, name: str, pos, head) -> tuple:
+    """The index of the patched entries: all of them, or those at ``pos`` and/or ``head``."""
+    pos_axis, head_axis = _axes(name)
+    index = [slice(None)] * len(shape)
+    if pos is not None:
+        index[pos_axis] = pos
+    if head is not None:
+        if head_axis is None:
+            raise ValueError(f"{name!r} has no head axis: patch it whole or by position")
+        index[head_axis] = head
+    return tuple(index)
+
+
+def _value(x) -> float:
+    return float(np.asarray(x.numpy() if isinstance(x, Tensor) else x).reshape(()))
+
+
+def _check_pair(a, b) -> None:
+    if a.shape != b.shape:
+        raise ValueError(
+            f"clean and corrupted tokens must have the same shape, got {a.shape} and {b.shape}"
+        )
+
+
+def patch_activation(model, corrupted_tokens, clean_cache: dict, name: str, pos=None, head=None):
+    """The logits (B, T, vocab) of ``corrupted_tokens`` with the activation at hook point
+    ``name`` replaced by its value in ``clean_cache``: whole, or only at position(s) ``pos``
+    and/or head(s) ``head`` (an int, a list, or a slice; see the module docstring for which
+    axes those are)."""
+    if name not in clean_cache:
+        raise KeyError(f"{name!r} is not in the clean cache; run run_with_cache with it")
+    clean = clean_cache[name]
+
+    def patch(act):
+        if act.shape != clean.shape:
+            raise ValueError(
+                f"{name}: the clean activation has shape {clean.shape}, the corrupted run's "
+                f"{act.shape}; the two inputs must have the same shape"
+            )
+        out = act.numpy().copy()
+        index = _index(out.shape, name, pos, head)
+        out[index] = clean[index]
+        return out
+
+    return run_with_hooks(model, corrupted_tokens, [(name, patch)])
+
+
+def _sweep_shape(model, by: str, n_pos: int) -> tuple[int, ...]:
+    if by not in SWEEPS:
+        raise ValueError(f"by must be one of {', '.join(SWEEPS)}, got {by!r}")
+    sizes = {"pos": n_pos, "head": model.config.n_head}
+    return (len(model.blocks),) + tuple(sizes[k] for k in SWEEPS[by])
+
+
+def activation_patching(
+    model,
+    corrupted_tokens,
+    clean_cache: dict,
+    metric: Callable,
+    hook: str = "hook_resid_pre",
+    by: str = "pos",
+) -> np.ndarray:
+    """``metric`` of the patched run for every layer and, by ``by``, every position, head or
+    both: ``hook`` names the hook point inside each block ("hook_resid_pre",
+    "attn.hook_z", "attn.hook_result", "attn.hook_pattern", ...) and ``by`` is "layer"
+    (n_layer,), "pos" (n_layer, T), "head" (n_layer, n_head) or "pos_head" (n_layer, T,
+    n_head). One forward pass per entry."""
+    corrupted = _as_tokens(corrupted_tokens)
+    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1]))
+    for index in np.ndindex(out.shape):
+        layer, rest = index[0], dict(zip(SWEEPS[by], index[1:]))
+        name = f"blocks.{layer}.{hook}"
+        logits = patch_activation(model, corrupted, clean_cache, name, **rest)
+        out[index] = _value(metric(logits))
+    return out
+
+
+def attribution_patching(
+    model,
+    clean_tokens,
+    corrupted_tokens,
+    metric: Callable[[Tensor], Tensor],
+    hook: str = "hook_resid_pre",
+    by: str = "pos",
+) -> np.ndarray:
+    """The first-order estimate of :func:`activation_patching`'s change in ``metric`` (the
+    patched value minus the corrupted run's), from one clean forward pass and one corrupted
+    forward and backward pass::
+
+        metric(patched) - metric(corrupted) ≈ Σ (clean - corrupted) · ∂metric/∂act |corrupted
+
+    summed over the batch and over every axis the sweep does not index (same shapes as
+    :func:`activation_patching`). Exact when the metric is linear in the activation (e.g. the
+    last layer's head results in a model without a final norm); poor where a softmax
+    saturates, so it is a way to choose what to patch for real."""
+    clean, corrupted = _as_tokens(clean_tokens), _as_tokens(corrupted_tokens)
+    _check_pair(clean, corrupted)
+    names = [f"blocks.{i}.{hook}" for i in range(len(model.blocks))]
+    _, clean_cache = run_with_cache(model, clean, names=names)
+    _, cache = run_with_cache(model, corrupted, names=names, incl_bwd=True, metric=metric)
+    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1]))
+    for layer, name in enumerate(names):
+        term = (_arr(clean_cache[name]) - _arr(cache[name])) * _arr(cache[name + "_grad"])
+        pos_axis, head_axis = _axes(name)
+        keep = [{"pos": pos_axis, "head": head_axis}[k] for k in SWEEPS[by]]
+        if None in keep:
+            raise ValueError(f"{name!r} has no head axis: sweep it by 'layer' or 'pos'")
+        kept = term.sum(axis=tuple(a for a in range(term.ndim) if a not in keep))
+        out[layer] = kept.T if keep != sorted(keep) else kept  # (pos, head) for the pattern
+    return out
