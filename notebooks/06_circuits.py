@@ -102,8 +102,8 @@ ax2.plot(
     label="best induction score",
 )
 ax2.set(ylabel="induction score", ylim=(0, 1))
-fig.legend(loc="center right")
-fig.tight_layout()
+fig.legend(loc="upper center", ncol=3, fontsize=9)
+fig.tight_layout(rect=(0, 0, 1, 0.9))
 plt.show()
 
 # %% [markdown]
