@@ -370,22 +370,34 @@ def _diagnose(ex: Exercise, name: str, yours: np.ndarray, want: np.ndarray, num:
     )
 
 
+def _call(f, what: str, *args):
+    """Run the student's function; an exception (other than the stub's) becomes a verdict."""
+    try:
+        return f(*args)
+    except NotImplementedError:
+        raise
+    except Exception as err:  # the student's code: report it, do not crash the notebook
+        text = " ".join(str(err).split())
+        raise _Wrong(f"your {what} raised {type(err).__name__}: {text}", "error") from err
+
+
 def _student_outputs(ex: Exercise, forward, backward, op, xs, g):
     """The student's forward output (or None) and one gradient per input, as arrays."""
     consts = list(ex.constants.values())
     names = list(ex.inputs)
     if op is not None:
         ts = [Tensor(x.copy(), requires_grad=True) for x in xs]
-        y = op.apply(*ts, *[Tensor(np.asarray(c)) for c in consts])
+        y = _call(op.apply, "forward", *ts, *[Tensor(np.asarray(c)) for c in consts])
         if y._ctx is None:
             raise _Wrong(f"{op.__name__}.apply recorded no node", "type")
-        grads = type(y._ctx).backward(y._ctx, Tensor(g))
+        grads = _call(type(y._ctx).backward, "backward", y._ctx, Tensor(g))
         y_out = _as_array(y, "the forward's output")
     else:
         y_out = None
         if forward is not None:
-            y_out = _as_array(forward(*[x.copy() for x in xs], *consts), "the forward's output")
-        grads = backward(g.copy(), *[x.copy() for x in xs], *consts)
+            y = _call(forward, "forward", *[x.copy() for x in xs], *consts)
+            y_out = _as_array(y, "the forward's output")
+        grads = _call(backward, "backward", g.copy(), *[x.copy() for x in xs], *consts)
     if not isinstance(grads, tuple | list):
         grads = (grads,)
     n = len(names)
@@ -436,10 +448,8 @@ def check(
     y_ref, want = _reference_grads(ex, xs, g)
     try:
         if backward is None and op is None:  # a forward alone
-            y_out = _as_array(
-                forward(*[x.copy() for x in xs], *ex.constants.values()), "the forward's output"
-            )
-            grads = None
+            y = _call(forward, "forward", *[x.copy() for x in xs], *ex.constants.values())
+            y_out, grads = _as_array(y, "the forward's output"), None
         else:
             y_out, grads = _student_outputs(ex, forward, backward, op, xs, g)
     except NotImplementedError:

@@ -114,6 +114,9 @@ def test_a_stub_is_not_written_yet_and_other_slips_are_one_line():
     assert v.mistake == "forward" and "the forward differs at y[" in v.message
     for v in [check("sum_rows", lambda g, a: g), check("linear", lambda g, x, W, b: (g, g, g))]:
         assert "\n" not in v.message
+    v = check("matmul", lambda g, a, b: (g @ b, a.T @ g))  # (2, 4) @ (3, 4): shapes clash
+    assert v.mistake == "error" and v.message.startswith("matmul: your backward raised ValueError")
+    assert "\n" not in v.message
     with pytest.raises(KeyError, match="no exercise 'matmull'"):
         check("matmull", stub)
 
