@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import ClassVar, Literal
 
+from .spelling import Spelling
+
 
 class TokenizerError(ValueError):
     """Raised for bad input to a tokenizer: bad vocabulary sizes, unknown tokens, bad ids."""
@@ -172,6 +174,8 @@ class Tokenizer:
     kind: ClassVar[str] = "base"
     #: the file this tokenizer was loaded from (set by ``files.load``), named in its errors
     source: str | None = None
+    #: how a tokenizer.json it was read from spells tokens (``offsets.py`` asks)
+    spelling: Spelling = Spelling()
     #: the token that stands for text the vocabulary cannot cover, or None if there is none
     unk_token: str | None = None
 

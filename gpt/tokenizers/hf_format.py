@@ -35,6 +35,7 @@ from .pretokenize import (
     bytes_to_text,
     text_to_bytes,
 )
+from .spelling import Spelling
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
@@ -52,12 +53,11 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
         _native(_plain_extras(data, path), path, "added-token flags, post-processor, padding")
         with file_errors(path, f"{kind} model"):
             added = _added_tokens(data, path)
-            if kind == "BPE":
-                return _read_bpe(data, model, added, path)
-            if kind == "WordPiece":
-                return _read_wordpiece(data, model, added, path)
-            if kind == "Unigram":
-                return _read_unigram(data, model, added, path)
+            readers = {"BPE": _read_bpe, "WordPiece": _read_wordpiece, "Unigram": _read_unigram}
+            if kind in readers:
+                tok = readers[kind](data, model, added, path)
+                tok.spelling = Spelling.of(data)
+                return tok
     except NotNative:
         pass
     from .pipeline import Pipeline

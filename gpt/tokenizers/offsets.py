@@ -29,6 +29,12 @@ from .wordpiece import WordPiece
 
 Span = tuple[int, int]
 _BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")
+#: the characters of Unicode's White_Space, one by one (for ``str.strip``)
+WHITESPACE_CHARS = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
 _TRIM = regex.compile(rf"(?s)[{WHITESPACE}]*(.*?)[{WHITESPACE}]*")
 #: how many bytes of uncovered text may lie between one token and the next
 MAX_GAP = 128
@@ -100,6 +106,8 @@ def encode_with_offsets(
         cursors.append(char_at[pos])
     unk_text = surface(tok, unk).decode("utf-8") if unk is not None else None
     _fill_gaps(spans, cursors, text, unk_text)
+    if tok.spelling.trim_offsets:
+        _trim(tok, ids, spans)
     out: list[tuple[int, Span | None]] = []
     for i, sp in zip(ids, spans):
         if sp is None:
@@ -156,6 +164,28 @@ def _units(text: str, start: int, end: int, n: int, unk_text: str | None) -> lis
         return None
     whole = (offset, offset + len(trimmed)) if trimmed else (start, end)
     return [whole] * n
+
+
+def _trim(tok: Tokenizer, ids: list[int], spans: list[Span | None]) -> None:
+    """The ByteLevel post-processor's ``trim_offsets``: a token's leading and trailing spaces
+    ("Ġ" or whitespace in its spelling) are left out of its span, except a single leading space
+    of the first token when the processor says it added it (``add_prefix_space``)."""
+    byte_level = isinstance(tok, ByteBPE) or tok.spelling.byte_level
+    for k, (i, sp) in enumerate(zip(ids, spans)):
+        if sp is None:
+            continue
+        if byte_level:  # "Ġ" counts; a newline, spelled "Ċ", does not
+            token, blank = surface(tok, i).decode("utf-8", "replace"), " "
+        else:
+            token, blank = tok.itos[i], WHITESPACE_CHARS
+        lead = len(token) - len(token.lstrip(blank))
+        trail = len(token) - len(token.rstrip(blank))
+        start, end = sp
+        if lead and not ((k == 0 or start == 0) and tok.spelling.added_prefix_space and lead == 1):
+            start = min(start + lead, end)
+        if trail and end >= trail:
+            end = max(end - trail, start)
+        spans[k] = (start, end)
 
 
 def normalized(tok: Tokenizer, text: str) -> Aligned:

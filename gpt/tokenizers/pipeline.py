@@ -24,7 +24,6 @@ a form it writes; any other combination of supported parts becomes a ``Pipeline`
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -44,6 +43,7 @@ from . import (
 from .base import AllowedSpecial, Tokenizer, TokenizerError
 from .fields import check, get
 from .pre_tokenizers import SPACE
+from .spelling import Spelling
 
 #: Rust's ``char::is_alphanumeric`` and "_": what ``single_word`` counts as part of a word
 _WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}_]")
@@ -125,46 +125,6 @@ def split_added(text: str, tokens: list[AddedToken]) -> list[tuple[str, AddedTok
     return out
 
 
-@dataclass(frozen=True)
-class Spelling:
-    """How the tokens spell the text they stand for (``offsets.surface`` asks): in GPT-2's
-    printable byte alphabet, with a character standing for a space ("▁"), with a prefix on
-    word-continuing pieces ("##"), with a suffix on word-final pieces ("</w>")."""
-
-    byte_level: bool = False
-    space: str = ""
-    prefix: str = ""
-    suffix: str = ""
-
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> Spelling:
-        pre = json.dumps(data.get("pre_tokenizer"))
-        model = data.get("model") or {}
-        space = ""
-        if '"Metaspace"' in pre:
-            space = _find_key(data.get("pre_tokenizer"), "replacement") or "\u2581"
-        return cls(
-            byte_level='"ByteLevel"' in pre,
-            space=space,
-            prefix=model.get("continuing_subword_prefix") or "",
-            suffix=model.get("end_of_word_suffix") or "",
-        )
-
-
-def _find_key(spec: Any, key: str) -> Any:
-    """The first value of ``key`` anywhere in a (checked, so shallow enough) JSON value."""
-    if isinstance(spec, dict):
-        if key in spec:
-            return spec[key]
-        spec = list(spec.values())
-    if isinstance(spec, list):
-        for value in spec:
-            found = _find_key(value, key)
-            if found is not None:
-                return found
-    return None
-
-
 def _spread(content: str, chunk: str, start: int) -> alignment.Aligned:
     """An added token's text aligned with its chunk of the original: ``chunk`` is ``content``
     with the whitespace its ``lstrip``/``rstrip`` swallowed, which its ends then cover."""
@@ -179,7 +139,6 @@ class Pipeline(Tokenizer):
     """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring)."""
 
     kind = "pipeline"
-    spelling = Spelling()
     #: the parsed tokenizer.json this pipeline was built from (``to_hf_json`` writes it back)
     file_data: dict[str, Any] | None = None
 

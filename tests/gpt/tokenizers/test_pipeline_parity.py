@@ -312,6 +312,28 @@ POST = {
 }
 
 
+@pytest.mark.parametrize(
+    "add_prefix_space, post",
+    [
+        (False, processors.ByteLevel(trim_offsets=True)),
+        (True, processors.ByteLevel(trim_offsets=True)),
+        (True, processors.RobertaProcessing(("</s>", 2), ("<s>", 1))),
+        (False, processors.RobertaProcessing(("</s>", 2), ("<s>", 1), add_prefix_space=False)),
+    ],
+)
+def test_byte_level_offsets_trimmed_by_the_post_processor(tmp_path, add_prefix_space, post):
+    # trim_offsets leaves a token's spaces ("Ġ") out of its offsets
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    theirs = trained(bpe()[0], trainer, pre=pre, decoder=decoders.ByteLevel(), post=post)
+    compare(theirs, tmp_path, pair=True)
+
+
 @pytest.mark.parametrize("name", POST)
 def test_post_processors(name, tmp_path):
     model, trainer = bpe()
