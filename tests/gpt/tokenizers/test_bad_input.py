@@ -225,3 +225,32 @@ def test_field_types_are_checked_in_hugging_face_files(tmp_path, patch, message)
     path = write_json(tmp_path / "tokenizer.json", HF_BPE | patch)
     with pytest.raises(TokenizerFileError, match=re.escape(message)):
         tk.load(path)
+
+
+def test_catastrophic_split_pattern_in_a_tokenizer_json(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretokenize, "PATTERN_TIME_LIMIT", 0.2)
+    data = {
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "(a|a)+$"},
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "a": 1}, "unk_token": "<unk>"},
+    }
+    path = write_json(tmp_path / "tokenizer.json", data)
+    tok = tk.load(path)
+    with pytest.raises(TokenizerError) as info:
+        tok.encode("a" * 40 + "b")
+    assert str(info.value).startswith(f"{path}: pattern '(a|a)+$' ran past its time limit")
+
+
+def test_sequences_nested_too_deep_are_refused(tmp_path):
+    spec = {"type": "NFC"}
+    for _ in range(40):
+        spec = {"type": "Sequence", "normalizers": [spec]}
+    data = {"normalizer": spec, "model": {"type": "WordLevel", "vocab": {"a": 0}}}
+    path = write_json(tmp_path / "tokenizer.json", data)
+    with pytest.raises(TokenizerFileError, match="Sequences nested more than 32 deep") as info:
+        tk.load(path)
+    assert str(info.value).startswith(f"{path}: normalizer.normalizers[0]")
