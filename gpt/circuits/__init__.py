@@ -64,6 +64,12 @@ from gpt.circuits.bigram import (
     conditional_entropy,
     model_bigram_logprobs,
 )
+from gpt.circuits.detectors import (
+    detect_head,
+    duplicate_token_pattern,
+    induction_pattern,
+    previous_token_pattern,
+)
 from gpt.circuits.factored import FactoredMatrix
 from gpt.circuits.hooks import (
     hook_names,
@@ -132,4 +138,8 @@ __all__ = [
     "patch_activation",
     "activation_patching",
     "attribution_patching",
+    "detect_head",
+    "previous_token_pattern",
+    "duplicate_token_pattern",
+    "induction_pattern",
 ]
