@@ -8,7 +8,9 @@
 * Reversibility: does ``decode(encode(text))`` give the text back? If not, where is the first
   difference?
 
-``report`` returns a ``TokenizerReport``; ``format_reports`` prints several side by side.
+``report`` returns a ``TokenizerReport``; ``format_reports`` prints several side by side, and
+under the table how each one cuts a sample line of the text (the token visualizer's plain form,
+``visualize.cut``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from .base import Tokenizer
+from .visualize import cut
 
 
 @dataclass
@@ -37,6 +40,7 @@ class TokenizerReport:
     first_difference: int | None  # character position of the first mismatch, if not reversible
     difference_context: str | None
     encode_mb_per_s: float
+    sample: str = ""  # a line of the text with its tokens separated by "|"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,7 +90,17 @@ def report(
         first_difference=diff,
         difference_context=context,
         encode_mb_per_s=n_bytes / 1e6 / max(seconds, 1e-9),
+        sample=cut(tok, sample_line(text)),
     )
+
+
+def sample_line(text: str, max_chars: int = 70) -> str:
+    """A line of ``text`` worth showing: the first with six words or more, cut at a word end."""
+    lines = [line for line in text.splitlines() if len(line.split()) >= 6] or [text[:max_chars]]
+    line = lines[0]
+    if len(line) > max_chars:
+        line = line[: line.rfind(" ", 0, max_chars) if " " in line[:max_chars] else max_chars]
+    return line
 
 
 def format_reports(reports: list[TokenizerReport]) -> str:
@@ -115,4 +129,8 @@ def format_reports(reports: list[TokenizerReport]) -> str:
     if notes:
         lines.append("first differences (original -> decoded):")
         lines.extend(notes)
+    samples = [r for r in reports if r.sample]
+    if samples:
+        lines.append("how each cuts a line of the text (| between tokens):")
+        lines.extend(f"  {r.name:<{w}} {r.sample}" for r in samples)
     return "\n".join(lines)

@@ -12,7 +12,8 @@ two) shares that character with its neighbour, shown once, with both ids. The po
 from ``offsets.encode_with_offsets``.
 
 The HTML page is self-contained (inline CSS, no scripts, no fetches), so it can be mailed or
-opened from disk.
+opened from disk. ``cut`` is the plain form (tokens separated by "|"), which the tokenizer
+report (``metrics.format_reports``) prints for a sample line.
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ def segments(tok: Tokenizer, text: str) -> list[tuple[str, list[int]]]:
     if pos < len(text):
         out.append((text[pos:], []))
     return out
+
+
+def cut(tok: Tokenizer, text: str) -> str:
+    """The plain-text form: the text with "|" between tokens (no colours), e.g.
+    "And| you|,| good| sir"; text no token covers is left between them as it is."""
+    parts = []
+    for piece, ids in segments(tok, text):
+        if ids and parts and parts[-1] != "|":
+            parts.append("|")
+        parts.append(_visible(piece).replace("\n", ""))
+        if ids:
+            parts.append("|")
+    return "".join(parts).strip("|")
 
 
 def _visible(piece: str) -> str:

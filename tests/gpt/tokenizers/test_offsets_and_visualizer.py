@@ -175,3 +175,15 @@ def test_offsets_match_the_library_for_other_models(name, tmp_path):
             *bpe(400), pre=pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False)
         )
     check_offsets(theirs, tmp_path)
+
+
+def test_plain_cut_and_the_report_sample(trained):
+    from gpt.tokenizers.visualize import cut
+
+    tok = tk.WordPiece(["[UNK]", "un", "##aff", "##able", "!"])
+    assert cut(tok, "unaffable !") == "un|aff|able| |!"
+    report = tk.report(trained["bpe"], "Good morrow, neighbour Baptista, good morrow to you")
+    pieces = report.sample.split("|")
+    assert "".join(pieces) == "Good morrow, neighbour Baptista, good morrow to you"
+    assert len(pieces) == report.n_tokens
+    assert "how each cuts a line" in tk.format_reports([report])
