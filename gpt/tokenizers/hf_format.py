@@ -27,7 +27,7 @@ from typing import Any
 
 from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
-from .fields import check, get, items, pair
+from .fields import get, items, pair
 from .pretokenize import (
     GPT2_PATTERN,
     METASPACE,
@@ -102,12 +102,9 @@ def _guess_model_type(model: dict) -> str | None:
 
 def _added_tokens(data: dict, path) -> dict[str, int]:
     """The file's added tokens: content -> id."""
-    added = {}
-    for k, e in enumerate(get(data, "added_tokens", "list", path, default=[])):
-        where = f"added_tokens[{k}]"
-        check(e, "object", path, where)
-        added[get(e, "content", "str", path, where)] = get(e, "id", "int", path, where)
-    return added
+    from .pipeline import read_added_tokens
+
+    return {t.content: t.id for t in read_added_tokens(data, path)}
 
 
 def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:
