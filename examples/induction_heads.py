@@ -55,8 +55,12 @@ one formed at step 2100-2800 in six seeds, but in one of them the heads attended
 position too far (to the token after "B", reading "B" through the previous-token
 head): second copy's loss 0.17 with an induction score of 0.06. ``--norm layernorm`` shows it.
 
-With matplotlib installed it writes PNGs (scores per head, the best head's attention pattern,
-the loss curve) to ``--out``.
+Training is watched by ``gpt.circuits.CircuitWatcher``: every ``--eval-every`` steps it
+records the scores above, the OV circuits' copying scores and the K-composition of each
+layer-1 head next to the loss. With matplotlib installed the script writes PNGs to ``--out``:
+``circuits_forming.png`` (the training loss and the loss on the second copy above, the best
+score of each kind below, on one step axis: the phase change shows in both at once), the
+scores per head, and the best heads' attention patterns.
 """
 
 from __future__ import annotations
@@ -125,7 +129,10 @@ def train(args) -> dict:
     rng = np.random.default_rng(args.seed)
     seq_len = (args.block_size - 1) // 2
     eval_kw = dict(seq_len=seq_len, batch=8, seed=args.seed + 1)
-    history, found = [], None
+    # every eval_every steps: induction and previous-token scores, the loss on repeated
+    # tokens, the OV copying and K-composition summaries (circuits.circuit_scores)
+    watcher = circuits.CircuitWatcher(every=args.eval_every, first=False, **eval_kw)
+    found = None
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
         warmup = min(args.warmup, args.steps)
@@ -138,29 +145,19 @@ def train(args) -> dict:
         loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % args.eval_every == 0 or step == args.steps:
-            rep = circuits.induction_report(model, **eval_kw)
-            best = float(rep["induction"][-1].max())
-            elapsed = time.perf_counter() - t0
-            history.append(
-                {
-                    "iter": step,
-                    "train_loss": loss.item(),
-                    "first_half": rep["first_half"],
-                    "second_half": rep["second_half"],
-                    "induction": best,
-                    "seconds": elapsed,
-                }
-            )
+        record = watcher(step, model, loss, force=step == args.steps)
+        if record is not None:
+            best = float(record["induction"][-1].max())
+            elapsed = record["seconds"] = time.perf_counter() - t0
             print(
-                f"step {step:>5}  loss {loss.item():.3f}  repeated: first half "
-                f"{rep['first_half']:.3f}, second half {rep['second_half']:.3f}  best "
-                f"induction score {best:.3f}  ({elapsed:.1f} s)",
+                f"step {step:>5}  loss {record['loss']:.3f}  loss on the second copy "
+                f"{record['repeat_loss']:.3f}  best induction score {best:.3f}  best "
+                f"previous-token {record['previous_token'][0].max():.3f}  ({elapsed:.1f} s)",
                 flush=True,
             )
             if found is None and best > 0.5:
                 found = (step, elapsed)
-    return {"model": model, "history": history, "found": found, "eval_kw": eval_kw}
+    return {"model": model, "watcher": watcher, "found": found, "eval_kw": eval_kw}
 
 
 def report(model, eval_kw: dict, found, out: Path | None) -> dict:
@@ -258,20 +255,17 @@ def main(argv=None) -> dict:
     if args.quick:
         args.block_size, args.batch = min(args.block_size, 32), min(args.batch, 8)
     result = train(args)
-    if result["history"]:
+    watcher = result["watcher"]
+    if watcher.history:
         from gpt import plots
 
         if not args.no_plots and plots.available():
             args.out.mkdir(parents=True, exist_ok=True)
-            plots.loss_curves(
-                result["history"],
-                args.out / "loss.png",
-                keys=("train_loss", "first_half", "second_half"),
-            )
+            watcher.plot(args.out / "circuits_forming.png")
     rep = report(
         result["model"], result["eval_kw"], result["found"], None if args.no_plots else args.out
     )
-    return {**result, "report": rep}
+    return {**result, "history": watcher.history, "report": rep}
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ from gpt.circuits.resid import (
     residual_directions,
     stack_head_results,
 )
+from gpt.circuits.views import attention_html
+from gpt.circuits.watch import CircuitWatcher, circuit_scores
 
 __all__ = [
     "FactoredMatrix",
@@ -142,4 +144,7 @@ __all__ = [
     "previous_token_pattern",
     "duplicate_token_pattern",
     "induction_pattern",
+    "CircuitWatcher",
+    "circuit_scores",
+    "attention_html",
 ]
