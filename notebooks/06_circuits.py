@@ -107,13 +107,14 @@ fig.tight_layout(rect=(0, 0, 1, 0.9))
 plt.show()
 
 # %% [markdown]
-# In a full run the two curves move together and suddenly: the second copy's loss drops
-# from about the first copy's to a fraction of a nat within a few hundred steps, at the same
-# time as the induction score jumps (Olsson et al. call this the phase change). Here are the
-# two heads of the circuit at work on one $[r, r]$ sequence: the layer-0
-# **previous-token head** (each position looks one back) and the layer-1 induction head (each
-# position in the second copy looks at the token after its earlier occurrence: a diagonal
-# offset by the length of $r$, one to the right of the "same token" diagonal).
+# In the full run (1200 steps, seed 0) the two curves move together and suddenly: the best
+# induction score is 0.09 at step 500, 0.45 at step 600 and 0.84 at step 800, and in the same
+# 300 steps the second copy's loss falls from 4.4 nats to 0.55, while the first copy's stays
+# at about 5 (Olsson et al. call this the phase change). Here are the two heads of the circuit
+# at work on one $[r, r]$ sequence: the layer-0 **previous-token head** (each position looks
+# one back) and the best layer-1 **induction head** (each position in the second copy looks
+# at the token after its earlier occurrence: a diagonal offset by the length of $r$, one to
+# the right of the "same token" diagonal).
 
 # %%
 rep = run["report"]
@@ -147,12 +148,19 @@ for l in range(len(model.blocks)):
     print(f"layer {l}: OV copying scores by head", np.round(scores, 2))
 
 # %% [markdown]
+# In the full run all four layer-1 heads score 1.00: each raises the logit of the token it
+# attends to, which is what an induction head must do with the "B" it finds. The layer-0
+# heads range from -0.70 to 0.64: what the previous-token head writes is read by the layer-1
+# keys, not by the unembedding, so its direct path to the logits has no reason to copy.
+#
 # And how the two layers connect. The induction head's *keys* must read what the
 # previous-token head wrote ("the token before me was A"): that is **K-composition**, measured
 # as $\lVert W_{QK}^{h_1} (W_{OV}^{h_0})^\top\rVert_F / (\lVert W_{QK}^{h_1}\rVert_F
 # \lVert W_{OV}^{h_0}\rVert_F)$ for a layer-1 head $h_1$ and a layer-0 head $h_0$ (the table
-# was printed by the run above; here for the best induction head). In a full run the
-# previous-token head's column stands out.
+# was printed by the run above; here for the best induction head). In the full run the
+# previous-token head (layer 0 head 2, previous-token score 0.67) has the largest
+# K-composition with every layer-1 head: 0.195 to 0.209, against 0.131 to 0.179 for the other
+# three.
 
 # %%
 k = circuits.composition_scores(model)["k"][1, head, 0]
