@@ -88,22 +88,17 @@ steps = (
 run = induction.main([*steps, "--no-plots"])
 
 # %%
-hist = run["history"]
+watcher = run["watcher"]  # every evaluation's scores (gpt.circuits.CircuitWatcher)
 fig, ax = plt.subplots(figsize=(7, 3.5))
-ax.plot([h["iter"] for h in hist], [h["second_half"] for h in hist], "o-", label="loss, 2nd copy")
-ax.plot([h["iter"] for h in hist], [h["first_half"] for h in hist], "o-", label="loss, 1st copy")
+ax.plot(*watcher.series("loss"), "o-", color="gray", label="training loss")
+ax.plot(*watcher.series("repeat_loss"), "o-", label="loss, 2nd copy")
 ax.set(xlabel="step", ylabel="loss (nats)")
 ax2 = ax.twinx()
-ax2.plot(
-    [h["iter"] for h in hist],
-    [h["induction"] for h in hist],
-    "s--",
-    color="C3",
-    label="best induction score",
-)
-ax2.set(ylabel="induction score", ylim=(0, 1))
-fig.legend(loc="upper center", ncol=3, fontsize=9)
-fig.tight_layout(rect=(0, 0, 1, 0.9))
+ax2.plot(*watcher.series("induction"), "s--", color="C3", label="best induction score")
+ax2.plot(*watcher.series("previous_token"), "^--", color="C2", label="best previous-token score")
+ax2.set(ylabel="score", ylim=(0, 1))
+fig.legend(loc="upper center", ncol=2, fontsize=9)
+fig.tight_layout(rect=(0, 0, 1, 0.86))
 plt.show()
 
 # %% [markdown]
