@@ -498,3 +498,50 @@ def test_a_pipeline_saves_as_tokenizer_json_with_its_settings(tmp_path):
         assert len(expected) == 10
         assert back.encode(text, add_special_tokens=True) == expected
         assert ours.encode(text, add_special_tokens=True) == expected
+
+
+# ----- the shapes of files that well-known models ship (built here: there is no network) ------
+
+
+def test_llama2_style_file(tmp_path):
+    """SentencePiece-converted BPE (Llama 2, Mistral): "▁" put in by the normalizer, no
+    pre-tokenizer, byte fallback and fused unknowns, a decoder chain undoing it all, <s> added."""
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    model = models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True)
+    theirs = trained(
+        model,
+        trainers.BpeTrainer(
+            vocab_size=700, special_tokens=SPECIALS + byte_tokens, show_progress=False
+        ),
+        normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]),
+        None,
+        decoders.Sequence(
+            [
+                decoders.Replace("▁", " "),
+                decoders.ByteFallback(),
+                decoders.Fuse(),
+                decoders.Strip(" ", 1, 0),
+            ]
+        ),
+        processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+        ),
+    )
+    compare(theirs, tmp_path, [t for t in STRESS if t.strip()] + ["ÿ unseen ☃ ⛄ 𝄞"], pair=True)
+
+
+def test_bert_style_file(tmp_path):
+    """BERT (uncased): its normalizer, pre-tokenizer, WordPiece, [CLS] ... [SEP], ## decoder."""
+    theirs = trained(
+        models.WordPiece(unk_token="[UNK]"),
+        trainers.WordPieceTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False),
+        normalizers.BertNormalizer(lowercase=True),
+        pre_tokenizers.BertPreTokenizer(),
+        decoders.WordPiece(),
+        processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", 3), ("[SEP]", 4)],
+        ),
+    )
+    compare(theirs, tmp_path, pair=True)
