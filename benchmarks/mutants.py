@@ -30,6 +30,10 @@ TESTS = {
     "gpt/generate.py": ["tests/gpt/test_generate.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/data.py": ["tests/gpt/test_data.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/tokenizers/bpe.py": ["tests/gpt/tokenizers/test_byte_bpe.py", "tests/gpt/tokenizers"],
+    "nn/serialization.py": [
+        "tests/nn/test_serialization.py",
+        "tests/nn tests/gpt/test_train.py tests/gpt/test_hf.py",
+    ],
 }
 
 MUTANTS = {
@@ -105,7 +109,7 @@ MUTANTS = {
         ),
         (
             "mean-scale",
-            "return _spread(ctx, g / ctx.count)",
+            "return _spread(ctx, g / ctx.count if ctx.count else g)",
             "return _spread(ctx, g)",
             "Mean: backward not divided by N",
         ),  # fmt: skip
@@ -608,6 +612,50 @@ MUTANTS = {
             "n_merges = vocab_size - 256 - len(specials)",
             "n_merges = vocab_size - 256",
             "training: special tokens not counted in vocab_size",
+        ),
+    ],
+    "nn/serialization.py": [
+        (
+            "duplicates-unchecked",
+            "json.loads(text, object_pairs_hook=_no_duplicates)",
+            "json.loads(text)",
+            "a name twice in one header is accepted (the last one wins)",
+        ),
+        (
+            "write-not-contiguous",
+            'np.asarray(a, dtype=dtype, order="C")',
+            "np.asarray(a, dtype=dtype)",
+            "a transposed or sliced array is written from its raw memory",
+        ),
+        (
+            "temp-file-kept",
+            "    except BaseException:\n        if os.path.exists(tmp):",
+            "    except BaseException:\n        if False:",
+            "a failed write leaves its temporary file",
+        ),
+        (
+            "misfit-swapped",
+            "missing = [k for k in own if k not in saved]",
+            "missing = [k for k in saved if k not in own]",
+            "load_checkpoint: missing keys listed as the unexpected ones",
+        ),
+        (
+            "tensor-ref-extra-keys",
+            "if len(tree) != 1 or not isinstance(name, str):",
+            "if not isinstance(name, str):",
+            "a tensor reference with extra keys is accepted",
+        ),
+        (
+            "overlap-not-named",
+            "        if begin != end:\n",
+            "        if begin > end:\n",
+            "two tensors sharing bytes are not named in the message",
+        ),
+        (
+            "optimizer-entry-type",
+            'not isinstance(state.get("optimizer"), dict)',
+            '"optimizer" not in state',
+            "load_checkpoint: an optimizer entry that is not a dict reaches the optimizer",
         ),
     ],
 }

@@ -251,6 +251,13 @@ def test_files_the_package_refuses_are_refused(tmp_path):
     path = write_file(tmp_path / "gap.safetensors", gap, data[:begin] + bytes(8) + data[begin:])
     assert_serialization_error(path, f"tensor '{second}' starts at data byte {begin + 8}, not")
 
+    overlap = json.loads(json.dumps(header))  # the second tensor starts 8 bytes early
+    overlap[second]["data_offsets"] = [begin - 8, end - 8]
+    path = write_file(tmp_path / "overlap.safetensors", overlap, data[:-8])
+    assert_serialization_error(
+        path, f"tensor '{second}' starts at data byte {begin - 8}, not {begin}"
+    )
+
     path = write_file(tmp_path / "trailing.safetensors", header, data + b"xyz")
     assert_serialization_error(path, "3 bytes trail the last tensor")
 
