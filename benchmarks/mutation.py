@@ -4,7 +4,10 @@ For each mutation in ``benchmarks/mutants.py`` (a wrong sign, an off-by-one, a w
 dropped term...), this script changes one snippet of one source file in a *copy* of the
 repository, runs the tests meant to catch it, and records whether they failed (the mutant is
 "killed") or all passed (it "survived": a bug the tests cannot see, or an equivalent mutant
-that changes nothing observable). The kill rate is killed / (killed + survived).
+that changes nothing observable). The kill rate is killed / (killed + survived). A survivor
+someone has looked at is listed in ``REVIEWED`` in ``mutants.py`` with the verdict
+(equivalent, or a gap accepted for now); it still counts as survived, and a new survivor is
+printed as NOT REVIEWED.
 
     python -m benchmarks.mutation                 # every mutant, against HEAD
     python -m benchmarks.mutation -k optim -k bpe # only mutants whose id contains a pattern
@@ -58,17 +61,24 @@ class Mutant:
     status: str = "pending"  # killed, survived, timeout, error
     seconds: float = 0.0
     detail: str = ""  # the failing test, or what is wrong with the mutant
+    verdict: str = ""  # for a survivor reviewed before: why it is equivalent or accepted
     stage_results: list[str] = field(default_factory=list)
 
 
 def load_mutants(path: Path) -> list[Mutant]:
     data = runpy.run_path(str(path))
     out = []
+    verdicts = data.get("REVIEWED", {})
     for file, entries in data["MUTANTS"].items():
         stages = data["TESTS"][file]
         for name, find, replace, why in entries:
-            out.append(Mutant(f"{Path(file).stem}.{name}", file, find, replace, why, stages))
+            m = Mutant(f"{Path(file).stem}.{name}", file, find, replace, why, stages)
+            m.verdict = verdicts.get(m.id, "")
+            out.append(m)
     ids = [m.id for m in out]
+    unknown = set(verdicts) - set(ids)
+    if unknown:
+        raise SystemExit(f"{path}: REVIEWED names mutants that do not exist: {sorted(unknown)}")
     if len(set(ids)) != len(ids):
         raise SystemExit(
             f"{path}: duplicate mutant ids {sorted({i for i in ids if ids.count(i) > 1})}"
@@ -280,6 +290,8 @@ def run(args, mutants: list[Mutant], tree: Path, commit: str) -> int:
         for m in (m for m in mutants if m.status == status):
             print(f"  {status}: {m.id} ({m.file}:{m.line}) {m.why}\n"
                   f"      {m.find.strip()!r} -> {m.replace.strip()!r}  {m.detail}")  # fmt: skip
+            if status == "survived":
+                print(f"      reviewed: {m.verdict}" if m.verdict else "      NOT REVIEWED")
     if args.json:
         report = {"commit": commit, "seconds": total, "kill_rate": rate, **counts}
         report["deselected"] = skip
