@@ -180,3 +180,43 @@ def test_step_through_page_has_one_frame_per_backward_node():
     assert page_html.startswith("<!DOCTYPE html>") and "<svg" in page_html
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)", page_html)
     assert "<link" not in page_html and page._repr_html_() in page_html
+
+
+BROWSER = next(
+    (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
+)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+@pytest.mark.skipif(BROWSER is None, reason="no headless Chromium to run the page's script")
+def test_step_through_page_highlights_the_frame_in_a_browser(tmp_path):
+    import subprocess
+
+    from tensorlab.draw import backward_steps
+
+    model, loss = gpt_loss()
+    page = backward_steps(loss, params=dict(model.named_parameters()))
+    path = tmp_path / "backward.html"
+    page.save(path)
+    k = 3
+    dom = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            f"{path.as_uri()}#step={k}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    classes = dict(re.findall(rf'id="{page.prefix}(\w+)" class="([\w ]+)"', dom))
+    frame = page.frames[k]
+    assert classes[frame["node"]] == "node current"
+    done = {n for n, c in classes.items() if c == "node done"}
+    assert done == {f["node"] for f in page.frames[:k]}
+    for s in frame["sends"]:
+        assert classes[s["edge"]] == "edge sent" and classes[s["node"]] == "node receive"
+    assert f"step {k + 1} of {len(page)}" in dom and frame["op"] in dom
