@@ -39,7 +39,7 @@ from tensorlab.creation import (
     zeros,
     zeros_like,
 )
-from tensorlab.draw import draw  # the function replaces the submodule's name here
+from tensorlab.draw import backward_steps, draw  # the function replaces the submodule's name here
 from tensorlab.function import AnomalyError, Function, named_scope
 from tensorlab.functions import (
     abs,
