@@ -2,7 +2,8 @@
 
 A ``tokenizer.json`` describes a pipeline: normalizer -> pre-tokenizer -> model -> (post-
 processor, decoder), plus "added tokens" that are cut out of the text before anything else
-runs. This package reads and writes the pipelines its own tokenizers correspond to:
+runs. A file in the form one of our own classes writes is read into that class (they encode
+faster):
 
 * byte-level BPE: no normalizer, a ``ByteLevel`` pre-tokenizer (GPT-2's pattern) or a regex
   ``Split`` followed by ``ByteLevel(use_regex=False)`` (a custom pattern, as GPT-4-style files
@@ -11,10 +12,12 @@ runs. This package reads and writes the pipelines its own tokenizers correspond 
 * Unigram: no normalizer, ``Metaspace`` (optionally followed by a ``Split`` on a regex), a
   ``Unigram`` model with log probabilities.
 
-Anything else (another normalizer, BPE dropout, byte fallback, ...) is rejected with an error
-that names the file and the unsupported part, rather than silently encoding differently.
-Post-processors (e.g. BERT's ``[CLS] ... [SEP]`` template) are not applied: ``encode`` gives
-what the Hugging Face library gives with ``add_special_tokens=False``.
+Any other combination of the parts ``pipeline.py`` knows (other normalizers and pre-tokenizers,
+byte fallback, WordLevel, added-token flags, a post-processor that adds tokens, truncation or
+padding) is read into a ``Pipeline``; a part it does not know is refused with an error naming
+the file, the part's type and its place in the JSON, rather than silently encoding differently.
+Our classes give what the library gives with ``add_special_tokens=False``; a ``Pipeline``
+applies the post-processor when asked.
 
 GPT-2's original files are a ``vocab.json`` (token -> id) and a ``merges.txt`` (one merge
 "a b" per line, after a ``#version`` header), both in the printable byte alphabet.
