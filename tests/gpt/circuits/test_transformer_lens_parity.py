@@ -1,0 +1,158 @@
+"""Parity with TransformerLens (a test-only dependency, ``pip install transformer-lens``; the
+test is skipped without it): a randomly initialised GPT-2-shaped model (LayerNorm, learned
+positions, GELU MLP, biases, untied) loaded into a HookedTransformer gives the same logits and
+the same activations at every hook name both models have, the same decomposed residual stream
+and head results with the final norm folded, the same logit lens, and the same patching
+sweeps.
+
+Written against TransformerLens's documented API (HookedTransformerConfig, run_with_cache,
+ActivationCache.decompose_resid / stack_head_results / accumulated_resid, the patching
+module); where it was written the package was not installed, so this file has not yet run
+against it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from circuit_models import randomized
+
+from gpt import circuits as C
+
+torch = pytest.importorskip("torch")
+transformer_lens = pytest.importorskip("transformer_lens")
+from transformer_lens import HookedTransformer, HookedTransformerConfig, patching  # noqa: E402
+
+V, T, L, H, D, DFF = 23, 10, 2, 4, 32, 128
+
+
+def both_models():
+    model = randomized(
+        3, vocab_size=V, block_size=T, n_layer=L, n_head=H, d_model=D, d_ff=DFF, dropout=0.0
+    )
+    for p in (model.ln_f.w, *(b.ln1.w for b in model.blocks), *(b.ln2.w for b in model.blocks)):
+        p.data[...] += 1.0  # gains around 1, as trained ones are
+    cfg = HookedTransformerConfig(
+        n_layers=L,
+        d_model=D,
+        n_ctx=T,
+        d_head=D // H,
+        n_heads=H,
+        d_mlp=DFF,
+        d_vocab=V,
+        act_fn="gelu",
+        normalization_type="LN",
+        eps=model.config.norm_eps,
+        positional_embedding_type="standard",
+        use_attn_result=True,
+    )
+    lens = HookedTransformer(cfg)
+    t = lambda x: torch.tensor(np.asarray(x.numpy() if hasattr(x, "numpy") else x))  # noqa: E731
+    sd = {
+        "embed.W_E": t(model.W_E),
+        "pos_embed.W_pos": t(model.pos.W_pos),
+        "unembed.W_U": t(model.W_U),
+        "unembed.b_U": torch.zeros(V),
+        "ln_final.w": t(model.ln_f.w),
+        "ln_final.b": t(model.ln_f.b),
+    }
+    for i, block in enumerate(model.blocks):
+        a, m = block.attn, block.mlp
+        sd.update(
+            {
+                f"blocks.{i}.ln1.w": t(block.ln1.w),
+                f"blocks.{i}.ln1.b": t(block.ln1.b),
+                f"blocks.{i}.ln2.w": t(block.ln2.w),
+                f"blocks.{i}.ln2.b": t(block.ln2.b),
+                f"blocks.{i}.attn.W_Q": t(a.W_Q),
+                f"blocks.{i}.attn.W_K": t(a.W_K),
+                f"blocks.{i}.attn.W_V": t(a.W_V),
+                f"blocks.{i}.attn.W_O": t(a.W_O),
+                f"blocks.{i}.attn.b_Q": t(a.b_Q),
+                f"blocks.{i}.attn.b_K": t(a.b_K),
+                f"blocks.{i}.attn.b_V": t(a.b_V),
+                f"blocks.{i}.attn.b_O": t(a.b_O),
+                f"blocks.{i}.mlp.W_in": t(m.W_in),
+                f"blocks.{i}.mlp.b_in": t(m.b_in),
+                f"blocks.{i}.mlp.W_out": t(m.W_out),
+                f"blocks.{i}.mlp.b_out": t(m.b_out),
+            }
+        )
+    result = lens.load_state_dict(sd, strict=False)
+    buffers = {name for name, _ in lens.named_buffers()}
+    assert not result.unexpected_keys, result.unexpected_keys
+    assert set(result.missing_keys) <= buffers, set(result.missing_keys) - buffers
+    return model, lens.eval()
+
+
+TOKENS = np.random.default_rng(0).integers(0, V, (3, T))
+
+
+def as_np(x):
+    return x.detach().cpu().numpy().astype(np.float64)
+
+
+def test_logits_and_activations_agree_at_every_shared_hook_name():
+    model, lens = both_models()
+    logits, cache = C.run_with_cache(model, TOKENS)
+    tl_logits, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    np.testing.assert_allclose(logits.numpy(), as_np(tl_logits), rtol=1e-4, atol=1e-4)
+    shared = [n for n in cache if n in tl_cache.keys()]
+    expected = {"hook_embed"} | {
+        f"blocks.{i}.{s}"
+        for i in range(L)
+        for s in (
+            "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
+            "hook_resid_post", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+            "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "attn.hook_result",
+        )
+    }  # fmt: skip
+    assert expected <= set(shared), expected - set(shared)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for name in shared:
+        ours, theirs = cache[name], as_np(tl_cache[name])
+        assert ours.shape == theirs.shape, name
+        if name.endswith("hook_attn_scores"):  # masked entries: -inf here, a large negative there
+            ours, theirs = ours[..., causal], theirs[..., causal]
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_decomposed_residual_stream_and_logit_lens_agree():
+    model, lens = both_models()
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    for ours, theirs in (
+        (
+            C.decompose_resid(model, cache, apply_ln=True, return_labels=True),
+            tl_cache.decompose_resid(apply_ln=True, return_labels=True),
+        ),
+        (
+            C.stack_head_results(model, cache, apply_ln=True, return_labels=True),
+            tl_cache.stack_head_results(layer=-1, apply_ln=True, return_labels=True),
+        ),
+        (
+            C.accumulated_resid(model, cache, return_labels=True),
+            tl_cache.accumulated_resid(return_labels=True),
+        ),
+    ):
+        assert ours[1] == list(theirs[1])
+        np.testing.assert_allclose(ours[0], as_np(theirs[0]), rtol=1e-4, atol=1e-4)
+    stack = tl_cache.accumulated_resid()
+    tl_lens = torch.stack([lens.unembed(lens.ln_final(s)) for s in stack])
+    np.testing.assert_allclose(C.logit_lens(model, cache), as_np(tl_lens), rtol=1e-4, atol=1e-4)
+
+
+def test_patching_sweeps_agree():
+    model, lens = both_models()
+    corrupted = np.random.default_rng(1).integers(0, V, (3, T))
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    ours = lambda lg: lg[:, -1, 3].mean() - lg[:, -1, 5].mean()  # noqa: E731
+    theirs = lambda lg: lg[:, -1, 3].mean() - lg[:, -1, 5].mean()  # noqa: E731
+    for fn, hook, by in (
+        (patching.get_act_patch_resid_pre, "hook_resid_pre", "pos"),
+        (patching.get_act_patch_attn_head_out_all_pos, "attn.hook_z", "head"),
+        (patching.get_act_patch_attn_head_out_by_pos, "attn.hook_z", "pos_head"),
+    ):
+        got = C.activation_patching(model, corrupted, cache, ours, hook, by)
+        want = as_np(fn(lens, torch.tensor(corrupted), tl_cache, theirs))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=hook)
