@@ -1,15 +1,9 @@
-"""The ``tokenizer-report`` command: measure tokenizers on held-out text.
+"""The tokenizer commands of python -m gpt: tokenizer-report and tokenizer-train.
 
-(This file also holds ``tokenizer-train``, which trains one tokenizer and saves it.)
-
-    python -m gpt.tokenizers.cli --text data.txt                      # train all four, compare
-    python -m gpt.tokenizers.cli --text data.txt --kinds bpe,unigram --vocab-size 4096
-    python -m gpt.tokenizers.cli --text data.txt --tokenizer tok.json # a saved tokenizer
-
-Without ``--tokenizer``, each kind is trained on the first ``--train-fraction`` of the file and
-measured on the rest. With ``--tokenizer`` (repeatable; our format, Hugging Face
-``tokenizer.json`` or a GPT-2 folder), the whole file is the held-out text unless
-``--train-fraction`` is given. ``python -m gpt tokenizer-report`` runs the same command.
+python -m gpt tokenizer-report --text data.txt                   # train all four, compare
+python -m gpt tokenizer-report --text data.txt --kinds bpe,unigram --vocab-size 4096
+python -m gpt tokenizer-report --text data.txt --tokenizer tok.json --html tokens.html
+python -m gpt tokenizer-train --text data.txt --kind bpe --vocab-size 4096 --out tok.json
 """
 
 from __future__ import annotations
@@ -27,6 +21,20 @@ from .metrics import format_reports, report
 KIND_NAMES = ("char", "bpe", "wordpiece", "unigram")
 
 
+REPORT = """Measure tokenizers on held-out text: tokens per character and per word, the
+share of the vocabulary used, unknown tokens, and how each one cuts a sample line.
+
+Without --tokenizer, each kind is trained on the first --train-fraction of the file and
+measured on the rest. With --tokenizer (repeatable; our format, a Hugging Face tokenizer.json
+or a GPT-2 folder), the whole file is the held-out text unless --train-fraction is given.
+
+examples:
+  python -m gpt tokenizer-report --text data.txt
+  python -m gpt tokenizer-report --text data.txt --kinds bpe,unigram --vocab-size 4096
+  python -m gpt tokenizer-report --text data.txt --tokenizer tok.json --html tokens.html
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", required=True, help="UTF-8 text file to measure on")
     p.add_argument(
@@ -39,9 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kinds",
         default=",".join(KIND_NAMES),
-        help=f"comma-separated kinds to train (of {', '.join(KIND_NAMES)})",
+        help=f"comma-separated kinds to train, of {', '.join(KIND_NAMES)} (default: all)",
     )
-    p.add_argument("--vocab-size", type=int, default=1024, help="for bpe, wordpiece, unigram")
+    p.add_argument(
+        "--vocab-size", type=int, default=1024, help="for bpe, wordpiece, unigram (default: 1024)"
+    )
     p.add_argument(
         "--train-fraction",
         type=float,
@@ -50,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
     p.add_argument("--save-dir", help="save each trained tokenizer as DIR/KIND.json")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a page showing how each tokenizer cuts the start of the held-out text",
+    )
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
 
 
@@ -58,7 +73,7 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "tokenizer-report",
         help="measure tokenizers on held-out text",
-        description=__doc__,
+        description=REPORT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
@@ -100,10 +115,11 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     cut = int(len(text) * fraction)
     train_text, heldout = text[:cut], text[cut:]
-    reports = []
+    reports, tokenizers = [], {}
     try:
         for path in args.tokenizer:
-            reports.append(report(load(path), heldout, name=Path(path).name))
+            tokenizers[Path(path).name] = tok = load(path)
+            reports.append(report(tok, heldout, name=Path(path).name))
         if not args.tokenizer:
             kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
             unknown = [k for k in kinds if k not in KINDS]
@@ -119,15 +135,23 @@ def run_report(args: argparse.Namespace) -> int:
                 if args.save_dir:
                     Path(args.save_dir).mkdir(parents=True, exist_ok=True)
                     tok.save(Path(args.save_dir) / f"{kind}.json")
+                tokenizers[kind] = tok
                 reports.append(report(tok, heldout, name=kind))
     except TokenizerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.html:
+        from .visualize import to_html
+
+        page = to_html(tokenizers, heldout[:2000], title=f"Tokens of {Path(args.text).name}")
+        Path(args.html).write_text(page, encoding="utf-8")
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
         print(f"held-out text: {len(heldout.encode('utf-8'))} bytes, {len(heldout)} characters")
         print(format_reports(reports))
+        if args.html:
+            print(f"tokens page: {args.html}")
     return 0
 
 
@@ -139,15 +163,15 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
         description="Train a tokenizer on a UTF-8 text file and save it to --out.",
     )
     p.add_argument("--text", required=True, help="UTF-8 text file to train on")
-    p.add_argument("--kind", choices=KIND_NAMES, default="bpe")
-    p.add_argument("--vocab-size", type=int, default=1024, help="ignored for char")
+    p.add_argument("--kind", choices=KIND_NAMES, default="bpe", help="(default: bpe)")
+    p.add_argument("--vocab-size", type=int, default=1024, help="ignored for char (default: 1024)")
     p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument(
         "--format",
         choices=("tensorlab", "huggingface"),
         default="tensorlab",
-        help="our JSON format, or a Hugging Face tokenizer.json (not for char)",
+        help="our JSON format, or a Hugging Face tokenizer.json (not for char; default: tensorlab)",
     )
     p.set_defaults(func=run_train)
     return p
@@ -172,8 +196,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m gpt.tokenizers.cli",
-        description=__doc__,
+        prog="python -m gpt tokenizer-report",
+        description=REPORT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)

@@ -235,3 +235,24 @@ def test_ctrl_c_saves_and_exits_130(tmp_path):
 
     saved = load_checkpoint(run / "ckpt.safetensors")["iter"]
     assert f"iteration {saved}:" in last
+
+
+def test_tokenizer_commands_have_plain_help_under_python_m_gpt(capsys):
+    for job in ("tokenizer-report", "tokenizer-train", "prepare"):
+        with pytest.raises(SystemExit):
+            main([job, "--help"])
+        out = capsys.readouterr().out
+        assert f"usage: python -m gpt {job}" in out
+        assert "``" not in out and "gpt.tokenizers.cli" not in out
+        assert "(default: " in out
+
+
+def test_tokenizer_report_writes_the_tokens_page(tmp_path, capsys):
+    path = tmp_path / "t.txt"
+    path.write_text(TEXT)
+    page = tmp_path / "tokens.html"
+    args = ["tokenizer-report", "--text", str(path), "--kinds", "char,bpe", "--vocab-size", "260"]
+    assert main([*args, "--html", str(page)]) == 0
+    html = page.read_text()
+    assert "<html" in html.lower() and "char" in html and "bpe" in html
+    assert f"tokens page: {page}" in capsys.readouterr().out
