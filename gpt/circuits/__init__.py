@@ -1,7 +1,9 @@
 """Tools for reading a GPT's circuits ("A Mathematical Framework for Transformer Circuits",
-Elhage et al. 2021): activation caching and interventions through hook points, QK and OV
-circuits as factored matrices, composition scores, zero-layer bigram statistics, and
-induction-head scores.
+Elhage et al. 2021), with TransformerLens's names: activation and gradient caching and
+interventions through hook points, the residual stream taken apart (logit lens, direct logit
+attribution), activation and attribution patching, QK and OV circuits as factored matrices,
+composition scores, zero-layer bigram statistics, head detectors, and a training callback
+that watches circuits form. docs/interpretability.md walks through them.
 
     import gpt.circuits as C
     logits, cache = C.run_with_cache(model, tokens)
@@ -10,8 +12,17 @@ induction-head scores.
 
 One file a job:
 
-- ``hooks.py``: hook points by name, ``run_with_cache``, ``run_with_hooks``,
-  ``token_losses``;
+- ``hooks.py``: hook points by name, ``run_with_cache`` (``incl_bwd=True``: gradients too),
+  ``run_with_hooks``, ``token_losses``, ``mean_token_loss``;
+- ``resid.py``: ``decompose_resid``, ``stack_head_results``, ``full_resid_decomposition``,
+  ``accumulated_resid``, ``apply_ln_to_stack`` (the final norm folded), ``logit_lens``,
+  ``logit_attrs`` (direct logit attribution);
+- ``patching.py``: ``patch_activation``, ``activation_patching`` (sweeps),
+  ``attribution_patching``;
+- ``detectors.py``: ``detect_head`` (previous-token, duplicate-token, induction, or a
+  pattern of one's own) on any prompt;
+- ``watch.py``: ``CircuitWatcher``, a training callback, and ``circuit_scores``;
+- ``views.py``: ``attention_html``, an interactive attention view that works offline;
 - ``factored.py``: :class:`FactoredMatrix`, a low-rank product A @ B kept factored;
 - ``qk_ov.py``: the heads' weights as circuits: ``W_QK``, ``W_OV``, ``qk_circuit``,
   ``ov_circuit``, ``composition_scores``;

@@ -117,11 +117,38 @@ def test_hook_names_follow_the_circuits_convention():
         "hook_embed",
         "blocks.0.hook_resid_pre",
         "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_mid",
         "blocks.1.hook_mlp_out",
         "blocks.1.hook_resid_post",
+        "blocks.0.attn.hook_q",
+        "blocks.0.attn.hook_k",
+        "blocks.0.attn.hook_v",
+        "blocks.0.attn.hook_attn_scores",
         "blocks.0.attn.hook_pattern",
+        "blocks.0.attn.hook_z",
+        "blocks.0.attn.hook_result",
     ]:
         assert n in names
+
+
+def test_the_training_path_stays_fused_and_summed_after_a_full_cache():
+    """Caching every hook point (scores, pattern and per-head results included) opens the
+    closed ones for that run only: afterwards every attention layer is fused again, sums
+    over heads in one product, and training gives the same loss as a model never hooked."""
+    from gpt import circuits
+
+    tl.manual_seed(0)
+    model, twin = GPT(small()), GPT(small())
+    twin.load_state_dict(model.state_dict())
+    x = np.random.default_rng(0).integers(0, 11, (2, 8))
+    _, cache = circuits.run_with_cache(model, x)
+    assert "blocks.1.attn.hook_result" in cache and "blocks.1.attn.hook_pattern" in cache
+    attns = [b.attn for b in model.blocks]
+    assert all(a.fused and not a.use_attn_result for a in attns)
+    assert all(a.hook_result.closed and a.hook_pattern.closed for a in attns)
+    _, loss = model(tl.tensor(x[:, :-1]), tl.tensor(x[:, 1:]))
+    _, ref = twin(tl.tensor(x[:, :-1]), tl.tensor(x[:, 1:]))
+    assert loss.item() == ref.item()
 
 
 def test_tied_unembedding_is_the_embedding_transpose():
