@@ -18,6 +18,8 @@ from nn.module import HookPoint
 from tensorlab import Tensor
 from tensorlab.ops.nnops import log_softmax_array
 
+HookSpec = tuple[str | Callable[[str], bool], Callable]
+
 
 def hook_names(model) -> list[str]:
     """The names of every :class:`~nn.module.HookPoint` in ``model`` (module order)."""
@@ -61,14 +63,21 @@ def _to_numpy(x) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable]] = ()):
-    """Register forward hooks by name for the duration of a ``with`` block; they are removed
-    on exit, also when the block raises.
+def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpec] = ()):
+    """Register hooks by name for the duration of a ``with`` block; they are removed on exit,
+    also when the block raises.
 
     ``fwd_hooks``: pairs ``(name, fn)`` where name is a module name (usually a hook point) or
     a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
     array) or None to leave the activation as it is. A function with two required positional
     parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
+
+    ``bwd_hooks``: pairs ``(name, fn)`` as well, but ``fn(grad)`` (or ``fn(grad, name)``)
+    sees the gradient arriving at that hook point's activation when a backward pass runs
+    through it, and may return a replacement gradient. They are attached (``register_hook``)
+    to the activations of the forward passes made inside the block, so they fire on a
+    backward from those passes' outputs, also one called after the block; the model needs a
+    graph (``nn.evaluating(model, grad=True)`` or ``run_with_hooks(..., grad=True)``).
 
     Two kinds of hook point are closed on the default (training) path and opened here for
     the block, only when hooked: ``hook_attn_scores`` and ``hook_pattern`` switch the model's
@@ -77,7 +86,12 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
     own (``nn.attention.attention_results``: by default W_O sums over heads in one product).
     Either way the logits agree with the default path up to float rounding.
     """
-    chosen = [(n, m, fn) for name, fn in fwd_hooks for n, m in _select(model, name).items()]
+    chosen = [
+        (n, m, wrap(fn, n))
+        for specs, wrap in ((fwd_hooks, _forward_hook), (bwd_hooks, _backward_hook))
+        for name, fn in specs
+        for n, m in _select(model, name).items()
+    ]
     closed = [n for n, m, _ in chosen if getattr(m, "closed", None)]
     handles = []
     with contextlib.ExitStack() as opened:
@@ -86,15 +100,17 @@ def hooks(model, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable
         if any(n.endswith("hook_result") for n in closed):
             opened.enter_context(attention_results(model))
         try:
-            for n, module, fn in chosen:
-                handles.append(module.register_forward_hook(_wrap_hook(fn, n)))
+            for _, module, hook in chosen:
+                handles.append(module.register_forward_hook(hook))
             yield model
         finally:
             for h in handles:
                 h.remove()
 
 
-def _wrap_hook(fn: Callable, name: str):
+def _caller(fn: Callable, name: str) -> Callable:
+    """``fn`` called as ``fn(x)``, or ``fn(x, name)`` when it takes two required positional
+    parameters; a returned array becomes a Tensor like ``x``."""
     try:
         params = inspect.signature(fn).parameters.values()
         n_pos = sum(
@@ -106,11 +122,29 @@ def _wrap_hook(fn: Callable, name: str):
         n_pos, varargs = 1, False
     two = varargs or n_pos >= 2
 
-    def hook(module, inputs, output):
-        out = fn(output, name) if two else fn(output)
+    def call(x):
+        out = fn(x, name) if two else fn(x)
         if out is not None and not isinstance(out, Tensor):
-            out = tl.tensor(np.asarray(out, dtype=output.dtype), device=output.device)
+            out = tl.tensor(np.asarray(out, dtype=x.dtype), device=x.device)
         return out
+
+    return call
+
+
+def _forward_hook(fn: Callable, name: str):
+    call = _caller(fn, name)
+    return lambda module, inputs, output: call(output)
+
+
+def _backward_hook(fn: Callable, name: str):
+    call = _caller(fn, name)
+
+    def hook(module, inputs, output):
+        if not output.requires_grad:
+            raise RuntimeError(
+                f"backward hook on {name}: the activation records no graph; run with grad=True"
+            )
+        output.register_hook(call)
 
     return hook
 
@@ -183,13 +217,16 @@ def mean_token_loss(logits: Tensor, tokens) -> Tensor:
 def run_with_hooks(
     model,
     tokens,
-    fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable]] = (),
+    fwd_hooks: Iterable[HookSpec] = (),
+    bwd_hooks: Iterable[HookSpec] = (),
     *,
     grad: bool = False,
 ) -> Tensor:
     """Run ``model`` on ``tokens`` with temporary forward hooks (interventions) and return the
     logits (B, T, vocab). ``fwd_hooks``: pairs ``(name or predicate, fn)``; ``fn(activation)``
-    returns the replacement or None (see :func:`hooks`). Eval mode, no graph unless ``grad``.
+    returns the replacement or None (see :func:`hooks`). Eval mode, no graph unless ``grad``
+    or ``bwd_hooks``: pairs whose ``fn(grad)`` sees (and may replace) the gradient at that
+    hook point when you call backward on something computed from the returned logits.
 
     Example: zero-ablate head 2 of layer 0::
 
@@ -197,7 +234,8 @@ def run_with_hooks(
             z = z.numpy().copy(); z[:, :, 2] = 0; return z
         run_with_hooks(model, tokens, [("blocks.0.attn.hook_z", ablate)])
     """
-    with hooks(model, fwd_hooks), nn.evaluating(model, grad=grad):
+    bwd_hooks = list(bwd_hooks)
+    with hooks(model, fwd_hooks, bwd_hooks), nn.evaluating(model, grad=grad or bool(bwd_hooks)):
         logits, _ = model(_as_tokens(tokens))
     return logits
 

@@ -161,3 +161,34 @@ def test_no_norm_final_gradient_is_the_unembedding_column():
     g = cache["blocks.1.hook_resid_post_grad"][0]
     np.testing.assert_allclose(g[2], model.W_U.numpy()[:, 6], rtol=1e-6)
     assert np.all(np.delete(g, 2, axis=0) == 0)
+
+
+def test_backward_hooks_see_and_replace_the_gradient_at_a_hook_point():
+    """A backward hook sees the gradient arriving at its hook point (the one incl_bwd
+    caches) when backward runs from the returned logits; one returning zeros at hook_embed
+    stops every gradient to the token embedding (untied from the unembedding) and none to
+    the positions."""
+    model = GPT(small(tie_weights=False))
+    tokens = np.random.default_rng(4).integers(0, 11, (2, 6))
+    _, cache = C.run_with_cache(model, tokens, names="blocks.0.hook_resid_mid", incl_bwd=True)
+    seen = []
+    logits = C.run_with_hooks(
+        model,
+        tokens,
+        bwd_hooks=[("blocks.0.hook_resid_mid", lambda g, name: seen.append((name, g.numpy())))],
+    )
+    assert seen == []  # nothing until backward
+    params = [model.embed.W, model.pos.W_pos]
+    grads = tl.grad(C.mean_token_loss(logits, tokens), params)
+    assert [n for n, _ in seen] == ["blocks.0.hook_resid_mid"]
+    np.testing.assert_allclose(seen[0][1], cache["blocks.0.hook_resid_mid_grad"], rtol=1e-5)
+    assert all(np.abs(g.numpy()).max() > 0 for g in grads)
+    logits = C.run_with_hooks(
+        model, tokens, bwd_hooks=[("hook_embed", lambda g: np.zeros(g.shape))]
+    )
+    d_embed, d_pos = tl.grad(C.mean_token_loss(logits, tokens), params)
+    assert np.all(d_embed.numpy() == 0)
+    np.testing.assert_allclose(d_pos.numpy(), grads[1].numpy(), rtol=1e-5, atol=1e-8)
+    with pytest.raises(RuntimeError, match="records no graph"):
+        with C.hooks(model, bwd_hooks=[("hook_embed", print)]), tl.no_grad():
+            model(tl.tensor(tokens))
