@@ -41,6 +41,8 @@ def test_run_with_cache_records_every_hook_with_its_shape():
             np.testing.assert_allclose(
                 act.sum(2) + block.attn.b_O.numpy(), out, rtol=1e-5, atol=1e-6
             )
+        elif ".mlp." in name:  # neuron hooks (hook_pre, hook_post), once FeedForward has them
+            assert act.shape == (B, T, cfg.d_ff), name
         else:
             assert act.shape == (B, T, d), name
     # the cached final residual stream gives the logits
