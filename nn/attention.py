@@ -525,6 +525,7 @@ class MultiHeadAttention(Module):
     def extra_repr(self) -> str:
         kind = "cross" if self.cross else ("causal" if self.causal else "self")
         path = "fused" if self.fused else "composed"
+        path += ", per-head results" if self.use_attn_result else ""
         return f"d_model={self.d_model}, n_head={self.n_head}, d_head={self.d_head}, {kind}, {path}"
 
 
