@@ -163,7 +163,9 @@ def run_with_cache(
     Returns ``(logits, cache)``: the logits Tensor (B, T, vocab) and a dict from hook name to a
     NumPy copy of the activation, in the order the forward pass reached them, e.g.
     ``cache["blocks.1.attn.hook_pattern"]`` (B, H, T, T). ``names`` selects what to record:
-    None (every hook point), a name or list of names, or a predicate ``name -> bool``.
+    None (every hook point), a name or list of names, or a predicate ``name -> bool``. (Every
+    hook point includes ``hook_result``, H times the size of the stream per layer; on a large
+    model, name what you need.)
 
     ``incl_bwd``: also the gradient of a scalar at every recorded activation, under
     ``name + "_grad"`` (TransformerLens's keys), same shape. The scalar is ``metric(logits)``
