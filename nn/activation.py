@@ -28,7 +28,7 @@ import tensorlab as tl
 from nn.dropout import dropout
 from nn.init import constant, uniform
 from nn.linear import linear
-from nn.module import Module
+from nn.module import HookPoint, Module
 from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, xp_of
 from tensorlab.function import Function
@@ -404,6 +404,10 @@ class FeedForward(Module):
     and for gated variants to 8/3·d_model rounded up to a multiple of 8 (same parameter count
     as the plain 4× MLP: three matrices instead of two). ``dropout`` acts on the output (as in
     nanoGPT), before the residual add.
+
+    Hook points (TransformerLens's names, each (B, T, d_ff)): ``hook_pre``, the neurons'
+    pre-activations (the gate's, when gated), ``hook_pre_linear`` (gated only: the value),
+    and ``hook_post``, the hidden layer that W_out reads.
     """
 
     def __init__(
@@ -433,13 +437,17 @@ class FeedForward(Module):
             self.b_gate = constant((d_ff,), 0.0, dtype, device) if bias else None
         self.W_out = uniform((d_ff, d_model), k_out, dtype, device)
         self.b_out = constant((d_model,), 0.0, dtype, device) if bias else None
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+        if gated:
+            self.hook_pre_linear = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
-        h = linear(x, self.W_in, self.b_in)
         if self.gated:
-            h = self.act(linear(x, self.W_gate, self.b_gate)) * h
+            gate = self.act(self.hook_pre(linear(x, self.W_gate, self.b_gate)))
+            h = gate * self.hook_pre_linear(linear(x, self.W_in, self.b_in))
         else:
-            h = self.act(h)
+            h = self.act(self.hook_pre(linear(x, self.W_in, self.b_in)))
+        h = self.hook_post(h)
         return dropout(linear(h, self.W_out, self.b_out), self.dropout, self.training)
 
     def extra_repr(self) -> str:

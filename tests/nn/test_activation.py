@@ -277,3 +277,28 @@ def test_dropout_only_in_training():
     tl.manual_seed(0)
     np.testing.assert_array_equal(a, ffn(x).data)
     assert (a == 0).mean() > 0.3
+
+
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_feedforward_hook_points_see_the_neurons(activation):
+    """hook_pre holds the (gate's) pre-activations, hook_pre_linear the gated value, hook_post
+    the hidden layer W_out reads: the output is hook_post · W_out + b_out."""
+    from nn.activation import FeedForward
+
+    ff = FeedForward(8, 16, activation=activation)
+    x = tl.tensor(np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32))
+    seen = {}
+    names = ["hook_pre", "hook_post"] + (["hook_pre_linear"] if ff.gated else [])
+    for name in names:
+        getattr(ff, name).register_forward_hook(lambda m, i, o, name=name: seen.update({name: o}))
+    y = ff(x)
+    f = ff.act
+    if ff.gated:
+        expected = f(seen["hook_pre"]).numpy() * seen["hook_pre_linear"].numpy()
+    else:
+        expected = f(seen["hook_pre"]).numpy()
+    np.testing.assert_allclose(seen["hook_post"].numpy(), expected, rtol=1e-6)
+    assert all(v.shape == (2, 3, 16) for v in seen.values())
+    np.testing.assert_allclose(
+        y.numpy(), seen["hook_post"].numpy() @ ff.W_out.numpy() + ff.b_out.numpy(), rtol=1e-5
+    )
