@@ -14,9 +14,9 @@ One file a job:
 
 - ``hooks.py``: hook points by name, ``run_with_cache`` (``incl_bwd=True``: gradients too),
   ``run_with_hooks``, ``token_losses``, ``mean_token_loss``;
-- ``resid.py``: ``decompose_resid``, ``stack_head_results``, ``full_resid_decomposition``,
-  ``accumulated_resid``, ``apply_ln_to_stack`` (the final norm folded), ``logit_lens``,
-  ``logit_attrs`` (direct logit attribution);
+- ``resid.py``: ``decompose_resid``, ``stack_head_results``, ``stack_neuron_results``,
+  ``full_resid_decomposition``, ``accumulated_resid``, ``apply_ln_to_stack`` (the final norm
+  folded), ``logit_lens``, ``logit_attrs`` (direct logit attribution);
 - ``patching.py``: ``patch_activation``, ``activation_patching`` (sweeps),
   ``attribution_patching``;
 - ``detectors.py``: ``detect_head`` (previous-token, duplicate-token, induction, or a
@@ -111,6 +111,7 @@ from gpt.circuits.resid import (
     logit_lens,
     residual_directions,
     stack_head_results,
+    stack_neuron_results,
 )
 from gpt.circuits.views import attention_html
 from gpt.circuits.watch import CircuitWatcher, circuit_scores
@@ -141,6 +142,7 @@ __all__ = [
     "final_resid",
     "decompose_resid",
     "stack_head_results",
+    "stack_neuron_results",
     "full_resid_decomposition",
     "accumulated_resid",
     "apply_ln_to_stack",

@@ -183,13 +183,48 @@ def stack_head_results(
     return _finish(model, cache, parts, labels, apply_ln, return_labels)
 
 
+def stack_neuron_results(
+    model,
+    cache: dict,
+    layer: int | None = None,
+    apply_ln: bool = False,
+    return_labels: bool = False,
+):
+    """Every MLP neuron's output in the residual basis, post_n · W_out[n] (``mlp.hook_post``
+    times a row of W_out, without b_out), stacked (layers·d_ff, B, T, d) layer-major, labelled
+    "L{l}N{n}", for the layers before ``layer`` (default all). Per layer they sum to
+    ``hook_mlp_out`` minus b_out. ``apply_ln`` folds the final norm."""
+    _check_pre_norm(model)
+    parts, labels = [], []
+    for i in range(_layer_range(model, layer)):
+        p, lab = _neurons(model, cache, i)
+        parts, labels = parts + p, labels + lab
+    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+
+
+def _neurons(model, cache: dict, i: int) -> tuple[list[np.ndarray], list[str]]:
+    """Layer i's neuron outputs post_n · W_out[n], (B, T, d) each (none without an MLP)."""
+    mlp = model.blocks[i].mlp
+    if mlp is None:
+        return [], []
+    post = _get(cache, f"blocks.{i}.mlp.hook_post")  # (B, T, d_ff)
+    W_out = _arr(mlp.W_out)
+    neurons = range(len(W_out))
+    return [post[..., n, None] * W_out[n] for n in neurons], [f"L{i}N{n}" for n in neurons]
+
+
 def full_resid_decomposition(
-    model, cache: dict, apply_ln: bool = False, return_labels: bool = False
+    model,
+    cache: dict,
+    apply_ln: bool = False,
+    expand_neurons: bool = False,
+    return_labels: bool = False,
 ):
     """The final stream split as finely as the hook points allow, (n, B, T, d): "embed",
-    "pos_embed", each head "L{l}H{h}", each MLP "{l}_mlp_out", and "bias" (Σ of the
-    attention output biases b_O, which belong to no head). The parts sum to the final stream;
-    ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
+    "pos_embed", each head "L{l}H{h}", each MLP "{l}_mlp_out" (or, with ``expand_neurons``,
+    each of its neurons "L{l}N{n}"), and "bias" (Σ of the attention output biases b_O, which
+    belong to no head, and with ``expand_neurons`` the MLP output biases b_out). The parts sum
+    to the final stream; ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
     _check_pre_norm(model)
     parts, labels = _embed_parts(model, cache)
     heads, head_labels = stack_head_results(model, cache, return_labels=True)
@@ -197,7 +232,12 @@ def full_resid_decomposition(
     labels += head_labels
     bias = np.zeros(model.config.d_model)
     for i, block in enumerate(model.blocks):
-        if block.mlp is not None:
+        if block.mlp is not None and expand_neurons:
+            neurons, neuron_labels = _neurons(model, cache, i)
+            parts, labels = parts + neurons, labels + neuron_labels
+            if block.mlp.b_out is not None:
+                bias = bias + _arr(block.mlp.b_out)
+        elif block.mlp is not None:
             parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
             labels.append(f"{i}_mlp_out")
         if block.attn.b_O is not None:

@@ -213,3 +213,32 @@ def test_decomposition_refuses_norms_inside_the_stream_and_missing_hooks():
         C.decompose_resid(model, cache, mode="heads")
     with pytest.raises(IndexError, match="layer 3 is out of range"):
         C.accumulated_resid(model, cache, layer=3)
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_neuron_results_sum_to_each_mlps_output_and_to_the_logits(activation):
+    """Each neuron writes post_n · W_out[n] (mlp.hook_post times a row of W_out): per layer
+    they sum to hook_mlp_out minus b_out, and with expand_neurons the full decomposition
+    (b_out moved into "bias") still sums to the logits. For ReLU a neuron whose
+    pre-activation (mlp.hook_pre) is negative writes exactly nothing."""
+    model = randomized(norm="layernorm", activation=activation)
+    logits, cache = logits_and_cache(model, TOKENS)
+    d_ff = model.config.d_ff
+    neurons, labels = C.stack_neuron_results(model, cache, return_labels=True)
+    assert neurons.shape == (2 * d_ff,) + TOKENS.shape + (16,)
+    assert labels[:2] == ["L0N0", "L0N1"] and labels[-1] == f"L1N{d_ff - 1}"
+    for i, block in enumerate(model.blocks):
+        mlp_out = cache[f"blocks.{i}.hook_mlp_out"]
+        layer = neurons[i * d_ff : (i + 1) * d_ff].sum(0) + block.mlp.b_out.numpy()
+        np.testing.assert_allclose(layer, mlp_out, rtol=1e-5, atol=1e-5)
+    full, labels = C.full_resid_decomposition(
+        model, cache, apply_ln=True, expand_neurons=True, return_labels=True
+    )
+    assert "0_mlp_out" not in labels and "L1N0" in labels
+    W_U, b_U = C.folded_unembed(model)
+    np.testing.assert_allclose(full.sum(0) @ W_U + b_U, logits, atol=1e-5 * np.abs(logits).max())
+    if activation == "relu":
+        pre = cache["blocks.0.mlp.hook_pre"]  # (B, T, d_ff)
+        off = np.moveaxis(pre <= 0, -1, 0)  # (d_ff, B, T)
+        assert off.any() and (~off).any()
+        assert np.all(neurons[:d_ff][off] == 0)
