@@ -249,7 +249,7 @@ def test_gradient_accumulation_equals_one_bigger_batch(tmp_path):
     acc = trainer(tmp_path / "4", batch_size=2, grad_accum_steps=4, threads=1)
     x, y = get_batch(one.splits["train"], 16, 8, rng)
     loss_one, loss_acc = one.backward(x, y), acc.backward(x, y)
-    assert loss_acc == pytest.approx(loss_one, rel=1e-6)
+    assert loss_acc == pytest.approx(loss_one, rel=1e-5)  # float32 means: a few ulps apart
     scale = max(np.abs(p.grad.data).max() for p in one.model.parameters())
     for p, q in zip(one.model.parameters(), acc.model.parameters()):
         np.testing.assert_allclose(q.grad.data, p.grad.data, rtol=0, atol=1e-5 * scale)
