@@ -84,7 +84,9 @@ class ByteBPE(Tokenizer):
             merged = self.bytes_to_id.get(self.vocab[a] + self.vocab[b])
             if merged is None:
                 raise TokenizerError(f"merge {rank} ({a}, {b}) produces a token not in vocab")
-            self.ranks.setdefault((a, b), (rank, merged))
+            # A pair listed twice takes its later rank, as GPT-2's encoder (a dict built
+            # from the list) and the tokenizers library do.
+            self.ranks[(a, b)] = (rank, merged)
         self._cache: dict[str, list[int]] = {}
 
     def _check_ids_layout(self) -> None:

@@ -312,3 +312,14 @@ def test_cast_helpers():
     x.float().double().sum().backward()
     assert x.grad.dtype == np.float64
     np.testing.assert_array_equal(x.grad.numpy(), np.ones(3))
+
+
+def test_gradients_at_the_kinks_follow_pytorch():
+    """At a kink the derivative is a convention; PyTorch's: ReLU'(0) = 0, and clamp passes the
+    gradient at x == lo and x == hi (1 on the closed interval [lo, hi], 0 outside it)."""
+    x = tl.tensor([-1.0, 0.0, 2.0], dtype="float64", requires_grad=True)
+    x.relu().sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 1.0])
+    x = tl.tensor([-2.0, -1.0, 0.0, 1.0, 2.0], dtype="float64", requires_grad=True)
+    x.clip(-1.0, 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 1.0, 1.0, 0.0])

@@ -201,3 +201,14 @@ def test_encoding_applies_merges_in_the_order_learned(train, text, n_merges):
 def test_encoding_applies_merges_in_the_order_learned_on_real_text(bpe, train_text):
     text = train_text[-5_000:]
     assert bpe.encode(text) == naive_encode(bpe, text)
+
+
+def test_a_merge_listed_twice_takes_its_later_rank():
+    """GPT-2's encoder builds its ranks as a dict from the merge list and the tokenizers
+    library does the same: a repeated pair keeps the later rank. With merges ab, bc, ab the
+    pair bc (rank 1) then comes before ab (rank 2): "abc" is a|bc, not ab|c."""
+    a, b, c = ord("a"), ord("b"), ord("c")
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc"}
+    tok = ByteBPE(vocab, [(a, b), (b, c), (a, b)])
+    assert tok.encode("abc") == [a, 257]
+    assert tok.encode("abd") == [256, ord("d")]
