@@ -591,9 +591,9 @@ MUTANTS = {
         ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
         (
             "duplicate-merge-rank",
-            "self.ranks.setdefault((a, b), (rank, merged))",
             "self.ranks[(a, b)] = (rank, merged)",
-            "a merge listed twice takes its later rank",
+            "self.ranks.setdefault((a, b), (rank, merged))",
+            "a merge listed twice keeps its first rank",
         ),
         (
             "vocab-bytes-swapped",
@@ -666,19 +666,5 @@ REVIEWED = {
         "equivalent: a gradient sent to a tensor that does not require grad waits in `pending` "
         "under a node that topological_order never lists, so it is never read; trace_backward "
         "filters such inputs itself. Only wasted work (and detect_anomaly would check it)."
-    ),
-    "elementwise.relu-at-zero": (
-        "gap: nothing pins ReLU's gradient at exactly 0 (0, as PyTorch; the docstring says "
-        "[a > 0]); tests/tensorlab/test_elementwise.py should check x = [-1, 0, 2]"
-    ),
-    "elementwise.clip-upper-open": (
-        "gap: nothing pins clip's gradient at exactly lo or hi (1, as PyTorch's clamp; the "
-        "docstring says lo ≤ a ≤ hi); tests/tensorlab/test_elementwise.py should check it"
-    ),
-    "bpe.duplicate-merge-rank": (
-        "gap, and the mutant is the reference behaviour: with a merge listed twice, the "
-        "tokenizers library (and GPT-2's dict(zip(merges, range))) keep the later rank, this "
-        "code the earlier ('abc' with merges ab, bc, ab: tokenizers gives a|bc, ByteBPE ab|c). "
-        "Pick one (or refuse duplicates) and test it in tests/gpt/tokenizers/test_byte_bpe.py"
     ),
 }
