@@ -337,9 +337,9 @@ MUTANTS = {
         ("erf-horner", "for c in _A[3::-1]:", "for c in _A[3:0:-1]:", "erf: Horner drops a₁"),
         (
             "gated-act-after",
-            "h = self.act(linear(x, self.W_gate, self.b_gate)) * h",
-            "h = self.act(linear(x, self.W_gate, self.b_gate) * h)",
-            "FeedForward gated: activation after the product",
+            "h = gate * self.hook_pre_linear(linear(x, self.W_in, self.b_in))",
+            "h = self.act(gate) * self.hook_pre_linear(linear(x, self.W_in, self.b_in))",
+            "FeedForward gated: the activation applied twice",
         ),
     ],
     "nn/loss.py": [
