@@ -220,28 +220,31 @@ def full_resid_decomposition(
     expand_neurons: bool = False,
     return_labels: bool = False,
 ):
-    """The final stream split as finely as the hook points allow, (n, B, T, d): "embed",
-    "pos_embed", each head "L{l}H{h}", each MLP "{l}_mlp_out" (or, with ``expand_neurons``,
-    each of its neurons "L{l}N{n}"), and "bias" (Σ of the attention output biases b_O, which
-    belong to no head, and with ``expand_neurons`` the MLP output biases b_out). The parts sum
-    to the final stream; ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
+    """The final stream split as finely as the hook points allow, (n, B, T, d), in
+    TransformerLens's order: each head "L{l}H{h}", each MLP "{l}_mlp_out" (or, with
+    ``expand_neurons``, each of its neurons "L{l}N{n}"), "embed", "pos_embed", and "bias" (Σ
+    of the attention output biases b_O, which belong to no head, and with ``expand_neurons``
+    the MLP output biases b_out). The parts sum to the final stream; ``apply_ln`` folds the
+    final norm (:func:`apply_ln_to_stack`)."""
     _check_pre_norm(model)
-    parts, labels = _embed_parts(model, cache)
-    heads, head_labels = stack_head_results(model, cache, return_labels=True)
-    parts += list(heads)
-    labels += head_labels
+    heads, labels = stack_head_results(model, cache, return_labels=True)
+    parts = list(heads)
     bias = np.zeros(model.config.d_model)
     for i, block in enumerate(model.blocks):
-        if block.mlp is not None and expand_neurons:
+        if block.attn.b_O is not None:
+            bias = bias + _arr(block.attn.b_O)
+        if block.mlp is None:
+            continue
+        if expand_neurons:
             neurons, neuron_labels = _neurons(model, cache, i)
             parts, labels = parts + neurons, labels + neuron_labels
             if block.mlp.b_out is not None:
                 bias = bias + _arr(block.mlp.b_out)
-        elif block.mlp is not None:
+        else:
             parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
             labels.append(f"{i}_mlp_out")
-        if block.attn.b_O is not None:
-            bias = bias + _arr(block.attn.b_O)
+    embeds, embed_labels = _embed_parts(model, cache)
+    parts, labels = parts + embeds, labels + embed_labels
     parts.append(np.broadcast_to(bias, _get(cache, "hook_embed").shape))
     labels.append("bias")
     return _finish(model, cache, parts, labels, apply_ln, return_labels)

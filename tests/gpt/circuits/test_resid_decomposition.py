@@ -52,7 +52,7 @@ def test_components_sum_to_the_logits_without_a_norm(kw):
     heads = [f"L{i}H{h}" for i in range(L) for h in range(H)]
     mlps = [f"{i}_mlp_out" for i in range(L)]
     pos = ["pos_embed"] if model.pos is not None else []
-    assert labels == ["embed"] + pos + heads + mlps + ["bias"]
+    assert labels == heads + mlps + ["embed"] + pos + ["bias"]  # TransformerLens's order
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
@@ -134,19 +134,19 @@ def test_direct_logit_attribution_of_the_induction_head():
     tokens = C.repeated_tokens(2, 8, high=8, bos=8, seed=0)  # [bos, r, r]
     _, cache = C.run_with_cache(model, tokens)
     stack, labels = C.full_resid_decomposition(model, cache, apply_ln=True, return_labels=True)
-    assert labels == ["embed", "pos_embed", "L0H0", "L1H0", "bias"]
+    assert labels == ["L0H0", "L1H0", "embed", "pos_embed", "bias"]
     q = np.arange(9, 16)
     keys = q - 7  # right after the earlier occurrence
     attrs = C.logit_attrs(model, stack[:, :, q], tokens[:, q + 1])
     to_earlier = cache["blocks.1.attn.hook_pattern"][:, 0][:, q, keys]
     resid = cache["blocks.1.hook_resid_pre"].astype(np.float64)[:, keys]
     rms = np.sqrt((resid**2).mean(-1) + model.config.norm_eps)
-    np.testing.assert_allclose(attrs[3], 30 * to_earlier / rms, rtol=1e-5)
+    np.testing.assert_allclose(attrs[1], 30 * to_earlier / rms, rtol=1e-5)
     assert to_earlier.min() > 0.99
-    np.testing.assert_allclose(attrs[[0, 1, 2, 4]], 0, atol=1e-6)
+    np.testing.assert_allclose(attrs[[0, 2, 3, 4]], 0, atol=1e-6)
     # as a logit difference against the current token: the embedding now pulls the other way
     diff = C.logit_attrs(model, stack[:, :, q], tokens[:, q + 1], tokens[:, q])
-    np.testing.assert_allclose(diff[0], -10, rtol=1e-6)
+    np.testing.assert_allclose(diff[2], -10, rtol=1e-6)
 
 
 def test_direct_logit_attribution_of_a_head_is_its_ov_circuit_weighted_by_attention():
@@ -156,16 +156,16 @@ def test_direct_logit_attribution_of_a_head_is_its_ov_circuit_weighted_by_attent
     model = randomized(n_layer=1, attn_only=True, norm="none", bias=False, positional="none")
     _, cache = C.run_with_cache(model, TOKENS)
     stack, labels = C.full_resid_decomposition(model, cache, apply_ln=True, return_labels=True)
-    assert labels == ["embed", "L0H0", "L0H1", "bias"]
+    assert labels == ["L0H0", "L0H1", "embed", "bias"]
     j = 4
     attrs = C.logit_attrs(model, stack, j)
     E, U = model.W_E.numpy().astype(np.float64), model.W_U.numpy().astype(np.float64)
-    np.testing.assert_allclose(attrs[0], (E @ U)[TOKENS, j], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(attrs[2], (E @ U)[TOKENS, j], rtol=1e-5, atol=1e-6)
     pattern = cache["blocks.0.attn.hook_pattern"]
     for h in range(2):
         ov = C.ov_circuit(model, 0, h).full()[:, j]  # (vocab,)
         expect = np.einsum("bts,bs->bt", pattern[:, h], ov[TOKENS])
-        np.testing.assert_allclose(attrs[1 + h], expect, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(attrs[h], expect, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(attrs[3], 0)
 
 

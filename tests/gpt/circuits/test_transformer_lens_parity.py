@@ -2,8 +2,8 @@
 test is skipped without it): a randomly initialised GPT-2-shaped model (LayerNorm, learned
 positions, GELU MLP, biases, untied) loaded into a HookedTransformer gives the same logits and
 the same activations at every hook name both models have, the same decomposed residual stream
-and head results with the final norm folded, the same logit lens, and the same patching
-sweeps.
+(by layer, by head, and fully with neurons, in the same order and with the same labels) with
+the final norm folded, the same logit lens, and the same patching sweeps.
 
 Written against TransformerLens's documented API (HookedTransformerConfig, run_with_cache,
 ActivationCache.decompose_resid / stack_head_results / accumulated_resid, the patching
@@ -104,6 +104,7 @@ def test_logits_and_activations_agree_at_every_shared_hook_name():
             "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
             "hook_resid_post", "attn.hook_q", "attn.hook_k", "attn.hook_v",
             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "attn.hook_result",
+            "mlp.hook_pre", "mlp.hook_post",
         )
     }  # fmt: skip
     assert expected <= set(shared), expected - set(shared)
@@ -132,6 +133,14 @@ def test_decomposed_residual_stream_and_logit_lens_agree():
         (
             C.accumulated_resid(model, cache, return_labels=True),
             tl_cache.accumulated_resid(return_labels=True),
+        ),
+        (
+            C.full_resid_decomposition(
+                model, cache, apply_ln=True, expand_neurons=True, return_labels=True
+            ),
+            tl_cache.get_full_resid_decomposition(
+                expand_neurons=True, apply_ln=True, return_labels=True
+            ),
         ),
     ):
         assert ours[1] == list(theirs[1])
