@@ -411,12 +411,12 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     # transformers insists on a "format" entry in the metadata
-    serialization._atomic_write(
+    serialization.atomic_write(
         out / WEIGHTS_NAME,
         lambda fh: serialization._write_safetensors(fh, arrays, {"format": "pt"}),
     )
     text = json.dumps(hf_config, indent=2) + "\n"
-    serialization._atomic_write(out / CONFIG_NAME, lambda fh: fh.write(text.encode("utf-8")))
+    serialization.atomic_write(out / CONFIG_NAME, lambda fh: fh.write(text.encode("utf-8")))
 
 
 # ------------------------------------------------------------------ tokenizer

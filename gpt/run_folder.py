@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 from gpt.config import bad_value
-from nn.serialization import _atomic_write
+from nn.serialization import atomic_write
 
 
 class RunError(ValueError):
@@ -102,7 +102,7 @@ class RunFolder:
     # ------------------------------------------------------------------ config and log
     def write_config(self, config: dict) -> None:
         text = json.dumps(config, indent=1) + "\n"
-        _atomic_write(self.config, lambda f: f.write(text.encode()))
+        atomic_write(self.config, lambda f: f.write(text.encode()))
 
     def read_config(self) -> dict:
         try:
@@ -128,7 +128,7 @@ class RunFolder:
 
     def rewrite_log(self, records: list[dict]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
-        _atomic_write(self.log, lambda f: f.write(text.encode()))
+        atomic_write(self.log, lambda f: f.write(text.encode()))
 
 
 def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):

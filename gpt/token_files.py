@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gpt.data import DataError
-from nn.serialization import _atomic_write
+from nn.serialization import atomic_write
 
 META = "meta.json"
 BLOCK_CHARS = 1 << 20  # characters read per block (then up to the line's end)
@@ -131,7 +131,7 @@ def prepare(
         "text_digest": digest,
     }
     text_meta = json.dumps(meta, indent=1) + "\n"
-    _atomic_write(out / META, lambda f: f.write(text_meta.encode()))
+    atomic_write(out / META, lambda f: f.write(text_meta.encode()))
     return meta
 
 

@@ -138,7 +138,7 @@ def _unflatten(tree, arrays: dict[str, np.ndarray], path, where: tuple[str, ...]
 
 
 # ------------------------------------------------------------------ atomic write
-def _atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
     """Run ``write(file)`` on a temporary file next to ``path``, then rename it to ``path``."""
     path = os.fspath(path)
     tmp = f"{path}.{secrets.token_hex(4)}.tmp"
@@ -329,11 +329,11 @@ def save(state, path: str | os.PathLike) -> None:
     arrays: dict[str, np.ndarray] = {}
     tree = json.dumps(_flatten(state, (), arrays))
     if fmt == "safetensors":
-        _atomic_write(path, lambda f: _write_safetensors(f, arrays, {TREE_KEY: tree}))
+        atomic_write(path, lambda f: _write_safetensors(f, arrays, {TREE_KEY: tree}))
     else:
         if NPZ_TREE_KEY in arrays:
             raise ValueError(f"save: {NPZ_TREE_KEY!r} is a reserved name in .npz files")
-        _atomic_write(path, lambda f: _write_npz(f, arrays, tree))
+        atomic_write(path, lambda f: _write_npz(f, arrays, tree))
 
 
 def load(path: str | os.PathLike):
@@ -433,4 +433,11 @@ def _misfit(own: dict, saved: dict, most: int = 6) -> str:
     return "the checkpoint does not fit the model; " + "; ".join(parts) if parts else ""
 
 
-__all__ = ["SerializationError", "save", "load", "save_checkpoint", "load_checkpoint"]
+__all__ = [
+    "SerializationError",
+    "atomic_write",
+    "save",
+    "load",
+    "save_checkpoint",
+    "load_checkpoint",
+]

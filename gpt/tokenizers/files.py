@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from nn.serialization import atomic_write
 
 from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
@@ -35,19 +36,9 @@ VERSION = 1
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write text to ``path`` so that readers see the old file or the new one, never a mix."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write UTF-8 text to ``path`` atomically (:func:`nn.serialization.atomic_write`): readers
+    see the old file or the new one, never a mix, with the permissions of any new file."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def save(tok: Tokenizer, path: str | os.PathLike, format: str = "tensorlab") -> None:

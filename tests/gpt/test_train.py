@@ -263,3 +263,18 @@ def test_accumulation_draws_the_same_batches(tmp_path):
     np.testing.assert_allclose(
         [one.step() for _ in range(3)], [acc.step() for _ in range(3)], rtol=1e-5
     )
+
+
+def test_the_run_files_share_one_mode(tmp_path):
+    """Every file of a run is written by one atomic writer, so the tokenizer gets the same
+    permissions as the checkpoint (it was 0600, from mkstemp, beside a 0644 checkpoint)."""
+    trainer(tmp_path, max_iters=2).run()
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert len(set(modes.values())) == 1, modes
+    assert modes["tokenizer.json"] == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
