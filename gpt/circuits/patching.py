@@ -154,7 +154,10 @@ def attribution_patching(
     _, cache = run_with_cache(model, corrupted, names=names, incl_bwd=True, metric=metric)
     out = np.zeros(_sweep_shape(model, by, corrupted.shape[1]))
     for layer, name in enumerate(names):
-        term = (_arr(clean_cache[name]) - _arr(cache[name])) * _arr(cache[name + "_grad"])
+        clean_act, act = _arr(clean_cache[name]), _arr(cache[name])
+        same = clean_act == act  # masked scores are -inf in both runs: nothing to patch
+        diff = np.subtract(clean_act, act, out=np.zeros_like(act), where=~same)
+        term = diff * _arr(cache[name + "_grad"])
         pos_axis, head_axis = _axes(name)
         keep = [{"pos": pos_axis, "head": head_axis}[k] for k in SWEEPS[by]]
         if None in keep:

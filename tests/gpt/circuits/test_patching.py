@@ -133,6 +133,11 @@ def test_attribution_patching_is_exact_where_the_metric_is_linear():
         assert approx.shape == real.shape
         np.testing.assert_allclose(approx[1], real[1], rtol=1e-4, atol=1e-4)
         assert np.abs(real[1]).max() > 0.1
+    # the scores' masked entries (-inf in both runs) add nothing
+    scores = C.attribution_patching(
+        model, clean, corrupted, metric, "attn.hook_attn_scores", "pos_head"
+    )
+    assert scores.shape == (2, 6, 2) and np.isfinite(scores).all()
     # every estimate of the whole layer-1 output is the sum of its per-head estimates
     by_head = C.attribution_patching(model, clean, corrupted, metric, "attn.hook_result", "head")
     whole = C.attribution_patching(model, clean, corrupted, metric, "hook_attn_out", "layer")
