@@ -16,7 +16,8 @@ threads (``OPENBLAS_NUM_THREADS``, read when NumPy loads, hence the subprocess) 
 ``torch.set_num_threads``; the default is the machine's CPU count, each library's default.
 
 Peak memory is the growth of the process's maximum resident set during a loop of iterations,
-measured in a fresh subprocess per framework.
+measured in a fresh subprocess per framework, and once more for tensorlab with
+``GPTConfig(checkpoint_activations=True)`` (each block recomputed in backward).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def load_ids():
     return np.array([lut[c] for c in text], dtype=np.int64), len(chars)
 
 
-def make_ours(cfg: dict, threads: int):
+def make_ours(cfg: dict, threads: int, checkpoint: bool = False):
     """A function that runs one training iteration of our GPT and returns its seconds.
 
     With ``threads`` > 1 it runs the way ``python -m gpt train`` does: the same step through
@@ -75,7 +76,8 @@ def make_ours(cfg: dict, threads: int):
     ids, vocab = load_ids()
     tl.manual_seed(0)
     bs = cfg["batch_size"]
-    mcfg = GPTConfig(vocab_size=vocab, **{k: v for k, v in cfg.items() if k != "batch_size"})
+    shape = {k: v for k, v in cfg.items() if k != "batch_size"}
+    mcfg = GPTConfig(vocab_size=vocab, checkpoint_activations=checkpoint, **shape)
     model = GPT(mcfg)
     run = nn.DataParallel(model, threads) if threads > 1 else model
     groups = nn.optim.param_groups_for_decay(model, 0.1)
@@ -163,7 +165,10 @@ def child_memory(framework: str, name: str, iters: int, threads: int) -> None:
     else:
         import nn  # noqa: F401
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step = make_torch(CONFIGS[name]) if framework == "torch" else make_ours(CONFIGS[name], threads)
+    if framework == "torch":
+        step = make_torch(CONFIGS[name])
+    else:
+        step = make_ours(CONFIGS[name], threads, checkpoint=framework == "ours-checkpointed")
     for _ in range(iters):
         step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -223,6 +228,7 @@ def main() -> None:
         same = ["--config", name, "--threads", str(args.threads)]
         mem = run_child(["--child", "ours", *same], args.threads)
         ref_mem = run_child(["--child", "torch", *same], args.threads)
+        ckpt_mem = run_child(["--child", "ours-checkpointed", *same], args.threads)
         has_ref = "ref_ms" in t
         ref_ms = f"{t['ref_ms']:11.1f}" if has_ref else "          -"
         ratio = f"{t['ratio']:6.2f}x" if has_ref else "     -"
@@ -230,6 +236,7 @@ def main() -> None:
         print(f"{name:<8} {t['ours_ms']:13.1f} {ref_ms} {ratio} {mem['peak_mb']:13.1f} {ref_mb}")
         if has_ref:
             print(f"{'':8} per-round ratios: {' '.join(f'{r:.2f}' for r in t['ratios'])}")
+        print(f"{'':8} tensorlab with checkpoint_activations: {ckpt_mem['peak_mb']:.1f} MB")
 
 
 if __name__ == "__main__":

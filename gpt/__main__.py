@@ -106,6 +106,12 @@ def _add_train_parser(sub) -> None:
     model.add_argument(
         "--no-tie", action="store_true", default=None, help="separate unembedding W_U"
     )
+    model.add_argument(
+        "--checkpoint-activations",
+        action="store_true",
+        default=None,
+        help="recompute each block in backward: less memory, about a third more time",
+    )
     p.set_defaults(func=_train)
 
 

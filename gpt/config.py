@@ -122,6 +122,9 @@ class GPTConfig(_Fields):
     tie_weights: bool = True
     final_norm: bool = True
     init_std: float = 0.02
+    # Keep only each block's input for backward and recompute the rest there (tl.checkpoint):
+    # activation memory of one block instead of all, for about one more forward pass of time.
+    checkpoint_activations: bool = False
 
     def __post_init__(self) -> None:
         _positive(
@@ -135,7 +138,14 @@ class GPTConfig(_Fields):
         check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
         check_real("rope_base", self.rope_base, 0.0, open_lo=True)
         check_real("init_std", self.init_std, 0.0)
-        for name in ("parallel", "attn_only", "bias", "tie_weights", "final_norm"):
+        for name in (
+            "parallel",
+            "attn_only",
+            "bias",
+            "tie_weights",
+            "final_norm",
+            "checkpoint_activations",
+        ):
             check_bool(name, getattr(self, name))
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("norm", self.norm, NORMS)

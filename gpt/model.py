@@ -24,6 +24,7 @@ import numpy as np
 
 import nn
 import nn.functional as F
+import tensorlab as tl
 from gpt.config import GPTConfig
 from nn.init import gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
@@ -214,7 +215,12 @@ class GPT(nn.Module):
             resid = self.pos(resid, offset=offset)
         resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
-            resid = block(resid, cache=cache.layers[i] if cache is not None else None)
+            if cache is not None:
+                resid = block(resid, cache=cache.layers[i])
+            elif cfg.checkpoint_activations:  # recomputed in backward (tl.checkpoint)
+                resid = tl.checkpoint(block, resid)
+            else:
+                resid = block(resid)
         if cache is not None:
             cache.length += T
         if self.ln_f is not None:

@@ -220,3 +220,29 @@ def test_every_bias_is_one_dimensional_zero_at_init_and_not_decayed():
         assert p.ndim == 1, name
         assert id(p) not in decayed, name
         assert (p.numpy() == 0).all(), name
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_checkpoint_activations_gives_the_same_loss_and_gradients(dropout):
+    """Recomputing each block in backward (tl.checkpoint) changes what is kept, not what is
+    computed: the loss and every gradient are bit-identical, with dropout too (the random
+    generators are restored for the recomputation)."""
+    grads = []
+    for flag in (False, True):
+        cfg = GPTConfig(
+            vocab_size=11,
+            block_size=8,
+            n_layer=2,
+            n_head=2,
+            d_model=32,
+            dropout=dropout,
+            checkpoint_activations=flag,
+        )
+        tl.manual_seed(0)
+        model = GPT(cfg)
+        idx = np.random.default_rng(0).integers(0, 11, (3, 8))
+        _, loss = model(tl.tensor(idx), tl.tensor(np.roll(idx, -1, axis=1)))
+        loss.backward()
+        grads.append([loss.item()] + [p.grad.numpy().copy() for p in model.parameters()])
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)
