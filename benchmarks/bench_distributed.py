@@ -1,5 +1,5 @@
-"""Milliseconds per global training step: one process, two MPI processes, the thread split,
-and PyTorch, at the same global batch (the nanoGPT CPU config by default).
+"""Milliseconds per global training step: one process, two MPI processes and PyTorch, at the
+same global batch (the nanoGPT CPU config by default).
 
     python benchmarks/bench_distributed.py              # 8 rounds
     python benchmarks/bench_distributed.py --large      # 6 layers × 384, block 256, batch 8
@@ -9,9 +9,8 @@ turns, round after round, so that the machine's drift hits them alike; each meas
 the median of 10 steps after 3 warm-up steps. Printed: the median over rounds of each way's
 time, and the median over rounds of the per-round ratios.
 
-- ``1 process``: ``Trainer.step`` with ``threads=1``, NumPy's BLAS on every core;
-- ``MPI ×2``: ``mpiexec -n 2``, each rank ``threads=1`` and one BLAS thread, half the batch;
-- ``threads ×2``: one process, ``threads=2`` (nn.DataParallel), one BLAS thread per piece;
+- ``1 process``: ``Trainer.step``, NumPy's BLAS on every core;
+- ``MPI ×2``: ``mpiexec -n 2``, each rank one BLAS thread and half the batch;
 - ``PyTorch``: benchmarks/torch_gpt.py, ``torch.set_num_threads(2)``.
 
 All of ours run the real ``gpt.train.Trainer.step`` on tiny Shakespeare (characters).
@@ -39,7 +38,7 @@ CONFIGS = {
 WARMUP, STEPS = 3, 10
 
 
-def worker_ours(name: str, threads: int) -> None:
+def worker_ours(name: str) -> None:
     import numpy as np
 
     import nn
@@ -56,14 +55,13 @@ def worker_ours(name: str, threads: int) -> None:
         text=DATA,
         out_dir=os.path.join(out, "run"),
         batch_size=batch,
-        threads=threads,
         progress=False,
     )
     trainer = Trainer(GPTConfig(**cfg), tcfg, dist=dist)
     dist.broadcast_parameters(trainer.model.parameters())
     times = []
-    share = nn.data_parallel.blas_threads_per_piece(threads) if threads > 1 else None
-    with blas_threads(share) if share else _nothing():
+    share = max(1, (os.cpu_count() or 1) // dist.local_size)
+    with blas_threads(share):  # as Trainer.run does
         for i in range(WARMUP + STEPS):
             dist.barrier()
             t0 = time.perf_counter()
@@ -74,14 +72,6 @@ def worker_ours(name: str, threads: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     if dist.rank == 0:
         print(json.dumps({"ms": 1e3 * float(np.median(times))}))
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def worker_torch(name: str) -> None:
@@ -118,22 +108,18 @@ def main() -> None:
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     name = "large" if args.large else "tiny"
     if args.worker == "ours":
-        return worker_ours(name, args.threads)
+        return worker_ours(name)
     if args.worker == "torch":
         return worker_torch(name)
     have_mpi = shutil.which("mpiexec") is not None
     ways = {
-        "1 process": lambda: run(["--worker", "ours", "--threads", "1"] + large(args)),
+        "1 process": lambda: run(["--worker", "ours"] + large(args)),
         "MPI x2": (
-            (lambda: run(["--worker", "ours", "--threads", "1"] + large(args), mpi=2, blas=1))
-            if have_mpi
-            else None
+            (lambda: run(["--worker", "ours"] + large(args), mpi=2, blas=1)) if have_mpi else None
         ),
-        "threads x2": lambda: run(["--worker", "ours", "--threads", "2"] + large(args)),
         "PyTorch": lambda: run(["--worker", "torch"] + large(args)),
     }
     ways = {k: v for k, v in ways.items() if v is not None}
@@ -164,8 +150,6 @@ def main() -> None:
     print("median of per-round ratios:")
     print(f"  MPI x2 / PyTorch        {ratio('MPI x2', 'PyTorch')}   (target ≤ 0.8)")
     print(f"  1 process / MPI x2      {ratio('1 process', 'MPI x2')}   (throughput; target ≥ 1.7)")
-    print(f"  threads x2 / PyTorch    {ratio('threads x2', 'PyTorch')}")
-    print(f"  MPI x2 / threads x2     {ratio('MPI x2', 'threads x2')}")
 
 
 def large(args) -> list[str]:

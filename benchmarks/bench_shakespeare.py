@@ -42,24 +42,18 @@ def val_loss(loss_fn, val, seed: int, batches: int = 200) -> float:
     )
 
 
-def train_ours(
-    train, val, vocab: int, seed: int, iters: int, threads: int = 1
-) -> tuple[float, float]:
-    """With threads > 1, as ``python -m gpt train`` runs: the batch split over that many
-    threads (nn.DataParallel), one BLAS thread per matrix product."""
+def train_ours(train, val, vocab: int, seed: int, iters: int) -> tuple[float, float]:
+    """The step of ``python -m gpt train`` in one process."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
     from gpt.model import GPT
-    from tensorlab.blas_threads import set_blas_threads
 
-    if threads > 1:
-        set_blas_threads(1)
     tl.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=vocab, **SHAPE))
-    run = nn.DataParallel(model, threads) if threads > 1 else model
+    run = model
     groups = nn.optim.param_groups_for_decay(model, 0.1)
-    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), threads=threads)
+    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
     cfg, rng = schedule(iters), np.random.default_rng(seed)
     t0 = time.perf_counter()
     for it in range(iters):
@@ -112,13 +106,6 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--only", choices=["ours", "torch"], default=None)
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="tensorlab: threads sharing each batch, as in python -m gpt train (PyTorch: "
-        "its default intra-op threads)",
-    )
     args = ap.parse_args()
     ids, vocab = load_ids()
     train, val = split_ids(ids, 0.1)
@@ -129,8 +116,7 @@ def main() -> None:
     for seed in range(args.seeds):
         for name, fn in runners.items():
             try:
-                extra = {"threads": args.threads} if fn is train_ours else {}
-                v, s = fn(train, val, vocab, seed, args.iters, **extra)
+                v, s = fn(train, val, vocab, seed, args.iters)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 continue

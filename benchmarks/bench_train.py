@@ -57,21 +57,14 @@ def load_ids():
     return np.array([lut[c] for c in text], dtype=np.int64), len(chars)
 
 
-def make_ours(cfg: dict, threads: int, checkpoint: bool = False):
-    """A function that runs one training iteration of our GPT and returns its seconds.
-
-    With ``threads`` > 1 it runs the way ``python -m gpt train`` does: the same step through
-    ``nn.DataParallel`` (each piece of the batch forward and backward on its own thread, each
-    matrix product on one BLAS thread) and ``AdamW(threads=...)``."""
+def make_ours(cfg: dict, checkpoint: bool = False):
+    """A function that runs one training iteration of our GPT (one process, NumPy's BLAS
+    threads as the environment sets them) and returns its seconds."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
     from gpt.data import get_batch
     from gpt.model import GPT
-    from tensorlab.blas_threads import set_blas_threads
-
-    if threads > 1:
-        set_blas_threads(1)
 
     ids, vocab = load_ids()
     tl.manual_seed(0)
@@ -79,16 +72,15 @@ def make_ours(cfg: dict, threads: int, checkpoint: bool = False):
     shape = {k: v for k, v in cfg.items() if k != "batch_size"}
     mcfg = GPTConfig(vocab_size=vocab, checkpoint_activations=checkpoint, **shape)
     model = GPT(mcfg)
-    run = nn.DataParallel(model, threads) if threads > 1 else model
     groups = nn.optim.param_groups_for_decay(model, 0.1)
-    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), threads=threads)
+    opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
     rng = np.random.default_rng(0)
 
     def step() -> float:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
         t0 = time.perf_counter()
         opt.zero_grad()
-        _, loss = run(tl.tensor(x), tl.tensor(y))
+        _, loss = model(tl.tensor(x), tl.tensor(y))
         loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -127,7 +119,7 @@ def make_torch(cfg: dict):
 def child_times(name: str, blocks: int, threads: int) -> None:
     """Both frameworks in this process, taking turns; prints JSON (medians, ratio)."""
     cfg = CONFIGS[name]
-    ours = make_ours(cfg, threads)
+    ours = make_ours(cfg)
     try:
         import torch
 
@@ -168,7 +160,7 @@ def child_memory(framework: str, name: str, iters: int, threads: int) -> None:
     if framework == "torch":
         step = make_torch(CONFIGS[name])
     else:
-        step = make_ours(CONFIGS[name], threads, checkpoint=framework == "ours-checkpointed")
+        step = make_ours(CONFIGS[name], checkpoint=framework == "ours-checkpointed")
     for _ in range(iters):
         step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

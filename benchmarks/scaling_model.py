@@ -45,7 +45,7 @@ def step_ms(shape: dict, batch: int, steps: int = 6) -> tuple:
     from gpt.train import TrainConfig, Trainer
 
     out = tempfile.mkdtemp()
-    cfg = TrainConfig(text=DATA, out_dir=out + "/run", batch_size=batch, threads=1, progress=False)
+    cfg = TrainConfig(text=DATA, out_dir=out + "/run", batch_size=batch, progress=False)
     t = Trainer(GPTConfig(**shape), cfg)
     times = []
     for i in range(steps + 2):

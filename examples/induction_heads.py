@@ -23,7 +23,7 @@ Three settings differ from the preset, as in the circuits papers' toy models: no
 weights drawn with std 0.2 instead of GPT-2's 0.02. AdamW, lr 1e-2 (100 warmup steps, cosine
 to 1e-3), no weight decay, batch 32, 6000 steps.
 
-    python examples/induction_heads.py            # about 1 min on one CPU core
+    python examples/induction_heads.py            # about 35 s on two cores, 1 min on one
     python examples/induction_heads.py --quick    # a few seconds (used by the tests)
 
 Measured (``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python examples/induction_heads.py

@@ -42,7 +42,6 @@ TRAIN_FLAGS = [
     ("val_fraction", float, "share of the text held out for validation (its end)"),
     ("seed", int, "seed of every random stream (batches, initialisation, dropout)"),
     ("device", str, "cpu or cuda"),
-    ("threads", int, "CPU threads that share each batch (default: min(2, cores))"),
     ("sample_tokens", int, "tokens of the sample printed at the end"),
 ]
 MODEL_FLAGS = [

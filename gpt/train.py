@@ -77,7 +77,6 @@ class TrainConfig:
     val_fraction: float = 0.1
     seed: int = 1337
     device: str = "cpu"
-    threads: int | None = None  # CPU threads sharing each batch (nn.data_parallel); None: auto
     sample_tokens: int = 200
     progress: bool = True
 
@@ -107,8 +106,6 @@ class TrainConfig:
         check_real("val_fraction", self.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
         check_int("seed", self.seed, 0)
         check_choice("device", self.device, ("cpu", "cuda"))
-        if self.threads is not None:
-            check_int("threads", self.threads, 1)
         check_int("sample_tokens", self.sample_tokens, 0)
         for name in ("overwrite", "resume", "progress"):
             check_bool(name, getattr(self, name))
@@ -189,16 +186,6 @@ def estimate_loss(
     return {name: float(v) / cfg.eval_iters for name, v in zip(splits, sums)}
 
 
-def cpu_threads(cfg: TrainConfig, processes: int = 1) -> int:
-    """How many threads share each batch: 1 on a GPU; ``cfg.threads``, or min(2, cores) (1 in
-    an MPI job, where the processes share the cores)."""
-    if cfg.device != "cpu":
-        return 1
-    if cfg.threads is not None:
-        return cfg.threads
-    return 1 if processes > 1 else min(2, nn.data_parallel.cores())
-
-
 def text_digest(text: str) -> str:
     """A fingerprint of the training text (a resumed run must train on the same text)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -269,14 +256,8 @@ class Trainer:
         self.model = GPT(model_cfg).to(cfg.device)
         if dist.size > 1:  # each rank its own dropout stream (the model: see run)
             tl.manual_seed(int(np.random.SeedSequence([cfg.seed, dist.rank]).generate_state(1)[0]))
-        self.threads = cpu_threads(cfg, dist.size)
-        # On a CPU the batch is split over threads (nn/data_parallel.py): the same step, run
-        # on pieces at once. ``self.model`` is the GPT itself (what checkpoints hold).
-        self.parallel = nn.DataParallel(self.model, self.threads) if self.threads > 1 else None
         groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
-        self.optimizer = nn.optim.AdamW(
-            groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), threads=self.threads
-        )
+        self.optimizer = nn.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
         self.rng = np.random.default_rng(cfg.seed)
         self.iter = 0
         self.history: list[dict] = []  # evaluation records
@@ -417,7 +398,7 @@ class Trainer:
         The batch runs as ``grad_accum_steps`` = K micro-batches, each loss scaled by 1/K, so
         the gradients add up to the whole batch's mean-loss gradient (up to float rounding)."""
         k, device = self.cfg.grad_accum_steps, self.cfg.device
-        model = self.parallel or self.model
+        model = self.model
         total = 0.0
         for xk, yk in zip(np.split(x, k), np.split(y, k)):
             _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
@@ -440,7 +421,7 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """Estimate both splits' losses at this iteration; the record joins the history."""
-        model = self.parallel or self.model
+        model = self.model
         losses = estimate_loss(
             model, self.splits, self.cfg, self.model_cfg.block_size, self.iter, self.dist
         )
@@ -477,10 +458,10 @@ class Trainer:
             config["text_digest"] = self.text_digest
             config["processes"] = self.dist.size
             self.run_folder.write_config(config)
-        # With the batch split over threads, the pieces share the cores with BLAS: on two cores
-        # each piece's matrix products get one BLAS thread (see docs/data_parallel.md).
-        if self.threads > 1:
-            share = blas_threads(nn.data_parallel.blas_threads_per_piece(self.threads))
+        # Processes of one MPI job on one machine share its cores: each one's matrix products
+        # get its share of them (BLAS would otherwise start a thread per core in every one).
+        if dist.size > 1:
+            share = blas_threads(max(1, (os.cpu_count() or 1) // dist.local_size))
         else:
             share = contextlib.nullcontext()
         with share, self._signals_stop_after_the_step():
@@ -603,6 +584,7 @@ class Progress:
             self.bar.write(line, file=sys.stderr)
         else:
             print(line, file=sys.stderr, flush=True)
+        self.t0 = time.perf_counter()  # the next rate counts training steps, not evaluation
 
     def close(self) -> None:
         if self.bar is not None:

@@ -8,7 +8,6 @@ feed-forward block), ``dropout``, ``attention``, ``loss``.
 
 from nn.activation import ELU, GELU, FeedForward, ReLU, Sigmoid, SiLU, Swish, Tanh, activation_fn
 from nn.attention import KVCache, MultiHeadAttention, composed_attention
-from nn.data_parallel import DataParallel
 from nn.dropout import Dropout
 from nn.embedding import (
     Embedding,
@@ -31,4 +30,4 @@ from nn.module import (
 )
 from nn.norm import LayerNorm, RMSNorm
 
-from nn import data_parallel, distributed, functional, init, optim, serialization  # isort: skip
+from nn import distributed, functional, init, optim, serialization  # isort: skip

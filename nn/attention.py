@@ -114,7 +114,10 @@ class AttentionFn(Function):
             S += _causal_bias(xp, q.shape[-3], k.shape[-3], S.dtype)
         if mask is not None:
             S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
-        m = S.max(axis=-1, keepdims=True)
+        if S.shape[-1]:
+            m = S.max(axis=-1, keepdims=True)
+        else:  # no keys at all (T_k = 0): the output is empty or zero, as in PyTorch
+            m = xp.zeros(S.shape[:-1] + (1,), S.dtype)
         if causal or mask is not None:  # a row with every key masked gets A = 0, not NaN
             m[m == -xp.inf] = 0
         S -= m

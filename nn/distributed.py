@@ -60,7 +60,7 @@ class PeerError(RuntimeError):
 class Solo:
     """One process: rank 0 of 1; every collective returns its input."""
 
-    rank, size = 0, 1
+    rank, size, local_size = 0, 1, 1
 
     @contextlib.contextmanager
     def together(self):
@@ -93,6 +93,8 @@ class Distributed:
 
         self.MPI, self.comm = MPI, comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        # processes of this job on this machine (they share its cores)
+        self.local_size = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         self.bucket_bytes = bucket_bytes
         self._buckets: list[tuple[np.ndarray, list]] | None = None
         self._params: list | None = None

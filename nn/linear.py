@@ -30,22 +30,27 @@ def _filled(a, n: int, value: float):
     return v
 
 
+def _rows(a):
+    """The (rows, d) view of ``a``: every axis but the last folded (also when d = 0)."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+
+
 def sum_last(a):
     """Σ over the last axis, kept as an axis of length 1: a·1 (one gemv on the (rows, d) view)."""
     d = a.shape[-1]
-    return (a.reshape(-1, d) @ _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
+    return (_rows(a) @ _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
 
 
 def mean_last(a):
     """Mean over the last axis, kept as an axis of length 1: a·(1/d) (see :func:`sum_last`)."""
     d = a.shape[-1]
-    return (a.reshape(-1, d) @ _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
+    return (_rows(a) @ _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
 
 
 def sum_rows(a):
     """Σ over every axis but the last, shape (d,): 1ᵀ a on the (rows, d) view (a gemv). It is
     the gradient of a bias (``LinearFn``'s db, and layer norm's dβ)."""
-    a2 = a.reshape(-1, a.shape[-1])
+    a2 = _rows(a)
     return _filled(a, a2.shape[0], 1.0) @ a2
 
 

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from nn.data_parallel import run_pieces
 from tensorlab import Tensor
 from tensorlab.backend import to_device, xp_for, xp_of
 
@@ -39,17 +38,9 @@ class Optimizer:
     ``params`` is an iterable of Parameters, or of dicts ``{"params": [...], **hyperparameters}``
     (one per group); a group's missing hyperparameters are taken from ``defaults``.
     ``self.state[p]`` holds the per-parameter state (momentum buffers, moments, step counts).
-
-    ``threads``: with more than one, :meth:`step` shares the parameters out among that many
-    threads (NumPy lets go of the interpreter lock inside its array loops, so the updates run
-    at once). Each update touches only its own parameter, so the result is the same, bit for
-    bit; parameters are dealt largest first to the thread with the least work so far.
     """
 
-    def __init__(self, params: ParamsArg, defaults: dict, threads: int = 1):
-        if threads < 1:
-            raise ValueError(f"{type(self).__name__}: threads must be ≥ 1, got {threads}")
-        self.threads = threads
+    def __init__(self, params: ParamsArg, defaults: dict):
         self.defaults = defaults
         self.param_groups: list[dict] = []
         self.state: dict[Tensor, dict] = {}
@@ -92,18 +83,10 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient, one :meth:`update` each."""
-        work = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if self.threads == 1 or len(work) < 2:
-            for p, group in work:
-                self.update(p, group)
-            return
-        shares: list[list] = [[] for _ in range(min(self.threads, len(work)))]
-        loads = [0] * len(shares)
-        for p, group in sorted(work, key=lambda pg: -pg[0].size):
-            k = loads.index(min(loads))
-            shares[k].append((p, group))
-            loads[k] += p.size
-        run_pieces(lambda k: [self.update(p, group) for p, group in shares[k]], len(shares))
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, group)
 
     def update(self, p: Tensor, group: dict) -> None:
         """Update one parameter ``p`` (which has a gradient) with its ``group``'s
@@ -207,7 +190,6 @@ class SGD(Optimizer):
         dampening: float = 0.0,
         weight_decay: float = 0.0,
         nesterov: bool = False,
-        threads: int = 1,
     ):
         if lr < 0 or momentum < 0 or weight_decay < 0:
             raise ValueError(
@@ -217,7 +199,7 @@ class SGD(Optimizer):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening)
         defaults.update(weight_decay=weight_decay, nesterov=nesterov)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults)
 
     def update(self, p: Tensor, group: dict) -> None:
         lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
@@ -263,7 +245,6 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float | None = None,
-        threads: int = 1,
     ):
         if weight_decay is None:
             weight_decay = self.default_weight_decay
@@ -276,7 +257,7 @@ class Adam(Optimizer):
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"{type(self).__name__}: betas {betas} must lie in [0, 1)")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        super().__init__(params, defaults, threads)
+        super().__init__(params, defaults)
 
     def update(self, p: Tensor, group: dict) -> None:
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]

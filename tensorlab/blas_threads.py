@@ -5,9 +5,9 @@ function ``openblas_set_num_threads`` changes the count. NumPy does not expose i
 module finds the OpenBLAS library that NumPy's wheels ship (``numpy.libs/`` on Linux and
 Windows, ``numpy/.dylibs/`` on macOS) and calls it through ctypes.
 
-Why change it: two Python threads that each run half a batch (nn.data_parallel) want one BLAS
-thread each. With OpenBLAS's default of one thread per core, each of their matrix products
-would try to use every core, and the two would slow each other down several times over.
+Why change it: N processes of one MPI job on one machine (nn.distributed) want cores/N BLAS
+threads each. With OpenBLAS's default of one thread per core, each of their matrix products
+would try to use every core, and they would slow each other down several times over.
 
 Where NumPy uses another BLAS (Accelerate, MKL, a system OpenBLAS without these symbols),
 :func:`set_blas_threads` changes nothing and returns None.

@@ -21,31 +21,11 @@ shapes_with_empty = hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_sid
 nonscalar_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
 
 
-@st.composite
-def broadcast_pair(draw, min_dims: int = 0, max_dims: int = 3):
-    """Two shapes that broadcast together (size-1 axes, missing leading axes)."""
-    shapes = draw(
-        hnp.mutually_broadcastable_shapes(
-            num_shapes=2, min_dims=min_dims, max_dims=max_dims, max_side=4
-        )
-    )
-    return shapes.input_shapes
-
-
 def values(shape, low: float = -2.0, high: float = 2.0, dtype=np.float64):
     """A strategy for arrays of ``shape`` with finite values in [low, high]."""
     return hnp.arrays(
         dtype, shape, elements=st.floats(low, high, allow_nan=False, allow_infinity=False, width=64)
     )
-
-
-@st.composite
-def tensor64(draw, shape=None, low=-2.0, high=2.0, requires_grad=True):
-    """A float64 Tensor (for gradcheck) of a drawn or given shape."""
-    if shape is None:
-        shape = draw(small_shapes)
-    data = draw(values(shape, low, high))
-    return tl.tensor(data, dtype=np.float64, requires_grad=requires_grad)
 
 
 @st.composite
@@ -115,12 +95,6 @@ def broadcast_shapes(
 matmul_shapes = hnp.mutually_broadcastable_shapes(
     signature=np.matmul.signature, max_dims=2, max_side=3
 ).map(lambda s: s.input_shapes)
-
-
-@st.composite
-def keepdims_axis(draw, shape):
-    """(axis, keepdims) for a reduction over ``shape``: None, int (maybe negative) or tuple."""
-    return draw(axis_for(len(shape))), draw(st.booleans())
 
 
 @st.composite
@@ -219,3 +193,10 @@ def check_fused_op(fused, composed, inputs, atol: float = 1e-10, seed: int = 0) 
     us = [rng.standard_normal(x.shape) for x in inputs if x.requires_grad]
     for a, b in zip(second_order(fused, inputs, g, us), second_order(composed, inputs, g, us)):
         np.testing.assert_allclose(a, b, atol=atol, rtol=0)
+
+
+# Edge shapes for nn ops: (batch, time, features) with an empty batch, no positions, or one
+# feature among them.
+edge_btd = st.tuples(
+    st.sampled_from([0, 1, 2]), st.sampled_from([0, 1, 3]), st.sampled_from([1, 4])
+)

@@ -195,12 +195,6 @@ def test_readme_python_blocks_run_as_pasted(monkeypatch, capsys):
 # What the pages' code blocks take as given, as a reader would have it from the page's text.
 PAGE_SETUP = {
     "autograd.md": "import tensorlab as tl\n",
-    "data_parallel.md": (
-        "import numpy as np\nimport nn\nimport tensorlab as tl\nfrom gpt import GPT, GPTConfig\n"
-        "gpt = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, d_model=16))\n"
-        "optimizer = nn.optim.AdamW(gpt.parameters())\n"
-        "x = y = tl.tensor(np.arange(32).reshape(4, 8) % 16)\n"
-    ),
     "tokenizers.md": (
         "from gpt.data import default_text\n"
         "text, heldout_text = default_text()[:300_000], default_text()[300_000:310_000]\n"

@@ -109,7 +109,6 @@ def test_sample_help_describes_every_flag(capsys):
         ("--eval-interval", "0", "--eval-interval 0: must be an integer ≥ 1"),
         ("--eval-interval", "-1", "--eval-interval -1: must be an integer ≥ 1"),
         ("--batch-size", "-2", "--batch-size -2: must be an integer ≥ 1"),
-        ("--threads", "0", "--threads 0: must be an integer ≥ 1"),
         ("--learning-rate", "-1", "--learning-rate -1.0: must be a finite number in (0, ∞)"),
         ("--learning-rate", "nan", "--learning-rate nan: must be a finite number in (0, ∞)"),
         ("--max-iters", "0", "--max-iters 0: must be an integer ≥ 1"),

@@ -68,7 +68,7 @@ def test_training_from_token_files_equals_training_from_the_text(corpus, tmp_pat
     """Same ids, same batches, same steps: the losses agree exactly."""
     token_files.prepare(corpus, tmp_path / "d")
     model = GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, d_model=16)
-    common = dict(eval_iters=1, batch_size=4, progress=False, threads=1)
+    common = dict(eval_iters=1, batch_size=4, progress=False)
     from_files = Trainer(
         model, TrainConfig(data=str(tmp_path / "d"), out_dir=str(tmp_path / "a"), **common)
     )

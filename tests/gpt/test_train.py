@@ -44,11 +44,10 @@ def test_loss_goes_down(tmp_path):
     assert (tmp_path / "ckpt.safetensors").exists() and (tmp_path / "log.jsonl").exists()
 
 
-@pytest.mark.parametrize("threads, dropout", [(1, 0.0), (2, 0.0), (2, 0.2)])
-def test_resume_continues_bit_for_bit(tmp_path, threads, dropout):
-    """Also with the batch split over threads, whose dropout masks come from generators
-    seeded from the saved shared one."""
-    kw = dict(max_iters=20, threads=threads, dropout=dropout)
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_resume_continues_bit_for_bit(tmp_path, dropout):
+    """Also with dropout, whose random stream is saved and restored."""
+    kw = dict(max_iters=20, dropout=dropout)
     straight = trainer(tmp_path / "a", **kw)
     straight.run()
 
@@ -62,24 +61,6 @@ def test_resume_continues_bit_for_bit(tmp_path, threads, dropout):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in straight.history]
-
-
-def test_threads_share_the_batch_without_changing_the_result(tmp_path):
-    """One thread or two: the same updates up to float32 rounding of the gradient sums. Over
-    10 steps the losses differed by 1.1e-7 (relative) and the weights by at most 1.7e-7
-    when this test was written; the bounds give 10× headroom. (Each AdamW step moves an entry
-    by at most ~lr = 1e-3, so a rounding-sized gradient difference cannot move it far.)"""
-    runs = [trainer(tmp_path / str(n), max_iters=10, threads=n) for n in (1, 2)]
-    losses = [[r.step() for _ in range(10)] for r in runs]
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
-    a, b = (r.model.state_dict() for r in runs)
-    for k in a:
-        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=2e-6, err_msg=k)
-
-
-def test_bad_thread_count_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="threads=0: must be an integer ≥ 1"):
-        trainer(tmp_path, threads=0)
 
 
 def test_text_shorter_than_block_size_is_refused(tmp_path):
@@ -245,8 +226,8 @@ def test_gradient_accumulation_equals_one_bigger_batch(tmp_path):
     true gradient is zero (the key bias: softmax ignores a constant per row) hold rounding
     noise of ~1e-12, hence one scale for all, not one per parameter."""
     rng = np.random.default_rng(0)
-    one = trainer(tmp_path / "1", batch_size=8, threads=1)
-    acc = trainer(tmp_path / "4", batch_size=2, grad_accum_steps=4, threads=1)
+    one = trainer(tmp_path / "1", batch_size=8)
+    acc = trainer(tmp_path / "4", batch_size=2, grad_accum_steps=4)
     x, y = get_batch(one.splits["train"], 16, 8, rng)
     loss_one, loss_acc = one.backward(x, y), acc.backward(x, y)
     assert loss_acc == pytest.approx(loss_one, rel=1e-5)  # float32 means: a few ulps apart
@@ -258,8 +239,8 @@ def test_gradient_accumulation_equals_one_bigger_batch(tmp_path):
 def test_accumulation_draws_the_same_batches(tmp_path):
     """The batch is drawn whole and then split, so a run with K×B stays on the same random
     stream as one with batch K·B."""
-    one = trainer(tmp_path / "1", batch_size=8, max_iters=3, threads=1)
-    acc = trainer(tmp_path / "4", batch_size=4, grad_accum_steps=2, max_iters=3, threads=1)
+    one = trainer(tmp_path / "1", batch_size=8, max_iters=3)
+    acc = trainer(tmp_path / "4", batch_size=4, grad_accum_steps=2, max_iters=3)
     np.testing.assert_allclose(
         [one.step() for _ in range(3)], [acc.step() for _ in range(3)], rtol=1e-5
     )

@@ -45,7 +45,7 @@ TEXT = {TEXT!r}
 def trainer(out, dropout=0.0, **kw):
     model = GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, d_model=16,
                       dropout=dropout)
-    settings = dict(batch_size=8, threads=1, progress=False, warmup_iters=2, eval_iters=2)
+    settings = dict(batch_size=8, progress=False, warmup_iters=2, eval_iters=2)
     return Trainer(model, TrainConfig(out_dir=out, **{{**settings, **kw}}), text=TEXT)
 """
 
@@ -65,7 +65,7 @@ def mpirun(code: str, n: int = 2, timeout: float = 120) -> subprocess.CompletedP
 
 
 def solo_trainer(out, dropout=0.0, **kw) -> Trainer:
-    settings = dict(batch_size=8, threads=1, progress=False, warmup_iters=2, eval_iters=2)
+    settings = dict(batch_size=8, progress=False, warmup_iters=2, eval_iters=2)
     model = GPTConfig(vocab_size=1, block_size=16, n_layer=1, n_head=2, d_model=16, dropout=dropout)
     return Trainer(model, TrainConfig(out_dir=str(out), **{**settings, **kw}), text=TEXT)
 
