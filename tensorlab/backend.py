@@ -5,15 +5,10 @@ A tensor's device is a property of its array: a ``numpy.ndarray`` lives on ``"cp
 :func:`xp_of` for the module that owns their input arrays, so one op definition serves both.
 
 This module also owns the random number generators (one per device), so that
-:func:`manual_seed` makes every random draw reproducible, and lets a thread draw from
-generators of its own (:func:`thread_generators`), so that threads running at once still
-draw reproducibly.
+:func:`manual_seed` makes every random draw reproducible.
 """
 
 from __future__ import annotations
-
-import contextlib
-import threading
 
 import numpy as np
 
@@ -100,17 +95,6 @@ def to_device(array, device: str):
 _generators: dict[str, object] = {}
 
 
-class _ThreadSeed(threading.local):
-    """Inside :func:`thread_generators`: its seed and the generators made from it, per device."""
-
-    def __init__(self):
-        self.seed = None
-        self.generators: dict[str, object] = {}
-
-
-_thread = _ThreadSeed()
-
-
 def _new_generator(device: str, seed=None):
     return np.random.default_rng(seed) if xp_for(device) is np else cupy.random.default_rng(seed)
 
@@ -123,31 +107,8 @@ def manual_seed(seed: int) -> None:
 
 
 def generator(device: str = "cpu"):
-    """The random generator of ``device`` (seeded from entropy until :func:`manual_seed`),
-    or this thread's own one inside :func:`thread_generators`."""
-    if _thread.seed is not None:
-        gen = _thread.generators.get(device)
-        if gen is None:
-            gen = _thread.generators[device] = _new_generator(device, _thread.seed)
-        return gen
+    """The random generator of ``device`` (seeded from entropy until :func:`manual_seed`)."""
     gen = _generators.get(device)
     if gen is None:
         gen = _generators[device] = _new_generator(device)
     return gen
-
-
-@contextlib.contextmanager
-def thread_generators(seed: int):
-    """Inside this block, random draws in the calling thread come from generators seeded with
-    ``seed`` (one per device, made on first use) instead of the shared ones.
-
-    Threads that share one generator receive its numbers in whatever order they happen to ask,
-    so their draws change from run to run; with a seed each, handed out in a fixed order,
-    every thread's draws are reproducible (nn.data_parallel does this).
-    """
-    saved = _thread.seed, _thread.generators
-    _thread.seed, _thread.generators = int(seed), {}
-    try:
-        yield
-    finally:
-        _thread.seed, _thread.generators = saved
