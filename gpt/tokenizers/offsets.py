@@ -234,14 +234,18 @@ def _find(
         if s and data.startswith(s, start):
             return (start, start + len(s)), start + len(s)
         return None, pos
-    candidates = [(s, data), (bare, data), (s.lower(), lower), (bare.lower(), lower)]
+    # The exact spelling first; ASCII case forgiven only if it is nowhere near (else a known
+    # "o" would take the "O" an unknown token stands for, before its own "o").
     best: Span | None = None
-    for candidate, haystack in candidates:
-        if not candidate:
-            continue
-        k = haystack.find(candidate, pos, pos + MAX_GAP + len(candidate))
-        if k >= 0 and (best is None or k < best[0]):
-            best = (k, k + len(candidate))
+    for candidates in ([(s, data), (bare, data)], [(s.lower(), lower), (bare.lower(), lower)]):
+        for candidate, haystack in candidates:
+            if not candidate:
+                continue
+            k = haystack.find(candidate, pos, pos + MAX_GAP + len(candidate))
+            if k >= 0 and (best is None or k < best[0]):
+                best = (k, k + len(candidate))
+        if best is not None:
+            break
     return best, pos if best is None else best[1]
 
 
