@@ -146,6 +146,9 @@ def build_tokenizer(cfg: TrainConfig, text: str):
         cls = tk.KINDS[cfg.tokenizer]
         if cfg.tokenizer == "char":
             return cls.train(text)
+        if cfg.tokenizer == "bpe":  # the one trainer with a progress bar (its merges)
+            verbose = cfg.progress and sys.stderr.isatty()
+            return cls.train(text, vocab_size=cfg.tokenizer_vocab_size, verbose=verbose)
         return cls.train(text, vocab_size=cfg.tokenizer_vocab_size)
     return tk.load(cfg.tokenizer)
 

@@ -36,6 +36,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
+from tqdm import tqdm
+
 from .base import (
     Pair,
     Tokenizer,
@@ -113,6 +115,7 @@ class ByteBPE(Tokenizer):
 
         Ids 0..255 are the bytes, then the merges in order, then the special tokens. Special
         tokens appearing in the training text are cut out and not merged into anything.
+        ``verbose`` shows a progress bar of the merges (tqdm, on stderr).
         """
         specials = check_special_tokens(special_tokens)
         n_merges = vocab_size - 256 - len(specials)
@@ -224,6 +227,7 @@ def _learn_merges(
     merges: list[Pair] = []
     changes: list[tuple[Pair, Pair]] = []
     new_id = 256
+    bar = tqdm(total=n_merges, desc="BPE merges", unit="merge", disable=not verbose)
     while len(merges) < n_merges and heap:
         neg, pair = heapq.heappop(heap)
         current = counts.get(pair, 0)
@@ -233,8 +237,7 @@ def _learn_merges(
             heapq.heappush(heap, (-current, pair))
             continue
         merges.append(pair)
-        if verbose and len(merges) % 500 == 0:
-            print(f"merge {len(merges)}/{n_merges}: {pair} -> {new_id} ({current})")
+        bar.update(1)
         touched: set[Pair] = set()
         for wi in where.pop(pair):
             f = freqs[wi]
@@ -251,4 +254,5 @@ def _learn_merges(
             if c > 0:
                 heapq.heappush(heap, (-c, p))
         new_id += 1
+    bar.close()
     return merges
