@@ -25,7 +25,7 @@ from typing import Any
 import regex
 
 from .base import TokenizerFileError
-from .fields import MAX_NESTING, check, get
+from .fields import get, part_type
 from .normalizers import pattern_field, replace_pattern
 from .pretokenize import unicode_to_bytes
 
@@ -157,10 +157,7 @@ def build(
     """The decoder a file describes at ``where`` (None: tokens joined with spaces)."""
     if spec is None:
         return None
-    check(spec, "object", path, where)
-    if depth > MAX_NESTING:
-        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
-    kind = get(spec, "type", "str", path, where)
+    kind = part_type(spec, path, where, depth)
     if kind == "ByteLevel":
         return byte_level
     if kind == "WordPiece":

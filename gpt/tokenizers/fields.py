@@ -104,3 +104,13 @@ def pair(value: Any, kinds: str, path: str | os.PathLike, where: str) -> tuple[A
     return check(a, kinds.split(",")[0], path, f"{where}[0]"), check(
         b, kinds.split(",")[-1], path, f"{where}[1]"
     )
+
+
+def part_type(spec: Any, path: str | os.PathLike, where: str, depth: int) -> str:
+    """The ``type`` of one part of a tokenizer.json pipeline (a normalizer, pre-tokenizer,
+    post-processor or decoder) at ``where``, after checking that it is an object nested at
+    most MAX_NESTING deep."""
+    check(spec, "object", path, where)
+    if depth > MAX_NESTING:
+        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
+    return get(spec, "type", "str", path, where)

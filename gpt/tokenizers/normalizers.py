@@ -30,7 +30,7 @@ import regex
 from . import alignment
 from .alignment import Aligned
 from .base import TokenizerFileError
-from .fields import MAX_NESTING, check, get
+from .fields import check, get, part_type
 from .pretokenize import WHITESPACE, bert_normalize, find_spans, from_oniguruma, lower_chars
 
 
@@ -108,10 +108,7 @@ def build(
     """The normalizer a file describes at ``where`` (None: the text is used as it is)."""
     if spec is None:
         return None
-    check(spec, "object", path, where)
-    if depth > MAX_NESTING:
-        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
-    kind = get(spec, "type", "str", path, where)
+    kind = part_type(spec, path, where, depth)
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
         return per_cluster(lambda text: unicodedata.normalize(kind, text))
     if kind == "Lowercase":

@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from .base import TokenizerFileError
-from .fields import MAX_NESTING, check, entries, get, pair
+from .fields import check, entries, get, pair, part_type
 
 
 class Template:
@@ -94,10 +94,7 @@ def build(
     """The post-processor a file describes at ``where`` (None: ids are left as they are)."""
     if spec is None:
         return None
-    check(spec, "object", path, where)
-    if depth > MAX_NESTING:
-        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
-    kind = get(spec, "type", "str", path, where)
+    kind = part_type(spec, path, where, depth)
     if kind == "TemplateProcessing":
         specials: dict[str, list[int]] = {}
         for name, entry in get(spec, "special_tokens", "object", path, where).items():

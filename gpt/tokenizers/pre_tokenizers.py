@@ -31,7 +31,7 @@ from typing import Any
 import regex
 
 from .base import TokenizerFileError
-from .fields import MAX_NESTING, check, get
+from .fields import get, part_type
 from .normalizers import pattern_field
 from .pretokenize import (
     GPT2_PATTERN,
@@ -211,10 +211,7 @@ def build(
     """The pre-tokenizer a file describes at ``where`` (None: each piece is one word)."""
     if spec is None:
         return None
-    check(spec, "object", path, where)
-    if depth > MAX_NESTING:
-        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
-    kind = get(spec, "type", "str", path, where)
+    kind = part_type(spec, path, where, depth)
     if kind == "Whitespace":
         return splitting(regex_matcher(WHITESPACE_PATTERN, True), "Removed", invert=True)
     if kind == "WhitespaceSplit":
