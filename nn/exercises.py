@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nn.activation import gelu
+from nn.attention import scaled_dot_product_attention
+from nn.loss import cross_entropy
+from nn.norm import layer_norm
 from tensorlab.autograd import grad as _grad
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor
@@ -89,26 +93,18 @@ def _softmax(s):
 
 
 def _cross_entropy(logits, targets):
-    from nn.loss import cross_entropy
-
     return cross_entropy(logits, targets)
 
 
 def _layer_norm(x, gamma, beta):
-    from nn.norm import layer_norm
-
     return layer_norm(x, gamma, beta)
 
 
 def _gelu_tanh(x):
-    from nn.activation import gelu
-
     return gelu(x, approximate="tanh")
 
 
 def _attention(q, k, v):
-    from nn.attention import scaled_dot_product_attention
-
     return scaled_dot_product_attention(q, k, v, causal=True)
 
 

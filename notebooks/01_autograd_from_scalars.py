@@ -30,9 +30,9 @@ import shutil
 import numpy as np
 
 import tensorlab as tl
+from nn.exercises import check
 from tensorlab.autograd import topological_order
 from tensorlab.draw import backward_steps
-from tensorlab.exercises import check
 
 # %% [markdown]
 # ## 1. The chain rule on one number

@@ -31,7 +31,7 @@ import inspect
 import numpy as np
 
 import tensorlab as tl
-from tensorlab.exercises import check
+from nn.exercises import check
 from tensorlab.ops import elementwise, index, linalg, nnops, reduce, shape
 
 

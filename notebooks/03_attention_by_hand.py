@@ -30,7 +30,7 @@ import numpy as np
 
 import nn.functional as F
 import tensorlab as tl
-from tensorlab.exercises import check
+from nn.exercises import check
 
 T, d, d_v = 5, 4, 3
 rng = np.random.default_rng(0)

@@ -27,10 +27,10 @@ import numpy as np
 import nn.functional as F
 import tensorlab as tl
 from nn.activation import GELUTanhFn
+from nn.exercises import check
 from nn.loss import CrossEntropyFn
 from nn.norm import LayerNormFn
 from tensorlab.autograd import topological_order
-from tensorlab.exercises import check
 
 rng = np.random.default_rng(0)
 x0 = rng.standard_normal((4, 8))

@@ -39,7 +39,7 @@ def test_notebook_runs(path, monkeypatch):
 def test_student_notebooks_hold_no_solutions(path):
     text = path.read_text(encoding="utf-8")
     assert "solutions" not in re.findall(r"^\s*(?:from|import)\s+([\w.]+)", text, re.M)
-    from tensorlab.exercises import EXERCISES
+    from nn.exercises import EXERCISES
 
     for name, func in re.findall(r'check\("(\w+)", (\w+)[,)]', text):
         assert name in EXERCISES, name

@@ -1,4 +1,4 @@
-"""tensorlab.exercises: every reference solution passes its exercise, and the typical mistakes
+"""nn.exercises: every reference solution passes its exercise, and the typical mistakes
 (transposed matrix, missing broadcast reduction, wrong sign) are named in the answer."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tensorlab as tl
-from tensorlab.exercises import EXERCISES, check
+from nn.exercises import EXERCISES, check
 
 ROOT = Path(__file__).resolve().parents[2]
 
