@@ -276,7 +276,6 @@ def _free(node) -> None:
     if inputs is None:
         return
     node.parents = tuple([t._ctx if t._ctx is not None else t for t in inputs if t.requires_grad])
-    node.parent_shapes = tuple([t.shape for t in inputs if t.requires_grad])  # for tl.draw
     for t in inputs:
         # An input made by an op whose backward has not run yet may be that op's only
         # reference to its own output: keep it alive until then.

@@ -123,19 +123,9 @@ def _op_label(ctx, backward: bool, names: dict, show_grad: bool, show_values: bo
 
 
 def _parent_shapes(ctx) -> list:
-    """The shapes of a freed node's inputs, where still known: kept by the engine when it
-    frees the node (``parent_shapes``), else read from each input node's live output."""
-    kept = getattr(ctx, "parent_shapes", None)
-    if kept is not None:
-        return list(kept)
-    shapes = []
-    for p in ctx.parents:
-        if isinstance(p, Tensor):
-            shapes.append(p.shape)
-        else:
-            out = p._output_ref()
-            shapes.append(out.shape if out is not None else None)
-    return shapes
+    """The shapes of a freed node's inputs: a leaf's own, or the output shape each input
+    node recorded when it ran (``Function.apply`` keeps ``output_shape``)."""
+    return [p.shape if isinstance(p, Tensor) else p.output_shape for p in ctx.parents]
 
 
 def _walk(root: Tensor):

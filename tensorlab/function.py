@@ -159,6 +159,7 @@ class Function:
                     ctx._versions = tuple([t._vc[0] for t in inputs])
                     ctx._output_ref = weakref.ref(out)
                     ctx._output_version = out._vc[0]
+                    ctx.output_shape = data.shape  # outlives the output (tl.draw's labels)
                     ctx.params = params
                     out.requires_grad = True
                     out._ctx = ctx
