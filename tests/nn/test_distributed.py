@@ -91,6 +91,8 @@ def test_two_processes_take_the_steps_of_one(tmp_path):
         if t.dist.rank == 0:
             np.savez({str(tmp_path / "two.npz")!r}, **t.model.state_dict())
             print("losses", *[h["val_loss"] for h in t.history])
+            from gpt.run_folder import RunFolder
+            print("steps", *[r["loss"] for r in RunFolder(t.out).read_log() if "loss" in r])
         """
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -99,8 +101,15 @@ def test_two_processes_take_the_steps_of_one(tmp_path):
     two = np.load(tmp_path / "two.npz")
     for k, v in one.model.state_dict().items():
         np.testing.assert_allclose(two[k], v, rtol=0, atol=2e-6, err_msg=k)
-    losses = [float(v) for v in run.stdout.split("losses")[1].split()]
+    out = run.stdout.split("steps")
+    losses = [float(v) for v in out[0].split("losses")[1].split()]
     np.testing.assert_allclose(losses, [h["val_loss"] for h in one.history], rtol=1e-6)
+    # the logged loss of each step is the whole batch's mean, not one rank's share
+    steps = [float(v) for v in out[1].split()]
+    from gpt.run_folder import RunFolder
+
+    logged = [r["loss"] for r in RunFolder(tmp_path / "one").read_log() if "loss" in r]
+    np.testing.assert_allclose(steps, logged, rtol=1e-6)
 
 
 @needs_mpi
