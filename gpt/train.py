@@ -185,7 +185,7 @@ def estimate_loss(
                     )
                     total += loss.item()
             sums.append(total)
-    sums = dist.sum(np.array(sums))
+    sums = dist.sum(np.array(sums))  # host: Python floats, summed over ranks by MPI
     return {name: float(v) / cfg.eval_iters for name, v in zip(splits, sums)}
 
 
@@ -249,7 +249,7 @@ class Trainer:
                 {**model_cfg.to_dict(), "vocab_size": self.tokenizer.vocab_size}
             )
         if cfg.data is None:
-            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)  # host: token ids
             self.splits = dict(zip(("train", "val"), split_ids(ids, cfg.val_fraction)))
         check_length(self.splits["train"], model_cfg.block_size, "training")
         check_length(self.splits["val"], model_cfg.block_size, "validation")
@@ -403,7 +403,7 @@ class Trainer:
         k, device = self.cfg.grad_accum_steps, self.cfg.device
         model = self.model
         total = 0.0
-        for xk, yk in zip(np.split(x, k), np.split(y, k)):
+        for xk, yk in zip(np.split(x, k), np.split(y, k)):  # host: batches from get_batch
             _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
             (loss if k == 1 else loss * (1.0 / k)).backward()
             total += loss.item() / k
@@ -611,10 +611,11 @@ def plot_history(records: list[dict], path: str | os.PathLike) -> bool:
     evals = [r for r in records if "val_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if steps:
-        its = np.array([r["iter"] for r in steps])
-        loss = np.array([r["loss"] for r in steps])
+        its = np.array([r["iter"] for r in steps])  # host: the log's numbers, for a plot
+        loss = np.array([r["loss"] for r in steps])  # host: as above
         ax.plot(its, loss, color="C0", alpha=0.25, lw=0.8)
-        smooth, alpha = np.empty_like(loss), 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
+        smooth = np.empty_like(loss)  # host: as above
+        alpha = 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
         smooth[0] = loss[0]
         for i in range(1, len(loss)):
             smooth[i] = smooth[i - 1] + alpha * (loss[i] - smooth[i - 1])

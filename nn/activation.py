@@ -83,7 +83,8 @@ def _erf_and_gauss_float64(xp, z, out=None, gauss_out=None):
     """(erf(z), e^(-z²)) for float64, exact to an ulp or two: ``math.erf`` entry by entry
     (``cupyx.scipy.special.erf`` for CuPy arrays)."""
     if xp is np:
-        e = np.fromiter(map(math.erf, z.ravel().tolist()), np.float64, z.size).reshape(z.shape)
+        e = np.fromiter(map(math.erf, z.ravel().tolist()), np.float64, z.size)  # host: NumPy branch
+        e = e.reshape(z.shape)
     else:  # pragma: no cover - needs a GPU
         from cupyx.scipy.special import erf as cupy_erf
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorlab import Tensor, function
 from tensorlab.autograd import set_grad_enabled
-from tensorlab.backend import to_device
+from tensorlab.backend import to_device, xp_of
 
 
 class Parameter(Tensor):
@@ -35,6 +35,16 @@ class Parameter(Tensor):
 
 
 _hook_ids = itertools.count()  # unique keys for hooks, so a removal never hits another hook
+
+
+def _fresh_array(value, like: Tensor):
+    """A new array holding ``value`` (a NumPy or CuPy array, or Python data) with ``like``'s
+    dtype, on ``like``'s device."""
+    try:
+        xp_of(value)
+    except TypeError:
+        value = np.asarray(value)  # host: Python data (lists, scalars)
+    return to_device(value, like.device).astype(like.dtype, copy=True)
 
 
 class _Handle:
@@ -275,7 +285,7 @@ class Module:
         for k, t in own.items():
             if k in state:
                 value = state[k].data if isinstance(state[k], Tensor) else state[k]
-                t.data = to_device(np.asarray(value, dtype=t.dtype).copy(), t.device)
+                t.data = _fresh_array(value, t)
                 t._vc[0] += 1
         return missing, unexpected
 

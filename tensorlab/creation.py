@@ -109,5 +109,5 @@ def from_dlpack(obj) -> Tensor:
     """A tensor sharing memory with any DLPack producer (PyTorch, CuPy, JAX, NumPy arrays)."""
     device_type, _ = obj.__dlpack_device__()
     if device_type == 1:  # kDLCPU
-        return Tensor._wrap(np.from_dlpack(obj))
+        return Tensor._wrap(np.from_dlpack(obj))  # host: the producer's memory is on the CPU
     return Tensor._wrap(xp_for("cuda").from_dlpack(obj))

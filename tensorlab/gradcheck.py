@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tensorlab.autograd import grad as _grad
+from tensorlab.backend import xp_of
 from tensorlab.tensor import Tensor
 
 
@@ -40,7 +41,7 @@ def _outputs_flat(fn, inputs) -> np.ndarray:
 def _numeric_jacobian(fn, inputs, x: Tensor, n_out: int, eps: float) -> np.ndarray:
     jac = np.zeros((n_out, x.size))
     flat = x.data.reshape(-1)  # a view: writing to it perturbs x
-    if x.size and not np.shares_memory(flat, x.data):  # (empty arrays share no memory)
+    if x.size and not xp_of(x.data).shares_memory(flat, x.data):  # (empty arrays share no memory)
         raise ValueError("gradcheck needs contiguous inputs")
     for i in range(x.size):
         orig = float(flat[i])
@@ -66,7 +67,7 @@ def _analytic_jacobians(fn, inputs, wrt: list[Tensor]) -> list[np.ndarray]:
                 gs = _grad(
                     o,
                     wrt,
-                    grad_outputs=Tensor(onehot.reshape(o.shape)),
+                    grad_outputs=Tensor(onehot.reshape(o.shape), device=o.device),
                     retain_graph=True,
                     allow_unused=True,
                 )

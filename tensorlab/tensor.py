@@ -81,7 +81,7 @@ class Tensor:
             xp = np
         if xp is np:
             was_array = isinstance(data, np.ndarray | np.generic)
-            data = np.asarray(data, dtype=dtype)
+            data = np.asarray(data, dtype=dtype)  # host: Python data or a NumPy array
             if dtype is None and not was_array and data.dtype == np.float64:
                 data = data.astype(DEFAULT_DTYPE)  # Python floats become float32
         elif dtype is not None:
@@ -169,7 +169,8 @@ class Tensor:
         return len(self.data)
 
     def __repr__(self) -> str:
-        body = np.array2string(self.numpy(), precision=4, separator=", ", prefix="tensor(")
+        values = self.numpy()  # a host copy, for printing
+        body = np.array2string(values, 4, separator=", ", prefix="tensor(")  # host: a copy
         extra = []
         if self.dtype != DEFAULT_DTYPE:
             extra.append(f"dtype={self.dtype}")
@@ -342,7 +343,7 @@ class Tensor:
 
     def __setitem__(self, key, value) -> None:
         self._inplace("__setitem__")
-        self.data[_index_key(key)] = value.data if isinstance(value, Tensor) else value
+        self.data[_index_key(key, self.data)] = value.data if isinstance(value, Tensor) else value
 
     # ------------------------------------------------------------------ arithmetic
     def __add__(self, other):
@@ -664,7 +665,7 @@ class Tensor:
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, key) -> Tensor:
-        return GetItem.apply(self, key=_index_key(key))
+        return GetItem.apply(self, key=_index_key(key, self.data))
 
     def gather(self, axis: int, index) -> Tensor:
         """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``axis``."""
@@ -696,14 +697,15 @@ class Tensor:
         return self + ScatterAdd.apply(source, key=key, shape=self.shape)
 
 
-def _index_key(key):
-    """Replace Tensors inside an index by their arrays."""
+def _index_key(key, like):
+    """Replace Tensors inside an index by their arrays, and a list by an array on ``like``'s
+    device."""
     if isinstance(key, Tensor):
         return key.data
     if isinstance(key, tuple):
         return tuple(k.data if isinstance(k, Tensor) else k for k in key)
     if isinstance(key, list):
-        return np.asarray(key)
+        return xp_of(like).asarray(key)
     return key
 
 
