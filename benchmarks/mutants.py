@@ -390,14 +390,14 @@ MUTANTS = {
         ),
         (
             "rotary-backward-sign",
-            'sin=-ctx.params["sin"])',
-            'sin=ctx.params["sin"])',
+            'sin=-p["sin"], half',
+            'sin=p["sin"], half',
             "RotaryFn backward: rotates by +θ",
         ),
         (
             "rotary-forward-sign",
-            "y[..., 0] = a * cos - b * sin",
-            "y[..., 0] = a * cos + b * sin",
+            "ya[...] = a * cos - b * sin",
+            "ya[...] = a * cos + b * sin",
             "RotaryFn forward: not a rotation",
         ),
         (

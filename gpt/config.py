@@ -16,10 +16,13 @@ import numbers
 import warnings
 from dataclasses import dataclass, field
 
+from nn.embedding import check_rope_scaling
+
 GATED = ("glu", "reglu", "geglu", "swiglu")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "elu", *GATED)
 POSITIONAL = ("none", "learned", "sinusoidal", "relative", "rope")
 NORMS = ("layernorm", "rmsnorm", "none")
+ROPE_LAYOUTS = ("interleaved", "half")
 PLACEMENTS = ("pre", "post", "sandwich")
 
 
@@ -107,6 +110,8 @@ class GPTConfig(_Fields):
     n_head: int = 4
     d_model: int = 128
     d_head: int | None = None
+    # Key/value heads (grouped-query attention; 1 = multi-query); None: n_head (plain MHA).
+    n_kv_head: int | None = None
     d_ff: int | None = None
     activation: str = "gelu"
     norm: str = "layernorm"  # "none": no norm anywhere (toy models for circuits analysis)
@@ -116,8 +121,15 @@ class GPTConfig(_Fields):
     attn_only: bool = False  # no MLP sublayers (the circuits papers' toy models)
     positional: str = "learned"
     rope_base: float = 10000.0
+    # RoPE's pairs: (x_2i, x_2i+1) "interleaved", or (x_i, x_i+d/2) "half" (HF Llama family).
+    rope_layout: str = "interleaved"
+    # None, {"rope_type": "linear", "factor": f} or Llama 3.1's {"rope_type": "llama3", ...}
+    rope_scaling: dict | None = None
+    # Causal attention over the last sliding_window positions only (Mistral); None: all.
+    sliding_window: int | None = None
     max_relative_distance: int = 32
     bias: bool = True
+    qkv_bias: bool | None = None  # biases on q, k, v only (Qwen2); None: as ``bias``
     dropout: float = 0.0
     tie_weights: bool = True
     final_norm: bool = True
@@ -151,6 +163,22 @@ class GPTConfig(_Fields):
         check_choice("norm", self.norm, NORMS)
         check_choice("norm_placement", self.norm_placement, PLACEMENTS)
         check_choice("positional", self.positional, POSITIONAL)
+        check_choice("rope_layout", self.rope_layout, ROPE_LAYOUTS)
+        if self.rope_scaling is not None:
+            try:
+                check_rope_scaling(self.rope_scaling)
+            except ValueError as e:
+                raise ConfigError(str(e), "rope_scaling", self.rope_scaling, str(e)) from None
+        if self.qkv_bias is None:
+            self.qkv_bias = self.bias
+        check_bool("qkv_bias", self.qkv_bias)
+        if self.n_kv_head is None:
+            self.n_kv_head = self.n_head
+        check_int("n_kv_head", self.n_kv_head, 1, self.n_head)
+        if self.n_head % self.n_kv_head:
+            raise bad_value("n_kv_head", self.n_kv_head, f"must divide n_head={self.n_head}")
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, 1)
         if self.d_head is None:
             if self.d_model % self.n_head:
                 raise ConfigError(
@@ -198,12 +226,12 @@ class GPTConfig(_Fields):
     def num_parameters(self, non_embedding: bool = False) -> int:
         """Parameters of the model this config builds (see gpt.model.GPT; tested equal)."""
         d, L, f = self.d_model, self.n_layer, self.d_ff
-        hd = self.n_head * self.d_head
-        b = 1 if self.bias else 0
+        hd, kvd = self.n_head * self.d_head, self.n_kv_head * self.d_head
+        b, qkv_b = (1 if self.bias else 0), (1 if self.qkv_bias else 0)
         norm = (
             0 if self.norm == "none" else d * (2 if self.norm == "layernorm" and self.bias else 1)
         )
-        attn = 4 * d * hd + b * (3 * hd + d)
+        attn = 2 * d * hd + 2 * d * kvd + qkv_b * (hd + 2 * kvd) + b * d
         if self.positional == "relative":
             attn += self.n_head * (2 * self.max_relative_distance + 1)
         mlp = (
@@ -228,8 +256,10 @@ class GPTConfig(_Fields):
         """Approximate FLOPs per token: 2N for the weight products plus 2·L·T·d for attention
         scores and their mix, per forward; ×3 for forward + backward (Kaplan et al. 2020,
         Table 1; Chinchilla, Hoffmann et al. 2022, App. F)."""
-        n = self.num_parameters(non_embedding=True) + self.vocab_size * self.d_model
-        fwd = 2 * n + 2 * self.n_layer * self.block_size * self.n_head * self.d_head
+        n = self.num_parameters(non_embedding=True)  # includes an untied unembedding
+        n += self.vocab_size * self.d_model if self.tie_weights else 0
+        span = min(self.block_size, self.sliding_window or self.block_size)
+        fwd = 2 * n + 2 * self.n_layer * span * self.n_head * self.d_head
         return 3 * fwd if training else fwd
 
 

@@ -1,5 +1,6 @@
-"""Hugging Face GPT-2 checkpoints: read a local ``save_pretrained`` directory into
-:class:`gpt.model.GPT`, and write one back.
+"""Hugging Face checkpoints: read a local ``save_pretrained`` directory into
+:class:`gpt.model.GPT` (GPT-2 here; Llama, Qwen2 and Mistral through :mod:`gpt.hf_llama`),
+and write a GPT-2 one back.
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or a sharded
 ``model.safetensors.index.json`` with its shards). Nothing here touches the network, unpickles
@@ -28,7 +29,11 @@ the attention buffers ``attn.bias`` / ``attn.masked_bias`` that old checkpoints 
 causal mask) are ignored.
 
     model = gpt.hf.from_pretrained("path/to/gpt2")       # config.json + model.safetensors
+    model = gpt.hf.from_pretrained("path/to/llama")      # LlamaForCausalLM, Qwen2, Mistral
     gpt.hf.save_hf_gpt2(model, "out/")                   # loadable by transformers too
+
+The model is built with :func:`nn.init.empty_parameters` (no random initialisation that the
+checkpoint would overwrite) and every parameter is then loaded from the file.
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt import hf_llama
 from gpt.config import ConfigError, ConfigNote, GPTConfig
 from gpt.model import GPT
 from nn import serialization
+from nn.init import empty_parameters
 from tensorlab.backend import to_device
 
 __all__ = [
@@ -99,19 +106,36 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+def _model_type(hf: dict, path) -> str:
+    model_type = hf.get("model_type", "gpt2")
+    known = ("gpt2", *hf_llama.ARCHITECTURES)
+    if model_type not in known:
+        raise HFCheckpointError(
+            path,
+            f"model_type={model_type!r} is not supported (supported: {', '.join(known)})",
+        )
+    architectures = hf.get("architectures") or []
+    wanted = "GPT2LMHeadModel" if model_type == "gpt2" else hf_llama.ARCHITECTURES[model_type]
+    for arch in architectures:
+        if arch not in (wanted, "GPT2Model"):
+            raise HFCheckpointError(
+                path, f"architectures={architectures!r}: only {wanted} loads for {model_type}"
+            )
+    return model_type
+
+
 def config_from_hf(hf: dict, path: str | os.PathLike = CONFIG_NAME) -> GPTConfig:
-    """The :class:`GPTConfig` of a Hugging Face GPT-2 ``config.json`` (already parsed).
+    """The :class:`GPTConfig` of a Hugging Face ``config.json`` (already parsed): GPT-2, or a
+    Llama, Qwen2 or Mistral causal LM (:func:`gpt.hf_llama.config_from_llama`).
 
     Dropout is set to 0 (the checkpoint is loaded for inference; HF's three dropout rates
     ``embd_pdrop``/``attn_pdrop``/``resid_pdrop`` have no single equivalent). Raises
-    :class:`HFCheckpointError` naming ``path`` and the field for anything GPT-2 does not do
-    the way :class:`gpt.model.GPT` does.
+    :class:`HFCheckpointError` naming ``path`` and the field for anything the checkpoint does
+    not do the way :class:`gpt.model.GPT` does.
     """
-    model_type = hf.get("model_type", "gpt2")
+    model_type = _model_type(hf, path)
     if model_type != "gpt2":
-        raise HFCheckpointError(
-            path, f"model_type={model_type!r}: only GPT-2 checkpoints (model_type 'gpt2') load"
-        )
+        return hf_llama.config_from_llama(hf, path, HFCheckpointError)
 
     def field(name, *fallbacks, default=None):
         for key in (name, *fallbacks):
@@ -261,26 +285,37 @@ def _strip_prefix(key: str) -> str:
     return key[len("transformer.") :] if key.startswith("transformer.") else key
 
 
+def _is_float(dtype: np.dtype) -> bool:
+    """float16/32/64, or bfloat16 (an ``ml_dtypes`` type NumPy files under kind 'V')."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
 def convert_hf_state(
     state: dict[str, np.ndarray],
     cfg: GPTConfig,
     source: str | os.PathLike | dict[str, Path] = WEIGHTS_NAME,
     strict: bool = True,
+    model_type: str = "gpt2",
 ) -> dict[str, np.ndarray]:
-    """Hugging Face GPT-2 tensors -> a ``GPT(cfg).state_dict()``-shaped dict (float32).
+    """Hugging Face tensors of a ``model_type`` checkpoint -> a ``GPT(cfg).state_dict()``-shaped
+    dict (float32; float16 and bfloat16 tensors are widened exactly).
 
     ``source`` names the file (or maps each key to its file) for error messages. With
     ``strict`` a tensor this mapping does not use raises (it would mean another architecture
-    or a head we drop); the causal-mask buffers are always ignored.
+    or a head we drop); GPT-2's causal-mask buffers and rotary ``inv_freq`` buffers are always
+    ignored.
     """
+    name = "a GPT-2" if model_type == "gpt2" else f"a {model_type}"
 
     def where(key):
         return source.get(key, WEIGHTS_NAME) if isinstance(source, dict) else source
 
     hf = {}
     for key, array in state.items():
-        short = _strip_prefix(key)
+        short = _strip_prefix(key) if model_type == "gpt2" else key
         if short.endswith(_IGNORED_SUFFIXES) and short.startswith("h."):
+            continue
+        if short.endswith(".rotary_emb.inv_freq"):  # a table HF recomputes from the config
             continue
         hf[short] = (key, array)
     used: set[str] = set()
@@ -289,9 +324,10 @@ def convert_hf_state(
     def take(short: str, shape: tuple[int, ...]) -> np.ndarray:
         if short not in hf:
             path = source if not isinstance(source, dict) else next(iter(source.values()), "")
+            also = f" (or 'transformer.{short}')" if model_type == "gpt2" else ""
             raise HFCheckpointError(
                 path,
-                f"tensor {short!r} (or 'transformer.{short}') is missing; a GPT-2 checkpoint "
+                f"tensor {short!r}{also} is missing; {name} checkpoint "
                 f"with n_layer={cfg.n_layer} needs it",
             )
         key, array = hf[short]
@@ -299,13 +335,19 @@ def convert_hf_state(
             raise HFCheckpointError(
                 where(key),
                 f"tensor {key!r} has shape {tuple(array.shape)}, but config.json "
-                f"(d_model={d}, n_head={H}, d_ff={f}, vocab_size={V}, "
-                f"n_positions={cfg.block_size}) needs {shape}",
+                f"(d_model={d}, n_head={H}, n_kv_head={cfg.n_kv_head}, d_head={cfg.d_head}, "
+                f"d_ff={f}, vocab_size={V}, block_size={cfg.block_size}) needs {shape}",
             )
-        if array.dtype.kind != "f":
+        if not _is_float(array.dtype):
             raise HFCheckpointError(where(key), f"tensor {key!r} has dtype {array.dtype}")
         used.add(short)
         return np.asarray(array, dtype=np.float32)
+
+    if model_type != "gpt2":
+        out = hf_llama.convert_llama_state(take, cfg, model_type)
+        if cfg.tie_weights and "lm_head.weight" in hf:
+            _check_tied(hf, "lm_head.weight", out["embed.W"], used, where, "model.embed_tokens")
+        return _refuse_unused(hf, used, strict, where, out)
 
     out = {
         "embed.W": take("wte.weight", (V, d)),
@@ -332,24 +374,32 @@ def convert_hf_state(
     out["ln_f.b"] = take("ln_f.bias", (d,))
 
     if cfg.tie_weights:
-        if "lm_head.weight" in hf:  # a redundant copy of wte; it must really be one
-            key, head = hf["lm_head.weight"]
-            used.add("lm_head.weight")
-            if head.shape != (V, d) or not np.array_equal(head, out["embed.W"]):
-                raise HFCheckpointError(
-                    where(key),
-                    f"tensor {key!r} differs from wte.weight, but config.json says "
-                    "tie_word_embeddings=true",
-                )
+        if "lm_head.weight" in hf:
+            _check_tied(hf, "lm_head.weight", out["embed.W"], used, where, "wte")
     else:
         out["W_U"] = np.ascontiguousarray(take("lm_head.weight", (V, d)).T)
+    return _refuse_unused(hf, used, strict, where, out)
 
+
+def _check_tied(hf, head_name, embed, used, where, embed_name) -> None:
+    """A stored unembedding of a tied model must be a redundant copy of the embedding."""
+    key, head = hf[head_name]
+    used.add(head_name)
+    if head.shape != embed.shape or not np.array_equal(np.asarray(head, np.float32), embed):
+        raise HFCheckpointError(
+            where(key),
+            f"tensor {key!r} differs from {embed_name}.weight, but config.json says "
+            "tie_word_embeddings=true",
+        )
+
+
+def _refuse_unused(hf, used, strict, where, out):
     unused = sorted(hf[s][0] for s in set(hf) - used)
     if strict and unused:
         shown = ", ".join(map(repr, unused[:8])) + (" ..." if len(unused) > 8 else "")
         raise HFCheckpointError(
             where(unused[0]),
-            f"{len(unused)} tensor(s) this GPT-2 mapping does not use: {shown} "
+            f"{len(unused)} tensor(s) this mapping does not use: {shown} "
             "(another architecture or head? pass strict=False to ignore them)",
         )
     return out
@@ -365,14 +415,21 @@ def load_gpt2_weights(model: GPT, path: str | os.PathLike, strict: bool = True) 
 
 
 def from_pretrained(path: str | os.PathLike, strict: bool = True) -> GPT:
-    """A :class:`gpt.model.GPT` with the config and weights of a local Hugging Face GPT-2
-    checkpoint directory (``config.json`` + ``model.safetensors``), in eval mode."""
+    """A :class:`gpt.model.GPT` with the config and weights of a local Hugging Face checkpoint
+    directory (``config.json`` + ``model.safetensors``, or sharded with
+    ``model.safetensors.index.json``): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
+    ``Qwen2ForCausalLM`` or ``MistralForCausalLM``, float32, float16 or bfloat16 (computed in
+    float32). In eval mode. Anything else is refused by name."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory (expected config.json + {WEIGHTS_NAME})")
-    cfg = config_from_hf(_read_json(path / CONFIG_NAME), path / CONFIG_NAME)
-    model = GPT(cfg)
-    load_gpt2_weights(model, path, strict=strict)
+    hf = _read_json(path / CONFIG_NAME)
+    cfg = config_from_hf(hf, path / CONFIG_NAME)
+    with empty_parameters():  # every parameter is about to be loaded
+        model = GPT(cfg)
+    state, source = load_hf_state(path)
+    model_type = _model_type(hf, path / CONFIG_NAME)
+    model.load_state_dict(convert_hf_state(state, cfg, source, strict, model_type))
     return model.eval()
 
 

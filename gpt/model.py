@@ -78,11 +78,14 @@ class Block(nn.Module):
             cfg.d_model,
             cfg.n_head,
             d_head=cfg.d_head,
+            n_kv_head=cfg.n_kv_head,
             bias=cfg.bias,
+            qkv_bias=cfg.qkv_bias,
             dropout=cfg.dropout,
             causal=True,
             rotary=rotary,
             relative_bias=cfg.max_relative_distance if cfg.positional == "relative" else None,
+            window=cfg.sliding_window,
         )
         self.ln1_out = make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
         self.mlp = None
@@ -141,7 +144,9 @@ class GPT(nn.Module):
         elif cfg.positional == "sinusoidal":
             self.pos = nn.SinusoidalPositionalEncoding(cfg.d_model, max_len=cfg.block_size)
         elif cfg.positional == "rope":
-            rotary = nn.RotaryEmbedding(cfg.d_head, base=cfg.rope_base)
+            rotary = nn.RotaryEmbedding(
+                cfg.d_head, cfg.rope_base, layout=cfg.rope_layout, scaling=cfg.rope_scaling
+            )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg) if cfg.final_norm else None

@@ -50,27 +50,33 @@ from tensorlab.function import Function
 _causal_cache: dict = {}
 
 
-def causal_keep(xp, T_q: int, T_k: int):
-    """Boolean (T_q, T_k): query i may see key j iff j ≤ i + (T_k - T_q).
+def causal_keep(xp, T_q: int, T_k: int, window: int | None = None):
+    """Boolean (T_q, T_k): query i may see key j iff j ≤ i + (T_k - T_q), and with a sliding
+    ``window`` W also i + (T_k - T_q) - j < W (each query sees itself and the W - 1 keys
+    before it, as Mistral's ``sliding_window``).
 
     Queries are aligned with the *last* T_q keys, which is what a key/value cache needs (the
     new tokens come after the cached ones); for T_q = T_k it is the usual lower triangle.
     """
-    return xp.tri(T_q, T_k, T_k - T_q, dtype=bool)
+    keep = xp.tri(T_q, T_k, T_k - T_q, dtype=bool)
+    if window is not None:
+        keep &= ~xp.tri(T_q, T_k, T_k - T_q - window, dtype=bool)
+    return keep
 
 
-def _causal_bias(xp, T_q: int, T_k: int, dtype):
-    """0 where allowed and -∞ where not, cached per shape, dtype and array module."""
-    key = (xp.__name__, T_q, T_k, str(dtype))
+def _causal_bias(xp, T_q: int, T_k: int, dtype, window: int | None = None):
+    """0 where allowed and -∞ where not, cached per shape, window, dtype and array module."""
+    key = (xp.__name__, T_q, T_k, window, str(dtype))
     bias = _causal_cache.get(key)
     if bias is None:
-        bias = xp.where(causal_keep(xp, T_q, T_k), 0.0, -xp.inf).astype(dtype)
+        bias = xp.where(causal_keep(xp, T_q, T_k, window), 0.0, -xp.inf).astype(dtype)
         _causal_cache[key] = bias
     return bias
 
 
 def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask):
-    """Boolean (..., T_q, 1): True for query rows that may attend to no key; None if none."""
+    """Boolean (..., T_q, 1): True for query rows that may attend to no key; None if none.
+    (A sliding window never empties a causal row: each query sees at least itself.)"""
     allowed = causal_keep(xp, T_q, T_k) if causal else None
     if mask is not None:
         allowed = mask if allowed is None else allowed & mask
@@ -99,11 +105,13 @@ class AttentionFn(Function):
     backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with, as TransformerLens lays
     them out, q (..., T_q, H, d), k (..., T_k, H, d), v (..., T_k, H, d_v) and
     Y (..., T_q, H, d_v); the scores, the pattern and the bias are (..., H, T_q, T_k) (bias
-    broadcast to it). Parameters ``scale``, ``causal``, ``mask`` (boolean array, True = may
-    attend, broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on
-    the pattern, or None). Heads are strided views inside the node: no copies."""
+    broadcast to it). Parameters ``scale``, ``causal``, ``window`` (a sliding window for the
+    causal mask, or None: :func:`causal_keep`), ``mask`` (boolean array, True = may attend,
+    broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on the
+    pattern, or None). Heads are strided views inside the node: no copies. (Grouped-query
+    attention repeats its key/value heads before this node: :class:`MultiHeadAttention`.)"""
 
-    def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask):
+    def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
         xp = xp_of(q)
         qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
         S = qh @ kh.swapaxes(-1, -2)
@@ -111,7 +119,7 @@ class AttentionFn(Function):
         if bias:
             S += bias[0]
         if causal:
-            S += _causal_bias(xp, q.shape[-3], k.shape[-3], S.dtype)
+            S += _causal_bias(xp, q.shape[-3], k.shape[-3], S.dtype, window)
         if mask is not None:
             S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
         if S.shape[-1]:
@@ -146,9 +154,17 @@ class AttentionFn(Function):
         return dq, dk, dv, dS
 
     @staticmethod
-    def composed(q, k, v, *bias, scale, causal, mask, dropout_mask):
+    def composed(q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
         return attention_composed(
-            q, k, v, *bias, scale=scale, causal=causal, mask=mask, dropout_mask=dropout_mask
+            q,
+            k,
+            v,
+            *bias,
+            scale=scale,
+            causal=causal,
+            mask=mask,
+            dropout_mask=dropout_mask,
+            window=window,
         )
 
 
@@ -165,6 +181,7 @@ def attention_composed(
     causal: bool,
     mask,
     dropout_mask,
+    window: int | None = None,
     hook_scores=_identity,
     hook_pattern=_identity,
 ) -> Tensor:
@@ -178,7 +195,7 @@ def attention_composed(
     xp = xp_of(q.data)
     T_q, T_k = q.shape[-2], k.shape[-2]
     if causal:
-        S = S + Tensor._wrap(_causal_bias(xp, T_q, T_k, S.dtype))
+        S = S + Tensor._wrap(_causal_bias(xp, T_q, T_k, S.dtype, window))
     if mask is not None:
         S = S.masked_fill(~mask, -math.inf)
     S = hook_scores(S)
@@ -251,28 +268,39 @@ def scaled_dot_product_attention(
 class KVCache:
     """The keys and values one attention layer has seen, for incremental decoding.
 
-    Self-attention appends each step's keys and values (shape (B, T, H, d_head), after any
-    rotary embedding); ``len(cache)`` is the number of cached positions, which is also the
-    position of the next token. Cross-attention stores the source's keys and values on the
-    first call and reuses them afterwards. Use one cache per layer and per sequence batch.
+    Self-attention appends each step's keys and values (shape (B, T, H_kv, d_head), after any
+    rotary embedding; with grouped-query attention only the H_kv key/value heads are kept);
+    ``len(cache)`` is the number of cached positions and ``seen`` the number of positions
+    appended so far, which is also the position of the next token. With a sliding window W
+    the cache keeps only the last W - 1 positions (all a later query can see), so
+    ``len(cache)`` stops growing while ``seen`` goes on. Cross-attention stores the source's
+    keys and values on the first call and reuses them afterwards. Use one cache per layer and
+    per sequence batch.
     """
 
     def __init__(self) -> None:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self.seen = 0
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-3]
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add new keys and values along the time axis; returns all of them."""
+    def append(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor]:
+        """Add new keys and values along the time axis; returns all of them (the ones kept
+        and the new ones). With a ``window`` only the last ``window - 1`` stay cached."""
+        self.seen += k.shape[-3]
         if self.k is not None:
             k, v = cat([self.k, k], axis=-3), cat([self.v, v], axis=-3)
         self.k, self.v = k, v
+        if window is not None and k.shape[-3] > window - 1:
+            keep = slice(k.shape[-3] - (window - 1), None)
+            self.k, self.v = k[..., keep, :, :], v[..., keep, :, :]
         return k, v
 
     def reset(self) -> None:
         self.k = self.v = None
+        self.seen = 0
 
 
 class MultiHeadAttention(Module):
@@ -280,9 +308,17 @@ class MultiHeadAttention(Module):
 
     Args:
         d_model: width of the residual stream.
-        n_head: number of heads H.
+        n_head: number of heads H (query heads).
         d_head: width of each head (default d_model / H; any width works).
+        n_kv_head: number of key/value heads H_kv, dividing H (default H). With H_kv < H
+            (grouped-query attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention,
+            Shazeer 2019) each key/value head serves a group of H / H_kv consecutive query
+            heads: query head h reads key/value head h // (H / H_kv). The keys and values are
+            computed and cached for the H_kv heads only, then repeated to H heads before the
+            attention node, whose backward sums the repeated copies' gradients back.
         bias: learn biases for the projections.
+        qkv_bias: biases on the query, key and value projections only (default: ``bias``);
+            Qwen2 has them with no output bias.
         dropout: probability for dropout on the pattern and on the output (training only).
         causal: each query sees only keys at its own position or earlier.
         cross: keys and values come from ``source`` (an encoder's output) instead of ``x``.
@@ -291,22 +327,27 @@ class MultiHeadAttention(Module):
             queries and keys (self-attention only).
         relative_bias: a :class:`RelativePositionBias` (or an int max distance to make one)
             whose (H, T_q, T_k) bias is added to the scores.
+        window: a sliding window W for causal attention (Mistral): each query sees itself
+            and the W - 1 positions before it; a :class:`KVCache` then keeps W - 1 positions.
         fused: compute softmax(q kᵀ/√d + mask) v as one node (:class:`AttentionFn`, the fast
             path) or in engine ops (:func:`attention_composed`), where ``hook_attn_scores`` and
             ``hook_pattern`` see every score and pattern. Set ``attn.fused`` (or use
             :func:`composed_attention`) to switch; both give the same numbers up to rounding.
 
     Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b): ``W_q``
-    (d_model, H, d_head), ``W_k`` and ``W_v`` (d_in, H, d_head) with d_in = d_source for
+    (d_model, H, d_head), ``W_k`` and ``W_v`` (d_in, H_kv, d_head) with d_in = d_source for
     cross-attention, so that x W_q is every head's queries in one matrix product; ``W_O``
     (H, d_head, d_model), which sums over heads and d_head in one product; 1-D biases
-    ``b_q``, ``b_k``, ``b_v`` (H·d_head,) and ``b_O`` (d_model,) (1-D, so they start at zero
-    and are not weight-decayed). The per-head matrices of the circuits notation (and of
-    TransformerLens) are views, no copy: ``W_Q``, ``W_K``, ``W_V`` (H, d_in, d_head) and
-    ``b_Q``, ``b_K``, ``b_V`` (H, d_head); ``W_O`` and ``b_O`` are already in that layout.
+    ``b_q`` (H·d_head,), ``b_k``, ``b_v`` (H_kv·d_head,) and ``b_O`` (d_model,) (1-D, so they
+    start at zero and are not weight-decayed). The per-head matrices of the circuits notation
+    (and of TransformerLens) are, per *query* head: ``W_Q``, ``W_K``, ``W_V`` (H, d_in,
+    d_head) and ``b_Q``, ``b_K``, ``b_V`` (H, d_head), views with no copy when H_kv = H and the
+    key/value heads repeated to their query heads otherwise (as TransformerLens does for
+    grouped-query attention); ``W_O`` and ``b_O`` are already in that layout.
 
-    Hook points (e.g. ``blocks.0.attn.hook_pattern``), in TransformerLens's layouts: ``hook_q``,
-    ``hook_k``, ``hook_v`` (B, T, H, d_head) before any rotary embedding, ``hook_attn_scores``
+    Hook points (e.g. ``blocks.0.attn.hook_pattern``), in TransformerLens's layouts: ``hook_q``
+    (B, T, H, d_head), ``hook_k``, ``hook_v`` (B, T, H_kv, d_head), before any rotary
+    embedding and before the key/value heads are repeated, ``hook_attn_scores``
     and ``hook_pattern`` (B, H, T_q, T_k, composed path only), ``hook_z`` (B, T_q, H,
     d_head), the heads' outputs before W_O, and ``hook_result`` (B, T_q, H, d_model), each
     head's output z^h W_O^h before the sum over heads and b_O (only when ``use_attn_result``,
@@ -332,6 +373,9 @@ class MultiHeadAttention(Module):
         d_source: int | None = None,
         rotary: RotaryEmbedding | bool | None = None,
         relative_bias: RelativePositionBias | int | None = None,
+        n_kv_head: int | None = None,
+        qkv_bias: bool | None = None,
+        window: int | None = None,
         fused: bool = True,
         dtype=DEFAULT_DTYPE,
         device: str = "cpu",
@@ -346,17 +390,30 @@ class MultiHeadAttention(Module):
             d_head = d_model // n_head
         check_p(dropout, "MultiHeadAttention")
         H, dh = n_head, d_head
-        self.d_model, self.n_head, self.d_head = d_model, H, dh
-        self.causal, self.cross, self.dropout = causal, cross, dropout
+        H_kv = H if n_kv_head is None else n_kv_head
+        if isinstance(H_kv, bool) or not isinstance(H_kv, int) or H_kv < 1 or H % H_kv:
+            raise ValueError(
+                f"MultiHeadAttention: n_kv_head={n_kv_head!r} must be a whole number ≥ 1 "
+                f"dividing n_head={H}"
+            )
+        if window is not None and (not causal or isinstance(window, bool) or window < 1):
+            raise ValueError(
+                f"MultiHeadAttention: window={window!r} needs causal=True and an integer ≥ 1"
+            )
+        self.d_model, self.n_head, self.d_head, self.n_kv_head = d_model, H, dh, H_kv
+        self.causal, self.cross, self.dropout, self.window = causal, cross, dropout, window
         self.scale = 1.0 / math.sqrt(dh)
         d_in = (d_source or d_model) if cross else d_model
         self.d_source = d_in
         self.W_q = uniform((d_model, H, dh), 1.0 / math.sqrt(d_model), dtype, device)
-        self.W_k = uniform((d_in, H, dh), 1.0 / math.sqrt(d_in), dtype, device)
-        self.W_v = uniform((d_in, H, dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_k = uniform((d_in, H_kv, dh), 1.0 / math.sqrt(d_in), dtype, device)
+        self.W_v = uniform((d_in, H_kv, dh), 1.0 / math.sqrt(d_in), dtype, device)
         self.W_O = uniform((H, dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
-        for name, width in (("b_q", H * dh), ("b_k", H * dh), ("b_v", H * dh), ("b_O", d_model)):
-            setattr(self, name, constant((width,), 0.0, dtype, device) if bias else None)
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        widths = (("b_q", H * dh), ("b_k", H_kv * dh), ("b_v", H_kv * dh))
+        for name, width in (*widths, ("b_O", d_model)):
+            on = qkv_bias if name != "b_O" else bias
+            setattr(self, name, constant((width,), 0.0, dtype, device) if on else None)
 
         if rotary is True:
             rotary = RotaryEmbedding(dh)
@@ -423,8 +480,16 @@ class MultiHeadAttention(Module):
         object.__setattr__(self, "_use_attn_result", bool(value))
 
     # ------------------------------------------------------------------ per-head views
+    def _per_query_head(self, t: Tensor, axis: int) -> Tensor:
+        """Key/value heads on ``axis`` repeated to the query heads they serve (identity when
+        H_kv = H): head h reads key/value head h // (H / H_kv)."""
+        group = self.n_head // self.n_kv_head
+        return t if group == 1 else t.repeat_interleave(group, axis)
+
     def _head_bias(self, b: Tensor | None) -> Tensor | None:
-        return None if b is None else b.reshape(self.n_head, self.d_head)
+        if b is None:
+            return None
+        return self._per_query_head(b.reshape(-1, self.d_head), 0)
 
     @property
     def W_Q(self) -> Tensor:
@@ -433,13 +498,14 @@ class MultiHeadAttention(Module):
 
     @property
     def W_K(self) -> Tensor:
-        """(H, d_in, d_head) key matrices (a view of W_k)."""
-        return self.W_k.permute(1, 0, 2)
+        """(H, d_in, d_head) key matrices of the query heads (a view of W_k, or its key heads
+        repeated under grouped-query attention)."""
+        return self._per_query_head(self.W_k.permute(1, 0, 2), 0)
 
     @property
     def W_V(self) -> Tensor:
-        """(H, d_in, d_head) value matrices (a view of W_v)."""
-        return self.W_v.permute(1, 0, 2)
+        """(H, d_in, d_head) value matrices of the query heads (as :attr:`W_K`)."""
+        return self._per_query_head(self.W_v.permute(1, 0, 2), 0)
 
     @property
     def b_Q(self) -> Tensor | None:
@@ -474,15 +540,16 @@ class MultiHeadAttention(Module):
             k = self.hook_k(linear(src, self.W_k, self.b_k))
             v = self.hook_v(linear(src, self.W_v, self.b_v))
         if self.rotary is not None:
-            past = len(cache) if cache is not None else 0
+            past = cache.seen if cache is not None else 0
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         if cache is not None:
             if not self.cross:
-                k, v = cache.append(k, v)
+                k, v = cache.append(k, v, self.window)
             elif cache.k is None:
                 cache.k, cache.v = k, v
             else:
                 k, v = cache.k, cache.v
+        k, v = self._per_query_head(k, -2), self._per_query_head(v, -2)  # (B, T_k, H, d_head)
         z = self.hook_z(self.attend(q, k, v, self._keep(key_padding_mask, mask)))
         if self.use_attn_result:  # each head's output in the residual basis, then their sum
             out = self.hook_result(head_results(z, self.W_O)).sum(axis=-2)
@@ -499,7 +566,9 @@ class MultiHeadAttention(Module):
         p = self.dropout if self.training else 0.0
         shape = q.shape[:-3] + (self.n_head, T_q, T_k)  # of the scores
         drop = dropout_mask(shape, p, q.data) if p > 0 else None
-        params = dict(scale=self.scale, causal=self.causal, mask=keep, dropout_mask=drop)
+        params = dict(
+            scale=self.scale, causal=self.causal, mask=keep, dropout_mask=drop, window=self.window
+        )
         if self.fused:
             return AttentionFn.apply(q, k, v, *bias, **params)
         return attention_composed(
@@ -527,9 +596,14 @@ class MultiHeadAttention(Module):
 
     def extra_repr(self) -> str:
         kind = "cross" if self.cross else ("causal" if self.causal else "self")
+        kind += "" if self.window is None else f", window={self.window}"
+        kv = "" if self.n_kv_head == self.n_head else f", n_kv_head={self.n_kv_head}"
         path = "fused" if self.fused else "composed"
         path += ", per-head results" if self.use_attn_result else ""
-        return f"d_model={self.d_model}, n_head={self.n_head}, d_head={self.d_head}, {kind}, {path}"
+        return (
+            f"d_model={self.d_model}, n_head={self.n_head}{kv}, d_head={self.d_head}, {kind}, "
+            f"{path}"
+        )
 
 
 def head_results(z: Tensor, W_O: Tensor) -> Tensor:

@@ -190,45 +190,124 @@ class RelativePositionBias(Module):
         return self.W[:, self.offsets(T_q, T_k)]
 
 
+ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def _pairs(x, half: bool):
+    """The two members (a, b) of every rotated pair of x (..., d), as views: (x_{2i}, x_{2i+1})
+    for the interleaved layout, (x_i, x_{i + d/2}) for the half layout."""
+    if half:
+        p = x.reshape(x.shape[:-1] + (2, -1))
+        return p, p[..., 0, :], p[..., 1, :]
+    p = x.reshape(x.shape[:-1] + (-1, 2))
+    return p, p[..., 0], p[..., 1]
+
+
 class RotaryFn(Function):
-    """Rotate each pair (x_{2i}, x_{2i+1}) of the last axis by the angle θ_{t,i} of its
-    position t (Su et al. 2021)::
+    """Rotate each pair (a_i, b_i) of the last axis by the angle θ_{t,i} of its position t
+    (Su et al. 2021)::
 
-        y_{2i}   = x_{2i} cos θ - x_{2i+1} sin θ
-        y_{2i+1} = x_{2i} sin θ + x_{2i+1} cos θ
+        y(a_i) = a_i cos θ - b_i sin θ
+        y(b_i) = a_i sin θ + b_i cos θ
 
-    ``cos`` and ``sin`` are arrays of θ's cosines and sines, broadcast against the pairs of x
-    (x (..., d), pairs (..., d/2)).
+    The pairs are (x_{2i}, x_{2i+1}) (``half=False``, the paper's and Meta's original layout)
+    or (x_i, x_{i+d/2}) (``half=True``, the "rotate half" layout of GPT-NeoX and of Hugging
+    Face's Llama, Qwen2 and Mistral). ``cos`` and ``sin`` are arrays of θ's cosines and sines,
+    broadcast against the pairs (x (..., d), pairs (..., d/2)).
     A rotation is orthogonal, so the backward is the rotation by -θ:
     dx = RotaryFn(g, cos, -sin), itself a RotaryFn node, hence differentiable to any order.
     """
 
-    def forward(ctx, x, cos, sin):
-        pairs = x.reshape(x.shape[:-1] + (-1, 2))
-        a, b = pairs[..., 0], pairs[..., 1]
-        y = xp_of(x).empty_like(pairs)
-        y[..., 0] = a * cos - b * sin
-        y[..., 1] = a * sin + b * cos
-        return y.reshape(x.shape)
+    def forward(ctx, x, *, cos, sin, half):
+        _, a, b = _pairs(x, half)
+        y = xp_of(x).empty(x.shape, x.dtype)  # C order, so the pair views below are views
+        _, ya, yb = _pairs(y, half)
+        ya[...] = a * cos - b * sin
+        yb[...] = a * sin + b * cos
+        return y
 
     def backward(ctx, g):
-        return RotaryFn.apply(g, cos=ctx.params["cos"], sin=-ctx.params["sin"])
+        p = ctx.params
+        return RotaryFn.apply(g, cos=p["cos"], sin=-p["sin"], half=p["half"])
+
+
+def rope_frequencies(d_head: int, base: float, scaling: dict | None = None) -> np.ndarray:
+    """θ_i = base^(-2i/d_head), i = 0 .. d_head/2 - 1 (float64), rescaled as ``scaling`` asks:
+
+    - ``{"rope_type": "linear", "factor": f}``: every θ_i / f (positions interpolated,
+      Chen et al. 2023), so f times as many positions span the trained angles;
+    - ``{"rope_type": "llama3", "factor": f, "low_freq_factor": l, "high_freq_factor": h,
+      "original_max_position_embeddings": n}`` (Llama 3.1): with wavelength λ_i = 2π/θ_i,
+      θ_i is kept where λ_i < n/h (fast rotations, local information), divided by f where
+      λ_i > n/l (slow ones), and in between blended: (1 - w) θ_i/f + w θ_i with
+      w = (n/λ_i - l)/(h - l).
+    """
+    theta = base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+    if scaling is None:
+        return theta
+    kind, f = scaling["rope_type"], float(scaling["factor"])
+    if kind == "linear":
+        return theta / f
+    if kind == "llama3":
+        lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        n = float(scaling["original_max_position_embeddings"])
+        wavelength = 2 * np.pi / theta
+        w = np.clip((n / wavelength - lo) / (hi - lo), 0.0, 1.0)  # 0: slow, 1: fast
+        return (1 - w) * theta / f + w * theta
+    raise ValueError(f"RoPE scaling rope_type={kind!r} is not supported (linear, llama3)")
+
+
+def check_rope_scaling(scaling) -> None:
+    """Refuse, in one line, a RoPE scaling dict :func:`rope_frequencies` cannot follow."""
+    if scaling is None:
+        return
+    needs = {
+        "linear": ("factor",),
+        "llama3": (
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ),
+    }
+    kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
+    if kind not in needs:
+        raise ValueError(f"rope_scaling={scaling!r}: rope_type must be one of {', '.join(needs)}")
+    for key in needs[kind]:
+        v = scaling.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ValueError(f"rope_scaling {kind}: {key}={v!r} must be a number > 0")
+    if kind == "llama3" and not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
+        raise ValueError("rope_scaling llama3: high_freq_factor must exceed low_freq_factor")
 
 
 class RotaryEmbedding(Module):
-    """Rotary position embedding for x (..., T, H, d_head): the pair (x_{2i}, x_{2i+1}) at
-    position t is rotated by the angle t θ_i, θ_i = base^(-2i/d_head).
+    """Rotary position embedding for x (..., T, H, d_head): each pair of x at position t is
+    rotated by the angle t θ_i, θ_i = base^(-2i/d_head) (see :func:`rope_frequencies` for
+    ``scaling``). ``layout`` "interleaved" pairs (x_{2i}, x_{2i+1}); "half" pairs
+    (x_i, x_{i+d/2}), as Hugging Face's Llama-family checkpoints expect (:class:`RotaryFn`).
+    The two layouts are the same map up to a fixed permutation of each head's dimensions.
 
     Because rotations compose, R(iθ)ᵀ R(jθ) = R((j - i)θ), a rotated query at i and a rotated
     key at j have a dot product that depends on their positions only through j - i. Nothing is
     learned; cos/sin tables are built once per dtype and grown on demand.
     """
 
-    def __init__(self, d_head: int, base: float = 10000.0):
+    def __init__(
+        self,
+        d_head: int,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        scaling: dict | None = None,
+    ):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"RotaryEmbedding: d_head must be even, got {d_head}")
-        self.d_head, self.base = d_head, base
+        if layout not in ROPE_LAYOUTS:
+            raise ValueError(f"RotaryEmbedding: layout={layout!r}, must be one of {ROPE_LAYOUTS}")
+        check_rope_scaling(scaling)
+        self.d_head, self.base, self.layout, self.scaling = d_head, base, layout, scaling
+        self.theta = rope_frequencies(d_head, base, scaling)
         self._tables: dict = {}
 
     def tables(self, n: int, dtype, device: str = "cpu"):
@@ -237,8 +316,7 @@ class RotaryEmbedding(Module):
         cached = self._tables.get(key)
         if cached is None or cached[0].shape[0] < n:
             n = max(n, 2 * cached[0].shape[0] if cached else 64)
-            theta = self.base ** (-np.arange(0, self.d_head, 2, dtype=np.float64) / self.d_head)
-            angle = np.arange(n, dtype=np.float64)[:, None] * theta
+            angle = np.arange(n, dtype=np.float64)[:, None] * self.theta
             xp = xp_for(device)
             cached = tuple(xp.asarray(f(angle).astype(dtype)) for f in (np.cos, np.sin))
             self._tables[key] = cached
@@ -250,7 +328,10 @@ class RotaryEmbedding(Module):
         T = x.shape[-3]
         cos, sin = self.tables(offset + T, x.dtype, x.device)
         window = slice(offset, offset + T)
-        return RotaryFn.apply(x, cos=cos[window, None, :], sin=sin[window, None, :])
+        return RotaryFn.apply(
+            x, cos=cos[window, None, :], sin=sin[window, None, :], half=self.layout == "half"
+        )
 
     def extra_repr(self) -> str:
-        return f"d_head={self.d_head}, base={self.base}"
+        scaled = "" if self.scaling is None else f", scaling={self.scaling}"
+        return f"d_head={self.d_head}, base={self.base}, layout={self.layout}{scaled}"

@@ -26,6 +26,7 @@ layer-norm gains one, and the projections that write into the residual stream ~ 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -81,9 +82,29 @@ def _random(tensor: Tensor, kind: str):
     return gen.random(tensor.shape, dtype=dtype)
 
 
+_skip = [False]  # inside empty_parameters(): make no values at all
+
+
+@contextlib.contextmanager
+def empty_parameters():
+    """Inside this block new Parameters are left uninitialised (``empty`` arrays, no random
+    draws) and the in-place fills below do nothing: for building a model whose every weight a
+    checkpoint is about to overwrite (``gpt.hf.from_pretrained``), which then costs no time
+    drawing numbers that are thrown away. Load a state dict (strict) before using the model.
+    """
+    before = _skip[0]
+    _skip[0] = True
+    try:
+        yield
+    finally:
+        _skip[0] = before
+
+
 def _write(tensor: Tensor, values) -> Tensor:
     """Copy ``values`` into ``tensor.data`` in place and mark the tensor as changed."""
-    tensor.data[...] = values
+    if _skip[0]:
+        return tensor
+    tensor.data[...] = values() if callable(values) else values
     tensor._vc[0] += 1
     return tensor
 
@@ -91,12 +112,12 @@ def _write(tensor: Tensor, values) -> Tensor:
 # ------------------------------------------------------------------ basic fills
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
     """``w ~ U[a, b)``, elementwise."""
-    return _write(tensor, a + (b - a) * _random(tensor, "uniform"))
+    return _write(tensor, lambda: a + (b - a) * _random(tensor, "uniform"))
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
     """``w ~ N(mean, std²)``, elementwise."""
-    return _write(tensor, mean + std * _random(tensor, "normal"))
+    return _write(tensor, lambda: mean + std * _random(tensor, "normal"))
 
 
 def constant_(tensor: Tensor, value: float) -> Tensor:
@@ -166,19 +187,29 @@ def kaiming_normal_(
 # (the functions above fill a tensor in place; these make a new Parameter, for layers)
 def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
     """A Parameter with entries drawn from U(-bound, bound)."""
+    if _skip[0]:
+        return _empty(shape, dtype, device)
     data = (generator(device).random(shape) * 2.0 - 1.0) * bound
     return Parameter(data.astype(np.dtype(dtype), copy=False))
 
 
 def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
     """A Parameter with entries drawn from N(0, std²)."""
+    if _skip[0]:
+        return _empty(shape, dtype, device)
     data = generator(device).standard_normal(shape, dtype=np.dtype(dtype).type) * std
     return Parameter(data.astype(np.dtype(dtype), copy=False))
 
 
 def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
     """A Parameter filled with ``value`` (zeros for biases, ones for gains)."""
+    if _skip[0]:
+        return _empty(shape, dtype, device)
     return Parameter(xp_for(device).full(shape, value, dtype=np.dtype(dtype)))
+
+
+def _empty(shape, dtype, device: str) -> Parameter:
+    return Parameter(xp_for(device).empty(shape, dtype=np.dtype(dtype)))
 
 
 # ------------------------------------------------------------------ GPT-2 defaults
@@ -242,4 +273,5 @@ __all__ = [
     "uniform",
     "normal",
     "constant",
+    "empty_parameters",
 ]

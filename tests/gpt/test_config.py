@@ -82,6 +82,19 @@ def test_norm_none_has_no_norm_parameters_and_is_gpt_only():
         (dict(bias="no"), "bias='no': must be true or false"),
         (dict(init_std=-0.02), "init_std=-0.02: must be a finite number in [0, ∞)"),
         (dict(dropout=float("nan")), "dropout=nan: must be a finite number in [0, 1)"),
+        (dict(n_kv_head=3), "n_kv_head=3: must divide n_head=4"),
+        (dict(n_kv_head=8), "n_kv_head=8: must be an integer in [1, 4]"),
+        (dict(sliding_window=0), "sliding_window=0: must be an integer ≥ 1"),
+        (dict(rope_layout="pairs"), "rope_layout='pairs': must be one of 'interleaved', 'half'"),
+        (
+            dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+            "rope_scaling={'rope_type': 'yarn', 'factor': 4.0}: rope_type must be one of "
+            "linear, llama3",
+        ),
+        (
+            dict(rope_scaling={"rope_type": "linear", "factor": -2}),
+            "rope_scaling linear: factor=-2 must be a number > 0",
+        ),
     ],
 )
 def test_every_field_is_checked_in_one_form(kwargs, message):

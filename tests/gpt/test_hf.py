@@ -274,7 +274,7 @@ def test_corrupt_files_name_the_file(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"model_type": "llama"}, "model_type='llama'"),
+        ({"model_type": "bert"}, "model_type='bert' is not supported"),
         ({"activation_function": "quick_gelu"}, "activation_function='quick_gelu'"),
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
         ({"add_cross_attention": True}, "add_cross_attention"),

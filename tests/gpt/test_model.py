@@ -23,6 +23,34 @@ VARIANTS = {
     "no-norm": dict(norm="none", attn_only=True),
     "no-positions": dict(positional="none"),
     "zero-layer": dict(n_layer=0),
+    # Llama: multi-query attention (1 key/value head for 2 query heads), rotate-half RoPE
+    "llama-mqa": dict(
+        positional="rope",
+        rope_layout="half",
+        n_kv_head=1,
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        tie_weights=False,
+    ),
+    # Qwen2's q/k/v-only biases, Mistral's sliding window (4 < block_size), Llama 3.1's RoPE
+    "qkv-bias-window-llama3": dict(
+        positional="rope",
+        rope_layout="half",
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=4,
+        ),
+        n_kv_head=1,
+        bias=False,
+        qkv_bias=True,
+        sliding_window=4,
+        norm="rmsnorm",
+        activation="swiglu",
+    ),
 }
 
 

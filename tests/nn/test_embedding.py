@@ -129,35 +129,41 @@ def test_relative_bias_clipping():
 
 
 # ---------------------------------------------------------------------- RoPE
-def rotary_composed(x, cos, sin):
+def rotary_composed(x, cos, sin, half):
     """RotaryFn written in engine ops (RotaryFn has no ``composed``: its backward is itself a
-    RotaryFn, so it is differentiable to any order as it is): the pairs (x_{2i}, x_{2i+1}) as
-    a (..., d/2, 2) view, each rotated by its angle."""
+    RotaryFn, so it is differentiable to any order as it is), from each layout's definition:
+    the pairs (x_{2i}, x_{2i+1}) as a (..., d/2, 2) view, or (x_i, x_{i+d/2}) as the two
+    halves of the last axis, each pair rotated by its angle."""
+    c, s = Tensor._wrap(cos), Tensor._wrap(sin)
+    if half:
+        n = x.shape[-1] // 2
+        a, b = x[..., :n], x[..., n:]
+        return tl.cat([a * c - b * s, a * s + b * c], axis=-1)
     pairs = x.reshape(x.shape[:-1] + (-1, 2))
     a, b = pairs[..., 0], pairs[..., 1]
-    c, s = Tensor._wrap(cos), Tensor._wrap(sin)
     return tl.stack([a * c - b * s, a * s + b * c], axis=-1).reshape(x.shape)
 
 
 @given(
     lead=hnp.array_shapes(min_dims=0, max_dims=2, max_side=2),
     T=st.integers(1, 4),
-    half=st.integers(1, 3),
+    n_pairs=st.integers(1, 3),
     offset=st.integers(0, 50),
+    half=st.booleans(),
     data=st.data(),
 )
-def test_rotary_fn_matches_composed(lead, T, half, offset, data):
-    """RotaryFn against the rotation in engine ops, with the tables of RotaryEmbedding at a
-    drawn offset. Tolerance 1e-12 absolute: the same two products and a sum per entry, in the
-    same order (entries ≤ 2, cos and sin ≤ 1), so they agree to rounding (≲ 1e-15); the map is
-    linear in x, so second derivatives are 0 on both."""
-    d = 2 * half
+def test_rotary_fn_matches_composed(lead, T, n_pairs, offset, half, data):
+    """RotaryFn against the rotation in engine ops, for both pair layouts, with the tables of
+    RotaryEmbedding at a drawn offset. Tolerance 1e-12 absolute: the same two products and a
+    sum per entry, in the same order (entries ≤ 2, cos and sin ≤ 1), so they agree to
+    rounding (≲ 1e-15); the map is linear in x, so second derivatives are 0 on both."""
+    d = 2 * n_pairs
     x = t64(data.draw(values(lead + (T, d))))
     cos, sin = nn.RotaryEmbedding(d).tables(offset + T, np.float64)
     cos, sin = cos[offset : offset + T], sin[offset : offset + T]
     check_fused_op(
-        lambda x: RotaryFn.apply(x, cos=cos, sin=sin),
-        lambda x: rotary_composed(x, cos, sin),
+        lambda x: RotaryFn.apply(x, cos=cos, sin=sin, half=half),
+        lambda x: rotary_composed(x, cos, sin, half),
         [x],
         atol=1e-12,
     )
@@ -196,7 +202,7 @@ def test_rope_gradients():
     tl.gradcheck(lambda x: rope(x, offset=2), [x])
     tl.gradgradcheck(lambda x: rope(x) * rope(x), [x])
     cos, sin = rope.tables(3, np.float64)
-    tl.gradcheck(lambda x: RotaryFn.apply(x, cos=cos[:3], sin=sin[:3]), [x])
+    tl.gradcheck(lambda x: RotaryFn.apply(x, cos=cos[:3], sin=sin[:3], half=False), [x])
     with pytest.raises(ValueError):
         nn.RotaryEmbedding(5)
 
