@@ -6,6 +6,8 @@
 2. Every derivation section names the code that implements it and a test that checks it.
 3. ``examples/backprop_attention.py`` runs, and the hand-written backward, tensorlab's
    autograd and finite differences agree within the tolerances the example states.
+4. Every ```python block of ``docs/`` runs; the ``>>>`` sessions are doctests, so every worked
+   number they print is checked against the code.
 """
 
 from __future__ import annotations
@@ -203,27 +205,46 @@ PAGE_SETUP = {
 FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
+def _run_blocks(text: str, name: str) -> None:
+    """Run a page's ```python blocks in order in one namespace: a ``>>>`` session as a
+    doctest (its printed numbers must match), any other block with exec."""
+    import doctest
+
+    namespace: dict = {"__name__": "__docs__"}
+    exec(PAGE_SETUP.get(name, ""), namespace)
+    parser = doctest.DocTestParser()
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    for i, block in enumerate(FENCE.findall(text)):
+        where = f"{name}, Python block {i + 1}"
+        if ">>>" in block:
+            test = parser.get_doctest(block, namespace, where, name, 0)
+            runner = doctest.DocTestRunner(optionflags=flags)
+            report: list[str] = []  # the runner swaps sys.stdout while it runs: collect here
+            runner.run(test, out=report.append, clear_globs=False)
+            namespace.update(test.globs)  # DocTest ran on a copy: the page's names go on
+            assert runner.failures == 0, f"{where}:\n{''.join(report)}"
+        else:
+            exec(compile(block, where, "exec"), namespace)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_code_blocks_run(page, tmp_path, monkeypatch, capsys):
+def test_code_blocks_run(page, tmp_path, monkeypatch):
     """Every ```python block of a page runs, in order, in one namespace per page (from a
     scratch folder); blocks written as a ``>>>`` session are run as doctests, so the worked
     numbers they print cannot drift from the code."""
-    import doctest
-
-    blocks = FENCE.findall(page.read_text(encoding="utf-8"))
-    if not blocks:
+    text = page.read_text(encoding="utf-8")
+    if not FENCE.search(text):
         pytest.skip(f"{page.name} has no Python blocks")
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__docs__"}
-    exec(PAGE_SETUP.get(page.name, ""), namespace)
-    parser = doctest.DocTestParser()
-    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    for i, block in enumerate(blocks):
-        where = f"{page.name}, Python block {i + 1}"
-        if ">>>" in block:
-            test = parser.get_doctest(block, namespace, where, page.name, 0)
-            runner = doctest.DocTestRunner(optionflags=flags)
-            runner.run(test, out=lambda s: print(s, end=""))
-            assert runner.failures == 0, f"{where}:\n{capsys.readouterr().out}"
-        else:
-            exec(compile(block, where, "exec"), namespace)
+    _run_blocks(text, page.name)
+
+
+def test_a_wrong_worked_number_fails_and_names_share_across_blocks():
+    """Guards the runner above: a doctest whose printed number is wrong fails with the
+    doctest's report, and names defined in one block are seen by the next."""
+    fence = "```"
+    good = f"{fence}python\n>>> a = 2\n{fence}\n\n{fence}python\n>>> a + 1\n3\n{fence}\n"
+    _run_blocks(good, "good.md")
+    bad = good.replace("\n3\n", "\n4\n")
+    with pytest.raises(AssertionError, match="Expected:"):
+        _run_blocks(bad, "bad.md")
