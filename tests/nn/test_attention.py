@@ -946,3 +946,106 @@ def test_float32_default_and_state_dict_names():
     assert m.W_q.dtype == np.float32
     assert list(m.state_dict()) == ["W_q", "W_k", "W_v", "W_O", "b_q", "b_k", "b_v", "b_O"]
     assert m(tl.randn(1, 3, 16)).dtype == np.float32
+
+
+# ---------------------------------------------------------------------- grouped-query attention
+def repeat_kv_as_mha(gqa):
+    """A plain multi-head layer whose key/value heads are the GQA layer's, repeated to the
+    query heads they serve (head h reads key/value head h // group): the definition of GQA."""
+    H, group = gqa.n_head, gqa.n_head // gqa.n_kv_head
+    mha = make(d_model=gqa.d_model, n_head=H, causal=gqa.causal, window=gqa.window)
+    for name in ("W_q", "W_O", "b_q", "b_O"):
+        getattr(mha, name).data[...] = getattr(gqa, name).data
+    for name in ("W_k", "W_v"):
+        getattr(mha, name).data[...] = np.repeat(getattr(gqa, name).data, group, axis=1)
+    for name in ("b_k", "b_v"):
+        b = getattr(gqa, name).data.reshape(gqa.n_kv_head, -1)
+        getattr(mha, name).data[...] = np.repeat(b, group, axis=0).reshape(-1)
+    return mha
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    H_kv=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 2, 3]),
+    T_=st.integers(1, 4),
+    window=st.sampled_from([None, 1, 2]),
+    rotary=st.booleans(),
+    fused=st.booleans(),
+)
+def test_grouped_query_attention_gradchecks(H_kv, group, T_, window, rotary, fused):
+    """GQA's gradients against central differences in float64, first and second order, for
+    the input and every parameter (the key/value weights' gradient sums over the query heads
+    of their group: the repeat's backward). Shapes, groups, windows and paths are drawn;
+    gradcheck's float64 tolerances (its defaults, rtol 1e-3 and atol 1e-5 on differences with
+    h = 1e-6) are far above the ~1e-9 error of central differences here."""
+    H = H_kv * group
+    m = make(d_model=4, n_head=H, d_head=2, n_kv_head=H_kv, causal=True, window=window)
+    m.fused = fused
+    if rotary:
+        m.rotary = nn.RotaryEmbedding(2, layout="half")
+    x = x64(T=T_, d=4, requires_grad=True)
+    tl.gradcheck(lambda x, *ps: m(x), [x, *m.parameters()])
+    tl.gradgradcheck(lambda x, Wk, Wv: m(x), [x, m.W_k, m.W_v])
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+@pytest.mark.parametrize("n_kv_head", [1, 2])
+def test_grouped_query_attention_is_mha_with_repeated_kv_heads(n_kv_head, fused):
+    """Outputs and input gradients equal a plain layer's with the key/value heads repeated
+    (1e-12: the same products in the same order, up to the repeat's copy)."""
+    gqa = make(d_model=8, n_head=4, n_kv_head=n_kv_head, causal=True, fused=fused)
+    mha = repeat_kv_as_mha(gqa)
+    assert gqa.W_k.shape == (8, n_kv_head, 2) and gqa.b_k.shape == (2 * n_kv_head,)
+    x = x64(T=5, requires_grad=True)
+    y = gqa(x)
+    (gx,) = tl.grad(y.sum(), [x])
+    x2 = x64(T=5, requires_grad=True)
+    y2 = mha(x2)
+    (gx2,) = tl.grad(y2.sum(), [x2])
+    np.testing.assert_allclose(y.data, y2.data, atol=1e-12)
+    np.testing.assert_allclose(gx.data, gx2.data, atol=1e-12)
+    # the per-query-head views are the repeated key/value matrices (TransformerLens's GQA)
+    np.testing.assert_array_equal(gqa.W_K.data, mha.W_K.data)
+    np.testing.assert_array_equal(gqa.b_V.data, mha.b_V.data)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_gqa_cache_keeps_only_the_kv_heads_and_equals_full_recompute(window):
+    m = make(d_model=8, n_head=4, n_kv_head=2, causal=True, window=window, rotary=True)
+    x = x64(T=8, d=8)
+    full = m(x).data
+    cache = nn.KVCache()
+    with tl.no_grad():
+        steps = [m(x[:, :4], cache=cache)]
+        steps += [m(x[:, t : t + 1], cache=cache) for t in range(4, 8)]
+    kept = 8 if window is None else window - 1
+    assert cache.k.shape == (B, kept, 2, 2) and cache.seen == 8  # (batch, time, H_kv, d_head)
+    np.testing.assert_allclose(np.concatenate([s.data for s in steps], 1), full, atol=1e-12)
+
+
+def test_sliding_window_pattern_is_the_band():
+    """Query i attends to key j iff 0 ≤ i - j < W (itself and the W - 1 keys before it), and
+    the fused path gives the composed path's output (1e-12, as above)."""
+    W, T_ = 3, 6
+    m = make(causal=True, window=W, fused=False)
+    x = x64(T=T_)
+    seen = {}
+    handle = m.hook_pattern.register_forward_hook(lambda mod, inp, out: seen.update(A=out.data))
+    composed = m(x).data
+    handle.remove()
+    i, j = np.arange(T_)[:, None], np.arange(T_)[None, :]
+    band = (i - j >= 0) & (i - j < W)
+    assert seen["A"].shape == (B, H, T_, T_)
+    np.testing.assert_array_equal(seen["A"] > 0, np.broadcast_to(band, seen["A"].shape))
+    m.fused = True
+    np.testing.assert_allclose(m(x).data, composed, atol=1e-12)
+
+
+def test_bad_kv_heads_and_window_are_refused():
+    with pytest.raises(
+        ValueError, match="n_kv_head=3 must be a whole number ≥ 1 dividing n_head=4"
+    ):
+        nn.MultiHeadAttention(8, 4, n_kv_head=3)
+    with pytest.raises(ValueError, match="window=2 needs causal=True"):
+        nn.MultiHeadAttention(8, 4, window=2)
