@@ -99,10 +99,13 @@ def patch_activation(model, corrupted_tokens, clean_cache: dict, name: str, pos=
     return run_with_hooks(model, corrupted_tokens, [(name, patch)])
 
 
-def _sweep_shape(model, by: str, n_pos: int) -> tuple[int, ...]:
+def _sweep_shape(model, by: str, n_pos: int, hook: str) -> tuple[int, ...]:
     if by not in SWEEPS:
         raise ValueError(f"by must be one of {', '.join(SWEEPS)}, got {by!r}")
-    sizes = {"pos": n_pos, "head": model.config.n_head}
+    # keys and values have the key/value heads only (grouped-query attention)
+    kv = hook.endswith(("hook_k", "hook_v"))
+    heads = getattr(model.config, "n_kv_head", None) if kv else None
+    sizes = {"pos": n_pos, "head": heads or model.config.n_head}
     return (len(model.blocks),) + tuple(sizes[k] for k in SWEEPS[by])
 
 
@@ -120,7 +123,7 @@ def activation_patching(
     (n_layer,), "pos" (n_layer, T), "head" (n_layer, n_head) or "pos_head" (n_layer, T,
     n_head). One forward pass per entry."""
     corrupted = _as_tokens(corrupted_tokens)
-    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1]))
+    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1], hook))
     for index in np.ndindex(out.shape):
         layer, rest = index[0], dict(zip(SWEEPS[by], index[1:]))
         name = f"blocks.{layer}.{hook}"
@@ -152,7 +155,7 @@ def attribution_patching(
     names = [f"blocks.{i}.{hook}" for i in range(len(model.blocks))]
     _, clean_cache = run_with_cache(model, clean, names=names)
     _, cache = run_with_cache(model, corrupted, names=names, incl_bwd=True, metric=metric)
-    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1]))
+    out = np.zeros(_sweep_shape(model, by, corrupted.shape[1], hook))
     for layer, name in enumerate(names):
         clean_act, act = _arr(clean_cache[name]), _arr(cache[name])
         same = clean_act == act  # masked scores are -inf in both runs: nothing to patch
