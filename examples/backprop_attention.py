@@ -3,16 +3,18 @@
 One causal attention head on a sequence of T = 5 tokens, in float64:
 
     Q = X W_Q,   K = X W_K,   V = X W_V          (X: T × d_model, W_*: d_model × d_head)
-    S = Q Kᵀ/√d + M                              (M: 0 on and below the diagonal, -∞ above)
+    S = Q Kᵀ/√d_h + P                            (P: 0 on and below the diagonal, -∞ above)
     A = softmax(S) row by row,   Y = A V,   L = Σ Y ⊙ G   (so dL/dY = G, a fixed random array)
 
-We compute dQ, dK, dV (and dW_Q, dW_K, dW_V, dX) three ways and compare them:
+with d_h = d_head and the notation of docs/README.md (dX := ∂L/∂X, of X's shape). We print A
+and dS, both T × T (dS is 0 wherever A is, above the diagonal), then compute dQ, dK, dV (and
+dW_Q, dW_K, dW_V, dX) three ways and compare them:
 
 1. by hand in NumPy, following docs/derivations_nn.md ("Scaled dot-product attention"):
-   dV = Aᵀ G,  dA = G Vᵀ,  dS = A ⊙ (dA - rowsum(dA ⊙ A)),  dQ = dS K/√d,  dK = dSᵀ Q/√d;
+   dV = Aᵀ G,  dA = G Vᵀ,  dS = A ⊙ (dA - rowsum(dA ⊙ A)),  dQ = dS K/√d_h,  dK = dSᵀ Q/√d_h;
 2. by tensorlab's autograd, both through the fused node F.scaled_dot_product_attention and
    through the composed ops (matmul, where, softmax, matmul);
-3. by central finite differences, (L(x + ε) - L(x - ε)) / 2ε for every entry.
+3. by central finite differences, (L(x + Δ) - L(x - Δ)) / 2Δ for every entry.
 
 Run: python examples/backprop_attention.py   (about a second)
 
@@ -31,10 +33,10 @@ import nn.functional as F
 import tensorlab as tl
 
 T, D_MODEL, D_HEAD = 5, 6, 4
-EPS = 1e-6  # finite-difference step
+EPS = 1e-6  # the finite-difference step Δ
 # The largest differences we accept (tests/test_docs.py holds the example to them): the
 # hand-written backward and autograd evaluate the same formulas up to rounding (~1e-16 per
-# operation), and a central difference in float64 with ε = 1e-6 is good to ~1e-9.
+# operation), and a central difference in float64 with Δ = 1e-6 is good to ~1e-9.
 TOLERANCES = {"hand vs autograd": 1e-12, "vs finite differences": 1e-7}
 
 
@@ -60,7 +62,7 @@ def backward(X, W_Q, W_K, W_V, G, saved):
     dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))  # softmax VJP, row by row
     dQ = dS @ K * scale
     dK = dS.T @ Q * scale
-    grads = {"dQ": dQ, "dK": dK, "dV": dV, "dS": dS}
+    grads = {"dQ": dQ, "dK": dK, "dV": dV, "dA": dA, "dS": dS}
     # through the projections Q = X W_Q etc.: dW = Xᵀ dQ, and X collects all three paths
     grads["dW_Q"], grads["dW_K"], grads["dW_V"] = X.T @ dQ, X.T @ dK, X.T @ dV
     grads["dX"] = dQ @ W_Q.T + dK @ W_K.T + dV @ W_V.T
@@ -151,6 +153,13 @@ def main(verbose: bool = True) -> dict[str, float]:
     if verbose:
         print(f"one causal attention head: T={T}, d_model={D_MODEL}, d_head={D_HEAD}, float64")
         print(f"loss L = sum(Y * G) = {loss:.6f}\n")
+        A = saved[3]
+        with np.printoptions(precision=4, suppress=True, floatmode="fixed"):
+            print("the pattern A (row i: query i's weights over keys j; each row sums to 1):")
+            print(A)
+            print("dS = A ⊙ (dA - rowsum(dA ⊙ A)), the gradient at the scores (rows sum to 0):")
+            print(hand["dS"] + 0.0)  # (+ 0.0 prints -0 as 0)
+            print()
         print(f"{'entry':<12}{'by hand':>16}{'autograd':>16}{'finite diff':>16}")
         for name, idx in [
             ("dQ", (0, 0)),

@@ -170,6 +170,7 @@ def test_backprop_attention_example_agrees(capsys):
     diffs = ex.main(verbose=True)
     out = capsys.readouterr().out
     assert "by hand" in out and "finite diff" in out and "largest |difference|" in out
+    assert "the pattern A" in out and "dS = A ⊙ (dA - rowsum(dA ⊙ A))" in out
     tol = ex.TOLERANCES
     for pair, d in diffs.items():
         if pair.startswith("max |dS|"):
