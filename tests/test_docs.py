@@ -249,3 +249,47 @@ def test_a_wrong_worked_number_fails_and_names_share_across_blocks():
     bad = good.replace("\n3\n", "\n4\n")
     with pytest.raises(AssertionError, match="Expected:"):
         _run_blocks(bad, "bad.md")
+
+
+# ---------------------------------------------------------------------- differences from PyTorch
+def test_the_differences_from_pytorch_table_holds():
+    """derivations_nn.md's "Differences from PyTorch" rows, run against PyTorch: causal
+    alignment for T_q != T_k, ties of max over an axis, the all-ignored cross-entropy."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    import nn.functional as F
+    import tensorlab as tl
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s) for s in [(2, 4), (4, 4), (4, 4)])
+    ours = F.scaled_dot_product_attention(*(tl.tensor(a) for a in (q, k, v)), causal=True)
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(a) for a in (q, k, v)), is_causal=True
+    )
+    last = F.scaled_dot_product_attention(
+        *(tl.tensor(a) for a in (q, k, v)), mask=np.tri(2, 4, 2, dtype=bool)
+    )
+    first = F.scaled_dot_product_attention(
+        *(tl.tensor(a) for a in (q, k, v)), mask=np.tri(2, 4, 0, dtype=bool)
+    )
+    np.testing.assert_allclose(ours.numpy(), last.numpy())
+    np.testing.assert_allclose(theirs.numpy(), first.numpy(), atol=1e-12)
+    assert not np.allclose(ours.numpy(), theirs.numpy())
+
+    a = np.array([[1.0, 3.0, 3.0, 2.0]])
+    x = tl.tensor(a, dtype="float64", requires_grad=True)
+    x.max(axis=1).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    torch.max(tx, dim=1).values.sum().backward()
+    assert x.grad.numpy().tolist() == [[0.0, 0.5, 0.5, 0.0]]
+    assert sorted(tx.grad.numpy().ravel().tolist()) == [0.0, 0.0, 0.0, 1.0]
+
+    z = tl.tensor(np.zeros((2, 3)), dtype="float64", requires_grad=True)
+    loss = F.cross_entropy(z, [-100, -100])
+    loss.backward()
+    tz = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    tloss = torch.nn.functional.cross_entropy(tz, torch.tensor([-100, -100]))
+    tloss.backward()
+    assert loss.item() == 0.0 and not z.grad.numpy().any()
+    assert np.isnan(tloss.item()) and not tz.grad.numpy().any()
