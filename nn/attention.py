@@ -482,9 +482,16 @@ class MultiHeadAttention(Module):
     # ------------------------------------------------------------------ per-head views
     def _per_query_head(self, t: Tensor, axis: int) -> Tensor:
         """Key/value heads on ``axis`` repeated to the query heads they serve (identity when
-        H_kv = H): head h reads key/value head h // (H / H_kv)."""
-        group = self.n_head // self.n_kv_head
-        return t if group == 1 else t.repeat_interleave(group, axis)
+        H_kv = H): head h reads key/value head h // G, G = H / H_kv. A new axis of G copies is
+        broadcast after the heads' axis and merged into it, so the backward is a sum over
+        that axis (``sum_to``): each key/value head gets its group's gradients added up."""
+        G = self.n_head // self.n_kv_head
+        if G == 1:
+            return t
+        ax = axis % t.ndim
+        before, after = t.shape[: ax + 1], t.shape[ax + 1 :]
+        copies = t.reshape(before + (1,) + after).broadcast_to(before + (G,) + after)
+        return copies.reshape(t.shape[:ax] + (t.shape[ax] * G,) + after)
 
     def _head_bias(self, b: Tensor | None) -> Tensor | None:
         if b is None:
