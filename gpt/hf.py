@@ -116,8 +116,9 @@ def _model_type(hf: dict, path) -> str:
         )
     architectures = hf.get("architectures") or []
     wanted = "GPT2LMHeadModel" if model_type == "gpt2" else hf_llama.ARCHITECTURES[model_type]
+    allowed = (wanted, "GPT2Model") if model_type == "gpt2" else (wanted,)
     for arch in architectures:
-        if arch not in (wanted, "GPT2Model"):
+        if arch not in allowed:
             raise HFCheckpointError(
                 path, f"architectures={architectures!r}: only {wanted} loads for {model_type}"
             )
