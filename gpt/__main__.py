@@ -42,6 +42,7 @@ TRAIN_FLAGS = [
     ("val_fraction", float, "share of the text held out for validation (its end)"),
     ("seed", int, "seed of every random stream (batches, initialisation, dropout)"),
     ("device", str, "cpu or cuda"),
+    ("dtype", str, "matrix products in float32, or mixed precision in bfloat16 or float16"),
     ("sample_tokens", int, "tokens of the sample printed at the end"),
 ]
 MODEL_FLAGS = [
@@ -69,8 +70,9 @@ def _defaults(cls) -> dict:
 
 
 def _add_train_parser(sub) -> None:
-    from gpt.train import TrainConfig
+    from gpt.train import DTYPES, TrainConfig
 
+    choices = {"device": ("cpu", "cuda"), "dtype": DTYPES}
     p = sub.add_parser(
         "train",
         help="train a GPT on a text file",
@@ -87,7 +89,7 @@ def _add_train_parser(sub) -> None:
             _flag(name),
             type=typ,
             default=None,
-            choices=("cpu", "cuda") if name == "device" else None,
+            choices=choices.get(name),
             help=f"{text} (default: {shown})" if shown is not None else text,
         )
     model = p.add_argument_group("model (defaults: the preset's, then GPTConfig's)")

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import nn
+import nn.amp
 import tensorlab as tl
 from gpt import token_files
 from gpt.config import (
@@ -77,6 +78,7 @@ class TrainConfig:
     val_fraction: float = 0.1
     seed: int = 1337
     device: str = "cpu"
+    dtype: str = "float32"  # of the matrix products: float32, or bfloat16/float16 (tl.autocast)
     sample_tokens: int = 200
     progress: bool = True
 
@@ -106,6 +108,7 @@ class TrainConfig:
         check_real("val_fraction", self.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
         check_int("seed", self.seed, 0)
         check_choice("device", self.device, ("cpu", "cuda"))
+        check_choice("dtype", self.dtype, DTYPES)
         check_int("sample_tokens", self.sample_tokens, 0)
         for name in ("overwrite", "resume", "progress"):
             check_bool(name, getattr(self, name))
@@ -118,6 +121,8 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig: unknown fields {', '.join(unknown)}")
         return cls(**d)
 
+
+DTYPES = ("float32", "bfloat16", "float16")  # TrainConfig.dtype's choices
 
 # What a resumed run must share with the run it continues (the data and its tokens).
 SAME_ON_RESUME = ("text", "data", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
@@ -180,9 +185,10 @@ def estimate_loss(
             for i in bar:
                 x, y = get_batch(ids, block_size, cfg.batch_size, rng)  # drawn on every rank
                 if i % dist.size == dist.rank:
-                    _, loss = model(
-                        tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
-                    )
+                    with tl.autocast(cfg.dtype):  # (the training step's dtype)
+                        _, loss = model(
+                            tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
+                        )
                     total += loss.item()
             sums.append(total)
     sums = dist.sum(np.array(sums))  # host: Python floats, summed over ranks by MPI
@@ -261,6 +267,8 @@ class Trainer:
             tl.manual_seed(int(np.random.SeedSequence([cfg.seed, dist.rank]).generate_state(1)[0]))
         groups = nn.optim.param_groups_for_decay(self.model, cfg.weight_decay)
         self.optimizer = nn.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+        # float16 needs loss scaling (nn.amp); float32 and bfloat16 get a pass-through scaler
+        self.scaler = nn.amp.GradScaler(enabled=cfg.dtype == "float16")
         self.rng = np.random.default_rng(cfg.seed)
         self.iter = 0
         self.history: list[dict] = []  # evaluation records
@@ -306,6 +314,7 @@ class Trainer:
                 tl.backend.generator(self.cfg.device).bit_generator.state
             ),
             history=self.history,
+            loss_scaler=self.scaler.state_dict(),
             log_tail=self.pending,
             best_val=self.best_val,
         )
@@ -343,6 +352,8 @@ class Trainer:
             self.history = list(extra.get("history", []))
             tail = list(extra.get("log_tail", []))
             self.best_val = float(extra.get("best_val", math.inf))
+            if self.scaler.enabled and "loss_scaler" in extra:
+                self.scaler.load_state_dict(extra["loss_scaler"])
         except (KeyError, TypeError, ValueError) as err:
             raise nn.serialization.SerializationError(
                 f"{path}: damaged checkpoint metadata ({type(err).__name__}: {err})"
@@ -384,28 +395,37 @@ class Trainer:
         loss /= dist.size
         if stops:  # decided together, so that every rank stops after the same step
             self._stopping = self._stop or "a signal to another process"
+        overflow = self.scaler.unscale_(self.optimizer)  # (float16: the true gradients)
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         grad_norm = nn.optim.clip_grad_norm_(self.model.parameters(), clip)
         if not math.isfinite(loss):
             raise self._diverged("training loss", loss)
-        if not math.isfinite(grad_norm):
+        if not (math.isfinite(grad_norm) or overflow):  # a float16 overflow skips the step
             raise self._diverged("gradient norm", grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.iter += 1
-        self.pending.append({"iter": self.iter, "loss": loss, "lr": lr, "grad_norm": grad_norm})
+        record = {"iter": self.iter, "loss": loss, "lr": lr, "grad_norm": grad_norm}
+        if self.scaler.enabled:
+            record["loss_scale"] = self.scaler.scale_value
+            record["skipped"] = overflow
+        self.pending.append(record)
         return loss
 
     def backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Add the batch's gradient to the parameters' ``.grad``; returns the batch's loss.
 
         The batch runs as ``grad_accum_steps`` = K micro-batches, each loss scaled by 1/K, so
-        the gradients add up to the whole batch's mean-loss gradient (up to float rounding)."""
+        the gradients add up to the whole batch's mean-loss gradient (up to float rounding).
+        With ``dtype`` bfloat16 or float16 the forward runs under ``tl.autocast`` (float32
+        parameters, half-precision products); float16's loss is scaled (``self.scaler``)."""
         k, device = self.cfg.grad_accum_steps, self.cfg.device
         model = self.model
         total = 0.0
         for xk, yk in zip(np.split(x, k), np.split(y, k)):  # host: batches from get_batch
-            _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
-            (loss if k == 1 else loss * (1.0 / k)).backward()
+            with tl.autocast(self.cfg.dtype):
+                _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
+            self.scaler.scale(loss if k == 1 else loss * (1.0 / k)).backward()
             total += loss.item() / k
         return total
 

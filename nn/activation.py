@@ -30,7 +30,7 @@ from nn.init import constant, uniform
 from nn.linear import linear
 from nn.module import HookPoint, Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
 from tensorlab.function import Function
 
 _P = 0.3275911
@@ -42,6 +42,18 @@ _TANH_C = math.sqrt(2.0 / math.pi)  # the tanh form's √(2/π) and its cubic co
 _TANH_K = 0.044715
 _LOG2_E = 1.0 / math.log(2.0)
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
+
+
+def _in_float32(x):
+    """(x in float32, its own dtype) for float16/bfloat16 input, which the activations here
+    compute in float32 and round back once at the end (as the norms do); (x, None) otherwise."""
+    acc = acc_dtype(x)
+    return (x, None) if acc is None else (x.astype(acc), x.dtype)
+
+
+def _rounded(y, half):
+    """``y`` back in the input's half dtype (see :func:`_in_float32`)."""
+    return y if half is None else y.astype(half)
 
 
 def _erf_and_gauss(z, out=None, gauss_out=None):
@@ -118,8 +130,9 @@ def row_blocks(a) -> list[slice]:
 
 def erf(z):
     """erf of a raw array: exact to an ulp or two in float64, Abramowitz & Stegun 7.1.26
-    (|error| ≤ 1.5e-7) in float32 and float16."""
-    return _erf_and_gauss(z)[0]
+    (|error| ≤ 1.5e-7) in float32 (which float16 and bfloat16 are computed in)."""
+    z, half = _in_float32(z)
+    return _rounded(_erf_and_gauss(z)[0], half)
 
 
 class ErfFn(Function):
@@ -128,7 +141,8 @@ class ErfFn(Function):
     The backward is written in Tensor ops (it is short), so it is differentiable as it is."""
 
     def forward(ctx, a):
-        return _erf_and_gauss(a)[0]
+        a, half = _in_float32(a)
+        return _rounded(_erf_and_gauss(a)[0], half)
 
     def backward(ctx, g):
         a = ctx.inputs[0]
@@ -140,7 +154,7 @@ class GELUFn(Function):
     dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density."""
 
     def forward(ctx, x):
-        xp = xp_of(x)
+        xp, (x, half) = xp_of(x), _in_float32(x)
         y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
         rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
         views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
@@ -152,7 +166,7 @@ class GELUFn(Function):
             gauss *= _INV_SQRT_2PI  # φ(x)
             xp.multiply(xs, e, out=ys)
         ctx.cdf, ctx.pdf = cdf, pdf
-        return y
+        return _rounded(y, half)
 
     def backward(ctx, g):
         d = ctx.inputs[0].data * ctx.pdf
@@ -171,7 +185,7 @@ class GELUTanhFn(Function):
     dx = g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²))."""
 
     def forward(ctx, x):
-        xp = xp_of(x)
+        xp, (x, half) = xp_of(x), _in_float32(x)
         x2 = x * x
         u = x2 * _TANH_K
         u += 1.0
@@ -182,7 +196,7 @@ class GELUTanhFn(Function):
         y = t + 1.0
         y *= x
         y *= 0.5
-        return y
+        return _rounded(y, half)
 
     def backward(ctx, g):
         t, x2 = ctx.t, ctx.x2
@@ -205,12 +219,12 @@ class SiLUFn(Function):
     """y = x σ(x) (SiLU, a.k.a. Swish with β = 1);  dx = g σ(x) (1 + x (1 - σ(x)))."""
 
     def forward(ctx, x):
-        xp = xp_of(x)
+        xp, (x, half) = xp_of(x), _in_float32(x)
         s = xp.tanh(x * 0.5)  # σ(x) = (1 + tanh(x/2))/2 never overflows
         s += 1.0
         s *= 0.5
         ctx.sig = s
-        return x * s
+        return _rounded(x * s, half)
 
     def backward(ctx, g):
         s = ctx.sig
@@ -233,11 +247,11 @@ class ELUFn(Function):
     saves_output = True  # backward reads ctx.output
 
     def forward(ctx, x, alpha):
-        xp = xp_of(x)
+        xp, (x, half) = xp_of(x), _in_float32(x)
         ctx.pos = x > 0
         neg = xp.expm1(xp.minimum(x, 0.0))
         neg *= alpha
-        return xp.where(ctx.pos, x, neg)
+        return _rounded(xp.where(ctx.pos, x, neg), half)
 
     def backward(ctx, g):
         y = ctx.output.data

@@ -9,14 +9,16 @@ import math
 from nn.init import constant, uniform
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, xp_of
-from tensorlab.function import Function
+from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, matmul, xp_of
+from tensorlab.function import Function, modes
+from tensorlab.ops.linalg import autocast_inputs
 
 # Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when
 # the reduced axis is short and contiguous (rows of 64-512 numbers, as in every fused op here),
 # while BLAS gemv streams through the whole array at memory speed: on the GPT benchmark shapes
 # the product is 3-6x faster (benchmarks/bench_kernels.py). Both sum in float32 for float32
-# input; rows this short lose nothing that matters.
+# input; rows this short lose nothing that matters. float16 and bfloat16 sum in float32
+# (backend.matmul), and the result is cast back to the input's dtype.
 _constant_vectors: dict = {}
 
 
@@ -38,20 +40,20 @@ def _rows(a):
 def sum_last(a):
     """Σ over the last axis, kept as an axis of length 1: a·1 (one gemv on the (rows, d) view)."""
     d = a.shape[-1]
-    return (_rows(a) @ _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
+    return matmul(_rows(a), _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
 
 
 def mean_last(a):
     """Mean over the last axis, kept as an axis of length 1: a·(1/d) (see :func:`sum_last`)."""
     d = a.shape[-1]
-    return (_rows(a) @ _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
+    return matmul(_rows(a), _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
 
 
 def sum_rows(a):
     """Σ over every axis but the last, shape (d,): 1ᵀ a on the (rows, d) view (a gemv). It is
     the gradient of a bias (``LinearFn``'s db, and layer norm's dβ)."""
     a2 = _rows(a)
-    return _filled(a, a2.shape[0], 1.0) @ a2
+    return matmul(_filled(a, a2.shape[0], 1.0), a2)
 
 
 class LinearFn(Function):
@@ -73,9 +75,16 @@ class LinearFn(Function):
 
     def forward(ctx, x, W, *b, in_dims=1):
         d_in = math.prod(W.shape[:in_dims])
-        y = x.reshape(-1, d_in) @ W.reshape(d_in, -1)
+        x2, W2 = x.reshape(-1, d_in), W.reshape(d_in, -1)
+        acc = acc_dtype(x) if x.dtype == W.dtype else None
+        if acc is None:
+            y = x2 @ W2
+        else:  # float16/bfloat16: the products and the bias summed in float32, then rounded
+            y = xp_of(x).matmul(x2, W2, dtype=acc)
         if b:
             y += b[0]
+        if acc is not None:
+            y = y.astype(x.dtype)
         return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
 
     def backward(ctx, g):
@@ -84,8 +93,8 @@ class LinearFn(Function):
         d_in = math.prod(Wa.shape[: ctx.params.get("in_dims", 1)])
         g2 = g.data.reshape(-1, Wa.size // d_in)
         x2, W2 = xa.reshape(-1, d_in), Wa.reshape(d_in, -1)
-        gx = (g2 @ W2.T).reshape(xa.shape) if x.requires_grad else None
-        gW = (x2.T @ g2).reshape(Wa.shape) if W.requires_grad else None
+        gx = matmul(g2, W2.T).reshape(xa.shape) if x.requires_grad else None
+        gW = matmul(x2.T, g2).reshape(Wa.shape) if W.requires_grad else None
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 
@@ -107,6 +116,8 @@ def linear(x: Tensor, W: Tensor, b: Tensor | None = None, in_dims: int = 1) -> T
             f"linear: x of shape {x.shape} does not fit W of shape {W.shape} (x's last "
             f"{in_dims} axes must be W's first {in_dims})"
         )
+    if modes.autocast is not None:  # inside tl.autocast: the product in its dtype
+        x, W, b = autocast_inputs(x, W, b)
     args = (x, W) if b is None else (x, W, b)
     return LinearFn.apply(*args, in_dims=in_dims)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorlab as tl
 from tensorlab import Tensor
-from tensorlab.backend import xp_of
+from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
 
 
@@ -23,13 +23,17 @@ class CrossEntropyFn(Function):
 
         dz_n = wₙ (pₙ - qₙ),   wₙ = g/M ("mean"), g ("sum"), gₙ ("none"); 0 for ignored rows.
 
-    Leading axes (B, T, C) with targets (B, T) are flattened to rows.
+    Leading axes (B, T, C) with targets (B, T) are flattened to rows. float16 and bfloat16
+    logits are taken in float32 and the loss is float32 (a loss scaled for float16 training
+    must not overflow float16's 65504); their gradient returns in their own dtype.
     """
 
     def forward(ctx, logits, targets, ignore_index, label_smoothing, reduction):
         xp = xp_of(logits)
         C = logits.shape[-1]
         z = logits.reshape(-1, C)
+        if acc_dtype(z):
+            z = z.astype(acc_dtype(z))
         t = targets.reshape(-1)
         valid = t != ignore_index
         tt = xp.where(valid, t, 0)

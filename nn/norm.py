@@ -1,5 +1,8 @@
 """Layer norm and RMS norm over the last axis: their ops, functions and layers.
 
+float16 and bfloat16 rows are normalized in float32 (the statistics of a row of d numbers need
+more than 8 or 11 bits) and the result is rounded back to the input's dtype.
+
 Notation (per row of d features): μ = mean(x), σ = √(mean((x - μ)²) + ε) for layer norm and
 σ = √(mean(x²) + ε) for RMS norm; x̂ = (x - μ)/σ resp. x/σ; γ the gain, β the bias; g = dL/dy
 and ĝ = g ⊙ γ the gradient arriving at x̂.
@@ -11,7 +14,7 @@ from nn.init import constant
 from nn.linear import mean_last, sum_rows
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
 from tensorlab.function import Function
 
 
@@ -20,7 +23,8 @@ def _backward(ctx, g, centred: bool):
     dx = (1/σ)(ĝ [- mean(ĝ)] - x̂ ⊙ mean(ĝ ⊙ x̂)), the bracket for layer norm only;
     dγ = Σ_rows g ⊙ x̂; dβ = Σ_rows g."""
     x, *affine = ctx.inputs
-    g, xhat = g.data, ctx.xhat
+    xhat = ctx.xhat
+    g = g.data.astype(xhat.dtype, copy=False)  # float32 for half inputs (see the module doc)
     gh = g * affine[0].data if affine else g
     dx = None
     if x.requires_grad:
@@ -44,7 +48,9 @@ class LayerNormFn(Function):
     """
 
     def forward(ctx, x, *affine, eps):
-        xp = xp_of(x)
+        xp, half = xp_of(x), x.dtype if acc_dtype(x) else None
+        if half:
+            x = x.astype(acc_dtype(x))
         xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
         var = mean_last(xp.square(xhat))
         var += eps
@@ -52,11 +58,11 @@ class LayerNormFn(Function):
         xhat *= rstd
         ctx.xhat, ctx.rstd = xhat, rstd
         if not affine:
-            return xhat
+            return xhat if half is None else xhat.astype(half)
         y = xhat * affine[0]
         if len(affine) == 2:
             y += affine[1]
-        return y
+        return y if half is None else y.astype(half)
 
     def backward(ctx, g):
         return _backward(ctx, g, centred=True)
@@ -82,13 +88,16 @@ class RMSNormFn(Function):
     """
 
     def forward(ctx, x, *gain, eps):
-        xp = xp_of(x)
+        xp, half = xp_of(x), x.dtype if acc_dtype(x) else None
+        if half:
+            x = x.astype(acc_dtype(x))
         var = mean_last(xp.square(x))
         var += eps
         rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
         xhat = x * rstd
         ctx.xhat, ctx.rstd = xhat, rstd
-        return xhat * gain[0] if gain else xhat
+        y = xhat * gain[0] if gain else xhat
+        return y if half is None else y.astype(half)
 
     def backward(ctx, g):
         return _backward(ctx, g, centred=False)

@@ -12,6 +12,7 @@ checkpointing.
 from tensorlab.tensor import Tensor, split, where  # isort: skip
 from tensorlab import allocator
 from tensorlab.autograd import (
+    autocast,
     backward,
     detect_anomaly,
     enable_grad,
@@ -20,6 +21,7 @@ from tensorlab.autograd import (
     no_grad,
     set_grad_enabled,
 )
+from tensorlab.backend import BFLOAT16 as bfloat16  # None without ml_dtypes
 from tensorlab.backend import DEFAULT_DTYPE, cuda_available, manual_seed
 from tensorlab.checkpoint import checkpoint
 from tensorlab.creation import (

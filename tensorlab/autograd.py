@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorlab import function
-from tensorlab.backend import xp_of
+from tensorlab.backend import LOW_PRECISION, as_dtype, xp_of
 from tensorlab.function import AnomalyError, creation_site
 from tensorlab.tensor import Tensor
 
@@ -79,7 +79,8 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     for r, g in zip(roots, root_grads):
         _send(pending, r, g)
     out = _Outputs(inputs, create_graph)
-    with set_grad_enabled(create_graph):  # record the backward's own ops only if asked
+    # record the backward's own ops only if asked; run them in the dtypes the forward chose
+    with set_grad_enabled(create_graph), autocast(None):
         try:
             _propagate(order, pending, out.arrive, create_graph, free=not retain_graph)
         finally:
@@ -387,6 +388,26 @@ class enable_grad(set_grad_enabled):
 
 def is_grad_enabled() -> bool:
     return function.modes.grad_enabled
+
+
+class autocast(function.Switch):
+    """Mixed precision: inside this block, matrix products (``a @ b``, ``tl.einsum``,
+    ``nn.functional.linear``) cast their floating inputs to ``dtype`` ("bfloat16" or
+    "float16") and run in it, summing in float32; parameters stay float32 (the master
+    weights) and receive float32 gradients through the casts. ``autocast(None)`` (or
+    "float32") turns it off inside an outer block. Call ``backward()`` after the block (the
+    backward runs in the dtypes the forward recorded, either way)."""
+
+    switch = "autocast"
+
+    def __init__(self, dtype="bfloat16"):
+        name = "float32" if dtype is None else str(as_dtype(dtype))
+        if name not in (*LOW_PRECISION, "float32"):
+            raise ValueError(
+                f"autocast: dtype {name!r} is not a mixed-precision dtype; use one of "
+                f"{', '.join(LOW_PRECISION)} (or None / 'float32' for off)"
+            )
+        super().__init__(None if name == "float32" else as_dtype(name))
 
 
 class detect_anomaly(function.Switch):

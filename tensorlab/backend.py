@@ -31,14 +31,47 @@ DEVICES = ("cpu", "cuda")
 _XP: dict[type, object] = {np.ndarray: np}
 
 
+try:  # bfloat16 on the CPU: NumPy knows it once ml_dtypes has registered it (the dev extra)
+    import ml_dtypes
+
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    BFLOAT16 = None
+
 _HALF = np.dtype(np.float16)
+_BF16 = BFLOAT16 if BFLOAT16 is not None else _HALF  # (an alias keeps acc_dtype's test short)
+LOW_PRECISION = ("float16", "bfloat16")  # the compute dtypes of mixed precision (tl.autocast)
 
 
 def acc_dtype(array):
-    """The dtype to accumulate sums and products of ``array`` in: float32 for float16, whose
-    11-bit significand drops small addends once a partial sum has grown (a running sum of
-    5000 × 0.1 stops at 256), else None (the array's own). Results are cast back."""
-    return np.float32 if array.dtype is _HALF else None
+    """The dtype to accumulate sums and products of ``array`` in: float32 for float16 and
+    bfloat16, whose 11- and 8-bit significands drop small addends once a partial sum has grown
+    (a float16 running sum of 5000 × 0.1 stops at 256), else None (the array's own). Results
+    are cast back."""
+    dt = array.dtype
+    return np.float32 if (dt is _HALF or dt is _BF16) else None
+
+
+def is_float(dtype) -> bool:
+    """True for floating-point dtypes, bfloat16 included (NumPy files ml_dtypes' bfloat16 under
+    kind 'V', not 'f')."""
+    return dtype.kind == "f" or (BFLOAT16 is not None and dtype == BFLOAT16)
+
+
+def as_dtype(dtype) -> np.dtype:
+    """``np.dtype(dtype)``, where "bfloat16" needs ml_dtypes (a one-line error without it)."""
+    if BFLOAT16 is None and str(dtype) == "bfloat16":
+        raise TypeError("bfloat16 on the CPU needs ml_dtypes: pip install ml_dtypes")
+    return np.dtype(dtype)
+
+
+def matmul(a, b):
+    """a @ b in ``a``'s dtype; float16 and bfloat16 products are summed in float32 (NumPy's own
+    half matmul sums in half, and its bfloat16 matmul returns float32)."""
+    acc = acc_dtype(a)
+    if acc is None:
+        return a @ b
+    return xp_of(a).matmul(a, b, dtype=acc).astype(a.dtype)
 
 
 def cuda_available() -> bool:

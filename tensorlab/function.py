@@ -54,6 +54,9 @@ class _Modes(threading.local):
     - ``anomaly``: check every forward and backward result for NaN/Inf (``detect_anomaly()``).
     - ``trace``: a callable(node, grad, grads) the backward pass calls after each node
       (``trace_backward()``), or None.
+    - ``autocast``: the dtype (float16 or bfloat16) matrix products run in inside
+      ``tl.autocast(...)``, or None: read by ``a @ b``, ``tl.einsum`` and ``nn.functional.linear``
+      (:func:`tensorlab.ops.linalg.autocast_inputs`); off during backward.
     - ``scope_stack``: names of the enclosing ``named_scope()``s (a stack, pushed and popped
       by them); each recorded node remembers the innermost one, so ``tl.draw`` can group ops
       by module.
@@ -63,6 +66,7 @@ class _Modes(threading.local):
         self.grad_enabled = True
         self.anomaly = False
         self.trace = None
+        self.autocast = None
         self.scope_stack: list[str] = []
 
 

@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tensorlab.backend import DEFAULT_DTYPE, device_of, to_device, xp_of
+from tensorlab.backend import (
+    BFLOAT16,
+    DEFAULT_DTYPE,
+    as_dtype,
+    device_of,
+    is_float,
+    to_device,
+    xp_of,
+)
 
 Axis = int | tuple[int, ...] | None
 # What sort and topk return, as in PyTorch: ``values, indices = x.sort()`` or ``.values``.
@@ -33,14 +41,14 @@ def _lift(x, like: Tensor) -> Tensor:
     if isinstance(x, Tensor):
         return x
     xp = xp_of(like.data)
-    kind = like.data.dtype.kind
+    floating = is_float(like.data.dtype)
     if isinstance(x, bool | int) and not isinstance(x, np.ndarray):
         dtype = like.data.dtype
     elif isinstance(x, float):
-        dtype = like.data.dtype if kind == "f" else DEFAULT_DTYPE
+        dtype = like.data.dtype if floating else DEFAULT_DTYPE
     else:
         arr = xp.asarray(x)
-        dtype = like.data.dtype if (arr.dtype.kind == "f" and kind == "f") else arr.dtype
+        dtype = like.data.dtype if (floating and is_float(arr.dtype)) else arr.dtype
         return Tensor._wrap(arr.astype(dtype, copy=False))
     return Tensor._wrap(xp.asarray(x, dtype=dtype))
 
@@ -88,7 +96,7 @@ class Tensor:
             data = data.astype(dtype, copy=False)
         if device is not None:
             data = to_device(data, device)
-        if requires_grad and data.dtype.kind != "f":
+        if requires_grad and not is_float(data.dtype):
             raise TypeError(
                 f"only floating-point tensors can require gradients; this one has dtype "
                 f"{data.dtype} (integer and boolean tensors index and count, they are not "
@@ -170,7 +178,9 @@ class Tensor:
 
     def __repr__(self) -> str:
         values = self.numpy()  # a host copy, for printing
-        body = np.array2string(values, 4, separator=", ", prefix="tensor(")  # host: a copy
+        if values.dtype == BFLOAT16:  # NumPy prints ml_dtypes' bfloat16 without its decimals
+            values = values.astype(np.float32)
+        body = np.array2string(values, precision=4, separator=", ", prefix="tensor(")  # host: copy
         extra = []
         if self.dtype != DEFAULT_DTYPE:
             extra.append(f"dtype={self.dtype}")
@@ -237,10 +247,10 @@ class Tensor:
             if device_or_dtype.split(":")[0] == self.device:
                 return self
             return ToDevice.apply(self, device=device_or_dtype)
-        dtype = np.dtype(device_or_dtype)
+        dtype = as_dtype(device_or_dtype)
         if dtype == self.dtype:
             return self
-        if dtype.kind != "f":  # integer tensors never require grad: a constant
+        if not is_float(dtype):  # integer tensors never require grad: a constant
             return Tensor._wrap(self.data.astype(dtype))
         return Cast.apply(self, dtype=dtype)
 
@@ -274,7 +284,7 @@ class Tensor:
         return t
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
-        if flag and self.data.dtype.kind != "f":
+        if flag and not is_float(self.data.dtype):
             raise TypeError(f"only floating-point tensors can require gradients, not {self.dtype}")
         if not flag and self._ctx is not None:
             raise RuntimeError("requires_grad_(False) is only for leaves; use .detach()")
@@ -385,10 +395,16 @@ class Tensor:
         return Pow.apply(_lift(base, self), self)
 
     def __matmul__(self, other):
-        return MatMul.apply(self, _lift(other, self))
+        a, b = self, _lift(other, self)
+        if _modes.autocast is not None:  # inside tl.autocast: the product in its dtype
+            a, b = autocast_inputs(a, b)
+        return MatMul.apply(a, b)
 
     def __rmatmul__(self, other):
-        return MatMul.apply(_lift(other, self), self)
+        a, b = _lift(other, self), self
+        if _modes.autocast is not None:
+            a, b = autocast_inputs(a, b)
+        return MatMul.apply(a, b)
 
     # comparisons give boolean tensors (no gradient)
     def _compare(self, other, op) -> Tensor:
@@ -775,6 +791,7 @@ def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0)
 
 # The ops import Tensor, so they are imported after the class exists.
 # NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.
+from tensorlab.function import modes as _modes  # noqa: E402
 from tensorlab.numpy_protocol import UFUNCS as _UFUNCS  # noqa: E402
 from tensorlab.numpy_protocol import array_function as _array_function  # noqa: E402
 from tensorlab.numpy_protocol import array_ufunc as _array_ufunc  # noqa: E402
@@ -810,7 +827,7 @@ from tensorlab.ops.index import (  # noqa: E402
     Tril,
     Triu,
 )
-from tensorlab.ops.linalg import MatMul  # noqa: E402
+from tensorlab.ops.linalg import MatMul, autocast_inputs  # noqa: E402
 from tensorlab.ops.nnops import LogSoftmax, Softmax  # noqa: E402
 from tensorlab.ops.reduce import (  # noqa: E402
     Cumsum,

@@ -51,6 +51,7 @@ HOST_MODULES = {
     "gpt/generate.py": "sampling from one row of logits copied to the host",
     "gpt/generate_seq2seq.py": "beam search bookkeeping on host copies of the logits",
     "gpt/hf.py": "Hugging Face checkpoints are converted on the host, then loaded",
+    "gpt/hf_llama.py": "as gpt/hf.py, for Llama-family checkpoints",
     "gpt/plots.py": "matplotlib figures",
     "gpt/circuits/": "interpretability on host copies of cached activations and weights",
     "gpt/tokenizers/": "text in, host int ids out",

@@ -187,8 +187,8 @@ class Sigmoid(Function):
 
     saves_output = True  # backward reads ctx.output
 
-    def forward(ctx, a):
-        return 0.5 * (xp_of(a).tanh(0.5 * a) + 1)
+    def forward(ctx, a):  # (Python floats would widen bfloat16 to float32: cast back)
+        return (0.5 * (xp_of(a).tanh(0.5 * a) + 1)).astype(a.dtype, copy=False)
 
     def backward(ctx, g):
         y = ctx.output
@@ -239,7 +239,7 @@ class Clip(Function):
 
     def forward(ctx, a, lo, hi):
         ctx.lo, ctx.hi = lo, hi
-        return xp_of(a).clip(a, lo, hi)
+        return xp_of(a).clip(a, lo, hi).astype(a.dtype, copy=False)  # (bfloat16 and floats)
 
     def backward(ctx, g):
         a = ctx.inputs[0].data

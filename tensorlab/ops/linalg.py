@@ -7,8 +7,8 @@ entry; batch axes that were broadcast are summed by the engine.
 
 from __future__ import annotations
 
-from tensorlab.backend import acc_dtype, xp_of
-from tensorlab.function import Function
+from tensorlab.backend import acc_dtype, is_float, matmul, xp_of
+from tensorlab.function import Function, modes
 
 
 class MatMul(Function):
@@ -22,8 +22,8 @@ class MatMul(Function):
     def forward(ctx, a, b):
         if acc_dtype(a) is None or acc_dtype(b) is None:
             return a @ b
-        # float16: products summed in float32 (NumPy then uses BLAS, also much faster)
-        return xp_of(a).matmul(a, b, dtype=acc_dtype(a)).astype(a.dtype)
+        # float16 and bfloat16: products summed in float32 (NumPy then uses BLAS, much faster)
+        return matmul(a, b)
 
     def backward(ctx, g):
         a, b = ctx.inputs
@@ -109,4 +109,20 @@ def _parse(spec: str, n: int) -> tuple[list[str], str]:
 
 def einsum(spec: str, *operands):
     """Differentiable ``einsum`` over Tensors, e.g. ``einsum("ij,jk->ik", a, b)``."""
+    if modes.autocast is not None:
+        operands = autocast_inputs(*operands)
     return Einsum.apply(*operands, spec=spec)
+
+
+def autocast_inputs(*tensors):
+    """The operands of a matrix product inside ``tl.autocast(dtype)``: each floating tensor in
+    that dtype (through a Cast node, so the gradient returns to a float32 parameter as float32),
+    others (integer, None) unchanged. Mixed precision is this one rule: the products, where
+    the time goes, run in half precision, summed in float32 (:func:`~tensorlab.backend.matmul`);
+    what they feed keeps whatever dtype NumPy promotion gives it (a float32 residual stream
+    stays float32), and the norms, softmax and losses accumulate in float32."""
+    dtype = modes.autocast
+    return tuple(
+        t.to(dtype) if t is not None and is_float(t.dtype) and t.dtype != dtype else t
+        for t in tensors
+    )

@@ -2,7 +2,8 @@
 
 With y = softmax(a), ∂yᵢ/∂aⱼ = yᵢ(δᵢⱼ - yⱼ), so the vector-Jacobian product is
 da = y ⊙ (g - Σⱼ gⱼ yⱼ): one multiply, one row sum, one subtract, one multiply — the Jacobian
-matrix is never built.
+matrix is never built. float16 and bfloat16 inputs are exponentiated and summed in float32 and
+the result rounded back.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ class Softmax(Function):
         ctx.axis = axis
         if a.size == 0:  # nothing to normalize (an empty axis): an empty result, as PyTorch
             return a.copy()
-        xp = xp_of(a)
-        e = xp.exp(a - a.max(axis=axis, keepdims=True))
-        e /= e.sum(axis=axis, keepdims=True, dtype=acc_dtype(a))
-        return e
+        xp, acc = xp_of(a), acc_dtype(a)
+        x = a if acc is None else a.astype(acc)
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e /= e.sum(axis=axis, keepdims=True)
+        return e if acc is None else e.astype(a.dtype)
 
     def backward(ctx, g):
         y = ctx.output
@@ -37,10 +39,11 @@ def log_softmax_array(a, axis: int = -1):
     arrays (sampling, beam search, circuit tables) calls it instead of writing its own."""
     if a.size == 0:  # an empty axis: an empty result, as PyTorch
         return a.copy()
-    xp = xp_of(a)
-    shifted = a - a.max(axis=axis, keepdims=True)
-    lse = xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True, dtype=acc_dtype(a)))
-    return shifted - lse.astype(a.dtype, copy=False)
+    xp, acc = xp_of(a), acc_dtype(a)
+    x = a if acc is None else a.astype(acc)
+    shifted = x - x.max(axis=axis, keepdims=True)
+    y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    return y if acc is None else y.astype(a.dtype)
 
 
 class LogSoftmax(Function):

@@ -90,6 +90,20 @@ def test_train_help_shows_defaults_and_choices(capsys):
     assert "(default: 0.001)" in out and "--grad-accum-steps" in out
     assert "{relu,gelu,gelu_tanh,silu,elu,glu,reglu,geglu,swiglu}" in out
     assert "{layernorm,rmsnorm,none}" in out and "--config FILE" in out
+    assert "--dtype {float32,bfloat16,float16}" in out and "(default: float32)" in out
+
+
+def test_dtype_flag_reaches_the_run_and_a_bad_one_is_refused(tmp_path, capsys):
+    import json
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(small_run(tmp_path, "--out-dir", str(tmp_path / "bad"), "--dtype", "float8"))
+    assert exit_info.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err
+    assert main(small_run(tmp_path, "--out-dir", str(tmp_path / "r"), "--dtype", "float16")) == 0
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["train"]["dtype"] == "float16"
+    records = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    assert any("loss_scale" in r for r in records)  # float16 runs with loss scaling
 
 
 def test_sample_help_describes_every_flag(capsys):

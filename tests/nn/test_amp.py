@@ -1,0 +1,200 @@
+"""Mixed precision on the CPU: tl.autocast's dtype plumbing (float32 master weights, half
+activations, float32 gradients), the loss scaler's logic (overflow skips and halves, growth
+after N good steps), bfloat16 round trips, and a bfloat16 training run that learns like
+float32's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.amp import GradScaler
+from nn.optim import SGD
+
+pytestmark = pytest.mark.skipif(tl.bfloat16 is None, reason="bfloat16 needs ml_dtypes")
+HALVES = ["bfloat16", "float16"]
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3)
+
+    def forward(self, x, seen: dict | None = None):
+        h = F.gelu(self.fc1(x))
+        if seen is not None:
+            seen["hidden"] = h.dtype
+            seen["norm"] = self.norm(h).dtype
+        return self.fc2(self.norm(h))
+
+
+@pytest.mark.parametrize("half", HALVES)
+def test_autocast_runs_products_in_half_with_float32_masters(half):
+    tl.manual_seed(0)
+    model = MLP()
+    x = tl.randn(5, 8)
+    seen = {}
+    with tl.autocast(half):
+        logits = model(x, seen)
+        loss = F.cross_entropy(logits, np.array([0, 1, 2, 0, 1]))
+    assert seen == {"hidden": np.dtype(half), "norm": np.dtype(half)}  # activations in half
+    assert logits.dtype == np.dtype(half) and loss.dtype == np.float32  # the loss in float32
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.dtype == np.float32, name  # the master weights stay float32
+        assert p.grad is not None and p.grad.dtype == np.float32, name  # and get float32 grads
+    # Outside the block (and in the backward) nothing is cast.
+    assert model(x).dtype == np.float32
+
+
+@pytest.mark.parametrize("half, rtol", [("bfloat16", 3e-2), ("float16", 4e-3)])
+def test_autocast_gradients_match_float32(half, rtol):
+    """The same model's gradients in half precision and float32 agree to a few times the
+    half type's spacing (bfloat16 2⁻⁷ = 7.8e-3, float16 2⁻¹⁰ = 9.8e-4), relative to the
+    gradient's largest entry: every product rounds its inputs once, and sums stay float32."""
+    tl.manual_seed(0)
+    model = MLP()
+    x, t = tl.randn(32, 8), np.arange(32) % 3
+
+    def grads(dtype):
+        model.zero_grad()
+        with tl.autocast(dtype):
+            F.cross_entropy(model(x), t).backward()
+        return {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+
+    ref, low = grads("float32"), grads(half)
+    for name in ref:
+        err = np.abs(low[name] - ref[name]).max() / np.abs(ref[name]).max()
+        assert err < rtol, (name, err)
+
+
+def test_autocast_needs_a_half_dtype_and_nests():
+    with pytest.raises(ValueError, match="autocast: dtype 'int8' is not a mixed-precision"):
+        tl.autocast("int8")
+    a = tl.randn(2, 3, requires_grad=True)
+    with tl.autocast("bfloat16"):
+        assert (a @ a.T).dtype == tl.bfloat16
+        assert tl.einsum("ij,kj->ik", a, a).dtype == tl.bfloat16
+        with tl.autocast(None):
+            assert (a @ a.T).dtype == np.float32
+        with tl.autocast("float16"):
+            assert (a @ a.T).dtype == np.float16
+
+
+def test_bfloat16_round_trips():
+    """float32 → bfloat16 keeps the top 16 bits (rounded to nearest even): values that fit
+    come back exact, others to within half a bfloat16 spacing (2⁻⁸ relative); the cast's
+    gradient returns float32."""
+    exact = np.array([1.0, -2.5, 0.15625, 2.0**127, -0.0], np.float32)
+    t = tl.tensor(exact).to("bfloat16")
+    assert t.dtype == tl.bfloat16 and str(t.dtype) == "bfloat16"
+    np.testing.assert_array_equal(t.float().numpy(), exact)
+    x = tl.tensor(np.random.default_rng(0).standard_normal(1000).astype(np.float32))
+    back = x.to("bfloat16").float().numpy()
+    assert np.all(np.abs(back - x.numpy()) <= np.abs(x.numpy()) * 2.0**-8)
+    w = tl.randn(4, requires_grad=True)
+    (w.to("bfloat16") * 3.0).sum().backward()
+    assert w.grad.dtype == np.float32 and w.grad.numpy().tolist() == [3.0] * 4
+    assert repr(tl.tensor([1.0, 2.5]).to("bfloat16")) == "tensor([1. , 2.5], dtype=bfloat16)"
+
+
+def test_bfloat16_parameters_save_and_load(tmp_path):
+    """A bfloat16 state dict written to safetensors reads back bit for bit."""
+    from nn.serialization import load, save
+
+    lin = nn.Linear(3, 2, dtype=tl.bfloat16)
+    path = tmp_path / "bf16.safetensors"
+    save(lin.state_dict(), path)
+    back = load(path)
+    for k, v in lin.state_dict().items():
+        got = back[k].data if isinstance(back[k], tl.Tensor) else back[k]
+        assert got.dtype == tl.bfloat16
+        want = v.data if isinstance(v, tl.Tensor) else v
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+# ------------------------------------------------------------------ loss scaling
+def _one_param(grad: float):
+    p = nn.Parameter(np.array([1.0], np.float32))
+    p.grad = tl.tensor(np.array([grad], np.float32))
+    return p, SGD([p], lr=1.0)
+
+
+def test_scaler_unscales_then_steps():
+    scaler = GradScaler(init_scale=8.0)
+    assert scaler.scale(tl.tensor(2.0)).item() == 16.0
+    p, opt = _one_param(8.0 * 0.5)  # a gradient of 0.5, scaled by 8
+    assert scaler.step(opt) is True
+    assert p.grad.item() == 0.5 and p.item() == 0.5  # unscaled, then p -= lr * g
+    scaler.update()
+    assert scaler.scale_value == 8.0 and scaler.good_steps == 1
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_scaler_skips_the_step_and_halves_on_overflow(bad):
+    scaler = GradScaler(init_scale=1024.0, growth_interval=3)
+    scaler.good_steps = 2
+    p, opt = _one_param(bad)
+    assert scaler.step(opt) is False
+    assert p.item() == 1.0  # the parameter was not touched
+    scaler.update()
+    assert scaler.scale_value == 512.0 and scaler.good_steps == 0 and scaler.skipped == 1
+
+
+def test_scaler_grows_after_n_good_steps():
+    scaler = GradScaler(init_scale=4.0, growth_interval=3, growth_factor=2.0)
+    scales = []
+    for _ in range(7):
+        _, opt = _one_param(1.0)
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.scale_value)
+    assert scales == [4.0, 4.0, 8.0, 8.0, 8.0, 16.0, 16.0]
+
+
+def test_scaler_finds_its_level_in_float16():
+    """A float16 gradient that overflows at 2¹⁶ (1.0 × 65536 × 2 > 65504) is skipped, the
+    scale halves, and the next step goes through with the exact gradient."""
+    w = nn.Parameter(np.array([2.0], np.float32))
+    opt = SGD([w], lr=0.0)
+    scaler = GradScaler(init_scale=2.0**16)
+    taken = []
+    for _ in range(3):
+        opt.zero_grad()
+        with tl.autocast("float16"):
+            loss = (w.to("float16") * w.to("float16")).sum() * 0.25  # dloss/dw = w / 2 = 1
+        scaler.scale(loss).backward()
+        taken.append(scaler.step(opt))
+        scaler.update()
+    assert taken == [False, True, True]
+    assert scaler.scale_value == 2.0**15 and w.grad.item() == 1.0
+
+
+def test_disabled_scaler_is_a_pass_through():
+    scaler = GradScaler(enabled=False)
+    loss = tl.tensor(3.0)
+    assert scaler.scale(loss) is loss
+    p, opt = _one_param(0.25)
+    assert scaler.step(opt) and p.item() == 0.75
+    scaler.update()
+    assert scaler.scale_value == 1.0
+
+
+def test_scaler_checks_its_arguments_and_order():
+    with pytest.raises(ValueError, match="init_scale must be a finite number > 0"):
+        GradScaler(init_scale=0.0)
+    with pytest.raises(ValueError, match="backoff_factor must be in"):
+        GradScaler(backoff_factor=1.0)
+    with pytest.raises(RuntimeError, match="call step"):
+        GradScaler().update()
+
+
+def test_scaler_state_round_trips():
+    a = GradScaler(init_scale=64.0)
+    a.good_steps, a.skipped = 5, 2
+    b = GradScaler()
+    b.load_state_dict(a.state_dict())
+    assert (b.scale_value, b.good_steps, b.skipped) == (64.0, 5, 2)
