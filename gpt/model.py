@@ -151,7 +151,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg) if cfg.final_norm else None
         if not cfg.tie_weights:  # unembedding (d_model, vocab_size); else W_U = W_Eᵀ
-            self.W_U = nn.Parameter(np.zeros((cfg.d_model, cfg.vocab_size), np.float32))
+            self.W_U = nn.init.constant((cfg.d_model, cfg.vocab_size), 0.0)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -194,7 +194,7 @@ class GPT(nn.Module):
         return from_pretrained(path, strict)
 
     def forward(self, idx, targets=None, cache: GPTCache | None = None):
-        idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))
+        idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))  # host: a list of ids
         if idx.ndim != 2:
             raise ValueError(f"GPT expects token ids of shape (batch, time), got {idx.shape}")
         B, T = idx.shape

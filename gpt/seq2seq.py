@@ -216,7 +216,7 @@ class Seq2SeqCache:
 
 # ---------------------------------------------------------------------- the model
 def _ids(x, vocab: int, name: str, device: str = "cpu") -> Tensor:
-    x = x if isinstance(x, Tensor) else Tensor(np.asarray(x), device=device)
+    x = x if isinstance(x, Tensor) else Tensor(np.asarray(x), device=device)  # host: ids
     if x.ndim != 2:
         raise ValueError(f"{name}: expected token ids of shape (batch, time), got {x.shape}")
     if x.dtype.kind not in "iu":
@@ -253,7 +253,7 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg, src_embed)
         self.decoder = Decoder(cfg, tgt_embed)
         if not cfg.tie_weights:  # unembedding (d_model, tgt_vocab_size); else W_U = W_Eᵀ
-            self.W_U = nn.Parameter(np.zeros((cfg.d_model, cfg.tgt_vocab_size), np.float32))
+            self.W_U = nn.init.constant((cfg.d_model, cfg.tgt_vocab_size), 0.0)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -283,7 +283,7 @@ class Transformer(nn.Module):
 
     def padding_mask(self, src) -> np.ndarray:
         """(B, S) boolean NumPy array, True at the source's padding positions (``pad_id``)."""
-        data = src.numpy() if isinstance(src, Tensor) else np.asarray(src)
+        data = src.numpy() if isinstance(src, Tensor) else np.asarray(src)  # host: ids
         return data == self.config.pad_id
 
     def new_cache(self) -> Seq2SeqCache:

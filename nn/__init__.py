@@ -30,4 +30,4 @@ from nn.module import (
 )
 from nn.norm import LayerNorm, RMSNorm
 
-from nn import distributed, functional, init, optim, serialization  # isort: skip
+from nn import amp, distributed, functional, init, optim, serialization  # isort: skip

@@ -216,11 +216,12 @@ class GELUTanhFn(Function):
 
 
 class SiLUFn(Function):
-    """y = x σ(x) (SiLU, a.k.a. Swish with β = 1);  dx = g σ(x) (1 + x (1 - σ(x)))."""
+    """y = x sigmoid(x) (SiLU, a.k.a. Swish with β = 1);
+    dx = g sigmoid(x) (1 + x (1 - sigmoid(x)))."""
 
     def forward(ctx, x):
         xp, (x, half) = xp_of(x), _in_float32(x)
-        s = xp.tanh(x * 0.5)  # σ(x) = (1 + tanh(x/2))/2 never overflows
+        s = xp.tanh(x * 0.5)  # sigmoid(x) = (1 + tanh(x/2))/2 never overflows
         s += 1.0
         s *= 0.5
         ctx.sig = s
@@ -280,7 +281,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
 
 def silu(x: Tensor) -> Tensor:
-    """x σ(x) (SiLU, also called Swish)."""
+    """x sigmoid(x) (SiLU, also called Swish)."""
     return SiLUFn.apply(x)
 
 
@@ -358,7 +359,7 @@ class GELU(Module):
 
 
 class SiLU(Module):
-    """x σ(x), also called Swish."""
+    """x sigmoid(x), also called Swish."""
 
     def forward(self, x: Tensor) -> Tensor:
         return silu(x)
@@ -409,7 +410,7 @@ class FeedForward(Module):
 
         FFN(x) = (f(x W_gate + b_gate) ⊙ (x W_in + b_in)) W_out + b_out
 
-    with f = σ (GLU), ReLU (ReGLU), GELU (GeGLU) or SiLU (SwiGLU). ``activation`` names f
+    with f = sigmoid (GLU), ReLU (ReGLU), GELU (GeGLU) or SiLU (SwiGLU). ``activation`` names f
     (relu, gelu, gelu_tanh, silu, ...); the names glu, reglu, geglu, swiglu choose the gated
     variant directly (``activation="swiglu"`` is ``activation="silu", gated=True``).
 

@@ -44,7 +44,7 @@ from nn.init import constant, uniform
 from nn.linear import linear, sum_last
 from nn.module import HookPoint, Module
 from tensorlab import Tensor, cat
-from tensorlab.backend import DEFAULT_DTYPE, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
 from tensorlab.function import Function
 
 _causal_cache: dict = {}
@@ -109,10 +109,15 @@ class AttentionFn(Function):
     causal mask, or None: :func:`causal_keep`), ``mask`` (boolean array, True = may attend,
     broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on the
     pattern, or None). Heads are strided views inside the node: no copies. (Grouped-query
-    attention repeats its key/value heads before this node: :class:`MultiHeadAttention`.)"""
+    attention repeats its key/value heads before this node: :class:`MultiHeadAttention`.)
+    float16 and bfloat16 inputs are computed in float32 (the scores, the softmax and both
+    products) and the output rounded back once, like the norms."""
 
     def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
-        xp = xp_of(q)
+        xp, half = xp_of(q), q.dtype if acc_dtype(q) else None
+        if half:
+            q, k, v = (a.astype(acc_dtype(a)) for a in (q, k, v))
+            bias = tuple(b.astype(q.dtype) for b in bias)
         qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
         S = qh @ kh.swapaxes(-1, -2)
         S *= scale
@@ -136,12 +141,15 @@ class AttentionFn(Function):
         ctx.A = S
         if dropout_mask is not None:
             S = S * dropout_mask
-        return _matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype)
+        y = _matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype)
+        return y if half is None else y.astype(half)
 
     def backward(ctx, g):
-        q, k, v = (t.data for t in ctx.inputs[:3])
-        qh, kh, vh, G = _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(g.data)
-        A, M, s = ctx.A, ctx.params["dropout_mask"], ctx.params["scale"]
+        A = ctx.A  # float32 for half inputs: the backward runs in float32 too
+        q, k, v = (t.data.astype(A.dtype, copy=False) for t in ctx.inputs[:3])
+        qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
+        G = _heads_first(g.data.astype(A.dtype, copy=False))
+        M, s = ctx.params["dropout_mask"], ctx.params["scale"]
         dv = _matmul_into((A if M is None else A * M).swapaxes(-1, -2), G, v.shape, v.dtype)
         dS = G @ vh.swapaxes(-1, -2)  # dA, turned into dS in place
         if M is not None:

@@ -109,11 +109,12 @@ class Embedding(Module):
 def sinusoidal_table(n_positions: int, d: int, base: float = 10000.0) -> np.ndarray:
     """The (n_positions, d) float64 table PE(t, 2i) = sin(t ω_i), PE(t, 2i+1) = cos(t ω_i),
     ω_i = base^(-2i/d)."""
-    t = np.arange(n_positions, dtype=np.float64)[:, None]
-    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    pe = np.zeros((n_positions, d))
-    pe[:, 0::2] = np.sin(t * omega)
-    pe[:, 1::2] = np.cos(t * omega[: d // 2])
+    # (built once on the CPU, in float64; the layer moves it to its device)
+    t = np.arange(n_positions, dtype=np.float64)[:, None]  # host: table
+    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # host: table
+    pe = np.zeros((n_positions, d))  # host: table
+    pe[:, 0::2] = np.sin(t * omega)  # host: table
+    pe[:, 1::2] = np.cos(t * omega[: d // 2])  # host: table
     return pe
 
 
@@ -242,7 +243,7 @@ def rope_frequencies(d_head: int, base: float, scaling: dict | None = None) -> n
       λ_i > n/l (slow ones), and in between blended: (1 - w) θ_i/f + w θ_i with
       w = (n/λ_i - l)/(h - l).
     """
-    theta = base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+    theta = base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)  # host: table
     if scaling is None:
         return theta
     kind, f = scaling["rope_type"], float(scaling["factor"])
@@ -252,7 +253,7 @@ def rope_frequencies(d_head: int, base: float, scaling: dict | None = None) -> n
         lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
         n = float(scaling["original_max_position_embeddings"])
         wavelength = 2 * np.pi / theta
-        w = np.clip((n / wavelength - lo) / (hi - lo), 0.0, 1.0)  # 0: slow, 1: fast
+        w = np.clip((n / wavelength - lo) / (hi - lo), 0.0, 1.0)  # host: 0 slow, 1 fast
         return (1 - w) * theta / f + w * theta
     raise ValueError(f"RoPE scaling rope_type={kind!r} is not supported (linear, llama3)")
 
@@ -316,7 +317,7 @@ class RotaryEmbedding(Module):
         cached = self._tables.get(key)
         if cached is None or cached[0].shape[0] < n:
             n = max(n, 2 * cached[0].shape[0] if cached else 64)
-            angle = np.arange(n, dtype=np.float64)[:, None] * self.theta
+            angle = np.arange(n, dtype=np.float64)[:, None] * self.theta  # host: table
             xp = xp_for(device)
             cached = tuple(xp.asarray(f(angle).astype(dtype)) for f in (np.cos, np.sin))
             self._tables[key] = cached

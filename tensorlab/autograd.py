@@ -9,7 +9,8 @@ non-leaf tensor, plus the leaf tensors themselves. ``backward`` does three thing
 2. Walk that order carrying one gradient per node: a node's gradient is complete once every
    consumer has sent its share (they are summed), and then its ``backward`` turns it into one
    gradient per input. A gradient whose shape differs from its input's (broadcasting) is
-   summed back with ``sum_to`` — the one place broadcasting is undone.
+   summed back with ``sum_to``, the engine's one generic place for it (a few ops whose
+   forward broadcasts internally, such as ``MatMul``'s batch axes, sum their own).
 3. Accumulate into ``.grad`` at the leaves, and free what the nodes saved unless
    ``retain_graph=True``.
 """

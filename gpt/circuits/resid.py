@@ -14,14 +14,15 @@ Why the parts sum to the whole. In a pre-norm model the stream only ever grows b
 
 so the stacks below sum to the final stream exactly (float rounding aside). The logits are
 ``ln_f(resid_final) @ W_U``. A LayerNorm centres its input and divides it by a per-position
-scale σ = √(var + eps) (RMSNorm: by √(mean(x²) + eps)), then multiplies by the gain w and adds
-the bias b. Centring is linear; dividing by σ is not, but σ is one number per position, so
-with σ read from this run (frozen) the norm is linear in each component. That is
+scale σ = √(var + eps) (RMSNorm: by √(mean(x²) + eps)), then multiplies by the gain γ (the
+parameter ``w``) and adds the shift β (``b``), as in docs/README.md's notation. Centring is
+linear; dividing by σ is not, but σ is one number per position, so with σ read from this
+run (frozen) the norm is linear in each component. That is
 TransformerLens's folding: :func:`apply_ln_to_stack` centres each component and divides it by
-the cached σ; the gain goes into the unembedding (:func:`folded_unembed`, w ⊙ W_U) and
-b @ W_U is a constant that belongs to no component. Then, for this input,
+the cached σ; the gain goes into the unembedding (:func:`folded_unembed`, γ ⊙ W_U) and
+β @ W_U is a constant that belongs to no component. Then, for this input,
 
-    logits = Σ_components apply_ln(component) @ (w ⊙ W_U) + b @ W_U
+    logits = Σ_components apply_ln(component) @ (γ ⊙ W_U) + β @ W_U
 
 up to float rounding. What is approximate is the reading, not the sum: σ depends on every
 component, so a component's term is what it adds *at this σ*, not what removing it would

@@ -2,7 +2,8 @@
 
 For y = a @ b (matrices), y_ij = Σ_k a_ik b_kj, so dL/da_ik = Σ_j g_ij b_kj and
 dL/db_kj = Σ_i a_ik g_ij: da = g bᵀ and db = aᵀ g. Batched products apply this per batch
-entry; batch axes that were broadcast are summed by the engine.
+entry; batch axes that were broadcast are summed back by the engine's ``sum_to``, except when
+``MatMul`` folds a batch into one 2-D product, whose backward then sums that batch itself.
 """
 
 from __future__ import annotations

@@ -1049,3 +1049,26 @@ def test_bad_kv_heads_and_window_are_refused():
         nn.MultiHeadAttention(8, 4, n_kv_head=3)
     with pytest.raises(ValueError, match="window=2 needs causal=True"):
         nn.MultiHeadAttention(8, 4, window=2)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_half_inputs_are_computed_in_float32_and_rounded_once(half):
+    """float16/bfloat16 q, k, v: the node's output is the float32 computation on the same
+    (already rounded) inputs, rounded once (bit-equal), and its gradients are that float32
+    backward's, rounded to the inputs' dtype."""
+    if half == "bfloat16":
+        pytest.importorskip("ml_dtypes", reason="bfloat16 on the CPU needs ml_dtypes")
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((2, 5, 3, 4)).astype(np.float32) for _ in range(3)]
+    lo = [tl.tensor(a, dtype=half, requires_grad=True) for a in arrays]
+    hi = [tl.tensor(t.numpy().astype(np.float32), requires_grad=True) for t in lo]
+    params = dict(scale=0.5, causal=True, mask=None, dropout_mask=None)
+    y_lo, y_hi = AttentionFn.apply(*lo, **params), AttentionFn.apply(*hi, **params)
+    assert y_lo.dtype == lo[0].dtype
+    np.testing.assert_array_equal(y_lo.numpy(), y_hi.numpy().astype(y_lo.dtype))
+    g = rng.standard_normal(y_hi.shape).astype(np.float32)
+    got = tl.grad(y_lo, lo, tl.tensor(g, dtype=half))
+    want = tl.grad(y_hi, hi, tl.tensor(tl.tensor(g, dtype=half).numpy().astype(np.float32)))
+    for a, b in zip(got, want):
+        assert a.dtype == lo[0].dtype
+        np.testing.assert_array_equal(a.numpy(), b.numpy().astype(a.dtype))
