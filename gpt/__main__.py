@@ -48,6 +48,7 @@ TRAIN_FLAGS = [
 MODEL_FLAGS = [
     ("n_layer", int, "transformer blocks", None),
     ("n_head", int, "attention heads per block", None),
+    ("n_kv_head", int, "key/value heads (grouped-query attention; default: n_head)", None),
     ("d_model", int, "width of the residual stream", None),
     ("block_size", int, "context length in tokens", None),
     ("d_ff", int, "MLP hidden width (default: 4·d_model, 8/3·d_model gated)", None),
@@ -56,6 +57,7 @@ MODEL_FLAGS = [
     ("norm", str, "normalization", NORMS),
     ("norm_placement", str, "where the norms sit", PLACEMENTS),
     ("positional", str, "position information", POSITIONAL),
+    ("sliding_window", int, "attend to the last W positions only (default: all)", None),
 ]
 
 

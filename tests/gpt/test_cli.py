@@ -269,3 +269,16 @@ def test_tokenizer_report_writes_the_tokens_page(tmp_path, capsys):
     html = page.read_text()
     assert "<html" in html.lower() and "char" in html and "bpe" in html
     assert f"tokens page: {page}" in capsys.readouterr().out
+
+
+def test_grouped_query_and_sliding_window_flags_reach_the_model(tmp_path, capsys):
+    import json
+
+    run = tmp_path / "gqa"
+    flags = ["--n-head", "4", "--n-kv-head", "2", "--sliding-window", "3", "--out-dir", str(run)]
+    assert main(small_run(tmp_path, *flags)) == 0
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert (model["n_kv_head"], model["sliding_window"]) == (2, 3)
+    bad = ["--n-head", "4", "--n-kv-head", "3", "--out-dir", str(tmp_path / "x")]
+    assert main(small_run(tmp_path, *bad)) == 2
+    assert "error: --n-kv-head 3: must divide n_head=4" in capsys.readouterr().err
