@@ -430,7 +430,8 @@ def from_pretrained(path: str | os.PathLike, strict: bool = True) -> GPT:
         model = GPT(cfg)
     state, source = load_hf_state(path)
     model_type = _model_type(hf, path / CONFIG_NAME)
-    model.load_state_dict(convert_hf_state(state, cfg, source, strict, model_type))
+    # the converted arrays are fresh (read from the files just now): taken as they are
+    model.load_state_dict(convert_hf_state(state, cfg, source, strict, model_type), assign=True)
     return model.eval()
 
 

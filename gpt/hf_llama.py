@@ -157,8 +157,8 @@ def convert_llama_state(take, cfg: GPTConfig, model_type: str) -> dict[str, np.n
         cfg.vocab_size,
     )
 
-    def linear_weight(name, d_out, d_in):  # (out, in) -> (in, out)
-        return np.ascontiguousarray(take(name, (d_out, d_in)).T)
+    def linear_weight(name, d_out, d_in):  # (out, in) -> (in, out): a transposed view, no copy
+        return take(name, (d_out, d_in)).T
 
     out = {"embed.W": take("model.embed_tokens.weight", (V, d))}
     for i in range(cfg.n_layer):

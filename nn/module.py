@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorlab import Tensor, function
 from tensorlab.autograd import set_grad_enabled
-from tensorlab.backend import to_device, xp_of
+from tensorlab.backend import device_of, to_device, xp_of
 
 
 class Parameter(Tensor):
@@ -45,6 +45,15 @@ def _fresh_array(value, like: Tensor):
     except TypeError:
         value = np.asarray(value)  # host: Python data (lists, scalars)
     return to_device(value, like.device).astype(like.dtype, copy=True)
+
+
+def _is_array_like(value, like: Tensor) -> bool:
+    """``value`` is an array of ``like``'s dtype on ``like``'s device."""
+    try:
+        xp_of(value)
+    except TypeError:
+        return False
+    return value.dtype == like.dtype and device_of(value) == like.device
 
 
 class _Handle:
@@ -251,12 +260,16 @@ class Module:
                     out.setdefault(key, to_device(t.data, "cpu").copy())
         return out
 
-    def load_state_dict(self, state: dict, strict: bool = True) -> tuple[list[str], list[str]]:
+    def load_state_dict(
+        self, state: dict, strict: bool = True, assign: bool = False
+    ) -> tuple[list[str], list[str]]:
         """Copy arrays from ``state`` into this module's parameters and buffers.
 
         With ``strict=True`` a missing key, an unexpected key or a shape mismatch raises a
         KeyError/ValueError naming the key (and both shapes); nothing is changed then.
-        Returns ``(missing, unexpected)`` keys.
+        With ``assign=True`` (as in PyTorch) an array already of the parameter's dtype and
+        device becomes its data as it is, without a copy: for a loader whose arrays are fresh
+        and no one else's (``gpt.hf.from_pretrained``). Returns ``(missing, unexpected)`` keys.
         """
         own: dict[str, Tensor] = {}
         for mname, m in self.named_modules():
@@ -285,7 +298,8 @@ class Module:
         for k, t in own.items():
             if k in state:
                 value = state[k].data if isinstance(state[k], Tensor) else state[k]
-                t.data = _fresh_array(value, t)
+                fits = assign and _is_array_like(value, t)
+                t.data = value if fits else _fresh_array(value, t)
                 t._vc[0] += 1
         return missing, unexpected
 

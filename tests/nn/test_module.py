@@ -278,3 +278,16 @@ def test_to_device(device):
     net = Net().to(device)
     assert all(p.device == device for p in net.parameters())
     assert all(b.device == device for b in net.buffers())
+
+
+def test_load_state_dict_assign_takes_fresh_arrays_without_a_copy():
+    """assign=True (PyTorch's flag) makes an array of the parameter's dtype its data, as it is;
+    one of another dtype is still converted into a new array; the default always copies."""
+    lin = nn.Linear(3, 2)
+    W = np.arange(6.0, dtype=np.float32).reshape(2, 3).T  # a transposed view, as a loader makes
+    b64 = np.ones(2)  # float64: converted
+    lin.load_state_dict({"W": W, "b": b64}, assign=True)
+    assert lin.W.data is W and lin.b.data is not b64 and lin.b.dtype == np.float32
+    lin.load_state_dict({"W": W, "b": b64})
+    assert lin.W.data is not W
+    np.testing.assert_array_equal(lin.W.data, W)
