@@ -3,6 +3,8 @@
     python benchmarks/bench_train.py               # the nanoGPT CPU config (issue #5 target)
     python benchmarks/bench_train.py --large       # also 6 layers, 6 heads, 384 wide, block 256
     python benchmarks/bench_train.py --threads 1   # both frameworks on one core
+    python benchmarks/bench_train.py --device cuda # GPU: nanoGPT, 6x384 and GPT-2 small, in
+                                                   # float32 and bfloat16, with MFU
 
 One iteration = a random batch from tiny Shakespeare (characters), forward, backward,
 gradient clipping at 1.0, and an AdamW step.
@@ -18,6 +20,14 @@ threads (``OPENBLAS_NUM_THREADS``, read when NumPy loads, hence the subprocess) 
 Peak memory is the growth of the process's maximum resident set during a loop of iterations,
 measured in a fresh subprocess per framework, and once more for tensorlab with
 ``GPTConfig(checkpoint_activations=True)`` (each block recomputed in backward).
+
+On a GPU (``--device cuda``) both run in this process on the same card, taking turns the same
+way, each step ending with a device synchronisation so that its time is the GPU's. For each of
+the nanoGPT config, the 6-layer 384-wide block-256 config and GPT-2 small (124M, block 1024)
+it prints ms per step, tokens per second and the model FLOPs utilisation: the step's FLOPs
+(``GPTConfig.flops_per_token`` times tokens) per second over the card's bf16 matrix-product
+rate, measured first in the same run (PyTorch, 8192² bf16 products). ``--dtype`` chooses
+float32, bfloat16 (``tl.autocast`` against ``torch.autocast``) or both (the default on CUDA).
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ DATA = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
 CONFIGS = {
     "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64, batch_size=12),
     "large": dict(n_layer=6, n_head=6, d_model=384, block_size=256, batch_size=8),
+    "gpt2": dict(n_layer=12, n_head=12, d_model=768, block_size=1024, batch_size=8),
 }
 BLOCK = 5  # iterations per turn
 PAUSE = 0.3  # seconds between turns: idle BLAS/OpenMP threads spin for up to ~0.1 s after a
@@ -57,9 +68,9 @@ def load_ids():
     return np.array([lut[c] for c in text], dtype=np.int64), len(chars)
 
 
-def make_ours(cfg: dict, checkpoint: bool = False):
+def make_ours(cfg: dict, checkpoint: bool = False, device: str = "cpu", dtype: str = "float32"):
     """A function that runs one training iteration of our GPT (one process, NumPy's BLAS
-    threads as the environment sets them) and returns its seconds."""
+    threads as the environment sets them; or on the GPU) and returns its seconds."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
@@ -71,26 +82,40 @@ def make_ours(cfg: dict, checkpoint: bool = False):
     bs = cfg["batch_size"]
     shape = {k: v for k, v in cfg.items() if k != "batch_size"}
     mcfg = GPTConfig(vocab_size=vocab, checkpoint_activations=checkpoint, **shape)
-    model = GPT(mcfg)
+    model = GPT(mcfg).to(device)
     groups = nn.optim.param_groups_for_decay(model, 0.1)
     opt = nn.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
     rng = np.random.default_rng(0)
+    sync = _sync_ours(device)
+    precision = tl.autocast(None if dtype == "float32" else dtype)
 
     def step() -> float:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
         t0 = time.perf_counter()
         opt.zero_grad()
-        _, loss = model(tl.tensor(x), tl.tensor(y))
+        with precision:
+            _, loss = model(tl.tensor(x, device=device), tl.tensor(y, device=device))
         loss.backward()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         return time.perf_counter() - t0
 
     return step
 
 
-def make_torch(cfg: dict):
+def _sync_ours(device: str):
+    if device == "cpu":
+        return lambda: None
+    import cupy
+
+    return cupy.cuda.Device().synchronize
+
+
+def make_torch(cfg: dict, device: str = "cpu", dtype: str = "float32"):
     """The same for the PyTorch reference model (benchmarks/torch_gpt.py)."""
+    import contextlib
+
     import torch
 
     from benchmarks.torch_gpt import TorchGPT, make_optimizer
@@ -100,17 +125,27 @@ def make_torch(cfg: dict):
     ids, vocab = load_ids()
     bs = cfg["batch_size"]
     model = TorchGPT(vocab, cfg["block_size"], cfg["n_layer"], cfg["n_head"], cfg["d_model"])
+    model = model.to(device)
     opt = make_optimizer(model, 1e-3, 0.1)
     rng = np.random.default_rng(0)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    half = dtype != "float32"
+    kind = "cuda" if device != "cpu" else "cpu"
 
     def step() -> float:
         x, y = get_batch(ids, cfg["block_size"], bs, rng)
         t0 = time.perf_counter()
-        _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        precision = (
+            torch.autocast(kind, dtype=getattr(torch, dtype)) if half else contextlib.nullcontext()
+        )
+        with precision:
+            _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         return time.perf_counter() - t0
 
     return step
@@ -167,6 +202,71 @@ def child_memory(framework: str, name: str, iters: int, threads: int) -> None:
     print(json.dumps({"peak_mb": (peak - base) / 1024}))
 
 
+def bf16_gemm_rate(n: int = 8192, reps: int = 20) -> float:
+    """The card's measured bf16 matrix-product rate in FLOP/s (PyTorch, n × n products)."""
+    import torch
+
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def gpu_main(blocks: int, dtypes: list[str]) -> None:
+    """Both frameworks on the GPU, in this process, taking turns (see the module docstring)."""
+    import torch
+
+    from gpt.config import GPTConfig
+
+    peak = bf16_gemm_rate()
+    print(f"GPU: {torch.cuda.get_device_name()}; bf16 matrix products: {peak / 1e12:.0f} TFLOP/s")
+    print(f"medians over {blocks} rounds of {BLOCK} steps per framework, taken in turns")
+    head = f"{'config':<7} {'dtype':<9} {'tensorlab ms':>12} {'pytorch ms':>11} {'ratio':>6}"
+    print(head + f" {'tokens/s (ours, torch)':>24} {'MFU (ours, torch)':>19}")
+    _, vocab = load_ids()
+    for name in ("tiny", "large", "gpt2"):
+        cfg = CONFIGS[name]
+        shape = {k: v for k, v in cfg.items() if k != "batch_size"}
+        tokens = cfg["batch_size"] * cfg["block_size"]
+        flops = GPTConfig(vocab_size=vocab, **shape).flops_per_token() * tokens
+        for dtype in dtypes:
+            try:
+                ours = make_ours(cfg, device="cuda", dtype=dtype)
+                theirs = make_torch(cfg, device="cuda", dtype=dtype)
+                a, b, ratios = _take_turns(ours, theirs, blocks)
+            except Exception as e:  # one failing configuration is reported, the rest still run
+                print(f"{name:<7} {dtype:<9} failed: {type(e).__name__}: {e}")
+                continue
+            t_a, t_b = statistics.median(a), statistics.median(b)
+            print(
+                f"{name:<7} {dtype:<9} {1e3 * t_a:12.1f} {1e3 * t_b:11.1f} "
+                f"{statistics.median(ratios):6.2f} {tokens / t_a:11.0f} {tokens / t_b:11.0f}  "
+                f"{flops / t_a / peak:8.1%} {flops / t_b / peak:8.1%}"
+            )
+            del ours, theirs
+            torch.cuda.empty_cache()
+
+
+def _take_turns(ours, theirs, blocks: int):
+    for _ in range(3):  # warm-up: kernels compiled and cached, memory pools filled
+        ours()
+        theirs()
+    t_ours, t_ref, ratios = [], [], []
+    for _ in range(blocks):
+        a = [ours() for _ in range(BLOCK)]
+        b = [theirs() for _ in range(BLOCK)]
+        t_ours += a
+        t_ref += b
+        ratios.append(statistics.median(a) / statistics.median(b))
+    return t_ours, t_ref, ratios
+
+
 def run_child(args: list[str], threads: int) -> dict | None:
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     cmd = [sys.executable, os.path.abspath(__file__), *args]
@@ -183,9 +283,16 @@ def main() -> None:
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--blocks", type=int, default=12, help="rounds of turns (5 iterations each)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="GPU only"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--config", default="tiny", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.device == "cuda":
+        gpu_main(args.blocks, [args.dtype] if args.dtype else ["float32", "bfloat16"])
+        return
     if args.child == "times":
         child_times(args.config, args.blocks, args.threads)
         return

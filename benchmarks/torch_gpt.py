@@ -56,7 +56,7 @@ class TorchGPT(tnn.Module):
 
     def forward(self, idx, targets=None):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.T

@@ -194,7 +194,8 @@ class GPT(nn.Module):
         return from_pretrained(path, strict)
 
     def forward(self, idx, targets=None, cache: GPTCache | None = None):
-        idx = idx if isinstance(idx, Tensor) else Tensor(np.asarray(idx))  # host: a list of ids
+        if not isinstance(idx, Tensor):  # a list or a NumPy array of ids: to the model's device
+            idx = Tensor(np.asarray(idx), device=self.embed.W.device)  # host: a list of ids
         if idx.ndim != 2:
             raise ValueError(f"GPT expects token ids of shape (batch, time), got {idx.shape}")
         B, T = idx.shape

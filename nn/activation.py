@@ -435,7 +435,7 @@ class FeedForward(Module):
         bias: bool = True,
         dropout: float = 0.0,
         dtype=DEFAULT_DTYPE,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         super().__init__()
         if activation in GATED:

@@ -386,7 +386,7 @@ class MultiHeadAttention(Module):
         window: int | None = None,
         fused: bool = True,
         dtype=DEFAULT_DTYPE,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         super().__init__()
         if d_head is None:

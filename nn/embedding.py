@@ -23,7 +23,7 @@ import numpy as np
 from nn.init import constant, normal
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, device_of, xp_for, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, default_device, device_of, xp_for, xp_of
 from tensorlab.function import Function
 
 
@@ -92,7 +92,7 @@ class Embedding(Module):
         d: int,
         std: float = 1.0,
         dtype=DEFAULT_DTYPE,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         super().__init__()
         self.num_embeddings, self.d = num_embeddings, d
@@ -128,12 +128,14 @@ class SinusoidalPositionalEncoding(Module):
         max_len: int = 4096,
         base: float = 10000.0,
         dtype=DEFAULT_DTYPE,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         super().__init__()
         self.d, self.max_len = d, max_len
         table = sinusoidal_table(max_len, d, base).astype(np.dtype(dtype))
-        self.register_buffer("pe", Tensor(table, device=device), persistent=False)
+        self.register_buffer(
+            "pe", Tensor(table, device=device or default_device()), persistent=False
+        )
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         T = x.shape[-2]
@@ -148,7 +150,12 @@ class LearnedPositionalEmbedding(Module):
     (max_len, d), drawn from N(0, std²)."""
 
     def __init__(
-        self, max_len: int, d: int, std: float = 0.02, dtype=DEFAULT_DTYPE, device: str = "cpu"
+        self,
+        max_len: int,
+        d: int,
+        std: float = 0.02,
+        dtype=DEFAULT_DTYPE,
+        device: str | None = None,
     ):
         super().__init__()
         self.max_len, self.d = max_len, d
@@ -173,7 +180,7 @@ class RelativePositionBias(Module):
     """
 
     def __init__(
-        self, n_head: int, max_distance: int = 16, dtype=DEFAULT_DTYPE, device: str = "cpu"
+        self, n_head: int, max_distance: int = 16, dtype=DEFAULT_DTYPE, device: str | None = None
     ):
         super().__init__()
         self.n_head, self.max_distance = n_head, max_distance

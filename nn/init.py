@@ -33,7 +33,7 @@ import numpy as np
 
 from nn.module import Parameter
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, generator, xp_for
+from tensorlab.backend import DEFAULT_DTYPE, default_device, generator, xp_for
 
 _GAINS = {
     "linear": 1.0,
@@ -185,7 +185,7 @@ def kaiming_normal_(
 
 # ------------------------------------------------------------------ new parameters
 # (the functions above fill a tensor in place; these make a new Parameter, for layers)
-def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
     """A Parameter with entries drawn from U(-bound, bound)."""
     if _skip[0]:
         return _empty(shape, dtype, device)
@@ -193,7 +193,7 @@ def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Pa
     return Parameter(data.astype(np.dtype(dtype), copy=False))
 
 
-def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
     """A Parameter with entries drawn from N(0, std²)."""
     if _skip[0]:
         return _empty(shape, dtype, device)
@@ -201,15 +201,19 @@ def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Param
     return Parameter(data.astype(np.dtype(dtype), copy=False))
 
 
-def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str = "cpu") -> Parameter:
+def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
     """A Parameter filled with ``value`` (zeros for biases, ones for gains)."""
     if _skip[0]:
         return _empty(shape, dtype, device)
-    return Parameter(xp_for(device).full(shape, value, dtype=np.dtype(dtype)))
+    return Parameter(_xp(device).full(shape, value, dtype=np.dtype(dtype)))
+
+
+def _xp(device: str | None):
+    return xp_for(device or default_device())
 
 
 def _empty(shape, dtype, device: str) -> Parameter:
-    return Parameter(xp_for(device).empty(shape, dtype=np.dtype(dtype)))
+    return Parameter(_xp(device).empty(shape, dtype=np.dtype(dtype)))
 
 
 # ------------------------------------------------------------------ GPT-2 defaults

@@ -131,7 +131,12 @@ class Linear(Module):
     """
 
     def __init__(
-        self, d_in: int, d_out: int, bias: bool = True, dtype=DEFAULT_DTYPE, device: str = "cpu"
+        self,
+        d_in: int,
+        d_out: int,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        device: str | None = None,
     ):
         super().__init__()
         self.d_in, self.d_out = d_in, d_out

@@ -144,7 +144,7 @@ class LayerNorm(Module):
         eps: float = 1e-5,
         bias: bool = True,
         dtype=DEFAULT_DTYPE,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         super().__init__()
         self.d, self.eps = d, eps
@@ -162,7 +162,7 @@ class RMSNorm(Module):
     """y = x/√(mean(x²) + eps) ⊙ w over the last axis (Zhang & Sennrich 2019): LayerNorm
     without centring and without bias. Parameter ``w`` (d,), ones."""
 
-    def __init__(self, d: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE, device: str = "cpu"):
+    def __init__(self, d: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE, device: str | None = None):
         super().__init__()
         self.d, self.eps = d, eps
         self.w = constant((d,), 1.0, dtype, device)

@@ -22,7 +22,13 @@ from tensorlab.autograd import (
     set_grad_enabled,
 )
 from tensorlab.backend import BFLOAT16 as bfloat16  # None without ml_dtypes
-from tensorlab.backend import DEFAULT_DTYPE, cuda_available, manual_seed
+from tensorlab.backend import (
+    DEFAULT_DTYPE,
+    cuda_available,
+    default_device,
+    manual_seed,
+    set_default_device,
+)
 from tensorlab.checkpoint import checkpoint
 from tensorlab.creation import (
     arange,

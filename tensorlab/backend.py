@@ -114,6 +114,23 @@ def xp_for(device: str) -> object:
     raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
 
 
+_default_device = ["cpu"]
+
+
+def default_device() -> str:
+    """The device new tensors and parameters go to when none is named ("cpu" unless
+    :func:`set_default_device` says otherwise)."""
+    return _default_device[0]
+
+
+def set_default_device(device: str) -> None:
+    """Make ``device`` ("cpu" or "cuda") the default of every function that creates a tensor
+    or a parameter without being told a device (as ``torch.set_default_device``). The test
+    suite runs on a GPU this way: ``TENSORLAB_TEST_DEVICE=cuda pytest``."""
+    xp_for(device)  # an unknown or unavailable device is refused here, by name
+    _default_device[0] = device
+
+
 def to_device(array, device: str):
     """Copy ``array`` to ``device`` (no copy if it is already there)."""
     xp = xp_for(device)
@@ -139,8 +156,10 @@ def manual_seed(seed: int) -> None:
         _generators["cuda"] = cupy.random.default_rng(seed)
 
 
-def generator(device: str = "cpu"):
-    """The random generator of ``device`` (seeded from entropy until :func:`manual_seed`)."""
+def generator(device: str | None = None):
+    """The random generator of ``device`` (the default device when None; seeded from
+    entropy until :func:`manual_seed`)."""
+    device = device or default_device()
     gen = _generators.get(device)
     if gen is None:
         gen = _generators[device] = _new_generator(device)

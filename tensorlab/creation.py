@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorlab.backend import DEFAULT_DTYPE, generator, xp_for, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, default_device, generator, xp_for, xp_of
 from tensorlab.tensor import Tensor
+
+
+def _xp(device: str | None):
+    """The array module of ``device``, or of the default device when it is None."""
+    return xp_for(device or default_device())
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -23,59 +28,73 @@ def _make(data, requires_grad: bool, name: str | None = None) -> Tensor:
 
 
 def tensor(
-    data, dtype=None, device: str = "cpu", requires_grad: bool = False, name: str | None = None
+    data,
+    dtype=None,
+    device: str | None = None,
+    requires_grad: bool = False,
+    name: str | None = None,
 ) -> Tensor:
-    """A tensor from nested lists, scalars or an array. Python floats become float32."""
+    """A tensor from nested lists, scalars or an array, on ``device`` (default: the default
+    device, :func:`tensorlab.backend.default_device`). Python floats become float32."""
+    device = device or default_device()
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device, name=name)
 
 
-def zeros(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
-    return _make(xp_for(device).zeros(_shape(shape), dtype=dtype), requires_grad)
+def zeros(
+    *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
+) -> Tensor:
+    return _make(_xp(device).zeros(_shape(shape), dtype=dtype), requires_grad)
 
 
-def ones(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
-    return _make(xp_for(device).ones(_shape(shape), dtype=dtype), requires_grad)
+def ones(
+    *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
+) -> Tensor:
+    return _make(_xp(device).ones(_shape(shape), dtype=dtype), requires_grad)
 
 
 def full(
-    shape, value, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False
+    shape, value, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(xp_for(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
+    return _make(_xp(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
+def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
     """Like ``numpy.arange``: integers give an int64 tensor, floats a float32 one."""
     if stop is None:
         start, stop = 0, start
     if dtype is None:
         is_int = all(isinstance(v, int | np.integer) for v in (start, stop, step))
         dtype = np.int64 if is_int else DEFAULT_DTYPE
-    return Tensor._wrap(xp_for(device).arange(start, stop, step, dtype=dtype))
+    return Tensor._wrap(_xp(device).arange(start, stop, step, dtype=dtype))
 
 
 def eye(
     n: int,
     m: int | None = None,
     dtype=DEFAULT_DTYPE,
-    device: str = "cpu",
+    device: str | None = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    return _make(xp_for(device).eye(n, m, dtype=dtype), requires_grad)
+    return _make(_xp(device).eye(n, m, dtype=dtype), requires_grad)
 
 
-def randn(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+def randn(
+    *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
+) -> Tensor:
     """Standard normal draws from the device's generator (see ``manual_seed``)."""
     data = generator(device).standard_normal(_shape(shape), dtype=np.dtype(dtype).type)
     return _make(data, requires_grad)
 
 
-def rand(*shape, dtype=DEFAULT_DTYPE, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+def rand(
+    *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
+) -> Tensor:
     """Uniform draws on [0, 1) from the device's generator."""
     data = generator(device).random(_shape(shape), dtype=np.dtype(dtype).type)
     return _make(data, requires_grad)
 
 
-def randint(low: int, high: int, shape, device: str = "cpu") -> Tensor:
+def randint(low: int, high: int, shape, device: str | None = None) -> Tensor:
     """Integers drawn uniformly from [low, high)."""
     return Tensor._wrap(generator(device).integers(low, high, size=_shape((shape,))))
 

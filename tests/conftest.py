@@ -2,6 +2,12 @@
 
 HYPOTHESIS_PROFILE=ci (set by .ci/run) draws few examples so CI stays fast; the default "dev"
 profile draws more; "thorough" is for a long run by hand.
+
+TENSORLAB_TEST_DEVICE=cuda runs the whole suite on the GPU: every tensor and parameter a test
+makes without naming a device goes there (``tl.set_default_device``), and NumPy's testing
+asserts accept CuPy arrays (copied to the host first), so the tests that read ``.data`` compare
+as they do on the CPU. Tolerances are the tests' own; float32 GPU math (other summation
+orders, fused multiply-adds) stays within them or the test says why not.
 """
 
 import os
@@ -23,6 +29,33 @@ settings.register_profile(
 )
 settings.register_profile("thorough", max_examples=400, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+TEST_DEVICE = os.environ.get("TENSORLAB_TEST_DEVICE", "cpu")
+
+
+def _on_host(fn):
+    def wrapped(*args, **kwargs):
+        import cupy
+
+        args = [cupy.asnumpy(a) if isinstance(a, cupy.ndarray) else a for a in args]
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+if TEST_DEVICE != "cpu":
+    import numpy as np
+
+    import tensorlab as tl
+
+    tl.set_default_device(TEST_DEVICE)  # refuses a device that is not there, by name
+    for name in ("assert_allclose", "assert_array_equal", "assert_array_less", "assert_equal"):
+        setattr(np.testing, name, _on_host(getattr(np.testing, name)))
+
+
+def pytest_report_header(config):
+    return f"tensorlab test device: {TEST_DEVICE} (TENSORLAB_TEST_DEVICE)"
 
 
 def _cuda_available() -> bool:
