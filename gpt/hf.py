@@ -135,8 +135,6 @@ def config_from_hf(hf: dict, path: str | os.PathLike = CONFIG_NAME) -> GPTConfig
     not do the way :class:`gpt.model.GPT` does.
     """
     model_type = _model_type(hf, path)
-    if model_type != "gpt2":
-        return hf_llama.config_from_llama(hf, path, HFCheckpointError)
 
     def field(name, *fallbacks, default=None):
         for key in (name, *fallbacks):
@@ -145,6 +143,9 @@ def config_from_hf(hf: dict, path: str | os.PathLike = CONFIG_NAME) -> GPTConfig
         if default is not None:
             return default
         raise HFCheckpointError(path, f"config field {name!r} is missing")
+
+    if model_type != "gpt2":
+        return hf_llama.config_from_llama(hf, path, field, HFCheckpointError)
 
     act = field("activation_function", default="gelu_new")
     if act not in ACTIVATIONS:

@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from gpt.config import ConfigError, ConfigNote, GPTConfig
+from nn.embedding import ROPE_SCALINGS
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -44,18 +45,11 @@ ARCHITECTURES = {
 }
 
 
-def config_from_llama(hf: dict, path: str | os.PathLike, error) -> GPTConfig:
-    """The :class:`GPTConfig` of a Llama, Qwen2 or Mistral ``config.json`` (parsed). ``error``
-    makes the exception for a field we cannot follow: ``error(path, message)``."""
+def config_from_llama(hf: dict, path: str | os.PathLike, field, error) -> GPTConfig:
+    """The :class:`GPTConfig` of a Llama, Qwen2 or Mistral ``config.json`` (parsed).
+    ``field(name, *fallbacks, default=None)`` reads a field (refusing a missing one by name)
+    and ``error(path, message)`` makes the exception for a field we cannot follow."""
     model_type = hf.get("model_type")
-
-    def field(name, *fallbacks, default=None):
-        for key in (name, *fallbacks):
-            if hf.get(key) is not None:
-                return hf[key]
-        if default is not None:
-            return default
-        raise error(path, f"config field {name!r} is missing")
 
     act = field("hidden_act", default="silu")
     if act not in ("silu", "swish"):
@@ -128,15 +122,7 @@ def _rope(hf: dict, path, error) -> tuple[float, dict | None]:
     kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
     if kind == "default":
         return theta, None
-    keys = {
-        "linear": ("factor",),
-        "llama3": (
-            "factor",
-            "low_freq_factor",
-            "high_freq_factor",
-            "original_max_position_embeddings",
-        ),
-    }
+    keys = ROPE_SCALINGS
     if kind not in keys:
         raise error(
             path, f"RoPE scaling rope_type={kind!r} is not supported (default, linear, llama3)"

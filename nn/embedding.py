@@ -265,23 +265,21 @@ def rope_frequencies(d_head: int, base: float, scaling: dict | None = None) -> n
     raise ValueError(f"RoPE scaling rope_type={kind!r} is not supported (linear, llama3)")
 
 
+# The RoPE scalings rope_frequencies follows, and the numbers each needs.
+ROPE_SCALINGS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
 def check_rope_scaling(scaling) -> None:
     """Refuse, in one line, a RoPE scaling dict :func:`rope_frequencies` cannot follow."""
     if scaling is None:
         return
-    needs = {
-        "linear": ("factor",),
-        "llama3": (
-            "factor",
-            "low_freq_factor",
-            "high_freq_factor",
-            "original_max_position_embeddings",
-        ),
-    }
     kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
-    if kind not in needs:
-        raise ValueError(f"rope_scaling={scaling!r}: rope_type must be one of {', '.join(needs)}")
-    for key in needs[kind]:
+    if kind not in ROPE_SCALINGS:
+        raise ValueError(f"rope_scaling={scaling!r}: rope_type must be one of {', '.join(ROPE_SCALINGS)}")
+    for key in ROPE_SCALINGS[kind]:
         v = scaling.get(key)
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
             raise ValueError(f"rope_scaling {kind}: {key}={v!r} must be a number > 0")
