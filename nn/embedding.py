@@ -278,7 +278,9 @@ def check_rope_scaling(scaling) -> None:
         return
     kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
     if kind not in ROPE_SCALINGS:
-        raise ValueError(f"rope_scaling={scaling!r}: rope_type must be one of {', '.join(ROPE_SCALINGS)}")
+        raise ValueError(
+            f"rope_scaling={scaling!r}: rope_type must be one of {', '.join(ROPE_SCALINGS)}"
+        )
     for key in ROPE_SCALINGS[kind]:
         v = scaling.get(key)
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
