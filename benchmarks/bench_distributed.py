@@ -10,8 +10,14 @@ the median of 10 steps after 3 warm-up steps. Printed: the median over rounds of
 time, and the median over rounds of the per-round ratios.
 
 - ``1 process``: ``Trainer.step``, NumPy's BLAS on every core;
+- ``1 proc, 1 thr``: the same on one BLAS thread (what each MPI rank has);
 - ``MPI ×2``: ``mpiexec -n 2``, each rank one BLAS thread and half the batch;
 - ``PyTorch``: benchmarks/torch_gpt.py, ``torch.set_num_threads(2)``.
+
+The one-thread run bounds what two processes can gain on two cores: at best each rank takes
+half of the one-thread step (half the batch, no sharing of memory bandwidth, a free
+all-reduce), so the throughput gain over one process is at most 2 · t(1 process) / t(1 proc,
+1 thr); the script prints that bound beside the measured gain.
 
 All of ours run the real ``gpt.train.Trainer.step`` on tiny Shakespeare (characters).
 """
@@ -38,7 +44,7 @@ CONFIGS = {
 WARMUP, STEPS = 3, 10
 
 
-def worker_ours(name: str) -> None:
+def worker_ours(name: str, threads: int | None = None) -> None:
     import numpy as np
 
     import nn
@@ -60,7 +66,7 @@ def worker_ours(name: str) -> None:
     trainer = Trainer(GPTConfig(**cfg), tcfg, dist=dist)
     dist.broadcast_parameters(trainer.model.parameters())
     times = []
-    share = max(1, (os.cpu_count() or 1) // dist.local_size)
+    share = threads or max(1, (os.cpu_count() or 1) // dist.local_size)
     with blas_threads(share):  # as Trainer.run does
         for i in range(WARMUP + STEPS):
             dist.barrier()
@@ -108,15 +114,17 @@ def main() -> None:
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     name = "large" if args.large else "tiny"
     if args.worker == "ours":
-        return worker_ours(name)
+        return worker_ours(name, args.threads)
     if args.worker == "torch":
         return worker_torch(name)
     have_mpi = shutil.which("mpiexec") is not None
     ways = {
         "1 process": lambda: run(["--worker", "ours"] + large(args)),
+        "1 proc, 1 thr": lambda: run(["--worker", "ours", "--threads", "1"] + large(args), blas=1),
         "MPI x2": (
             (lambda: run(["--worker", "ours"] + large(args), mpi=2, blas=1)) if have_mpi else None
         ),
@@ -140,7 +148,7 @@ def main() -> None:
     )
     for k, v in times.items():
         if v:
-            print(f"  {k:<11} {statistics.median(v):8.1f} ms")
+            print(f"  {k:<13} {statistics.median(v):8.1f} ms")
 
     def ratio(a: str, b: str) -> str:
         if not times.get(a) or not times.get(b):
@@ -150,6 +158,10 @@ def main() -> None:
     print("median of per-round ratios:")
     print(f"  MPI x2 / PyTorch        {ratio('MPI x2', 'PyTorch')}   (target ≤ 0.8)")
     print(f"  1 process / MPI x2      {ratio('1 process', 'MPI x2')}   (throughput; target ≥ 1.7)")
+    one, single = times.get("1 process"), times.get("1 proc, 1 thr")
+    if one and single:
+        bound = statistics.median(2 * a / b for a, b in zip(one, single))
+        print(f"  bound on that gain      {bound:.3f}   (2 · 1 process / 1 proc, 1 thr)")
 
 
 def large(args) -> list[str]:
