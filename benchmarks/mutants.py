@@ -27,6 +27,23 @@ TESTS = {
     "nn/embedding.py": ["tests/nn/test_embedding.py", "tests/nn"],
     "nn/attention.py": ["tests/nn/test_attention.py", "tests/nn"],
     "nn/optim.py": ["tests/nn/test_optim.py", "tests/nn"],
+    "nn/init.py": [
+        "tests/nn/test_init.py",
+        "tests/nn tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+    ],
+    "nn/module.py": [
+        "tests/nn/test_module.py",
+        "tests/nn tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+    ],
+    "gpt/config.py": ["tests/gpt/test_config.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/hf.py": [
+        "tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/hf_llama.py": [
+        "tests/gpt/test_hf_llama.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
     "gpt/generate.py": ["tests/gpt/test_generate.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/data.py": ["tests/gpt/test_data.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/tokenizers/bpe.py": ["tests/gpt/tokenizers/test_byte_bpe.py", "tests/gpt/tokenizers"],
@@ -414,16 +431,41 @@ MUTANTS = {
         ),
         (
             "rotary-theta",
-            "dtype=np.float64) / self.d_head)",
-            "dtype=np.float64) / (self.d_head // 2))",
+            "dtype=np.float64) / d_head)",
+            "dtype=np.float64) / (d_head // 2))",
             "RotaryEmbedding: θ_i exponent over d/2",
+        ),
+        # issue 20: the rotate-half layout and RoPE scaling
+        (
+            "half-pair-swapped",
+            "return p, p[..., 0, :], p[..., 1, :]",
+            "return p, p[..., 1, :], p[..., 0, :]",
+            "RotaryFn half layout: pair members swapped (rotation by -θ)",
+        ),
+        (
+            "linear-scaling-times",
+            "return theta / f",
+            "return theta * f",
+            "rope_frequencies linear: θ·f instead of θ/f",
+        ),
+        (
+            "llama3-blend-reversed",
+            "return (1 - w) * theta / f + w * theta",
+            "return w * theta / f + (1 - w) * theta",
+            "rope_frequencies llama3: blend weight reversed (fast rotations scaled)",
+        ),
+        (
+            "llama3-order-equal",
+            'not scaling["high_freq_factor"] > scaling["low_freq_factor"]',
+            'not scaling["high_freq_factor"] >= scaling["low_freq_factor"]',
+            "check_rope_scaling: high_freq_factor = low_freq_factor accepted (w divides by 0)",
         ),
     ],
     "nn/attention.py": [
         (
             "causal-diagonal",
-            "return xp.tri(T_q, T_k, T_k - T_q, dtype=bool)",
-            "return xp.tri(T_q, T_k, 0, dtype=bool)",
+            "keep = xp.tri(T_q, T_k, T_k - T_q, dtype=bool)",
+            "keep = xp.tri(T_q, T_k, 0, dtype=bool)",
             "causal_keep: not aligned to the last keys (cache)",
         ),
         (
@@ -470,9 +512,53 @@ MUTANTS = {
         ),
         (
             "rotary-cache-offset",
-            "past = len(cache) if cache is not None else 0",
+            "past = cache.seen if cache is not None else 0",
             "past = 0",
             "MultiHeadAttention: rotary positions restart with a cache",
+        ),
+        # issue 20: grouped-query attention, sliding windows, the half-precision path
+        (
+            "gqa-group-interleaved",
+            "copies = t.reshape(before + (1,) + after).broadcast_to(before + (G,) + after)",
+            "copies = t.reshape(before[:-1] + (1,) + before[-1:] + after).broadcast_to("
+            "before[:-1] + (G,) + before[-1:] + after)",
+            "GQA: copies broadcast before the heads' axis (query head h reads h % H_kv)",
+        ),
+        (
+            "qkv-bias-ignored",
+            'on = qkv_bias if name != "b_O" else bias',
+            "on = bias",
+            "MultiHeadAttention: qkv_bias ignored (Qwen2's q, k, v biases not made)",
+        ),
+        (
+            "window-one-wider",
+            "keep &= ~xp.tri(T_q, T_k, T_k - T_q - window, dtype=bool)",
+            "keep &= ~xp.tri(T_q, T_k, T_k - T_q - window - 1, dtype=bool)",
+            "causal_keep: a window of W + 1 keys",
+        ),
+        (
+            "cache-keeps-window",
+            "keep = slice(k.shape[-3] - (window - 1), None)",
+            "keep = slice(k.shape[-3] - window, None)",
+            "KVCache: keeps W positions (one a later query cannot see)",
+        ),
+        (
+            "seen-from-length",
+            "self.seen += k.shape[-3]",
+            "self.seen = len(self) + k.shape[-3]",
+            "KVCache: seen counted from the (windowed) cache, so it stops advancing",
+        ),
+        (
+            "rotary-offset-cache-length",
+            "past = cache.seen if cache is not None else 0",
+            "past = len(cache) if cache is not None else 0",
+            "MultiHeadAttention: rotary positions from the windowed cache's length",
+        ),
+        (
+            "half-not-upcast",
+            "q, k, v = (a.astype(acc_dtype(a)) for a in (q, k, v))",
+            "q, k, v = (a.astype(a.dtype) for a in (q, k, v))",
+            "AttentionFn: float16/bfloat16 inputs computed in their own dtype",
         ),
     ],
     "nn/optim.py": [
@@ -656,6 +742,71 @@ MUTANTS = {
             'not isinstance(state.get("optimizer"), dict)',
             '"optimizer" not in state',
             "load_checkpoint: an optimizer entry that is not a dict reaches the optimizer",
+        ),
+    ],
+    "nn/init.py": [
+        (
+            "empty-nested-restore",
+            "        _skip[0] = before\n",
+            "        _skip[0] = False\n",
+            "empty_parameters: leaving an inner block ends the outer one too",
+        ),
+        (
+            "empty-fill-writes",
+            "    if _skip[0]:\n        return tensor\n",
+            "    if False:\n        return tensor\n",
+            "empty_parameters: in-place fills still draw and write numbers",
+        ),
+    ],
+    "nn/module.py": [
+        (
+            "assign-any-dtype",
+            "return value.dtype == like.dtype and device_of(value) == like.device",
+            "return device_of(value) == like.device",
+            "load_state_dict(assign=True) takes an array of another dtype as it is",
+        ),
+        (
+            "assign-always",
+            "fits = assign and _is_array_like(value, t)",
+            "fits = _is_array_like(value, t)",
+            "load_state_dict shares the caller's arrays without assign=True",
+        ),
+    ],
+    "gpt/config.py": [
+        (
+            "num-params-kv",
+            "attn = 2 * d * hd + 2 * d * kvd +",
+            "attn = 2 * d * hd + 2 * d * hd +",
+            "num_parameters: W_k and W_v counted with n_head heads",
+        ),
+    ],
+    "gpt/hf.py": [
+        (
+            "llama-tied-unchecked",
+            '_check_tied(hf, "lm_head.weight", out["embed.W"], used, where, "model.embed_tokens")',
+            'used.add("lm_head.weight")',
+            "from_pretrained: a tied Llama's stored lm_head is taken without comparing it",
+        ),
+    ],
+    "gpt/hf_llama.py": [
+        (
+            "gate-up-swapped",
+            'out[b + "mlp.W_in"] = linear_weight(h + "mlp.up_proj.weight", f, d)',
+            'out[b + "mlp.W_in"], out[b + "mlp.W_gate"] = out[b + "mlp.W_gate"], '
+            'linear_weight(h + "mlp.up_proj.weight", f, d)',
+            "convert_llama_state: gate_proj and up_proj swapped",
+        ),
+        (
+            "o-proj-not-transposed",
+            'linear_weight(h + "self_attn.o_proj.weight", d, H * dh).reshape(',
+            'take(h + "self_attn.o_proj.weight", (d, H * dh)).reshape(',
+            "convert_llama_state: o_proj reshaped without its transpose (fits when d = H·d_h)",
+        ),
+        (
+            "tie-default-true",
+            'tie_weights=bool(hf.get("tie_word_embeddings", False))',
+            'tie_weights=bool(hf.get("tie_word_embeddings", True))',
+            "config_from_llama: a config without tie_word_embeddings is tied (GPT-2's default)",
         ),
     ],
 }
