@@ -213,3 +213,75 @@ def test_an_index_outside_the_table_is_refused(bad):
     W = tl.tensor(np.ones((4, 2)), requires_grad=True)
     with pytest.raises(ValueError, match=f"index {bad} is outside the table's rows 0..3"):
         F.embedding(np.array([[0, bad]]), W)
+
+
+def test_rope_half_layout_rotates_dimension_i_with_i_plus_half():
+    """The "half" layout pairs (x_i, x_{i+d/2}) and turns each pair counter-clockwise, as
+    rotate_half in Hugging Face's Llama: y_i = x_i cos - x_{i+d/2} sin and y_{i+d/2} = x_i sin
+    + x_{i+d/2} cos. With θ = (1, 0.1) (d = 4, base 100), a unit vector on dimension 0 goes
+    to (cos t, 0, sin t, 0) and one on dimension 3 to (0, -sin 0.1t, 0, cos 0.1t). By hand,
+    1e-12 (one product per entry)."""
+    rope = nn.RotaryEmbedding(4, base=100.0, layout="half")
+    for unit, want in (
+        ([1.0, 0.0, 0.0, 0.0], lambda t: [math.cos(t), 0.0, math.sin(t), 0.0]),
+        ([0.0, 0.0, 0.0, 1.0], lambda t: [0.0, -math.sin(0.1 * t), 0.0, math.cos(0.1 * t)]),
+    ):
+        x = tl.tensor(np.tile(unit, (1, 3, 1, 1)), dtype=np.float64)  # (B, T, H, d)
+        y = rope(x).data[0, :, 0]
+        for t in range(3):
+            np.testing.assert_allclose(y[t], want(t), atol=1e-12)
+
+
+@given(st.integers(0, 30), st.integers(0, 1000))
+def test_rope_layouts_are_one_map_up_to_a_permutation(offset, seed):
+    """Interleaved RoPE on x permuted so that pair i is (x_i, x_{i+d/2}) equals the half
+    layout on x, permuted the same way (the same rotations, stored in another order).
+    1e-12: the same products per entry."""
+    d = 8
+    x = np.random.default_rng(seed).standard_normal((2, 3, 2, d))
+    perm = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], axis=-1).reshape(-1)
+    half = nn.RotaryEmbedding(d, layout="half")(tl.tensor(x), offset=offset).data
+    inter = nn.RotaryEmbedding(d)(tl.tensor(x[..., perm]), offset=offset).data
+    np.testing.assert_allclose(inter, half[..., perm], atol=1e-12)
+
+
+def test_rope_linear_scaling_divides_every_frequency():
+    """Position interpolation: θ_i / f, so position f·t turns as far as t did unscaled."""
+    theta = nn.embedding.rope_frequencies(8, 10000.0)
+    np.testing.assert_allclose(theta, [1.0, 0.1, 0.01, 0.001], rtol=1e-14)
+    scaled = nn.embedding.rope_frequencies(8, 10000.0, {"rope_type": "linear", "factor": 4.0})
+    np.testing.assert_allclose(scaled, theta / 4.0, rtol=1e-14)
+
+
+def test_rope_llama3_scaling_by_hand():
+    """Llama 3.1's scaling with n = 1000 original positions, l = 1, h = 4, f = 8 on θ = (1,
+    0.1, 0.01, 0.001): wavelengths 2π/θ ≈ (6.3, 63, 628, 6283). The first two are below
+    n/h = 250 and kept, the last is above n/l = 1000 and divided by f, and 628 is blended
+    with w = (n/λ - l)/(h - l) = (10/π - 1)/3 ≈ 0.197 of the unscaled θ. rtol 1e-12 (float64,
+    a few operations)."""
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1000,
+    }
+    w = (1000 * 0.01 / (2 * math.pi) - 1.0) / 3.0
+    want = [1.0, 0.1, (1 - w) * 0.01 / 8 + w * 0.01, 0.001 / 8]
+    got = nn.embedding.rope_frequencies(8, 10000.0, scaling)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert nn.RotaryEmbedding(8, scaling=scaling).theta.tolist() == got.tolist()
+
+
+@pytest.mark.parametrize("low, high", [(4.0, 4.0), (4.0, 1.0)])
+def test_rope_llama3_needs_high_freq_factor_above_low(low, high):
+    """w divides by h - l: equal factors (or reversed ones) are refused by name."""
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": low,
+        "high_freq_factor": high,
+        "original_max_position_embeddings": 1000,
+    }
+    with pytest.raises(ValueError, match="high_freq_factor must exceed low_freq_factor"):
+        nn.RotaryEmbedding(8, scaling=scaling)
