@@ -130,3 +130,31 @@ def test_on_cuda(device):
     tl.manual_seed(0)
     init.kaiming_uniform_(w)
     assert w.device == device and float(abs(w.data).max()) > 0
+
+
+def test_empty_parameters_draws_and_writes_nothing_even_after_an_inner_block():
+    """Inside ``empty_parameters`` new Parameters take no draws from the generator and the
+    in-place fills leave the tensor (values and version) as it was; leaving a nested block
+    keeps the outer one in force, and leaving the outer one brings draws and fills back."""
+
+    def draws_nothing(make) -> bool:
+        tl.manual_seed(0)
+        expected = tl.randn(3).numpy()
+        tl.manual_seed(0)
+        make()
+        return np.array_equal(tl.randn(3).numpy(), expected)
+
+    w = init.constant_(weight(3, 4), 7.0)
+    version = w._version
+    with init.empty_parameters():
+        with init.empty_parameters():
+            pass
+        assert draws_nothing(lambda: init.normal((3, 4), 0.02))
+        assert draws_nothing(lambda: init.uniform((3, 4), 0.5))
+        assert draws_nothing(lambda: init.normal_(w))
+        assert (w.data == 7.0).all() and w._version == version
+        p = init.constant((2, 3), 1.0, dtype=np.float64)
+        assert p.shape == (2, 3) and p.dtype == np.float64
+    assert not draws_nothing(lambda: init.normal((3, 4), 0.02))
+    init.normal_(w)
+    assert w._version == version + 1 and not (w.data == 7.0).any()
