@@ -1072,3 +1072,32 @@ def test_half_inputs_are_computed_in_float32_and_rounded_once(half):
     for a, b in zip(got, want):
         assert a.dtype == lo[0].dtype
         np.testing.assert_array_equal(a.numpy(), b.numpy().astype(a.dtype))
+
+
+@pytest.mark.parametrize(
+    "bias, qkv_bias, names",
+    [
+        (False, True, ["b_q", "b_k", "b_v"]),  # Qwen2
+        (True, False, ["b_O"]),
+        (False, None, []),  # qkv_bias follows bias
+        (True, None, ["b_q", "b_k", "b_v", "b_O"]),
+    ],
+)
+def test_qkv_bias_switches_the_query_key_value_biases_apart_from_b_O(bias, qkv_bias, names):
+    """qkv_bias puts biases on q, k, v (key/value ones of width H_kv·d_head) independently of
+    the output bias. b_q, b_v and b_O each move the output when raised by 1 (by far more than
+    rounding); b_k does not (up to 1e-12): it adds q·b_k to every score of a query, which the
+    softmax cancels."""
+    m = make(d_model=8, n_head=4, n_kv_head=2, bias=bias, qkv_bias=qkv_bias, causal=True)
+    got = [k for k in m.state_dict() if k.startswith("b_")]
+    assert got == names
+    widths = {"b_q": 8, "b_k": 4, "b_v": 4, "b_O": 8}
+    assert all(getattr(m, k).shape == (widths[k],) for k in names)
+    x = x64()
+    with tl.no_grad():
+        before = m(x).data
+        for k in names:
+            getattr(m, k).data[...] += 1.0
+            moved = not np.allclose(m(x).data, before, rtol=0, atol=1e-12)
+            assert moved == (k != "b_k"), k
+            getattr(m, k).data[...] -= 1.0
