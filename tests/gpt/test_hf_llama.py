@@ -284,3 +284,28 @@ def test_a_tensor_of_the_wrong_shape_or_an_extra_one_is_named(tmp_path):
     with pytest.raises(HFCheckpointError, match="1 tensor.*rotary_extra"):
         from_pretrained(tmp_path)
     assert from_pretrained(tmp_path, strict=False).config.n_kv_head == 2
+
+
+def test_a_tied_checkpoint_with_a_stored_lm_head_must_repeat_the_embedding(tmp_path):
+    """tie_word_embeddings=true with an lm_head.weight in the file (some exporters write the
+    redundant copy): an equal copy loads (logits as transformers', ATOL above), one that
+    differs in a single entry is refused by name instead of being silently dropped."""
+    from nn import serialization
+
+    ref = reference_model("Llama", dict(tie_word_embeddings=True))
+    ref.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    state = {k: np.array(v) for k, v in serialization.load(weights).items()}
+    assert "lm_head.weight" not in state  # transformers leaves the copy out
+    state["lm_head.weight"] = state["model.embed_tokens.weight"].copy()
+    serialization.save(state, weights)
+    with tl.no_grad():
+        logits, _ = from_pretrained(tmp_path)(tl.tensor(IDS))
+    np.testing.assert_allclose(logits.numpy(), reference_logits(ref, IDS), atol=ATOL)
+    state["lm_head.weight"][3, 5] += 1.0
+    serialization.save(state, weights)
+    with pytest.raises(
+        HFCheckpointError,
+        match=r"'lm_head.weight' differs from model.embed_tokens.weight.*tie_word_embeddings",
+    ):
+        from_pretrained(tmp_path)
