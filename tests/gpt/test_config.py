@@ -118,3 +118,26 @@ def test_an_empty_batch_is_a_clear_error():
             ValueError, match=rf"batch of token ids is empty \(shape \({shape[0]}, "
         ):
             model(tl.tensor(np.zeros(shape, dtype=np.int64)))
+
+
+def test_grouped_query_parameter_count_by_hand():
+    """Qwen2-like: 4 query heads sharing 1 key/value head of width 4, biases on q, k, v only,
+    RMSNorm gains, a SwiGLU MLP, tied embeddings. Counted by hand: embedding 11·16 = 176;
+    attention W_q, W_O 2·16·16 = 512, W_k, W_v 2·16·4 = 128, b_q 16, b_k + b_v 8 (664); MLP
+    3·16·24 = 1152; two block norms 32 and the final one 16."""
+    c = GPTConfig(
+        vocab_size=11,
+        block_size=12,
+        n_layer=1,
+        n_head=4,
+        n_kv_head=1,
+        d_model=16,
+        d_ff=24,
+        bias=False,
+        qkv_bias=True,
+        norm="rmsnorm",
+        activation="swiglu",
+        positional="rope",
+        tie_weights=True,
+    )
+    assert c.num_parameters() == 176 + (512 + 128 + 16 + 8) + 1152 + 32 + 16
