@@ -109,15 +109,17 @@ def test_logits_and_greedy_generation_match_transformers(tmp_path, case):
         assert got == expected, f"use_cache={use_cache}"
 
 
-def test_sharded_bfloat16_checkpoint_loads_exactly(tmp_path):
-    """A bfloat16 checkpoint in several shards: every tensor is widened to float32 exactly, so
-    the logits equal transformers' from the same files read as float32."""
-    pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sharded_half_precision_checkpoint_loads_exactly(tmp_path, dtype):
+    """A bfloat16 or float16 checkpoint in several shards: every tensor is widened to float32
+    exactly, so the logits equal transformers' from the same files read as float32."""
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
     import torch
     import transformers
 
     ref = reference_model("Llama", {})
-    ref.to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="20KB")
+    ref.to(getattr(torch, dtype)).save_pretrained(tmp_path, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
     assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
     model = from_pretrained(tmp_path)
@@ -309,3 +311,39 @@ def test_a_tied_checkpoint_with_a_stored_lm_head_must_repeat_the_embedding(tmp_p
         match=r"'lm_head.weight' differs from model.embed_tokens.weight.*tie_word_embeddings",
     ):
         from_pretrained(tmp_path)
+
+
+@pytest.mark.slow
+def test_load_llama_example_runs_and_shows_the_window(tmp_path):
+    """examples/load_llama.py --demo: a random Mistral-style folder made with transformers,
+    loaded, generated from, and one head's pattern printed and saved; the pattern's rows show
+    the sliding window of 4 (each query sees at most 4 positions)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("transformers", reason="the demo folder is made with transformers")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "load_llama.py"),
+            "--demo",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "n_kv_head=2" in out.stdout and "sliding_window=4" in out.stdout
+    grid = out.stdout.split("in percent:\n")[1].splitlines()
+    rows = [[int(v) for v in line.split() if v.isdigit()] for line in grid]  # labels are quoted
+    rows = rows[: len(rows[0])]  # one row per prompt token, then the "saved" lines
+    assert len(rows) >= 5 and all(len(row) == len(rows) for row in rows)
+    assert all(sum(v > 0 for v in row) <= 4 for row in rows)  # the window of 4
+    assert sum(v > 0 for v in rows[-1]) == 4  # the last query sees exactly 4 positions
+    assert (tmp_path / "llama_pattern.png").is_file() or "matplotlib" in out.stdout
+    assert (tmp_path / "llama_attention.html").is_file()
