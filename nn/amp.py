@@ -72,10 +72,13 @@ class GradScaler:
         found = False
         if self.enabled:
             inv = 1.0 / self.scale_value
+            finite = []  # one flag per gradient, on its device: read back once, not per tensor
             for p in _params_with_grad(optimizer):
                 g = p.grad.data
                 g *= inv
-                found = found or not bool(xp_of(g).isfinite(g).all())
+                finite.append(xp_of(g).isfinite(g).all())
+            if finite:
+                found = not bool(xp_of(finite[0]).stack(finite).all())
         self._found_inf = found
         return found
 
