@@ -31,6 +31,7 @@ causal mask) are ignored.
     model = gpt.hf.from_pretrained("path/to/gpt2")       # config.json + model.safetensors
     model = gpt.hf.from_pretrained("path/to/llama")      # LlamaForCausalLM, Qwen2, Mistral
     gpt.hf.save_hf_gpt2(model, "out/")                   # loadable by transformers too
+    gpt.hf.save_hf_llama(model, "out/")                  # a Llama-shaped GPT, likewise
 
 The model is built with :func:`nn.init.empty_parameters` (no random initialisation that the
 checkpoint would overwrite) and every parameter is then loaded from the file.
@@ -61,6 +62,7 @@ __all__ = [
     "load_hf_state",
     "convert_hf_state",
     "save_hf_gpt2",
+    "save_hf_llama",
     "tokenizer_from_pretrained",
 ]
 
@@ -464,10 +466,27 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
         arrays[h + "mlp.c_proj.bias"] = sd[b + "mlp.b_out"]
     arrays["ln_f.weight"] = sd["ln_f.w"]
     arrays["ln_f.bias"] = sd["ln_f.b"]
-    arrays = {"transformer." + k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
+    arrays = {"transformer." + k: v for k, v in arrays.items()}
     if not cfg.tie_weights:
-        arrays["lm_head.weight"] = np.ascontiguousarray(sd["W_U"].T, np.float32)
+        arrays["lm_head.weight"] = sd["W_U"].T
+    _write_folder(path, arrays, hf_config)
 
+
+def save_hf_llama(model: GPT, path: str | os.PathLike) -> None:
+    """Write a Llama-shaped ``model`` (RMSNorm, rotate-half RoPE, SwiGLU, pre-norm; any
+    ``n_kv_head``) as a Hugging Face ``LlamaForCausalLM`` folder, or ``MistralForCausalLM`` with
+    a sliding window, or ``Qwen2ForCausalLM`` with q/k/v-only biases (float32 safetensors and
+    ``config.json``), which both :func:`from_pretrained` and ``transformers`` read."""
+    cfg = model.config
+    hf_config = hf_llama.config_to_llama(cfg)
+    sd = {k: to_device(p.data, "cpu") for k, p in model.named_parameters()}
+    _write_folder(path, hf_llama.llama_state_to_hf(sd, cfg), hf_config)
+
+
+def _write_folder(path, arrays: dict[str, np.ndarray], hf_config: dict) -> None:
+    """``model.safetensors`` (float32, contiguous) and ``config.json`` in ``path``, each
+    written atomically."""
+    arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     # transformers insists on a "format" entry in the metadata

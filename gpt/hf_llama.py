@@ -172,3 +172,89 @@ def convert_llama_state(take, cfg: GPTConfig, model_type: str) -> dict[str, np.n
     if not cfg.tie_weights:
         out["W_U"] = linear_weight("lm_head.weight", V, d)
     return out
+
+
+def config_to_llama(cfg: GPTConfig) -> dict:
+    """The Hugging Face ``config.json`` of a Llama-shaped :class:`GPTConfig` (the inverse of
+    :func:`config_from_llama`): Mistral when it has a sliding window, Qwen2 when only q, k and
+    v have biases, else Llama. Raises ValueError naming what none of them can express."""
+    problems = [
+        f"{name}={getattr(cfg, name)!r} (these checkpoints have {wanted!r})"
+        for name, wanted in [
+            ("norm", "rmsnorm"),
+            ("norm_placement", "pre"),
+            ("positional", "rope"),
+            ("rope_layout", "half"),
+            ("activation", "swiglu"),
+            ("parallel", False),
+            ("attn_only", False),
+            ("final_norm", True),
+        ]
+        if getattr(cfg, name) != wanted
+    ]
+    if cfg.sliding_window is not None and (cfg.bias or cfg.qkv_bias):
+        problems.append("a sliding window with biases (Mistral has none)")
+    if cfg.bias and not cfg.qkv_bias:
+        problems.append("an output bias without q/k/v biases")
+    if problems:
+        raise ValueError("this model is not Llama-shaped: " + "; ".join(problems))
+    if cfg.sliding_window is not None:
+        model_type, extra = "mistral", {"sliding_window": cfg.sliding_window}
+    elif cfg.qkv_bias and not cfg.bias:
+        model_type, extra = "qwen2", {"use_sliding_window": False}
+    else:
+        model_type, extra = "llama", {"attention_bias": cfg.bias, "mlp_bias": cfg.bias}
+    rope = {"rope_type": "default"} if cfg.rope_scaling is None else dict(cfg.rope_scaling)
+    return {
+        "architectures": [ARCHITECTURES[model_type]],
+        "model_type": model_type,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.block_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.n_kv_head,
+        "head_dim": cfg.d_head,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_base,  # transformers 4's spelling,
+        "rope_scaling": None if cfg.rope_scaling is None else rope,
+        "rope_parameters": {**rope, "rope_theta": cfg.rope_base},  # and 5's
+        "tie_word_embeddings": cfg.tie_weights,
+        "initializer_range": cfg.init_std,
+        "attention_dropout": 0.0,
+        "use_cache": True,
+        **extra,
+    }
+
+
+def llama_state_to_hf(sd: dict[str, np.ndarray], cfg: GPTConfig) -> dict[str, np.ndarray]:
+    """A ``GPT`` state dict (NumPy arrays) under Hugging Face's Llama-family names, each matrix
+    transposed back to (out, in): the inverse of :func:`convert_llama_state`."""
+    d, H, dh = cfg.d_model, cfg.n_head, cfg.d_head
+
+    def t(a):  # (in, out) -> (out, in)
+        return a.reshape(a.shape[0], -1).T
+
+    out = {"model.embed_tokens.weight": sd["embed.W"], "model.norm.weight": sd["ln_f.w"]}
+    for i in range(cfg.n_layer):
+        h, b = f"model.layers.{i}.", f"blocks.{i}."
+        out[h + "input_layernorm.weight"] = sd[b + "ln1.w"]
+        out[h + "post_attention_layernorm.weight"] = sd[b + "ln2.w"]
+        for name in "qkv":
+            out[h + f"self_attn.{name}_proj.weight"] = t(sd[b + f"attn.W_{name}"])
+            if cfg.qkv_bias:
+                out[h + f"self_attn.{name}_proj.bias"] = sd[b + f"attn.b_{name}"]
+        out[h + "self_attn.o_proj.weight"] = sd[b + "attn.W_O"].reshape(H * dh, d).T
+        out[h + "mlp.gate_proj.weight"] = t(sd[b + "mlp.W_gate"])
+        out[h + "mlp.up_proj.weight"] = t(sd[b + "mlp.W_in"])
+        out[h + "mlp.down_proj.weight"] = t(sd[b + "mlp.W_out"])
+        if cfg.bias:
+            out[h + "self_attn.o_proj.bias"] = sd[b + "attn.b_O"]
+            out[h + "mlp.gate_proj.bias"] = sd[b + "mlp.b_gate"]
+            out[h + "mlp.up_proj.bias"] = sd[b + "mlp.b_in"]
+            out[h + "mlp.down_proj.bias"] = sd[b + "mlp.b_out"]
+    if not cfg.tie_weights:
+        out["lm_head.weight"] = sd["W_U"].T
+    return out

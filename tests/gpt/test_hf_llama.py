@@ -347,3 +347,71 @@ def test_load_llama_example_runs_and_shows_the_window(tmp_path):
     assert sum(v > 0 for v in rows[-1]) == 4  # the last query sees exactly 4 positions
     assert (tmp_path / "llama_pattern.png").is_file() or "matplotlib" in out.stdout
     assert (tmp_path / "llama_attention.html").is_file()
+
+
+# ---------------------------------------------------------------------- writing
+LLAMA_SHAPED = dict(
+    vocab_size=97,
+    block_size=64,
+    n_layer=2,
+    n_head=4,
+    n_kv_head=2,
+    d_model=32,
+    d_ff=48,
+    activation="swiglu",
+    norm="rmsnorm",
+    positional="rope",
+    rope_layout="half",
+    bias=False,
+    tie_weights=False,
+)
+WRITTEN = {
+    "llama": dict(rope_scaling=dict(LLAMA3_ROPE), rope_base=500000.0),
+    "qwen2": dict(qkv_bias=True),
+    "mistral": dict(sliding_window=5),
+    "llama-tied-biases": dict(bias=True, tie_weights=True, n_kv_head=1),
+}
+
+
+@pytest.mark.parametrize("case", list(WRITTEN))
+def test_save_hf_llama_is_read_back_exactly_and_by_transformers(tmp_path, case):
+    """A Llama-shaped GPT written by save_hf_llama: from_pretrained gives back every parameter
+    exactly, and transformers reads the folder (its architecture chosen by the config) with the
+    same logits (ATOL, as above)."""
+    from gpt.config import GPTConfig
+    from gpt.hf import save_hf_llama
+    from gpt.model import GPT
+
+    tl.manual_seed(0)
+    model = GPT(GPTConfig(**{**LLAMA_SHAPED, **WRITTEN[case]})).eval()
+    rng = np.random.default_rng(1)
+    for p in model.parameters():  # norms and biases off their initial ones and zeros
+        p.data += rng.standard_normal(p.shape).astype(np.float32) * 0.05
+    save_hf_llama(model, tmp_path)
+    back = from_pretrained(tmp_path)
+    assert back.config == model.config
+    for (name, p), q in zip(model.named_parameters(), back.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    import torch
+
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    expected = case.split("-")[0]
+    assert type(ref).__name__.lower().startswith(expected)
+    with torch.no_grad():
+        want = ref(torch.tensor(IDS)).logits.numpy()
+    with tl.no_grad():
+        got, _ = model(tl.tensor(IDS))
+    np.testing.assert_allclose(got.numpy(), want, atol=ATOL)
+
+
+def test_save_hf_llama_refuses_a_model_of_another_shape(tmp_path):
+    from gpt.config import GPTConfig
+    from gpt.hf import save_hf_llama
+    from gpt.model import GPT
+
+    model = GPT(GPTConfig(**{**LLAMA_SHAPED, "rope_layout": "interleaved", "norm": "layernorm"}))
+    with pytest.raises(ValueError, match="not Llama-shaped: norm='layernorm'.*rope_layout"):
+        save_hf_llama(model, tmp_path)
+    assert not (tmp_path / "model.safetensors").exists()
