@@ -30,7 +30,7 @@ from nn.init import constant, uniform
 from nn.linear import linear
 from nn.module import HookPoint, Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
 
 _P = 0.3275911
@@ -42,18 +42,6 @@ _TANH_C = math.sqrt(2.0 / math.pi)  # the tanh form's √(2/π) and its cubic co
 _TANH_K = 0.044715
 _LOG2_E = 1.0 / math.log(2.0)
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
-
-
-def _in_float32(x):
-    """(x in float32, its own dtype) for float16/bfloat16 input, which the activations here
-    compute in float32 and round back once at the end (as the norms do); (x, None) otherwise."""
-    acc = acc_dtype(x)
-    return (x, None) if acc is None else (x.astype(acc), x.dtype)
-
-
-def _rounded(y, half):
-    """``y`` back in the input's half dtype (see :func:`_in_float32`)."""
-    return y if half is None else y.astype(half)
 
 
 def _erf_and_gauss(z, out=None, gauss_out=None):
@@ -131,8 +119,8 @@ def row_blocks(a) -> list[slice]:
 def erf(z):
     """erf of a raw array: exact to an ulp or two in float64, Abramowitz & Stegun 7.1.26
     (|error| ≤ 1.5e-7) in float32 (which float16 and bfloat16 are computed in)."""
-    z, half = _in_float32(z)
-    return _rounded(_erf_and_gauss(z)[0], half)
+    z, half = in_float32(z)
+    return rounded(_erf_and_gauss(z)[0], half)
 
 
 class ErfFn(Function):
@@ -141,8 +129,8 @@ class ErfFn(Function):
     The backward is written in Tensor ops (it is short), so it is differentiable as it is."""
 
     def forward(ctx, a):
-        a, half = _in_float32(a)
-        return _rounded(_erf_and_gauss(a)[0], half)
+        a, half = in_float32(a)
+        return rounded(_erf_and_gauss(a)[0], half)
 
     def backward(ctx, g):
         a = ctx.inputs[0]
@@ -154,7 +142,7 @@ class GELUFn(Function):
     dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density."""
 
     def forward(ctx, x):
-        xp, (x, half) = xp_of(x), _in_float32(x)
+        xp, (x, half) = xp_of(x), in_float32(x)
         y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
         rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
         views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
@@ -166,7 +154,7 @@ class GELUFn(Function):
             gauss *= _INV_SQRT_2PI  # φ(x)
             xp.multiply(xs, e, out=ys)
         ctx.cdf, ctx.pdf = cdf, pdf
-        return _rounded(y, half)
+        return rounded(y, half)
 
     def backward(ctx, g):
         d = ctx.inputs[0].data * ctx.pdf
@@ -185,7 +173,7 @@ class GELUTanhFn(Function):
     dx = g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²))."""
 
     def forward(ctx, x):
-        xp, (x, half) = xp_of(x), _in_float32(x)
+        xp, (x, half) = xp_of(x), in_float32(x)
         x2 = x * x
         u = x2 * _TANH_K
         u += 1.0
@@ -196,7 +184,7 @@ class GELUTanhFn(Function):
         y = t + 1.0
         y *= x
         y *= 0.5
-        return _rounded(y, half)
+        return rounded(y, half)
 
     def backward(ctx, g):
         t, x2 = ctx.t, ctx.x2
@@ -220,12 +208,12 @@ class SiLUFn(Function):
     dx = g sigmoid(x) (1 + x (1 - sigmoid(x)))."""
 
     def forward(ctx, x):
-        xp, (x, half) = xp_of(x), _in_float32(x)
+        xp, (x, half) = xp_of(x), in_float32(x)
         s = xp.tanh(x * 0.5)  # sigmoid(x) = (1 + tanh(x/2))/2 never overflows
         s += 1.0
         s *= 0.5
         ctx.sig = s
-        return _rounded(x * s, half)
+        return rounded(x * s, half)
 
     def backward(ctx, g):
         s = ctx.sig
@@ -248,11 +236,11 @@ class ELUFn(Function):
     saves_output = True  # backward reads ctx.output
 
     def forward(ctx, x, alpha):
-        xp, (x, half) = xp_of(x), _in_float32(x)
+        xp, (x, half) = xp_of(x), in_float32(x)
         ctx.pos = x > 0
         neg = xp.expm1(xp.minimum(x, 0.0))
         neg *= alpha
-        return _rounded(xp.where(ctx.pos, x, neg), half)
+        return rounded(xp.where(ctx.pos, x, neg), half)
 
     def backward(ctx, g):
         y = ctx.output.data

@@ -44,7 +44,7 @@ from nn.init import constant, uniform
 from nn.linear import linear, sum_last
 from nn.module import HookPoint, Module
 from tensorlab import Tensor, cat
-from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
 
 _causal_cache: dict = {}
@@ -114,9 +114,9 @@ class AttentionFn(Function):
     products) and the output rounded back once, like the norms."""
 
     def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
-        xp, half = xp_of(q), q.dtype if acc_dtype(q) else None
+        xp, (q, half) = xp_of(q), in_float32(q)
         if half:
-            q, k, v = (a.astype(acc_dtype(a)) for a in (q, k, v))
+            k, v = k.astype(q.dtype), v.astype(q.dtype)
             bias = tuple(b.astype(q.dtype) for b in bias)
         qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
         S = qh @ kh.swapaxes(-1, -2)
@@ -141,8 +141,7 @@ class AttentionFn(Function):
         ctx.A = S
         if dropout_mask is not None:
             S = S * dropout_mask
-        y = _matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype)
-        return y if half is None else y.astype(half)
+        return rounded(_matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype), half)
 
     def backward(ctx, g):
         A = ctx.A  # float32 for half inputs: the backward runs in float32 too

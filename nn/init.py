@@ -33,7 +33,7 @@ import numpy as np
 
 from nn.module import Parameter
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, default_device, generator, xp_for
+from tensorlab.backend import DEFAULT_DTYPE, generator, xp_for
 
 _GAINS = {
     "linear": 1.0,
@@ -205,15 +205,11 @@ def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str | None = None
     """A Parameter filled with ``value`` (zeros for biases, ones for gains)."""
     if _skip[0]:
         return _empty(shape, dtype, device)
-    return Parameter(_xp(device).full(shape, value, dtype=np.dtype(dtype)))
+    return Parameter(xp_for(device).full(shape, value, dtype=np.dtype(dtype)))
 
 
-def _xp(device: str | None):
-    return xp_for(device or default_device())
-
-
-def _empty(shape, dtype, device: str) -> Parameter:
-    return Parameter(_xp(device).empty(shape, dtype=np.dtype(dtype)))
+def _empty(shape, dtype, device: str | None) -> Parameter:
+    return Parameter(xp_for(device).empty(shape, dtype=np.dtype(dtype)))
 
 
 # ------------------------------------------------------------------ GPT-2 defaults

@@ -14,7 +14,7 @@ from nn.init import constant
 from nn.linear import mean_last, sum_rows
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
 
 
@@ -48,9 +48,7 @@ class LayerNormFn(Function):
     """
 
     def forward(ctx, x, *affine, eps):
-        xp, half = xp_of(x), x.dtype if acc_dtype(x) else None
-        if half:
-            x = x.astype(acc_dtype(x))
+        xp, (x, half) = xp_of(x), in_float32(x)
         xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
         var = mean_last(xp.square(xhat))
         var += eps
@@ -58,11 +56,11 @@ class LayerNormFn(Function):
         xhat *= rstd
         ctx.xhat, ctx.rstd = xhat, rstd
         if not affine:
-            return xhat if half is None else xhat.astype(half)
+            return rounded(xhat, half)
         y = xhat * affine[0]
         if len(affine) == 2:
             y += affine[1]
-        return y if half is None else y.astype(half)
+        return rounded(y, half)
 
     def backward(ctx, g):
         return _backward(ctx, g, centred=True)
@@ -88,16 +86,14 @@ class RMSNormFn(Function):
     """
 
     def forward(ctx, x, *gain, eps):
-        xp, half = xp_of(x), x.dtype if acc_dtype(x) else None
-        if half:
-            x = x.astype(acc_dtype(x))
+        xp, (x, half) = xp_of(x), in_float32(x)
         var = mean_last(xp.square(x))
         var += eps
         rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
         xhat = x * rstd
         ctx.xhat, ctx.rstd = xhat, rstd
         y = xhat * gain[0] if gain else xhat
-        return y if half is None else y.astype(half)
+        return rounded(y, half)
 
     def backward(ctx, g):
         return _backward(ctx, g, centred=False)

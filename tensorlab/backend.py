@@ -52,6 +52,19 @@ def acc_dtype(array):
     return np.float32 if (dt is _HALF or dt is _BF16) else None
 
 
+def in_float32(x):
+    """``(x, None)``, or for a float16/bfloat16 array ``(x in float32, its dtype)``: the ops
+    that normalize or exponentiate (norms, softmax, activations, attention) compute half inputs
+    in float32 and round the result back once with :func:`rounded`."""
+    acc = acc_dtype(x)
+    return (x, None) if acc is None else (x.astype(acc), x.dtype)
+
+
+def rounded(y, half):
+    """``y`` back in the half dtype :func:`in_float32` returned (unchanged for None)."""
+    return y if half is None else y.astype(half)
+
+
 def is_float(dtype) -> bool:
     """True for floating-point dtypes, bfloat16 included (NumPy files ml_dtypes' bfloat16 under
     kind 'V', not 'f')."""
@@ -100,8 +113,10 @@ def device_of(array) -> str:
     return "cpu" if xp_of(array) is np else "cuda"
 
 
-def xp_for(device: str) -> object:
-    """The array module for a device name, with a clear error if it is unavailable."""
+def xp_for(device: str | None) -> object:
+    """The array module for a device name (None: the default device), with a clear error if it
+    is unavailable."""
+    device = device or default_device()
     if device == "cpu":
         return np
     if device == "cuda" or device.startswith("cuda:"):

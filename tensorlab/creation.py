@@ -8,11 +8,6 @@ from tensorlab.backend import DEFAULT_DTYPE, default_device, generator, xp_for, 
 from tensorlab.tensor import Tensor
 
 
-def _xp(device: str | None):
-    """The array module of ``device``, or of the default device when it is None."""
-    return xp_for(device or default_device())
-
-
 def _shape(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], tuple | list):
         return tuple(shape[0])
@@ -43,19 +38,19 @@ def tensor(
 def zeros(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(_xp(device).zeros(_shape(shape), dtype=dtype), requires_grad)
+    return _make(xp_for(device).zeros(_shape(shape), dtype=dtype), requires_grad)
 
 
 def ones(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(_xp(device).ones(_shape(shape), dtype=dtype), requires_grad)
+    return _make(xp_for(device).ones(_shape(shape), dtype=dtype), requires_grad)
 
 
 def full(
     shape, value, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(_xp(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
+    return _make(xp_for(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
@@ -65,7 +60,7 @@ def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> T
     if dtype is None:
         is_int = all(isinstance(v, int | np.integer) for v in (start, stop, step))
         dtype = np.int64 if is_int else DEFAULT_DTYPE
-    return Tensor._wrap(_xp(device).arange(start, stop, step, dtype=dtype))
+    return Tensor._wrap(xp_for(device).arange(start, stop, step, dtype=dtype))
 
 
 def eye(
@@ -75,7 +70,7 @@ def eye(
     device: str | None = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    return _make(_xp(device).eye(n, m, dtype=dtype), requires_grad)
+    return _make(xp_for(device).eye(n, m, dtype=dtype), requires_grad)
 
 
 def randn(

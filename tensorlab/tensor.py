@@ -401,10 +401,7 @@ class Tensor:
         return MatMul.apply(a, b)
 
     def __rmatmul__(self, other):
-        a, b = _lift(other, self), self
-        if _modes.autocast is not None:
-            a, b = autocast_inputs(a, b)
-        return MatMul.apply(a, b)
+        return _lift(other, self).__matmul__(self)
 
     # comparisons give boolean tensors (no gradient)
     def _compare(self, other, op) -> Tensor:

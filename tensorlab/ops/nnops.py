@@ -8,7 +8,7 @@ the result rounded back.
 
 from __future__ import annotations
 
-from tensorlab.backend import acc_dtype, xp_of
+from tensorlab.backend import in_float32, rounded, xp_of
 from tensorlab.function import Function
 
 
@@ -21,11 +21,10 @@ class Softmax(Function):
         ctx.axis = axis
         if a.size == 0:  # nothing to normalize (an empty axis): an empty result, as PyTorch
             return a.copy()
-        xp, acc = xp_of(a), acc_dtype(a)
-        x = a if acc is None else a.astype(acc)
+        xp, (x, half) = xp_of(a), in_float32(a)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
-        return e if acc is None else e.astype(a.dtype)
+        return rounded(e, half)
 
     def backward(ctx, g):
         y = ctx.output
@@ -39,11 +38,10 @@ def log_softmax_array(a, axis: int = -1):
     arrays (sampling, beam search, circuit tables) calls it instead of writing its own."""
     if a.size == 0:  # an empty axis: an empty result, as PyTorch
         return a.copy()
-    xp, acc = xp_of(a), acc_dtype(a)
-    x = a if acc is None else a.astype(acc)
+    xp, (x, half) = xp_of(a), in_float32(a)
     shifted = x - x.max(axis=axis, keepdims=True)
     y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
-    return y if acc is None else y.astype(a.dtype)
+    return rounded(y, half)
 
 
 class LogSoftmax(Function):
