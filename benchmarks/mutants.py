@@ -556,8 +556,8 @@ MUTANTS = {
         ),
         (
             "half-not-upcast",
-            "q, k, v = (a.astype(acc_dtype(a)) for a in (q, k, v))",
-            "q, k, v = (a.astype(a.dtype) for a in (q, k, v))",
+            "xp, (q, half) = xp_of(q), in_float32(q)",
+            "xp, (q, half) = xp_of(q), (q, None)",
             "AttentionFn: float16/bfloat16 inputs computed in their own dtype",
         ),
     ],
