@@ -77,7 +77,7 @@ def test_patching_by_head_counts_kv_heads_for_keys():
     assert by_k.shape == (2, 2) and by_z.shape == (2, 4)
     # each entry is the patch of that key head alone
     one = C.patch_activation(model, corrupted, cache, "blocks.1.attn.hook_k", head=1)
-    assert by_k[1, 1] == metric(one)
+    assert by_k[1, 1] == float(metric(one).item())
     # patching key head 1 of the last layer changes only query heads 2 and 3's patterns
     name, pattern = "blocks.1.attn.hook_k", ["blocks.1.attn.hook_pattern"]
 
