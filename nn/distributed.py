@@ -192,8 +192,12 @@ class Distributed:
 
     def abort(self, code: int) -> None:
         """End every process of the job (one rank's error must not leave the others waiting
-        in a collective forever)."""
+        in a collective forever). Before aborting, wait a moment: the lines this rank just
+        printed travel through mpiexec's forwarder, and an abort that tears the job down
+        first loses them (seen once in CI: an empty stderr)."""
+        sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.5)
         self.comm.Abort(code)
 
 

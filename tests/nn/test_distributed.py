@@ -178,7 +178,9 @@ def test_a_failing_rank_ends_the_job_with_one_line(tmp_path):
     )
     assert run.returncode != 0
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
-    assert lines == ["error: rank 1/2: out of memory on rank 1"], run.stderr[-2000:]
+    assert lines == ["error: rank 1/2: out of memory on rank 1"], (
+        f"exit {run.returncode}\nstderr: {run.stderr[-2000:]}\nstdout: {run.stdout[-2000:]}"
+    )
 
 
 @needs_mpi
