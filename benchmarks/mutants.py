@@ -346,6 +346,24 @@ MUTANTS = {
         ),
         ("silu-sign", "d = 1.0 - s", "d = 1.0 + s", "SiLU backward: 1 + σ"),
         (
+            "gelu-kernel-pdf-half",
+            "pdf = xp.exp(-0.5 * x * x) * _INV_SQRT_2PI",
+            "pdf = xp.exp(-x * x) * _INV_SQRT_2PI",
+            "GELU GPU backward kernel: e^(-x²) instead of e^(-x²/2)",
+        ),
+        (
+            "gelu-tanh-kernel-cube",
+            "    t = xp.tanh(_TANH_C * (x + _TANH_K * x * x * x))\n    return 0.5 * x",
+            "    t = xp.tanh(_TANH_C * (x + _TANH_K * x * x))\n    return 0.5 * x",
+            "GELU tanh GPU forward kernel: k x² instead of k x³",
+        ),
+        (
+            "silu-kernel-sign",
+            "return g * s * (1.0 + x * (1.0 - s))",
+            "return g * s * (1.0 - x * (1.0 - s))",
+            "SiLU GPU backward kernel: 1 - x(1 - σ)",
+        ),
+        (
             "elu-slope",
             'y + ctx.params["alpha"])',
             'y * ctx.params["alpha"])',
@@ -578,6 +596,13 @@ MUTANTS = {
         ("adam-m-correction", "tmp *= lr / (1 - b1**t)", "tmp *= lr", "Adam: no m̂ correction"),
         ("adamw-decay-lr", "w *= 1 - lr * wd", "w *= 1 - wd", "AdamW: decay not scaled by lr"),
         ("adam-l2-sign", "g = g + wd * w", "g = g - wd * w", "Adam L2: sign"),
+        ("adam-kernel-v", "v += g * g * c2", "v += g * c2", "Adam GPU kernel: v from g, not g²"),
+        (
+            "adam-kernel-decay",
+            "decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)",
+            "decay, l2 = (1 - wd, 0.0) if self.decoupled else (1.0, wd)",
+            "AdamW GPU kernel: decay not scaled by lr",
+        ),
         (
             "clip-norm-sqrt",
             "norm = math.sqrt(float(total_sq))",

@@ -30,8 +30,9 @@ from nn.init import constant, uniform
 from nn.linear import linear
 from nn.module import HookPoint, Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, erf_exact, in_float32, rounded, xp_of
 from tensorlab.function import Function
+from tensorlab.fused import fused
 
 _P = 0.3275911
 _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -80,15 +81,8 @@ def _erf_and_gauss(z, out=None, gauss_out=None):
 
 
 def _erf_and_gauss_float64(xp, z, out=None, gauss_out=None):
-    """(erf(z), e^(-z²)) for float64, exact to an ulp or two: ``math.erf`` entry by entry
-    (``cupyx.scipy.special.erf`` for CuPy arrays)."""
-    if xp is np:
-        e = np.fromiter(map(math.erf, z.ravel().tolist()), np.float64, z.size)  # host: NumPy branch
-        e = e.reshape(z.shape)
-    else:  # pragma: no cover - needs a GPU
-        from cupyx.scipy.special import erf as cupy_erf
-
-        e = cupy_erf(z)
+    """(erf(z), e^(-z²)) for float64, exact to an ulp or two (:func:`erf_exact`)."""
+    e = erf_exact(z)
     if out is not None:
         out[...] = e
         e = out
@@ -143,6 +137,8 @@ class GELUFn(Function):
 
     def forward(ctx, x):
         xp, (x, half) = xp_of(x), in_float32(x)
+        if xp is not np:  # a GPU: one fused kernel; the backward recomputes Φ and φ from x
+            return rounded(gelu_kernel(x), half)
         y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
         rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
         views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
@@ -157,7 +153,10 @@ class GELUFn(Function):
         return rounded(y, half)
 
     def backward(ctx, g):
-        d = ctx.inputs[0].data * ctx.pdf
+        x = ctx.inputs[0].data
+        if xp_of(x) is not np:
+            return gelu_grad_kernel(in_float32(x)[0], in_float32(g.data)[0])
+        d = x * ctx.pdf
         d += ctx.cdf
         d *= g.data
         return d
@@ -167,6 +166,20 @@ class GELUFn(Function):
         return x * (ErfFn.apply(x * _SQRT_HALF) + 1.0) * 0.5
 
 
+@fused
+def gelu_kernel(xp, x):
+    """GELUFn's forward as one GPU kernel: x Φ(x)."""
+    return x * (0.5 + 0.5 * xp.erf(x * _SQRT_HALF))
+
+
+@fused
+def gelu_grad_kernel(xp, x, g):
+    """GELUFn's backward as one GPU kernel: g (Φ(x) + x φ(x))."""
+    cdf = 0.5 + 0.5 * xp.erf(x * _SQRT_HALF)
+    pdf = xp.exp(-0.5 * x * x) * _INV_SQRT_2PI
+    return g * (cdf + x * pdf)
+
+
 class GELUTanhFn(Function):
     """The tanh form of GELU (GPT-2's): y = ½ x (1 + t),  t = tanh(u),  u = c (x + k x³)
     with c = √(2/π), k = 0.044715;
@@ -174,6 +187,8 @@ class GELUTanhFn(Function):
 
     def forward(ctx, x):
         xp, (x, half) = xp_of(x), in_float32(x)
+        if xp is not np:  # a GPU: one fused kernel; the backward recomputes t from x
+            return rounded(gelu_tanh_kernel(x), half)
         x2 = x * x
         u = x2 * _TANH_K
         u += 1.0
@@ -187,10 +202,13 @@ class GELUTanhFn(Function):
         return rounded(y, half)
 
     def backward(ctx, g):
+        x = ctx.inputs[0].data
+        if xp_of(x) is not np:
+            return gelu_tanh_grad_kernel(in_float32(x)[0], in_float32(g.data)[0])
         t, x2 = ctx.t, ctx.x2
         du = x2 * (3 * _TANH_K * _TANH_C)  # c (1 + 3k x²), built in place
         du += _TANH_C
-        du *= ctx.inputs[0].data
+        du *= x
         du *= 1.0 - t * t
         du += t
         du += 1.0
@@ -203,12 +221,29 @@ class GELUTanhFn(Function):
         return x * (((x + x * x * x * _TANH_K) * _TANH_C).tanh() + 1.0) * 0.5
 
 
+@fused
+def gelu_tanh_kernel(xp, x):
+    """GELUTanhFn's forward as one GPU kernel: ½ x (1 + t)."""
+    t = xp.tanh(_TANH_C * (x + _TANH_K * x * x * x))
+    return 0.5 * x * (1.0 + t)
+
+
+@fused
+def gelu_tanh_grad_kernel(xp, x, g):
+    """GELUTanhFn's backward as one GPU kernel: g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²))."""
+    t = xp.tanh(_TANH_C * (x + _TANH_K * x * x * x))
+    du = _TANH_C * (1.0 + 3 * _TANH_K * x * x)
+    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+
+
 class SiLUFn(Function):
     """y = x sigmoid(x) (SiLU, a.k.a. Swish with β = 1);
     dx = g sigmoid(x) (1 + x (1 - sigmoid(x)))."""
 
     def forward(ctx, x):
         xp, (x, half) = xp_of(x), in_float32(x)
+        if xp is not np:  # a GPU: one fused kernel; the backward recomputes sigmoid(x)
+            return rounded(silu_kernel(x), half)
         s = xp.tanh(x * 0.5)  # sigmoid(x) = (1 + tanh(x/2))/2 never overflows
         s += 1.0
         s *= 0.5
@@ -216,9 +251,12 @@ class SiLUFn(Function):
         return rounded(x * s, half)
 
     def backward(ctx, g):
+        x = ctx.inputs[0].data
+        if xp_of(x) is not np:
+            return silu_grad_kernel(in_float32(x)[0], in_float32(g.data)[0])
         s = ctx.sig
         d = 1.0 - s
-        d *= ctx.inputs[0].data
+        d *= x
         d += 1.0
         d *= s
         d *= g.data
@@ -227,6 +265,19 @@ class SiLUFn(Function):
     @staticmethod
     def composed(x):
         return x * x.sigmoid()
+
+
+@fused
+def silu_kernel(xp, x):
+    """SiLUFn's forward as one GPU kernel: x sigmoid(x), sigmoid(x) = ½(1 + tanh(x/2))."""
+    return x * (0.5 + 0.5 * xp.tanh(0.5 * x))
+
+
+@fused
+def silu_grad_kernel(xp, x, g):
+    """SiLUFn's backward as one GPU kernel: g s (1 + x (1 - s)), s = sigmoid(x)."""
+    s = 0.5 + 0.5 * xp.tanh(0.5 * x)
+    return g * s * (1.0 + x * (1.0 - s))
 
 
 class ELUFn(Function):

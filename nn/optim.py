@@ -23,6 +23,7 @@ import numpy as np
 
 from tensorlab import Tensor
 from tensorlab.backend import to_device, xp_for, xp_of
+from tensorlab.fused import fused
 
 ParamsArg = Iterable[Tensor] | Iterable[dict]
 
@@ -268,6 +269,12 @@ class Adam(Optimizer):
             state = self.state[p] = {"step": 0, "m": xp.zeros_like(w), "v": xp.zeros_like(w)}
         state["step"] = t = state["step"] + 1
         m, v = state["m"], state["v"]
+        if xp is not np:  # a GPU: the whole update in one fused kernel (adam_kernel below)
+            decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)
+            step_size, bc2_sqrt = lr / (1 - b1**t), math.sqrt(1 - b2**t)
+            adam_kernel(w, g, m, v, b1, 1 - b1, b2, 1 - b2, step_size, bc2_sqrt, eps, decay, l2)
+            p._vc[0] += 1
+            return
         if wd != 0:
             if self.decoupled:
                 w *= 1 - lr * wd  # p ← p − η·λ·p
@@ -291,6 +298,20 @@ class Adam(Optimizer):
         tmp *= lr / (1 - b1**t)
         w -= tmp
         p._vc[0] += 1  # the in-place update is a new version
+
+
+@fused
+def adam_kernel(xp, w, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps, decay, l2):
+    """Adam.update as one GPU kernel, in place on w, m and v, with the CPU form's order of
+    operations (c1 = 1 − β1, c2 = 1 − β2, step_size = η/(1 − β1ᵗ), bc2_sqrt = √(1 − β2ᵗ));
+    AdamW passes decay = 1 − ηλ and l2 = 0, Adam decay = 1 and l2 = λ."""
+    g = g + l2 * w
+    w *= decay
+    m *= b1
+    m += g * c1
+    v *= b2
+    v += g * g * c2
+    w -= m / (xp.sqrt(v) / bc2_sqrt + eps) * step_size
 
 
 class AdamW(Adam):

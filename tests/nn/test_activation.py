@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from strategies import away_from, check_fused_op, rand64, second_order, t64, values
 
 import nn
+import nn.activation as A
 import nn.functional as F
 import tensorlab as tl
 from nn.activation import BLOCK, ELUFn, ErfFn, GELUFn, GELUTanhFn, SiLUFn, erf
@@ -306,3 +307,36 @@ def test_feedforward_hook_points_see_the_neurons(activation):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+# ---------------------------------------------------------------------- GPU kernels
+KERNELS = {
+    "GELUFn": (GELUFn, A.gelu_kernel, A.gelu_grad_kernel),
+    "GELUTanhFn": (GELUTanhFn, A.gelu_tanh_kernel, A.gelu_tanh_grad_kernel),
+    "SiLUFn": (SiLUFn, A.silu_kernel, A.silu_grad_kernel),
+}
+# float32: the kernel and the CPU form compute one formula with other roundings (and the CPU
+# form's erf is Abramowitz & Stegun's, 1.5e-7 from the true one, where the kernel's is exact),
+# a few ulps of values up to 6 (ulp 4.8e-7): 2e-6. float64: rounding only, ≲ 1e-15 relative.
+KERNEL_TOL = {"float32": 2e-6, "float64": 1e-13}
+
+
+@pytest.mark.parametrize("dtype", sorted(KERNEL_TOL))
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=9).flatmap(lambda s: values(s, -6, 6)))
+def test_gpu_kernel_matches_the_cpu_form(name, dtype, x):
+    """Each activation's fused kernels (forward, and backward from x and g alone) against the
+    op's CPU form run on NumPy. On the CPU the kernel's function runs through NumPy, which
+    checks its arithmetic; with TENSORLAB_TEST_DEVICE=cuda it is the compiled kernel."""
+    fn, kernel, grad_kernel = KERNELS[name]
+    x = x.astype(dtype)
+    g = np.random.default_rng(0).standard_normal(x.shape).astype(dtype)
+    xt = tl.tensor(x, device="cpu", requires_grad=True)
+    y = fn.apply(xt)
+    y.backward(tl.tensor(g, device="cpu"))
+    on_device = tl.tensor(x).data, tl.tensor(g).data  # the test device's arrays
+    y_k, dx_k = kernel(on_device[0]), grad_kernel(*on_device)
+    assert y_k.dtype == dx_k.dtype == np.dtype(dtype)
+    tol = KERNEL_TOL[dtype]
+    np.testing.assert_allclose(y_k, y.data, rtol=tol, atol=tol)
+    np.testing.assert_allclose(dx_k, xt.grad.data, rtol=tol, atol=tol)
