@@ -246,7 +246,12 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float | None = None,
+        fused: bool | None = None,
     ):
+        """``fused`` (PyTorch's flag): each parameter's update is one kernel,
+        :func:`adam_kernel`, instead of the CPU form's dozen in-place array operations. The
+        default is chosen here, once: fused when the parameters are on a GPU (on the CPU the
+        kernel runs through NumPy, slower than the CPU form but with the same numbers)."""
         if weight_decay is None:
             weight_decay = self.default_weight_decay
         b1, b2 = betas
@@ -259,6 +264,9 @@ class Adam(Optimizer):
             raise ValueError(f"{type(self).__name__}: betas {betas} must lie in [0, 1)")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
+        if fused is None:
+            fused = any(xp_of(p.data) is not np for g in self.param_groups for p in g["params"])
+        self.fused = fused
 
     def update(self, p: Tensor, group: dict) -> None:
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
@@ -269,7 +277,7 @@ class Adam(Optimizer):
             state = self.state[p] = {"step": 0, "m": xp.zeros_like(w), "v": xp.zeros_like(w)}
         state["step"] = t = state["step"] + 1
         m, v = state["m"], state["v"]
-        if xp is not np:  # a GPU: the whole update in one fused kernel (adam_kernel below)
+        if self.fused:  # the whole update in one kernel (adam_kernel below)
             decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)
             step_size, bc2_sqrt = lr / (1 - b1**t), math.sqrt(1 - b2**t)
             adam_kernel(w, g, m, v, b1, 1 - b1, b2, 1 - b2, step_size, bc2_sqrt, eps, decay, l2)

@@ -143,36 +143,44 @@ def test_adamw_decay_is_decoupled():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("cls", [Adam, AdamW])
-def test_gpu_kernel_matches_the_cpu_form(cls, dtype):
-    """adam_kernel, the GPU's update, against Adam.update's CPU form over 5 steps with weight
-    decay (coupled for Adam, decoupled for AdamW). The kernel keeps the CPU form's order of
-    operations, so its NumPy run is bit-identical; the compiled kernel
-    (TENSORLAB_TEST_DEVICE=cuda) may fuse multiply-adds: 5 steps of ~1e-7 relative drift each
-    in float32 (2e-15 in float64), well within 1e-6 (1e-13)."""
-    from nn.optim import adam_kernel
-
+def test_fused_update_matches_the_cpu_form(cls, dtype):
+    """fused=True (adam_kernel, the GPU's default) against fused=False (the CPU form) over 5
+    steps with weight decay (coupled for Adam, decoupled for AdamW), on the test device. The
+    kernel keeps the CPU form's order of operations, so through NumPy it is bit-identical; the
+    compiled kernel (TENSORLAB_TEST_DEVICE=cuda) may fuse multiply-adds: 5 steps of ~1e-7
+    relative drift each in float32 (2e-16 in float64), well within 1e-6 (1e-13)."""
     rng = np.random.default_rng(0)
     w0 = rng.standard_normal((6, 5)).astype(dtype)
-    p = nn.Parameter(tl.tensor(w0.copy(), device="cpu"))  # tl.tensor does not copy
-    lr, (b1, b2), eps, wd = 3e-2, (0.9, 0.99), 1e-8, 0.1
-    opt = cls([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-    w, m, v = (tl.tensor(a).data for a in (w0.copy(), np.zeros_like(w0), np.zeros_like(w0)))
-    for t in range(1, 6):
+    params = [nn.Parameter(tl.tensor(w0.copy())) for _ in range(2)]  # tl.tensor does not copy
+    hyper = dict(lr=3e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    opts = [cls([p], fused=fused, **hyper) for p, fused in zip(params, (True, False))]
+    assert opts[0].fused and not opts[1].fused
+    for _ in range(5):
         g = rng.standard_normal(w0.shape).astype(dtype)
-        p.grad = tl.tensor(g, device="cpu")
-        opt.step()
-        decay, l2 = (1 - lr * wd, 0.0) if cls is AdamW else (1.0, wd)
-        step_size, bc2_sqrt = lr / (1 - b1**t), math.sqrt(1 - b2**t)
-        g = tl.tensor(g).data
-        adam_kernel(w, g, m, v, b1, 1 - b1, b2, 1 - b2, step_size, bc2_sqrt, eps, decay, l2)
-    assert w.dtype == np.dtype(dtype)
-    state = opt.state[p]
-    for ours, cpu in ((w, p.data), (m, state["m"]), (v, state["v"])):
+        for p, opt in zip(params, opts):
+            p.grad = tl.tensor(g.copy())
+            opt.step()
+    assert params[0].dtype == np.dtype(dtype)
+    (fused, plain), (s_fused, s_plain) = (
+        params,
+        (opts[0].state[params[0]], opts[1].state[params[1]]),
+    )
+    for ours, cpu in (
+        (fused.data, plain.data),
+        (s_fused["m"], s_plain["m"]),
+        (s_fused["v"], s_plain["v"]),
+    ):
         if tl.default_device() == "cpu":
             np.testing.assert_array_equal(ours, cpu)
         else:
             tol = 1e-6 if dtype == "float32" else 1e-13
             np.testing.assert_allclose(ours, cpu, rtol=tol, atol=tol)
+
+
+def test_fused_is_chosen_by_the_parameters_device():
+    p = nn.Parameter(tl.tensor(np.zeros(3, np.float32)))
+    assert AdamW([p]).fused is (tl.default_device() != "cpu")
+    assert AdamW([p], fused=True).fused and not Adam([p], fused=False).fused
 
 
 def test_step_updates_in_place_and_bumps_version():
