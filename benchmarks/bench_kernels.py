@@ -1,13 +1,20 @@
 """Forward + backward of each fused kernel of the GPT block, tensorlab vs PyTorch eager (CPU).
 
     python benchmarks/bench_kernels.py [--rounds 6]
+    python benchmarks/bench_kernels.py --device cuda   # against PyTorch eager CUDA
 
 Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 rows, d_model 128,
-4 heads, MLP 512, vocabulary 65), float32. Each line times ``y = op(x); y.backward(g)`` on both
-sides, in turns (10 calls of ours, a pause, 10 of PyTorch's, ...), and prints the medians
-and their ratio. The last lines time the reductions the fused kernels are built from: NumPy's
-ufunc reduction over a short last axis against the same sum as a BLAS matrix-vector product
-(``nn/linear.py`` explains why the kernels use the second).
+4 heads, MLP 512, vocabulary 65), float32; with ``--device cuda`` those of the 6-layer,
+384-wide configuration (batch 64 × block 256, 6 heads). Each line times
+``y = op(x); y.backward(g)`` on both sides, in turns (10 calls of ours, a pause, 10 of
+PyTorch's, ...), and prints the medians and their ratio (on the GPU each call ends with a
+synchronisation, so the time is the kernels' and not only their launch). The GPU also gets
+the AdamW update of the 6×384 model's parameters: ``fused=True`` (one kernel per parameter,
+nn/optim.py: adam_kernel), ``fused=False`` (the CPU form's dozen operations per parameter)
+and PyTorch's default (multi-tensor ``foreach``). On the CPU the last lines time the reductions
+the fused kernels are built from: NumPy's ufunc reduction over a short last axis against the
+same sum as a BLAS matrix-vector product (``nn/linear.py`` explains why the kernels use the
+second).
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
@@ -33,9 +40,10 @@ from nn.linear import mean_last, sum_rows  # noqa: E402
 
 B, T, D, H, V = 12, 64, 128, 4, 65
 PAUSE = 0.3  # seconds between turns
+GPU_SHAPES = dict(B=64, T=256, D=384, H=6, V=65)
 
 
-def in_turns(fns, rounds: int = 6, calls: int = 10) -> list[float]:
+def in_turns(fns, rounds: int = 6, calls: int = 10, sync=lambda: None) -> list[float]:
     """Median µs of each function, timed in turns of ``calls`` calls with a pause between
     turns, so that one library's idle BLAS/OpenMP threads (which spin for up to ~0.1 s after
     their last job) do not steal the cores from the other's."""
@@ -45,24 +53,28 @@ def in_turns(fns, rounds: int = 6, calls: int = 10) -> list[float]:
             for _ in range(calls):
                 t0 = time.perf_counter()
                 fn()
+                sync()
                 if r > 0:  # round 0 is the warm-up
                     ts.append(time.perf_counter() - t0)
             time.sleep(PAUSE)
     return [1e6 * statistics.median(ts) for ts in times]
 
 
-def cases(torch):
+def cases(torch, device: str = "cpu"):
     """(name, our fwd+bwd, PyTorch's fwd+bwd) on the same random data."""
     TF = torch.nn.functional
     rng = np.random.default_rng(0)
 
     def pair(*shape):
         a = rng.standard_normal(shape).astype(np.float32)
-        return tl.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        return (
+            tl.tensor(a, device=device, requires_grad=True),
+            torch.tensor(a, device=device, requires_grad=True),
+        )
 
     def grads(*shape):
         g = rng.standard_normal(shape).astype(np.float32)
-        return tl.tensor(g), torch.tensor(g)
+        return tl.tensor(g, device=device), torch.tensor(g, device=device)
 
     out = []
     for d_in, d_out in [(D, 3 * D), (D, 4 * D), (4 * D, D)]:
@@ -77,10 +89,19 @@ def cases(torch):
             )
         )
     (x, xt), (g, gt) = pair(B, T, D), grads(B, T, D)
-    ln, lnt = nn.LayerNorm(D), torch.nn.LayerNorm(D)
+    ln, lnt = nn.LayerNorm(D, device=device), torch.nn.LayerNorm(D, device=device)
     out.append(("layer norm", lambda: ln(x).backward(g), lambda: lnt(xt).backward(gt)))
     (h, ht), (g4, gt4) = pair(B, T, 4 * D), grads(B, T, 4 * D)
     out.append(("gelu (erf)", lambda: F.gelu(h).backward(g4), lambda: TF.gelu(ht).backward(gt4)))
+    if device != "cpu":
+        out += [
+            (
+                "gelu (tanh)",
+                lambda: F.gelu(h, approximate="tanh").backward(g4),
+                lambda: TF.gelu(ht, approximate="tanh").backward(gt4),
+            ),
+            ("silu", lambda: F.silu(h).backward(g4), lambda: TF.silu(ht).backward(gt4)),
+        ]
     (qkv, qkvt), (g, gt) = pair(B, T, 3 * D), grads(B, T, D)
 
     def attn_ours():
@@ -98,34 +119,82 @@ def cases(torch):
     out.append(("causal attention (from qkv)", attn_ours, attn_torch))
     (z, zt) = pair(B * T, V)
     t = rng.integers(0, V, B * T)
+    t_ours, t_torch = tl.tensor(t, device=device), torch.tensor(t, device=device)
     out.append(
         (
             "cross-entropy",
-            lambda: F.cross_entropy(z, tl.tensor(t)).backward(),
-            lambda: TF.cross_entropy(zt, torch.tensor(t)).backward(),
+            lambda: F.cross_entropy(z, t_ours).backward(),
+            lambda: TF.cross_entropy(zt, t_torch).backward(),
         )
     )
     return out
 
 
+def adamw_cases(torch, device: str):
+    """(name, our AdamW step, PyTorch's) over the 6×384 GPT's parameter shapes, float32."""
+    from gpt.config import GPTConfig
+    from gpt.model import GPT
+
+    with tl.no_grad():
+        model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=6, n_head=H, d_model=D))
+    arrays = [p.numpy() for p in model.parameters()]
+    rng = np.random.default_rng(0)
+    out = []
+    for fused in (True, False):
+        params = [nn.Parameter(tl.tensor(a.copy(), device=device)) for a in arrays]
+        for p in params:
+            p.grad = tl.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
+        opt = nn.optim.AdamW(params, lr=1e-4, fused=fused)
+        out.append(opt.step)
+    tparams = [torch.tensor(a, device=device, requires_grad=True) for a in arrays]
+    for p in tparams:
+        p.grad = torch.randn_like(p)
+    topt = torch.optim.AdamW(tparams, lr=1e-4)
+    return [
+        (f"AdamW step, {len(arrays)} params, fused", out[0], topt.step),
+        ("AdamW step, fused=False", out[1], topt.step),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6, help="turns per side (10 calls each)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     try:
         import torch
     except ImportError:
         sys.exit("bench_kernels.py compares with PyTorch: pip install torch==2.13.0")
-    threads = int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1))
-    torch.set_num_threads(threads)
+    if args.device == "cuda":
+        global B, T, D, H, V
+        B, T, D, H, V = GPU_SHAPES.values()
+        from tensorlab.backend import cupy
+
+        if cupy is None or not torch.cuda.is_available():
+            sys.exit("--device cuda needs CuPy and PyTorch with a CUDA GPU")
+
+        def sync():
+            cupy.cuda.Device().synchronize()
+            torch.cuda.synchronize()
+
+        where = f"{torch.cuda.get_device_name()}, B={B} T={T} D={D}"
+    else:
+        threads = int(os.environ.get("OPENBLAS_NUM_THREADS", os.cpu_count() or 1))
+        torch.set_num_threads(threads)
+        sync, where = (lambda: None), f"{threads} thread(s)"
     print(
         f"µs per forward + backward, medians of {10 * args.rounds} calls taken in turns of 10, "
-        f"{threads} thread(s)"
+        f"{where}"
     )
     print(f"{'kernel':<32} {'tensorlab':>10} {'pytorch':>10} {'ratio':>7}")
-    for name, ours, theirs in cases(torch):
-        a, b = in_turns([ours, theirs], args.rounds)
+    rows = cases(torch, args.device)
+    if args.device == "cuda":
+        rows += adamw_cases(torch, args.device)
+    for name, ours, theirs in rows:
+        a, b = in_turns([ours, theirs], args.rounds, sync=sync)
         print(f"{name:<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
+    if args.device == "cuda":
+        return
 
     print("\nreductions on (768, 512) float32, µs: NumPy ufunc reduction vs BLAS mat-vec")
     x = np.random.default_rng(1).standard_normal((B * T, 4 * D)).astype(np.float32)

@@ -3,8 +3,10 @@
 #
 #   1. the card and the libraries (nvidia-smi, CuPy, PyTorch, NumPy versions; bfloat16 on CuPy?)
 #   2. the tests marked cuda, then the whole suite on the GPU (TENSORLAB_TEST_DEVICE=cuda)
-#   3. benchmarks/bench_train.py --device cuda: tensorlab against PyTorch eager, float32 and
-#      bfloat16, nanoGPT / 6x384 / GPT-2 small, ms per step, tokens/s, MFU
+#   3. benchmarks/bench_kernels.py --device cuda: each fused kernel (GELU, SiLU, AdamW) and the
+#      other block ops against PyTorch's, then benchmarks/bench_train.py --device cuda:
+#      tensorlab against PyTorch eager, float32 and bfloat16, nanoGPT / 6x384 / GPT-2 small,
+#      ms per step, tokens/s, MFU
 #   4. with RUN_TRAINING=1: the nanoGPT config on tiny Shakespeare for 2000 iterations in
 #      float32, bfloat16 and float16 (the validation losses must agree within 0.02)
 #
@@ -47,6 +49,7 @@ EOF"
 step tests_cuda 300 "$PY" -m pytest -q -m cuda -p no:cacheprovider -o addopts=""
 step suite_on_gpu 900 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
     --maxfail=300 --deselect tests/test_notebooks.py
+step bench_kernels_cuda 300 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
 step bench_train_cuda 900 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
 if [ "${RUN_TRAINING:-0}" = 1 ]; then
     for dtype in float32 bfloat16 float16; do
