@@ -24,9 +24,9 @@ measured in a fresh subprocess per framework, and once more for tensorlab with
 On a GPU (``--device cuda``) both run in this process on the same card, taking turns the same
 way, each step ending with a device synchronisation so that its time is the GPU's. For each of
 the nanoGPT config, the 6-layer 384-wide block-256 config and GPT-2 small (124M, block 1024)
-it prints ms per step, tokens per second and the model FLOPs utilisation: the step's FLOPs
-(``GPTConfig.flops_per_token`` times tokens) per second over the card's bf16 matrix-product
-rate, measured first in the same run (PyTorch, 8192² bf16 products). ``--dtype`` chooses
+(batches of 12, 64 and 8 sequences) it prints ms per step, tokens per second and the model
+FLOPs utilisation: the step's FLOPs (``GPTConfig.flops_per_token`` times tokens) per second
+over the card's bf16 matrix-product rate, measured first in the same run (PyTorch, 8192² bf16 products). ``--dtype`` chooses
 float32, bfloat16 (``tl.autocast`` against ``torch.autocast``) or both (the default on CUDA).
 """
 
@@ -52,6 +52,10 @@ CONFIGS = {
     "large": dict(n_layer=6, n_head=6, d_model=384, block_size=256, batch_size=8),
     "gpt2": dict(n_layer=12, n_head=12, d_model=768, block_size=1024, batch_size=8),
 }
+# On a GPU the 6x384 config takes nanoGPT's own batch for it (config/train_shakespeare_char.py:
+# 64 sequences of 256), which the card needs to be busy; the CPU's batch of 8 would time
+# mostly the Python between kernels.
+GPU_BATCH = {"tiny": 12, "large": 64, "gpt2": 8}
 BLOCK = 5  # iterations per turn
 PAUSE = 0.3  # seconds between turns: idle BLAS/OpenMP threads spin for up to ~0.1 s after a
 # job, and would take the cores from the other library's turn
@@ -231,7 +235,7 @@ def gpu_main(blocks: int, dtypes: list[str]) -> None:
     print(head + f" {'tokens/s (ours, torch)':>24} {'MFU (ours, torch)':>19}")
     _, vocab = load_ids()
     for name in ("tiny", "large", "gpt2"):
-        cfg = CONFIGS[name]
+        cfg = dict(CONFIGS[name], batch_size=GPU_BATCH[name])
         shape = {k: v for k, v in cfg.items() if k != "batch_size"}
         tokens = cfg["batch_size"] * cfg["block_size"]
         flops = GPTConfig(vocab_size=vocab, **shape).flops_per_token() * tokens

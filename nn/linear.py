@@ -9,7 +9,7 @@ import math
 from nn.init import constant, uniform
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, matmul, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, matmul, xp_of
 from tensorlab.function import Function, modes
 from tensorlab.ops.linalg import autocast_inputs
 
@@ -76,15 +76,9 @@ class LinearFn(Function):
     def forward(ctx, x, W, *b, in_dims=1):
         d_in = math.prod(W.shape[:in_dims])
         x2, W2 = x.reshape(-1, d_in), W.reshape(d_in, -1)
-        acc = acc_dtype(x) if x.dtype == W.dtype else None
-        if acc is None:
-            y = x2 @ W2
-        else:  # float16/bfloat16: the products and the bias summed in float32, then rounded
-            y = xp_of(x).matmul(x2, W2, dtype=acc)
+        y = matmul(x2, W2)  # float16/bfloat16: products summed in float32 (backend.matmul)
         if b:
             y += b[0]
-        if acc is not None:
-            y = y.astype(x.dtype)
         return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
 
     def backward(ctx, g):
