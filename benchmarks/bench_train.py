@@ -26,8 +26,9 @@ way, each step ending with a device synchronisation so that its time is the GPU'
 the nanoGPT config, the 6-layer 384-wide block-256 config and GPT-2 small (124M, block 1024)
 (batches of 12, 64 and 8 sequences) it prints ms per step, tokens per second and the model
 FLOPs utilisation: the step's FLOPs (``GPTConfig.flops_per_token`` times tokens) per second
-over the card's bf16 matrix-product rate, measured first in the same run (PyTorch, 8192² bf16 products). ``--dtype`` chooses
-float32, bfloat16 (``tl.autocast`` against ``torch.autocast``) or both (the default on CUDA).
+over the card's bf16 matrix-product rate, measured first in the same run (PyTorch, 8192² bf16
+products). ``--dtype`` chooses float32, bfloat16 (``tl.autocast`` against ``torch.autocast``)
+or both (the default on CUDA).
 """
 
 from __future__ import annotations

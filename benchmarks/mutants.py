@@ -392,8 +392,8 @@ MUTANTS = {
         ),
         (
             "ce-mean-count",
-            "ctx.count = max(int(valid.sum()), 1)",
-            "ctx.count = max(int(t.size), 1)",
+            "ctx.count = xp.maximum(valid.sum(), 1)",
+            "ctx.count = xp.maximum(valid.size, 1)",
             "cross-entropy mean: divides by ignored rows too",
         ),
         ("ce-ignore-forward", "loss *= valid", "loss *= 1", "cross-entropy: ignored rows count"),

@@ -28,7 +28,7 @@ import tensorlab as tl
 from gpt.config import GPTConfig
 from nn.init import gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
-from tensorlab.backend import xp_of
+from tensorlab.backend import min_max
 
 
 class NoNorm(nn.Module):
@@ -210,7 +210,7 @@ class GPT(nn.Module):
             raise TypeError(f"token ids must be integers, got dtype {idx.dtype}")
         if idx.size == 0:
             raise ValueError(f"GPT: the batch of token ids is empty (shape {idx.shape})")
-        lo, hi = xp_of(idx.data).stack([idx.data.min(), idx.data.max()]).tolist()  # one sync
+        lo, hi = min_max(idx.data)
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(
                 f"token id {hi if hi >= cfg.vocab_size else lo} is outside the "

@@ -23,7 +23,14 @@ import numpy as np
 from nn.init import constant, normal
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, default_device, device_of, xp_for, xp_of
+from tensorlab.backend import (
+    DEFAULT_DTYPE,
+    default_device,
+    device_of,
+    min_max,
+    xp_for,
+    xp_of,
+)
 from tensorlab.function import Function
 
 
@@ -73,9 +80,11 @@ def embedding(idx, W: Tensor) -> Tensor:
     if data.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {data.dtype}")
     V = W.shape[0]
-    if data.size and (int(data.min()) < 0 or int(data.max()) >= V):
-        bad = int(data.min()) if int(data.min()) < 0 else int(data.max())
-        raise ValueError(f"embedding: index {bad} is outside the table's rows 0..{V - 1}")
+    lo, hi = min_max(data)
+    if lo < 0 or hi >= V:
+        raise ValueError(
+            f"embedding: index {lo if lo < 0 else hi} is outside the table's rows 0..{V - 1}"
+        )
     return EmbeddingFn.apply(W, idx=data)
 
 

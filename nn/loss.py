@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorlab as tl
 from tensorlab import Tensor
-from tensorlab.backend import acc_dtype, xp_of
+from tensorlab.backend import acc_dtype, min_max, xp_of
 from tensorlab.function import Function
 
 
@@ -51,7 +51,8 @@ class CrossEntropyFn(Function):
         loss *= valid
         ctx.p, ctx.valid, ctx.tt, ctx.rows = p, valid, tt, rows
         ctx.eps, ctx.reduction = label_smoothing, reduction
-        ctx.count = max(int(valid.sum()), 1) if reduction == "mean" else 1
+        # M stays on the device (reading it would make the host wait for the forward)
+        ctx.count = xp.maximum(valid.sum(), 1).astype(loss.dtype) if reduction == "mean" else 1
         if reduction == "none":
             return loss.reshape(targets.shape)
         total = loss.sum()
@@ -105,7 +106,8 @@ def cross_entropy(
             f"{logits.shape[:-1]}, got {t.shape}"
         )
     C = logits.shape[-1]
-    if t.size and (int(t.min()) < 0 or int(t.max()) >= C):
+    lo, hi = min_max(t)
+    if lo < 0 or hi >= C:
         bad = t[(t != ignore_index) & ((t < 0) | (t >= C))]
         if bad.size:
             raise ValueError(

@@ -126,6 +126,16 @@ def erf_exact(z):
     return erf(z)  # pragma: no cover
 
 
+def min_max(ints) -> tuple[int, int]:
+    """The least and greatest entry of an integer array as Python ints, read in one transfer
+    (one wait for a GPU, where every read stops the host until the queued work is done);
+    (0, 0) for an empty array. The range checks of indices and targets use it."""
+    if not ints.size:
+        return 0, 0
+    lo, hi = xp_of(ints).stack([ints.min(), ints.max()]).tolist()
+    return lo, hi
+
+
 def device_of(array) -> str:
     """``"cpu"`` for NumPy arrays, ``"cuda"`` for CuPy arrays."""
     return "cpu" if xp_of(array) is np else "cuda"
