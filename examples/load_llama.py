@@ -3,7 +3,8 @@ look at one attention head.
 
 python examples/load_llama.py --path DIR [--prompt "The capital of France is"] [--tokens 20]
 python examples/load_llama.py --demo          # a small random Mistral-style folder (needs
-                                              # transformers), made and read back
+                                              # transformers), made in out/random-mistral
+                                              # and read back
 
 DIR is a local ``save_pretrained`` folder: ``config.json``, ``model.safetensors`` (or shards
 with ``model.safetensors.index.json``) and ``tokenizer.json``; nothing is downloaded or
@@ -17,7 +18,6 @@ query see itself and the 3 tokens before it, a band along the diagonal.
 """
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +35,7 @@ parser.add_argument("--prompt", default="The capital of France is")
 parser.add_argument("--tokens", type=int, default=20, help="new tokens to generate")
 parser.add_argument("--layer", type=int, default=0, help="the layer of the head to show")
 parser.add_argument("--head", type=int, default=0, help="the query head to show")
-parser.add_argument("--out", default="out", help="folder for the pictures")
+parser.add_argument("--out", default="out", help="folder for the pictures (and the demo model)")
 args = parser.parse_args()
 if (args.path is None) == (not args.demo):
     parser.error("give --path DIR or --demo (one of them)")
@@ -52,7 +52,7 @@ def demo_folder() -> str:
         raise SystemExit("--demo needs transformers: pip install -e '.[reference]'") from None
     from gpt.data import default_text
 
-    folder = tempfile.mkdtemp(prefix="tensorlab-mistral-")
+    folder = str(Path(args.out) / "random-mistral")  # made again on every --demo run
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()

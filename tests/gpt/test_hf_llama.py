@@ -339,6 +339,7 @@ def test_load_llama_example_runs_and_shows_the_window(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "n_kv_head=2" in out.stdout and "sliding_window=4" in out.stdout
+    assert (tmp_path / "random-mistral" / "config.json").exists()  # under --out, not in /tmp
     grid = out.stdout.split("in percent:\n")[1].splitlines()
     rows = [[int(v) for v in line.split() if v.isdigit()] for line in grid]  # labels are quoted
     rows = rows[: len(rows[0])]  # one row per prompt token, then the "saved" lines
