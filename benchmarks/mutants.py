@@ -358,6 +358,12 @@ MUTANTS = {
             "GELU tanh GPU forward kernel: k x² instead of k x³",
         ),
         (
+            "silu-gpu-branch-unrounded",
+            "return rounded(silu_kernel(x), half)",
+            "return silu_kernel(x)",
+            "SiLU GPU branch: half input answered in float32",
+        ),
+        (
             "silu-kernel-sign",
             "return g * s * (1.0 + x * (1.0 - s))",
             "return g * s * (1.0 - x * (1.0 - s))",

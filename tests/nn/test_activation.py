@@ -340,3 +340,50 @@ def test_gpu_kernel_matches_the_cpu_form(name, dtype, x):
     tol = KERNEL_TOL[dtype]
     np.testing.assert_allclose(y_k, y.data, rtol=tol, atol=tol)
     np.testing.assert_allclose(dx_k, xt.grad.data, rtol=tol, atol=tol)
+
+
+class _StandIn:
+    """Answers as ``xp_of`` does for a CuPy array: a module that is not ``numpy`` (here with
+    NumPy's functions), so an op takes its GPU branch, whose kernels run through NumPy."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+# float32/float64 as KERNEL_TOL; bfloat16: both branches compute in float32 and round once,
+# so they differ by at most one bfloat16 step (2⁻⁷ relative) where the float32 values straddle
+# a rounding boundary.
+BRANCH_TOL = {**KERNEL_TOL, "bfloat16": 2**-7}
+
+
+@pytest.mark.parametrize("dtype", sorted(BRANCH_TOL))
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_gpu_branch_of_each_op_matches_the_cpu_branch(name, dtype, monkeypatch):
+    """The wiring around the kernels, checked on the CPU: with ``xp_of`` answering as for a GPU
+    array, GELUFn, GELUTanhFn and SiLUFn run their kernels in forward and backward (the
+    backward from x alone) and give the CPU branch's values, gradients and dtypes, half
+    precision included; and the GPU branch's gradient passes gradcheck in float64."""
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    fn = KERNELS[name][0]
+    rng = np.random.default_rng(0)
+    x, g = 3 * rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
+
+    def run():
+        xt = tl.tensor(x, device="cpu").astype(dtype).detach().requires_grad_()
+        y = fn.apply(xt)
+        y.backward(tl.tensor(g, device="cpu").astype(dtype))
+        return y.data, xt.grad.data
+
+    y_cpu, dx_cpu = run()
+    monkeypatch.setattr(A, "xp_of", lambda a: _StandIn())
+    assert A.xp_of(x) is not np  # the GPU branch from here on
+    y_gpu, dx_gpu = run()
+    assert (y_gpu.dtype, dx_gpu.dtype) == (y_cpu.dtype, dx_cpu.dtype)
+    tol = BRANCH_TOL[dtype]
+    for ours, cpu in ((y_gpu, y_cpu), (dx_gpu, dx_cpu)):
+        np.testing.assert_allclose(
+            ours.astype(np.float64), cpu.astype(np.float64), rtol=tol, atol=tol
+        )
+    if dtype == "float64":
+        tl.gradcheck(fn.apply, [tl.tensor(x, device="cpu", requires_grad=True)])
