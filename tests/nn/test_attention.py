@@ -360,8 +360,8 @@ def test_fused_and_hooked_paths_agree():
     g = t64(np.random.default_rng(4).standard_normal(y1.shape))
     y1.backward(g)
     grads1 = [p.grad.data.copy() for p in m.parameters()] + [x.grad.data.copy()]
-    q, k = qk["hook_q"].data, qk["hook_k"].data  # (B, T, H, d_head)
-    s = np.einsum("bihd,bjhd->bhij", q, k) * m.scale + m.relative_bias(T).data
+    q, k = qk["hook_q"].numpy(), qk["hook_k"].numpy()  # (B, T, H, d_head), on the host
+    s = np.einsum("bihd,bjhd->bhij", q, k) * m.scale + m.relative_bias(T).numpy()
     p1 = softmax_rows(np.where(np.tri(T, dtype=bool), s, -np.inf))
     m.zero_grad()
     x.grad = None
@@ -593,9 +593,9 @@ def test_per_head_results_are_each_heads_output_and_sum_to_the_layers(fused):
         h.remove()
     z, result = seen["hook_z"].numpy(), seen["hook_result"].numpy()
     assert result.shape == (B, T, H, D)
-    expect = np.einsum("bthe,hed->bthd", z, m.W_O.data)
+    expect = np.einsum("bthe,hed->bthd", z, m.W_O.numpy())
     np.testing.assert_allclose(result, expect, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(result.sum(2) + m.b_O.data, y0.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.sum(2) + m.b_O.numpy(), y0.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(y1.numpy(), y0.numpy(), rtol=1e-12, atol=1e-12)
     grads1 = tl.grad((y1 * t64(g)).sum(), [x, *params])
     for a, b in zip(grads1, grads0):
