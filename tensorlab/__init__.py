@@ -5,7 +5,7 @@ Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a gr
 ``gradcheck.py`` (how we know the gradients are right). ``functions.py`` holds the
 function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does,
 ``transforms.py`` jacobian, hessian, vjp, jvp, hvp, ``checkpoint.py`` activation
-checkpointing.
+checkpointing, ``fused.py`` GPU kernels written once in Python (``docs/gpu.md``).
 """
 
 # tensor first: it defines Tensor, then imports the ops (which import Tensor and Function).
