@@ -14,7 +14,7 @@ nn/optim.py: adam_kernel), ``fused=False`` (the CPU form's dozen operations per 
 and PyTorch's default (multi-tensor ``foreach``). On the CPU the last lines time the reductions
 the fused kernels are built from: NumPy's ufunc reduction over a short last axis against the
 same sum as a BLAS matrix-vector product (``nn/linear.py`` explains why the kernels use the
-second).
+second), and then the ufuncs the elementwise kernels are made of, against a multiplication.
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
@@ -202,6 +202,23 @@ def main() -> None:
     print(f"{'mean over the last axis':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
     a, b = in_turns([lambda: x.sum(axis=0), lambda: sum_rows(x)], args.rounds)
     print(f"{'sum over rows':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
+
+    # The elementwise kernels are chains of ufunc passes; these are the ones that cost more
+    # than a multiplication (nn/activation.py chooses among them by these figures).
+    print("\nufuncs on (768, 512) float32, µs, against one multiplication")
+    z, out = -0.5 * x * x, np.empty_like(x)
+    passes = {
+        "multiply": lambda: np.multiply(x, x, out=out),
+        "exp": lambda: np.exp(z, out=out),
+        "exp2": lambda: np.exp2(z, out=out),
+        "tanh": lambda: np.tanh(x, out=out),
+        "divide 1/x": lambda: np.divide(1.0, x, out=out),
+        "reciprocal": lambda: np.reciprocal(x, out=out),
+        "copysign": lambda: np.copysign(out, x, out=out),
+    }
+    times = in_turns(list(passes.values()), args.rounds)
+    for name, t in zip(passes, times):
+        print(f"{name:<32} {t:10.1f} {t / times[0]:10.1f}x")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ NumPy has no ``erf``. For float32 (and float16), :func:`erf` uses the rational a
 accurate to float32 precision and fast (a dozen array passes). float64 is the dtype of
 gradient checks and of comparisons with PyTorch, where 1.5e-7 would be the largest error in
 sight; there erf is Python's ``math.erf`` applied to every entry (within an ulp or two of the
-true value; about 0.1 µs per entry, so float64 trades speed for exactness), and
+true value; one Python call per entry, so float64 trades speed for exactness), and
 ``cupyx.scipy.special.erf`` on a GPU. The backward of erf and of the exact GELU use the exact
 derivatives (2/√π) e^(-x²) and Φ(x) + x φ(x).
 """
@@ -41,7 +41,6 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _TANH_C = math.sqrt(2.0 / math.pi)  # the tanh form's √(2/π) and its cubic coefficient
 _TANH_K = 0.044715
-_LOG2_E = 1.0 / math.log(2.0)
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # same-width unsigned views, by itemsize
 
 
@@ -50,10 +49,11 @@ def _erf_and_gauss(z, out=None, gauss_out=None):
     written into ``out`` and ``gauss_out`` when given (arrays of z's shape).
 
     Written for speed on NumPy, where each line is one pass over memory and some ufuncs are
-    much slower than others: e^(-z²) is computed as 2^(-z² log₂e) (``exp2`` is about twice as
-    fast as ``exp`` for float32), 1/(1 + p|z|) with ``divide`` (faster than ``reciprocal``),
-    and the sign is restored by copying z's sign bit into the result, which is ≥ 0 before that
-    (``copysign`` is not vectorised and costs as much as six multiplications).
+    much slower than others (``benchmarks/bench_kernels.py`` times them): e^(-z²) with ``exp``,
+    which NumPy vectorises for float32 on AVX2 CPUs, where ``exp2`` runs entry by entry;
+    1/(1 + p|z|) with ``divide`` (faster than ``reciprocal``); and the sign restored by
+    copying z's sign bit into the result, which is ≥ 0 before that (``copysign`` is not
+    vectorised).
     """
     xp = xp_of(z)
     if z.ndim == 0:  # NumPy arithmetic on 0-d arrays returns scalars, which take no out=
@@ -70,8 +70,8 @@ def _erf_and_gauss(z, out=None, gauss_out=None):
         poly += c
         poly *= t
     gauss = xp.multiply(a, a, out=a)
-    gauss *= -_LOG2_E
-    xp.exp2(gauss, out=gauss)
+    xp.negative(gauss, out=gauss)
+    xp.exp(gauss, out=gauss)
     poly *= gauss
     xp.subtract(1.0, poly, out=poly)  # erf(|z|) ≥ 0
     bits = _UINT[poly.dtype.itemsize]
@@ -94,10 +94,9 @@ def _erf_and_gauss_float64(xp, z, out=None, gauss_out=None):
 
 # Long chains of elementwise passes (exact GELU makes about 20) over an array larger than the
 # CPU's caches run at memory speed: every pass streams the whole array in and out again. Done
-# one block of rows at a time, the block and its temporaries stay in cache between passes. On
-# the 6-layer, 384-wide benchmark GELU's input is 1.6M numbers (6 MiB); in blocks of 2^18
-# numbers its forward took 6.3-7.3 ms instead of 12.5 ms. Arrays of at most one block (all of
-# the nanoGPT CPU config's) are done in one piece, as before.
+# one block of rows at a time, the block and its temporaries stay in cache between passes. This
+# pays most where the array is many times the cache: on the 6-layer, 384-wide benchmark GELU's
+# input is 1.6M numbers (6 MiB). Arrays of at most one block are done in one piece.
 BLOCK = 1 << 18  # numbers per block: 1 MiB of float32, so a few temporaries fit in cache
 
 

@@ -15,9 +15,9 @@ from tensorlab.ops.linalg import autocast_inputs
 
 # Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when
 # the reduced axis is short and contiguous (rows of 64-512 numbers, as in every fused op here),
-# while BLAS gemv streams through the whole array at memory speed: on the GPT benchmark shapes
-# the product is 3-6x faster (benchmarks/bench_kernels.py). Both sum in float32 for float32
-# input; rows this short lose nothing that matters. float16 and bfloat16 sum in float32
+# while BLAS gemv streams through the whole array at memory speed, so the product is faster on
+# the GPT benchmark shapes (benchmarks/bench_kernels.py prints both). Both sum in float32 for
+# float32 input; rows this short lose nothing that matters. float16 and bfloat16 sum in float32
 # (backend.matmul), and the result is cast back to the input's dtype.
 _constant_vectors: dict = {}
 

@@ -83,7 +83,7 @@ def as_dtype(dtype) -> np.dtype:
 def matmul(a, b):
     """a @ b; two float16 (or two bfloat16) arrays give a result in their dtype whose products
     are summed in float32 and rounded once. NumPy is asked for a float32 product and rounds it
-    (its own float16 matmul has no BLAS: 78 ms against 1.6 ms for 256², and its bfloat16
+    (its own float16 matmul has no BLAS, so it is many times slower, and its bfloat16
     matmul returns float32). cuBLAS does it by itself for CuPy's half arrays (compute type
     CUBLAS_COMPUTE_32F, CuPy's default), on the tensor cores, so there the product is taken
     as it is: widening first would run a float32 GEMM, many times slower."""
@@ -117,7 +117,7 @@ def xp_of(array) -> object:
 
 def erf_exact(z):
     """erf of a raw float array, exact to an ulp or two, in z's dtype: Python's ``math.erf``
-    entry by entry on NumPy (which has no erf; about 0.1 µs per entry), and
+    entry by entry on NumPy (which has no erf; one Python call per entry, so slow), and
     ``cupyx.scipy.special.erf`` (CUDA's ``erf``) on CuPy."""
     if xp_of(z) is np:
         flat = np.fromiter(map(math.erf, z.ravel().tolist()), np.float64, z.size)  # host: NumPy
