@@ -105,11 +105,12 @@ def cases(torch, device: str = "cpu"):
     (qkv, qkvt), (g, gt) = pair(B, T, 3 * D), grads(B, T, D)
 
     def attn_ours():
-        q, k, v = (t.reshape(B, T, H, D // H).permute(0, 2, 1, 3) for t in tl.split(qkv, D, 2))
+        # AttentionFn takes TransformerLens's (batch, T, H, d_head) layout: no transposes
+        q, k, v = (t.reshape(B, T, H, D // H) for t in tl.split(qkv, D, 2))
         y = AttentionFn.apply(
             q, k, v, scale=(D // H) ** -0.5, causal=True, mask=None, dropout_mask=None
         )
-        y.permute(0, 2, 1, 3).reshape(B, T, D).backward(g)
+        y.reshape(B, T, D).backward(g)
 
     def attn_torch():
         q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in qkvt.split(D, dim=2))
