@@ -11,7 +11,9 @@ gradient clipping at 1.0, and an AdamW step.
 
 Timing: both models live in one process and take turns, a block of 5 iterations each, for
 ``--blocks`` rounds; the script prints each framework's median iteration time and the median
-over rounds of the per-round ratio. Taking turns matters on a shared virtual machine, whose
+over rounds of the per-round ratio, then each framework's median time per phase of the
+step (forward, backward, gradient clipping, optimizer), which says where a gap comes from.
+Taking turns matters on a shared virtual machine, whose
 speed drifts by ±20% over a minute: two runs measured a minute apart can differ more than the
 frameworks do, while the ratio within a round is stable. ``--threads N`` sets NumPy's BLAS
 threads (``OPENBLAS_NUM_THREADS``, read when NumPy loads, hence the subprocess) and
@@ -75,7 +77,8 @@ def load_ids():
 
 def make_ours(cfg: dict, checkpoint: bool = False, device: str = "cpu", dtype: str = "float32"):
     """A function that runs one training iteration of our GPT (one process, NumPy's BLAS
-    threads as the environment sets them; or on the GPU) and returns its seconds."""
+    threads as the environment sets them; or on the GPU) and returns the seconds of its
+    phases (:data:`PHASES`, each ended by a device synchronisation on the GPU)."""
     import nn
     import tensorlab as tl
     from gpt.config import GPTConfig
@@ -94,19 +97,39 @@ def make_ours(cfg: dict, checkpoint: bool = False, device: str = "cpu", dtype: s
     sync = _sync_ours(device)
     precision = tl.autocast(None if dtype == "float32" else dtype)
 
-    def step() -> float:
+    def step() -> list[float]:
         x, y = get_batch(ids, mcfg.block_size, bs, rng)
-        t0 = time.perf_counter()
+        lap = _laps(sync)
         opt.zero_grad()
         with precision:
             _, loss = model(tl.tensor(x, device=device), tl.tensor(y, device=device))
+        lap()
         loss.backward()
+        lap()
         nn.optim.clip_grad_norm_(model.parameters(), 1.0)
+        lap()
         opt.step()
-        sync()
-        return time.perf_counter() - t0
+        return lap()
 
     return step
+
+
+PHASES = ("forward", "backward", "clip", "optimizer")
+
+
+def _laps(sync):
+    """A stopwatch for one step's phases: each call ends a phase (after ``sync``) and returns
+    the seconds of every phase so far."""
+    times, last = [], [time.perf_counter()]
+
+    def lap() -> list[float]:
+        sync()
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        return times
+
+    return lap
 
 
 def _sync_ours(device: str):
@@ -137,21 +160,23 @@ def make_torch(cfg: dict, device: str = "cpu", dtype: str = "float32"):
     half = dtype != "float32"
     kind = "cuda" if device != "cpu" else "cpu"
 
-    def step() -> float:
+    def step() -> list[float]:
         x, y = get_batch(ids, cfg["block_size"], bs, rng)
-        t0 = time.perf_counter()
+        lap = _laps(sync)
         x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
         precision = (
             torch.autocast(kind, dtype=getattr(torch, dtype)) if half else contextlib.nullcontext()
         )
         with precision:
             _, loss = model(x, y)
+        lap()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        lap()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        lap()
         opt.step()
-        sync()
-        return time.perf_counter() - t0
+        return lap()
 
     return step
 
@@ -180,12 +205,17 @@ def child_times(name: str, blocks: int, threads: int) -> None:
             b = [theirs() for _ in range(BLOCK)]
             time.sleep(PAUSE)
             t_ref += b
-            ratios.append(statistics.median(a) / statistics.median(b))
-    out = {"ours_ms": 1e3 * statistics.median(t_ours)}
+            ratios.append(statistics.median(map(sum, a)) / statistics.median(map(sum, b)))
+    out = {"ours_ms": 1e3 * statistics.median(map(sum, t_ours)), "ours_phases": _phases(t_ours)}
     if theirs:
-        out.update(ref_ms=1e3 * statistics.median(t_ref), ratio=statistics.median(ratios))
-        out["ratios"] = [round(r, 3) for r in ratios]
+        out.update(ref_ms=1e3 * statistics.median(map(sum, t_ref)), ratio=statistics.median(ratios))
+        out.update(ratios=[round(r, 3) for r in ratios], ref_phases=_phases(t_ref))
     print(json.dumps(out))
+
+
+def _phases(steps: list[list[float]]) -> list[float]:
+    """The median ms of each phase over ``steps`` (lists of seconds per phase)."""
+    return [1e3 * statistics.median(col) for col in zip(*steps)]
 
 
 def child_memory(framework: str, name: str, iters: int, threads: int) -> None:
@@ -264,8 +294,8 @@ def _take_turns(ours, theirs, blocks: int):
         theirs()
     t_ours, t_ref, ratios = [], [], []
     for _ in range(blocks):
-        a = [ours() for _ in range(BLOCK)]
-        b = [theirs() for _ in range(BLOCK)]
+        a = [sum(ours()) for _ in range(BLOCK)]
+        b = [sum(theirs()) for _ in range(BLOCK)]
         t_ours += a
         t_ref += b
         ratios.append(statistics.median(a) / statistics.median(b))
@@ -340,6 +370,9 @@ def main() -> None:
         print(f"{name:<8} {t['ours_ms']:13.1f} {ref_ms} {ratio} {mem['peak_mb']:13.1f} {ref_mb}")
         if has_ref:
             print(f"{'':8} per-round ratios: {' '.join(f'{r:.2f}' for r in t['ratios'])}")
+            for who, key in (("tensorlab", "ours_phases"), ("pytorch", "ref_phases")):
+                ms = ", ".join(f"{p} {v:.1f}" for p, v in zip(PHASES, t[key]))
+                print(f"{'':8} {who} phases (medians, ms): {ms}")
         print(f"{'':8} tensorlab with checkpoint_activations: {ckpt_mem['peak_mb']:.1f} MB")
 
 
