@@ -187,7 +187,14 @@ def _forward_error(cls, inputs, err: Exception) -> Exception:
             f"{name}: tensors are on different devices ({where}); move them with .to(device) first"
         )
     shapes = " and ".join(str(tuple(t.shape)) for t in inputs)
-    kind = ValueError if isinstance(err, ValueError | IndexError) else type(err)
+    if isinstance(err, np.exceptions.AxisError):  # both a ValueError and an IndexError
+        kind = np.exceptions.AxisError
+    elif isinstance(err, IndexError):  # (an index out of range stays an IndexError, as in
+        kind = IndexError  # PyTorch and NumPy: code that catches it must still see it)
+    elif isinstance(err, ValueError):
+        kind = ValueError
+    else:
+        kind = type(err)
     try:
         return kind(f"{name}: inputs of shapes {shapes}: {err}")
     except Exception:

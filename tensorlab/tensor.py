@@ -43,7 +43,9 @@ def _lift(x, like: Tensor) -> Tensor:
     xp = xp_of(like.data)
     floating = is_float(like.data.dtype)
     if isinstance(x, bool | int) and not isinstance(x, np.ndarray):
-        dtype = like.data.dtype
+        # (an int beside a boolean tensor counts: mask + 1 is int64, as in NumPy and PyTorch)
+        numeric = isinstance(x, bool) or like.data.dtype.kind != "b"
+        dtype = like.data.dtype if numeric else np.int64
     elif isinstance(x, float):
         dtype = like.data.dtype if floating else DEFAULT_DTYPE
     else:
@@ -55,6 +57,18 @@ def _lift(x, like: Tensor) -> Tensor:
 
 def _axis(axis) -> Axis:
     return tuple(axis) if isinstance(axis, list) else axis
+
+
+def axis_index(op: str, axis: int, ndim: int) -> int:
+    """``axis`` counted from 0 (``-1`` is the last of ``ndim`` axes), or an error naming the op:
+    an axis out of range never wraps around to another one (``sum(5)`` of a matrix is not
+    ``sum(1)``). The error is NumPy's AxisError, both a ValueError and an IndexError."""
+    if not -ndim <= axis < ndim:
+        valid = f"valid: {-ndim}..{ndim - 1}" if ndim else "a 0-d tensor has none"
+        raise np.exceptions.AxisError(
+            f"{op}: axis {axis} is out of range for a tensor of {ndim} axes ({valid})"
+        )
+    return axis % ndim
 
 
 class Tensor:
@@ -175,6 +189,12 @@ class Tensor:
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __iter__(self):
+        """The sub-tensors along axis 0 (``for row in x``, ``a, b = x``), each ``x[i]``."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
         values = self.numpy()  # a host copy, for printing
@@ -389,7 +409,11 @@ class Tensor:
     def __pow__(self, exponent):
         if isinstance(exponent, Tensor):
             return Pow.apply(self, exponent)
-        return PowScalar.apply(self, p=exponent)
+        if isinstance(exponent, np.generic):  # np.float64(2): a number, as 2.0 is (x's dtype)
+            exponent = exponent.item()
+        if isinstance(exponent, int | float):
+            return PowScalar.apply(self, p=exponent)
+        return Pow.apply(self, _lift(exponent, self))  # an array or list: one per entry
 
     def __rpow__(self, base):
         return Pow.apply(_lift(base, self), self)
@@ -501,9 +525,10 @@ class Tensor:
         """Running sum along ``axis``; ``None`` flattens first (NumPy's rule)."""
         if axis is None:
             return Cumsum.apply(self.reshape(-1), axis=0)
-        if self.ndim == 0:
+        if self.ndim == 0:  # (axis 0 or -1 names the one entry, as in PyTorch)
+            axis_index("cumsum", axis, 1)
             return self.reshape(1).cumsum(0).reshape(())
-        return Cumsum.apply(self, axis=axis % self.ndim)
+        return Cumsum.apply(self, axis=axis_index("cumsum", axis, self.ndim))
 
     def logsumexp(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return LogSumExp.apply(self, axis=_axis(axis), keepdims=keepdims)
@@ -532,6 +557,7 @@ class Tensor:
         Ties: stable, equal entries keep their input order."""
         if self.ndim == 0:
             return Sorted(self * 1, Tensor._wrap(xp_of(self.data).zeros((), dtype=np.int64)))
+        axis = axis_index("sort", axis, self.ndim)
         idx = self.argsort(axis, descending)
         return Sorted(Gather.apply(self, axis=axis, index=idx.data), idx)
 
@@ -540,16 +566,17 @@ class Tensor:
         indices, in sorted order, as PyTorch's ``topk`` (``sorted`` is taken for its signature:
         the result is always sorted). The values are a gather, as in :meth:`sort`. Ties: the
         lower index first."""
-        n = self.shape[axis] if self.ndim else 1
+        ax = axis_index("topk", axis, self.ndim) if self.ndim else 0
+        n = self.shape[ax] if self.ndim else 1
         if not 0 <= k <= n:
             raise ValueError(
                 f"topk: k={k} is out of range for axis {axis} of shape {self.shape}: 0 <= k <= {n}"
             )
         if self.ndim == 0:
             return self.sort()
-        idx = self.argsort(axis, descending=largest).data
-        idx = idx[(slice(None),) * (axis % self.ndim) + (slice(0, k),)]
-        return Sorted(Gather.apply(self, axis=axis, index=idx), Tensor._wrap(idx))
+        idx = self.argsort(ax, descending=largest).data
+        idx = idx[(slice(None),) * ax + (slice(0, k),)]
+        return Sorted(Gather.apply(self, axis=ax, index=idx), Tensor._wrap(idx))
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         return Tensor._wrap(self.data.argmax(axis=axis, keepdims=keepdims))
@@ -567,8 +594,11 @@ class Tensor:
 
     def flatten(self, start: int = 0, end: int = -1) -> Tensor:
         s = self.shape
-        start, end = start % max(len(s), 1), end % max(len(s), 1)
-        return self.reshape(s[:start] + (-1,) + s[end + 1 :]) if s else self.reshape(1)
+        if not s:  # a 0-d tensor flattens to one entry (axes 0 and -1 name it, as in PyTorch)
+            axis_index("flatten", start, 1), axis_index("flatten", end, 1)
+            return self.reshape(1)
+        start, end = axis_index("flatten", start, len(s)), axis_index("flatten", end, len(s))
+        return self.reshape(s[:start] + (-1,) + s[end + 1 :])
 
     def permute(self, *axes) -> Tensor:
         if len(axes) == 1 and isinstance(axes[0], tuple | list):
@@ -578,7 +608,8 @@ class Tensor:
     def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
         """Swap two axes (PyTorch's meaning; NumPy's ``transpose(axes)`` is ``permute``)."""
         axes = list(range(self.ndim))
-        axes[axis0], axes[axis1] = axes[axis1], axes[axis0]
+        i, j = axis_index("transpose", axis0, self.ndim), axis_index("transpose", axis1, self.ndim)
+        axes[i], axes[j] = axes[j], axes[i]
         return Permute.apply(self, axes=tuple(axes))
 
     def expand(self, *shape) -> Tensor:
@@ -597,7 +628,8 @@ class Tensor:
         if axis is None:
             axes = range(self.ndim)
         else:
-            axes = [a % self.ndim for a in (axis if isinstance(axis, tuple | list) else (axis,))]
+            axes = axis if isinstance(axis, tuple | list) else (axis,)
+            axes = [axis_index("flip", a, self.ndim) for a in axes]
         key = [slice(None)] * self.ndim
         for a in axes:
             key[a] = slice(None, None, -1)
@@ -640,9 +672,10 @@ class Tensor:
         if axis is None:
             return self.reshape(-1).repeat_interleave(repeats, 0)
         xp = xp_of(self.data)
+        axis = axis_index("repeat_interleave", axis, self.ndim)
         r = repeats.data if isinstance(repeats, Tensor) else repeats
         index = xp.repeat(xp.arange(self.shape[axis]), r)
-        return GetItem.apply(self, key=(slice(None),) * (axis % self.ndim) + (index,))
+        return GetItem.apply(self, key=(slice(None),) * axis + (index,))
 
     def sum_to(self, shape: tuple[int, ...]) -> Tensor:
         """Sum over broadcast axes so the result has ``shape`` (undoes broadcasting)."""
@@ -653,22 +686,28 @@ class Tensor:
         if axis is None:
             axes = {i for i, n in enumerate(s) if n == 1}
         else:
-            axes = {a % self.ndim for a in (axis if isinstance(axis, tuple) else (axis,))}
+            axes = axis if isinstance(axis, tuple | list) else (axis,)
+            axes = {axis_index("squeeze", a, self.ndim) for a in axes}
             bad = [a for a in axes if s[a] != 1]
             if bad:
                 raise ValueError(f"squeeze: axis {bad[0]} of shape {s} has size {s[bad[0]]}, not 1")
         return self.reshape(tuple(n for i, n in enumerate(s) if i not in axes))
 
     def unsqueeze(self, axis: int) -> Tensor:
-        axis = axis % (self.ndim + 1)
+        axis = axis_index("unsqueeze", axis, self.ndim + 1)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
     def split(self, split_size_or_sections, axis: int = 0) -> list[Tensor]:
         return split(self, split_size_or_sections, axis)
 
     def chunk(self, chunks: int, axis: int = 0) -> list[Tensor]:
-        n = self.shape[axis]
-        return split(self, -(-n // chunks), axis)
+        """``chunks`` pieces of ceil(n / chunks) entries along ``axis`` (the last one shorter,
+        and fewer pieces where they run out), as PyTorch; an empty axis gives ``chunks``
+        empty pieces."""
+        if chunks < 1:
+            raise ValueError(f"chunk: chunks must be at least 1, got {chunks}")
+        n = self.shape[axis_index("chunk", axis, self.ndim)]
+        return split(self, -(-n // chunks) if n else [0] * chunks, axis)
 
     def tril(self, k: int = 0) -> Tensor:
         return Tril.apply(self, k=k)
@@ -681,8 +720,21 @@ class Tensor:
         return GetItem.apply(self, key=_index_key(key, self.data))
 
     def gather(self, axis: int, index) -> Tensor:
-        """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``axis``."""
-        idx = index.data if isinstance(index, Tensor) else index
+        """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``axis``; the result
+        has ``index``'s shape. As PyTorch's ``gather``: ``index`` has ``self``'s rank and may be
+        smaller on the other axes (then only that corner is read; it never broadcasts).
+        Negative indices count from the end, as in NumPy (PyTorch refuses them)."""
+        axis = axis_index("gather", axis, self.ndim)
+        idx = index.data if isinstance(index, Tensor) else xp_of(self.data).asarray(index)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"gather: index must hold integers, not {idx.dtype}")
+        if idx.ndim != self.ndim or any(
+            k > m for i, (k, m) in enumerate(zip(idx.shape, self.shape)) if i != axis
+        ):
+            raise ValueError(
+                f"gather: index of shape {idx.shape} for self of shape {self.shape} along axis "
+                f"{axis}: need the same rank, and no larger than self except along axis"
+            )
         return Gather.apply(self, axis=axis, index=idx)
 
     def scatter_add(self, axis: int, index, src) -> Tensor:
@@ -770,15 +822,18 @@ def where(condition, a, b) -> Tensor:
 
 def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
     """Split along ``axis`` into pieces of a given size (int) or of the given sizes (list)."""
+    axis = axis_index("split", axis, x.ndim)
     n = x.shape[axis]
     if isinstance(split_size_or_sections, int):
         size = split_size_or_sections
-        sizes = [min(size, n - i) for i in range(0, n, size)]
+        if size < 1:
+            raise ValueError(f"split: the size of a piece must be at least 1, got {size}")
+        sizes = [min(size, n - i) for i in range(0, n, size)] or [0]  # (empty: one empty piece)
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
             raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of axis {axis}")
-    lead = (slice(None),) * (axis % x.ndim)
+    lead = (slice(None),) * axis
     out, start = [], 0
     for s in sizes:
         out.append(GetItem.apply(x, key=lead + (slice(start, start + s),)))

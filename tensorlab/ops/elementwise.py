@@ -7,7 +7,7 @@ the engine sums it back to each input's shape (see ``Tensor.sum_to``).
 
 from __future__ import annotations
 
-from tensorlab.backend import to_device, xp_of
+from tensorlab.backend import is_float, to_device, xp_of
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor, where
 
@@ -87,7 +87,13 @@ class PowScalar(Function):
 
 
 class Pow(Function):
-    """y = a^b elementwise;  da = g * b * a^(b-1),  db = g * y * log(a)  (a > 0 for db)."""
+    """y = a^b elementwise;  da = g * b * a^(b-1),  db = g * y * log(a)  (a > 0 for db).
+
+    At a = 0 the formulas give 0 * inf = NaN in two places, where PyTorch takes the limits:
+    da = 0 where b = 0 too (a⁰ = 1 for every a), and db = 0 where b ≥ 0 (0^b is constant
+    for b > 0). Those entries read a safe base of 1 instead of a, so that no inf enters the
+    graph and the second derivative has no NaN there either. (Only a = 0 is masked: at
+    b = 0 and a ≠ 0, da = 0 already and its derivative in b, 1/a, must survive.)"""
 
     saves_output = True  # backward reads ctx.output
 
@@ -96,8 +102,13 @@ class Pow(Function):
 
     def backward(ctx, g):
         a, b = ctx.inputs
-        ga = g * b * a ** (b - 1) if a.requires_grad else None
-        gb = g * ctx.output * a.log() if b.requires_grad else None
+        ga = gb = None
+        if a.requires_grad:
+            flat = (a.data == 0) & (b.data == 0)
+            ga = where(flat, 0.0, g * b * where(flat, 1.0, a) ** (b - 1))
+        if b.requires_grad:
+            flat = (a.data == 0) & (b.data >= 0)
+            gb = where(flat, 0.0, g * ctx.output * where(flat, 1.0, a).log())
         return ga, gb
 
 
@@ -188,7 +199,8 @@ class Sigmoid(Function):
     saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a):  # (Python floats would widen bfloat16 to float32: cast back)
-        return (0.5 * (xp_of(a).tanh(0.5 * a) + 1)).astype(a.dtype, copy=False)
+        y = 0.5 * (xp_of(a).tanh(0.5 * a) + 1)
+        return y.astype(a.dtype, copy=False) if is_float(a.dtype) else y  # (integers: float)
 
     def backward(ctx, g):
         y = ctx.output
@@ -239,7 +251,10 @@ class Clip(Function):
 
     def forward(ctx, a, lo, hi):
         ctx.lo, ctx.hi = lo, hi
-        return xp_of(a).clip(a, lo, hi).astype(a.dtype, copy=False)  # (bfloat16 and floats)
+        y = xp_of(a).clip(a, lo, hi)
+        # a float tensor keeps its dtype (bfloat16 and Python floats); integers clipped to
+        # a float bound become floats, as in PyTorch, not truncated back to integers
+        return y.astype(a.dtype, copy=False) if is_float(a.dtype) else y
 
     def backward(ctx, g):
         a = ctx.inputs[0].data

@@ -14,13 +14,15 @@ from tensorlab.function import Function
 
 def _is_basic(key) -> bool:
     """True when ``key`` uses only ints, slices, None, ``...`` and boolean masks, so each
-    entry of ``a`` is read at most once and the scatter can be a plain assignment."""
+    entry of ``a`` is read at most once and the scatter can be a plain assignment. Anything
+    else (integer arrays, lists, nested tuples, ranges) may read an entry twice: add.at."""
     parts = key if isinstance(key, tuple) else (key,)
     for k in parts:
-        if hasattr(k, "dtype") and k.dtype.kind != "b":
-            return False
-        if isinstance(k, list):
-            return False
+        if k is None or k is Ellipsis or isinstance(k, int | slice):  # (bool is an int)
+            continue
+        if hasattr(k, "dtype") and (k.dtype.kind == "b" or (k.ndim == 0 and k.dtype.kind in "iu")):
+            continue
+        return False
     return True
 
 
@@ -53,7 +55,8 @@ class ScatterAdd(Function):
 
 
 def _along_axis_index(xp, index, axis: int) -> tuple:
-    """Full index tuple such that ``a[t] == take_along_axis(a, index, axis)``."""
+    """The full index tuple that reads ``a[..., index[..., i, ...], ...]`` along ``axis`` at
+    every position of ``index`` (a grid over ``index``'s shape, never broadcast to ``a``'s)."""
     grids = list(xp.indices(index.shape, sparse=True))
     grids[axis] = index
     return tuple(grids)
@@ -64,8 +67,8 @@ class Gather(Function):
     da = zeros like a, with g added at the gathered positions."""
 
     def forward(ctx, a, axis, index):
-        ctx.axis, ctx.index = axis % a.ndim, index
-        return xp_of(a).take_along_axis(a, index, axis=ctx.axis)
+        ctx.axis, ctx.index = axis, index  # (Tensor.gather checks and counts the axis from 0)
+        return a[_along_axis_index(xp_of(a), index, axis)]
 
     def backward(ctx, g):
         return ScatterAlongAxis.apply(g, axis=ctx.axis, index=ctx.index, shape=ctx.inputs[0].shape)

@@ -28,9 +28,13 @@ class MatMul(Function):
         a_vec, b_vec = a.ndim == 1, b.ndim == 1
         if a_vec:
             a = a.reshape(1, -1)
-            g = g.unsqueeze(-2)
         if b_vec:
             b = b.reshape(-1, 1)
+        if a_vec and b_vec:  # a dot product: g is 0-d, the (1, 1) product of row and column
+            g = g.reshape(1, 1)
+        elif a_vec:
+            g = g.unsqueeze(-2)
+        elif b_vec:
             g = g.unsqueeze(-1)
         ga = gb = None
         if ctx.inputs[0].requires_grad:

@@ -8,29 +8,29 @@ broadcast over the input. What differs between reductions is the weight each ent
 
 from __future__ import annotations
 
-from tensorlab.backend import acc_dtype, xp_of
+from tensorlab.backend import acc_dtype, is_float, xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor, where
+from tensorlab.tensor import Tensor, axis_index, where
 
 _const = Tensor._wrap
 
 
 def _reduce_setup(ctx, a, axis, keepdims) -> None:
     """Store what every backward needs: the axes reduced and the kept-dims shape."""
-    nd = a.ndim
+    nd, op = a.ndim, type(ctx).__name__.lower()
     if axis is None:
         axes = tuple(range(nd))
-    elif isinstance(axis, int):
-        axes = (axis % nd if nd else axis,)
-    else:
-        axes = tuple(ax % nd for ax in axis)
+    elif isinstance(axis, tuple | list):
+        axes = tuple(axis_index(op, ax, nd) for ax in axis)
+    else:  # an int (a NumPy integer too)
+        axes = (axis_index(op, axis, nd),)
     ctx.axis = axes if axis is not None else None
     ctx.keepdims = keepdims
     ctx.kshape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
     ctx.out_shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
     ctx.count = 1
     for i in axes:
-        ctx.count *= a.shape[i] if nd else 1
+        ctx.count *= a.shape[i]
 
 
 def _spread(ctx, g: Tensor) -> Tensor:
@@ -223,12 +223,13 @@ class LogSumExp(Function):
         _reduce_setup(ctx, a, axis, keepdims)
         xp = xp_of(a)
         if a.size == 0:  # log of an empty sum: -inf (an empty result if a kept axis is empty)
-            y = xp.full(ctx.kshape, -xp.inf, dtype=a.dtype)
+            y = xp.full(ctx.kshape, -xp.inf, dtype=a.dtype if is_float(a.dtype) else float)
             return y if keepdims else y.reshape(ctx.out_shape)
         m = a.max(axis=ctx.axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
         y = xp.log(xp.exp(a - m).sum(axis=ctx.axis, keepdims=True, dtype=acc_dtype(a))) + m
-        y = y.astype(a.dtype, copy=False)
+        if is_float(a.dtype):  # (a float16 input, summed in float32, rounds back; integers: float)
+            y = y.astype(a.dtype, copy=False)
         return y if keepdims else y.reshape(ctx.out_shape)
 
     def backward(ctx, g):

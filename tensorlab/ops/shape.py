@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from tensorlab.backend import acc_dtype, xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor
+from tensorlab.tensor import Tensor, axis_index
 
 
 class Reshape(Function):
@@ -89,7 +89,7 @@ class Concatenate(Function):
     """y = [a₁, a₂, ...] joined along ``axis``;  daᵢ = the slice of g that aᵢ filled."""
 
     def forward(ctx, *arrays, axis):
-        ctx.axis = axis % arrays[0].ndim
+        ctx.axis = axis_index("concatenate", axis, arrays[0].ndim)
         return xp_of(arrays[0]).concatenate(arrays, axis=ctx.axis)
 
     def backward(ctx, g):
@@ -106,7 +106,7 @@ class Stack(Function):
     """y = [a₁, a₂, ...] stacked along a new ``axis``;  daᵢ = g[..., i, ...] along that axis."""
 
     def forward(ctx, *arrays, axis):
-        ctx.axis = axis % (arrays[0].ndim + 1)
+        ctx.axis = axis_index("stack", axis, arrays[0].ndim + 1)
         return xp_of(arrays[0]).stack(arrays, axis=ctx.axis)
 
     def backward(ctx, g):

@@ -229,6 +229,10 @@ OPERATORS = {
     "x @ C.T": (lambda x: x @ C.T, lambda a: a @ C.T),
     "C.T @ x": (lambda x: C.T @ x, lambda a: C.T @ a),
     "np.float64 * x": (lambda x: np.float64(1.5) * x, lambda a: 1.5 * a),
+    "x ** np.float64": (lambda x: x ** np.float64(1.5), lambda a: a**1.5),
+    # one exponent per entry (its backward used to fail: "truth value of an array is ambiguous")
+    "x ** C": (lambda x: x**C, lambda a: a**C),
+    "x ** list": (lambda x: x ** [0.0, 1.0, 2.0], lambda a: a ** np.array([0.0, 1.0, 2.0])),
 }
 
 
@@ -242,7 +246,7 @@ def test_operators_with_constants(expr, x):
 def test_operators_keep_float32():
     x = tl.ones(2, 3)
     c32 = np.ones((2, 3), dtype=np.float64)
-    for y in (x + 2, 2 - x, x * 2.5, 2.5 / x, x**2, 2**x, c32 * x, x - c32):
+    for y in (x + 2, 2 - x, x * 2.5, 2.5 / x, x**2, 2**x, c32 * x, x - c32, x ** np.float64(2)):
         assert isinstance(y, tl.Tensor)
         assert y.dtype == np.float32
 
@@ -323,3 +327,33 @@ def test_gradients_at_the_kinks_follow_pytorch():
     x = tl.tensor([-2.0, -1.0, 0.0, 1.0, 2.0], dtype="float64", requires_grad=True)
     x.clip(-1.0, 1.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def test_integer_inputs_are_not_truncated_back_to_integers():
+    """sigmoid of an int64 tensor used to come back int64 (all zeros), and clip of one to
+    float bounds truncated the bounds (clip([1, 2, -3], 0.5, 1.5) gave [1, 1, 0]). Integer
+    inputs now give floats as NumPy computes them (float64; PyTorch's float32 is its default
+    dtype), and clip to integer bounds stays an integer."""
+    i = np.array([1, 2, -3])
+    y = tl.tensor(i).sigmoid()
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y.numpy(), 1 / (1 + np.exp(-i)), rtol=1e-15)
+    c = tl.tensor(i).clip(0.5, 1.5)
+    assert c.dtype == np.float64
+    np.testing.assert_array_equal(c.numpy(), [1.0, 1.5, 0.5])
+    c = tl.clamp(tl.tensor(i), 0, 1)
+    assert c.dtype == np.int64
+    np.testing.assert_array_equal(c.numpy(), [1, 1, 0])
+    if tl.bfloat16 is not None:  # (floats keep their dtype, bfloat16 among them)
+        assert tl.tensor([0.5], dtype="bfloat16").clip(0.0, 0.25).dtype == tl.bfloat16
+
+
+def test_a_python_int_beside_a_boolean_tensor_counts():
+    """mask + 1 lifted 1 to a boolean (True + True = True): [True, False] + 1 was
+    [True, True]. NumPy and PyTorch give the int64 [2, 1]."""
+    m = tl.tensor([True, False])
+    for y, want in ((m + 1, [2, 1]), (2 * m, [2, 0]), (m - 1, [0, -1])):
+        assert y.dtype == np.int64
+        np.testing.assert_array_equal(y.numpy(), want)
+    assert (m + True).dtype == np.bool_  # (a bool beside a bool stays one)
+    assert (m * 1.5).dtype == np.float32

@@ -310,3 +310,56 @@ def test_index_add(case, alpha, gg):
 def test_scatter_errors_name_the_op_and_the_range(call, message):
     with pytest.raises((ValueError, IndexError, TypeError), match=message):
         call(tl.zeros(2, 3))
+
+
+@given(x=arrays, data=st.data())
+def test_a_tuple_of_indices_inside_the_key_accumulates_repeats(x, data):
+    """``x[(0, 0),]`` is NumPy's integer-array indexing written with a nested tuple (row 0
+    twice). The backward took it for a basic index and assigned instead of adding, so a
+    repeated row got the gradient of only one of its reads."""
+    n = x.shape[0]
+    idx = data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=5), label="idx")
+    check_op(lambda t: t[tuple(idx),], lambda a: a[np.array(idx)], x)
+    t = leaf(x)
+    t[(0, 0),].sum().backward()
+    assert (t.grad.numpy()[0] == 2).all()
+
+
+@st.composite
+def gather_corner_case(draw):
+    """An index no larger than the input on the other axes (PyTorch's rule), maybe smaller."""
+    shape = draw(nonscalar_shapes)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    ishape = [draw(st.integers(1, n)) for n in shape]
+    ishape[axis] = draw(st.integers(0, 5))
+    index = draw(hnp.arrays(np.int64, tuple(ishape), elements=st.integers(0, shape[axis] - 1)))
+    return draw(values(shape)), axis, index
+
+
+@given(case=gather_corner_case(), gg=st.booleans())
+def test_gather_with_a_smaller_index_reads_the_corner(case, gg):
+    """The result has the index's shape, read from the corner of the input it covers, as
+    PyTorch's gather. NumPy's take_along_axis broadcast a (1, 4) index over every row of a
+    (3, 4) input instead (a (3, 4) result), and its backward then failed."""
+    x, axis, index = case
+    corner = tuple(slice(0, n) for n in index.shape)
+    corner = corner[: axis % x.ndim] + (slice(None),) + corner[axis % x.ndim + 1 :]
+    check_op(
+        lambda t: t.gather(axis, index),
+        lambda a: np.take_along_axis(a[corner], index, axis=axis),
+        x,
+        gradgrad=gg,
+    )
+
+
+@pytest.mark.parametrize(
+    "index, error, message",
+    [
+        (np.zeros((2, 4), dtype=np.int64), ValueError, r"gather: index of shape \(2, 4\)"),
+        (np.zeros(3, dtype=np.int64), ValueError, r"need the same rank"),
+        (np.zeros((2, 1)), TypeError, r"gather: index must hold integers, not float64"),
+    ],
+)
+def test_gather_refuses_an_index_larger_than_the_input_or_not_integer(index, error, message):
+    with pytest.raises(error, match=message):
+        tl.zeros(1, 3).gather(1, index)

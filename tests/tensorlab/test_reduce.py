@@ -102,6 +102,17 @@ def test_list_axis_means_tuple():
     np.testing.assert_array_equal(x.sum([0, -1]).numpy(), x.numpy().sum(axis=(0, 2)))
 
 
+def test_a_numpy_integer_axis_is_an_axis():
+    """x.sum(np.int64(1)) (an axis read from an array) used to fail: 'numpy.int64' object is
+    not iterable."""
+    x = leaf(np.arange(24.0).reshape(2, 3, 4))
+    for name in AXIS_OPS:
+        np.testing.assert_array_equal(
+            AXIS_OPS[name](x, np.int64(-2)).numpy(), AXIS_OPS[name](x, -2).numpy()
+        )
+    np.testing.assert_array_equal(x.flip(np.int64(1)).numpy(), x.numpy()[:, ::-1])
+
+
 def test_max_ties_share_the_gradient():
     x = leaf([[1.0, 3.0, 3.0], [2.0, 0.0, -1.0]])
     x.max(axis=1).sum().backward()
@@ -232,3 +243,47 @@ def test_var_without_degrees_of_freedom_is_nan_not_an_error():
     assert np.isnan(y.item())
     y.backward()
     assert np.isnan(x.grad.numpy()).all()
+
+
+# ---------------------------------------------------------------- axes out of range, integers
+AXIS_OPS = {
+    "sum": lambda t, ax: t.sum(ax),
+    "mean": lambda t, ax: t.mean(ax, keepdims=True),
+    "max": lambda t, ax: t.max(ax),
+    "min": lambda t, ax: t.min(ax),
+    "var": lambda t, ax: t.var(ax, ddof=1),
+    "std": lambda t, ax: t.std(ax),
+    "prod": lambda t, ax: t.prod(ax),
+    "logsumexp": lambda t, ax: t.logsumexp(ax),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AXIS_OPS))
+@given(shape=small_shapes, data=st.data())
+def test_an_axis_out_of_range_is_refused_not_wrapped_around(name, shape, data):
+    """sum(5) of a matrix used to be sum(5 % 2) = sum(1), silently; NumPy and PyTorch refuse
+    it. The error is an AxisError (a ValueError and an IndexError) naming the axis."""
+    n = len(shape)
+    axis = data.draw(st.one_of(st.integers(n, n + 3), st.integers(-n - 3, -n - 1)), label="axis")
+    if n and data.draw(st.booleans(), label="in a tuple"):
+        axis = (0, axis)
+    bad = axis[1] if isinstance(axis, tuple) else axis
+    with pytest.raises(np.exceptions.AxisError, match=f"axis {bad} is out of range"):
+        AXIS_OPS[name](tl.zeros(*shape), axis)
+
+
+@given(shape=small_shapes, data=st.data())
+def test_cumsum_refuses_an_axis_out_of_range(shape, data):
+    n = len(shape)
+    axis = data.draw(st.one_of(st.integers(max(n, 1), n + 3), st.integers(-n - 3, -max(n, 1) - 1)))
+    with pytest.raises(np.exceptions.AxisError, match=f"cumsum: axis {axis} is out of range"):
+        tl.zeros(*shape).cumsum(axis)
+
+
+def test_logsumexp_of_integers_is_not_truncated_to_an_integer():
+    """It used to cast log(e¹ + e² + e⁻³) = 2.318 back to the input's int64: 2."""
+    x = np.array([1, 2, -3])
+    y = tl.tensor(x).logsumexp()
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y.item(), np.log(np.exp(x).sum()), rtol=1e-12)
+    np.testing.assert_array_equal(tl.tensor(x).max(0).numpy(), 2)  # (max stays an integer)

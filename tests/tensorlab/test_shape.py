@@ -267,3 +267,80 @@ def test_repeat_interleave_gradient_adds_the_copies():
     x = leaf([1.0, 2.0, 3.0])
     x.repeat_interleave(np.array([2, 0, 3])).backward(tl.tensor(np.arange(5.0)))
     np.testing.assert_array_equal(x.grad.numpy(), [0 + 1, 0, 2 + 3 + 4])
+
+
+# ---------------------------------------------------------------- axes out of range, iteration
+# op name (as the error names it) -> call with one axis; ``extra`` axes are valid beyond ndim
+# (unsqueeze and stack insert a new axis: ndim + 1 positions).
+AXIS_SHAPE_OPS = {
+    "flip": (lambda t, ax: t.flip(ax), 0),
+    "squeeze": (lambda t, ax: t.squeeze(ax), 0),
+    "unsqueeze": (lambda t, ax: t.unsqueeze(ax), 1),
+    "flatten": (lambda t, ax: t.flatten(ax), 0),
+    "transpose": (lambda t, ax: t.transpose(0, ax), 0),
+    "concatenate": (lambda t, ax: tl.concatenate([t, t], ax), 0),
+    "stack": (lambda t, ax: tl.stack([t, t], ax), 1),
+    "split": (lambda t, ax: t.split(1, ax), 0),
+    "chunk": (lambda t, ax: t.chunk(2, ax), 0),
+    "repeat_interleave": (lambda t, ax: t.repeat_interleave(2, ax), 0),
+    "sort": (lambda t, ax: t.sort(ax), 0),
+    "topk": (lambda t, ax: t.topk(1, ax), 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AXIS_SHAPE_OPS))
+@given(shape=nonscalar_shapes, data=st.data())
+def test_an_axis_out_of_range_is_refused_not_wrapped_around(name, shape, data):
+    """flip(2) of a matrix used to flip axis 0, unsqueeze(5) to append an axis, cat(axis=2)
+    to join along axis 0: each axis was taken modulo ndim. Now an AxisError (a ValueError
+    and an IndexError) names the op and the axis, as NumPy and PyTorch refuse them."""
+    fn, extra = AXIS_SHAPE_OPS[name]
+    n = len(shape) + extra
+    axis = data.draw(st.one_of(st.integers(n, n + 3), st.integers(-n - 3, -n - 1)), label="axis")
+    with pytest.raises(np.exceptions.AxisError, match=f"{name}: axis {axis} is out of range"):
+        fn(tl.ones(*shape), axis)
+
+
+def test_a_0d_tensor_has_no_axis_to_join_along():
+    """It used to fail with 'integer modulo by zero' (axis % 0)."""
+    with pytest.raises(np.exceptions.AxisError, match="a 0-d tensor has none"):
+        tl.concatenate([tl.tensor(1.0), tl.tensor(2.0)])
+    assert tl.stack([tl.tensor(1.0), tl.tensor(2.0)]).shape == (2,)  # a new axis: fine
+    assert tl.tensor(1.0).flatten(-1).shape == (1,)  # axes 0 and -1 name the one entry
+
+
+@given(x=nonscalar_shapes.flatmap(values))
+def test_iterating_gives_the_rows_and_stops(x):
+    """``for row in x`` and unpacking used to end in a ValueError: iteration stops at an
+    IndexError, and indexing past the end raised ValueError. Each row keeps its gradient."""
+    t = leaf(x)
+    rows = list(t)
+    assert len(rows) == x.shape[0]
+    for r, e in zip(rows, x):
+        np.testing.assert_array_equal(r.numpy(), e)
+    sum((r * (i + 1.0)).sum() for i, r in enumerate(rows)).backward()
+    weights = np.arange(1.0, x.shape[0] + 1).reshape((-1,) + (1,) * (x.ndim - 1))
+    np.testing.assert_array_equal(t.grad.numpy(), np.broadcast_to(weights, x.shape))
+    with pytest.raises(IndexError, match="GetItem"):
+        t[x.shape[0]]
+
+
+def test_unpacking_and_0d_iteration():
+    a, b = tl.tensor([1.0, 2.0])
+    assert (a.item(), b.item()) == (1.0, 2.0)
+    with pytest.raises(TypeError, match="0-d"):
+        iter(tl.tensor(1.0))
+
+
+def test_split_and_chunk_of_an_empty_axis_and_bad_sizes():
+    """As PyTorch: split of an empty axis gives one empty piece, chunk gives ``chunks`` empty
+    pieces (chunk used to fail with 'range() arg 3 must not be zero'); a size below 1 is
+    refused by name."""
+    x = tl.zeros(0, 3, requires_grad=True)
+    assert [p.shape for p in x.split(2)] == [(0, 3)]
+    assert [p.shape for p in x.chunk(2)] == [(0, 3), (0, 3)]
+    assert [p.shape for p in x.chunk(2, 1)] == [(0, 2), (0, 1)]
+    with pytest.raises(ValueError, match="split: the size of a piece must be at least 1"):
+        tl.ones(3).split(0)
+    with pytest.raises(ValueError, match="chunk: chunks must be at least 1"):
+        tl.ones(3).chunk(0)
