@@ -31,10 +31,6 @@ def identity(text: str, start: int = 0) -> Aligned:
     return text, [(start + k, start + k + 1) for k in range(len(text))]
 
 
-def _union(spans: list[Span]) -> Span:
-    return (spans[0][0], spans[-1][1])
-
-
 def _starts_cluster(c: str) -> bool:
     """Whether ``c`` begins a new cluster: not a combining mark, not a Hangul vowel or final
     consonant (those compose with the characters before them)."""
@@ -107,8 +103,10 @@ def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]
 
 
 def replaced(find: Callable[[str], list[Span]], content: str) -> Callable[[Aligned], Aligned]:
-    """Each match ``find`` reports is replaced by ``content``, which gets the match's spans
-    (an empty match: the span of the character after it, or before it at the end)."""
+    """Each match ``find`` reports is replaced by ``content``, each of whose characters gets
+    the span of the match's last character, as in the ``tokenizers`` library (which counts
+    them inserted after the match's characters are removed); an empty match: the span of the
+    character after it, or before it at the end."""
 
     def align(aligned: Aligned) -> Aligned:
         text, spans = aligned
@@ -119,7 +117,7 @@ def replaced(find: Callable[[str], list[Span]], content: str) -> Callable[[Align
             out_text.append(text[pos:start])
             out_spans.extend(spans[pos:start])
             if start < end:
-                where = _union(spans[start:end])
+                where = spans[end - 1]
             elif spans:
                 where = spans[min(start, len(spans) - 1)]
             else:

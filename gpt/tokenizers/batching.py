@@ -68,8 +68,17 @@ def _cut(ids: list[int], n: int, direction: str) -> list[int]:
 def truncate(
     ids: list[int], pair: list[int] | None, params: Truncation, n_added: int = 0
 ) -> tuple[list[int], list[int] | None]:
-    """Cut ``ids`` (and ``pair``) so that, with ``n_added`` special tokens, they fit."""
-    limit = max(params.max_length - n_added, 0)
+    """Cut ``ids`` (and ``pair``) so that, with ``n_added`` special tokens, they fit.
+
+    As in the library: with more special tokens than ``max_length`` nothing is cut (it subtracts
+    them in unsigned arithmetic, which wraps around); with room for none but them, everything
+    is, whatever the strategy; ``only_first`` / ``only_second`` must leave their text at least
+    one id."""
+    if n_added > params.max_length:
+        return ids, pair
+    limit = params.max_length - n_added
+    if limit == 0:
+        return [], None if pair is None else []
     total = len(ids) + (len(pair) if pair is not None else 0)
     if total <= limit:
         return ids, pair
@@ -79,7 +88,7 @@ def truncate(
         first = params.strategy != "only_second"
         target = ids if first else pair
         keep = len(target) - (total - limit)
-        if keep < 0:
+        if keep <= 0:
             raise TokenizerError(
                 f"truncation {params.strategy}: that text has {len(target)} ids, "
                 f"{total - limit} would have to go"

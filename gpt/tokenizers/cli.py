@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .base import Tokenizer, TokenizerError
-from .files import load, save
+from .files import atomic_write_text, load, save
 from .metrics import format_reports, report
 
 KIND_NAMES = ("char", "bpe", "wordpiece", "unigram")
@@ -144,7 +144,7 @@ def run_report(args: argparse.Namespace) -> int:
         from .visualize import to_html
 
         page = to_html(tokenizers, heldout[:2000], title=f"Tokens of {Path(args.text).name}")
-        Path(args.html).write_text(page, encoding="utf-8")
+        atomic_write_text(args.html, page)  # a failed write leaves any old page whole
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:

@@ -207,13 +207,14 @@ def load(path: str | os.PathLike) -> Tokenizer:
         raise TokenizerFileError(path, f"expected a JSON object, found {type(data).__name__}")
     if data.get("format") == FORMAT:
         return _from(path, from_json(data, path))
-    if "model" in data:
-        return _from(path, from_hf_json(data, path))
+    # a vocab.json before a tokenizer.json: GPT-2's vocabulary has the token "model" too
     if data and all(isinstance(v, int) for v in data.values()):
         merges = path.with_name("merges.txt")
         if merges.exists():
             return _from(path, load_gpt2(path, merges))
         raise TokenizerFileError(path, "looks like a GPT-2 vocab.json, but merges.txt is missing")
+    if "model" in data:
+        return _from(path, from_hf_json(data, path))
     raise TokenizerFileError(
         path, "not a tokenizer file (neither tensorlab, Hugging Face nor GPT-2 format)"
     )

@@ -30,19 +30,24 @@ from typing import Any
 
 from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
 from .bpe import ByteBPE
-from .fields import get, items, pair
+from .fields import check, get, items, pair
 from .pretokenize import (
     GPT2_PATTERN,
     METASPACE,
     METASPACE_SPLIT_PATTERN,
     bytes_to_text,
+    from_oniguruma,
     text_to_bytes,
+    to_oniguruma,
 )
 from .spelling import Spelling
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
 # ----- reading ---------------------------------------------------------------------------------
+
+#: the one ``version`` of ``tokenizer.json`` there is (the library writes and reads only this)
+HF_VERSION = "1.0"
 
 
 def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tokenizer:
@@ -51,6 +56,11 @@ def from_hf_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> 
     model = data.get("model")
     if not isinstance(model, dict):
         raise TokenizerFileError(path, "'model' must be a JSON object")
+    # the library refuses other versions too: their meaning is unknown
+    version = get(data, "version", "str", path, default=HF_VERSION)
+    _require(version == HF_VERSION, path, f"unsupported tokenizer.json version {version!r}")
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        check(data.get(part), "object|null", path, part)
     kind = model.get("type") or _guess_model_type(model)
     try:
         _native(_plain_extras(data, path), path, "added-token flags, post-processor, padding")
@@ -125,15 +135,6 @@ def _model_vocab(model: dict, path) -> dict[str, int]:
     return dict(items(get(model, "vocab", "object", path, "model"), "int", path, "model.vocab"))
 
 
-def _with_unk(added: dict[str, int], unk: str) -> list[str]:
-    """The special tokens of a WordPiece or Unigram read from a file: the added tokens, and the
-    unknown token (our tokenizers count it as special; the files need not list it as added)."""
-    specials = list(added)
-    if unk not in specials:
-        specials.append(unk)
-    return specials
-
-
 def _is_split_step(step: dict) -> bool:
     """Whether a pre-tokenizer step is one ``_split_step`` writes: the only Split we read."""
     return (
@@ -186,7 +187,7 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
             and not steps[1].get("add_prefix_space", False)
         )
         _native(ok, path, "BPE: only Split(Regex, Isolated) + ByteLevel(use_regex=False)")
-        pattern, prefix_space = steps[0]["pattern"]["Regex"], False
+        pattern, prefix_space = from_oniguruma(steps[0]["pattern"]["Regex"]), False
     else:
         _native(
             pre.get("type") == "ByteLevel" and pre.get("use_regex", True),
@@ -206,10 +207,8 @@ def _read_bpe(data, model, added, path) -> ByteBPE:
             continue
         try:
             vocab[i] = text_to_bytes(t)
-        except KeyError:
-            raise TokenizerFileError(
-                path, f"BPE token {t!r} is not in the byte-level alphabet (not a byte-level BPE?)"
-            ) from None
+        except KeyError:  # the library keeps such a token (no byte-level text reaches it)
+            raise NotNative(path, f"BPE token {t!r} is not in the byte-level alphabet") from None
     merges = []
     for k, m in enumerate(get(model, "merges", "list", path, "model")):
         a, b = merge_pair_of(m, path, f"model.merges[{k}]")
@@ -257,7 +256,7 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
     unk = get(model, "unk_token", "str", path, "model", "[UNK]")
     return WordPiece(
         itos,
-        _with_unk(added, unk),
+        list(added),  # the unknown token only if the file adds it: else "[UNK]" is plain text
         unk,
         get(model, "continuing_subword_prefix", "str", path, "model", "##"),
         get(model, "max_input_chars_per_word", "int", path, "model", 100),
@@ -289,7 +288,7 @@ def _read_unigram(data, model, added, path) -> Unigram:
         split = steps[1]
         ok = len(steps) == 2 and not meta.get("split", True) and _is_split_step(split)
         _native(ok, path, "Unigram: only Metaspace(split=False) + Split(Regex, Isolated)")
-        pattern = split["pattern"]["Regex"]
+        pattern = from_oniguruma(split["pattern"]["Regex"])
     pieces = [
         pair(p, "str,number", path, f"model.vocab[{k}]")
         for k, p in enumerate(get(model, "vocab", "list", path, "model"))
@@ -300,7 +299,8 @@ def _read_unigram(data, model, added, path) -> Unigram:
     _require(isinstance(unk_id, int), path, "Unigram: the model has no unk_id")
     _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")
     unk = pieces[unk_id][0]
-    return Unigram(pieces, _with_unk(added, unk), unk, pattern, scheme, replacement, fuse_unk=True)
+    # the unknown token is special only if the file adds it: else "<unk>" in the text is a piece
+    return Unigram(pieces, list(added), unk, pattern, scheme, replacement, fuse_unk=True)
 
 
 def load_gpt2(
@@ -361,7 +361,7 @@ def to_hf_json(tok: Tokenizer) -> dict[str, Any]:
         }
         for t, i in sorted(tok.special.items(), key=lambda kv: kv[1])
     ]
-    head = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added}
+    head = {"version": HF_VERSION, "truncation": None, "padding": None, "added_tokens": added}
     if isinstance(tok, ByteBPE):
         return head | _bpe_pipeline(tok)
     if isinstance(tok, WordPiece):
@@ -389,8 +389,10 @@ def _gpt2_vocab_and_merges(tok: ByteBPE) -> tuple[dict[str, int], list[str]]:
 
 
 def _split_step(pattern: str) -> dict[str, Any]:
-    """The pre-tokenizer step that cuts text at the matches of a regex, keeping every piece."""
-    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    """The pre-tokenizer step that cuts text at the matches of one of our regexes, keeping every
+    piece (spelled for Oniguruma, which the file's readers run it with)."""
+    regex = {"Regex": to_oniguruma(pattern)}
+    return {"type": "Split", "pattern": regex, "behavior": "Isolated", "invert": False}
 
 
 def _bpe_pipeline(tok: ByteBPE) -> dict[str, Any]:

@@ -210,10 +210,11 @@ def build(
         if not 0 <= unk_id < len(pieces):
             raise TokenizerFileError(path, f"field {where}.unk_id {unk_id} is out of range")
         unk = pieces[unk_id][0]
-        specials = [t for t, _ in pieces if t in added and t != unk]
+        # the added tokens, which are cut out of the text before the model runs, do not take part
+        # in segmenting; the unknown token does unless the file adds it (as the library does it)
         uni = Unigram(
             pieces,
-            [unk, *specials],
+            [t for t, _ in pieces if t in added],
             unk,
             byte_fallback=get(spec, "byte_fallback", "bool", path, where, False),
         )

@@ -96,7 +96,8 @@ def encode_with_offsets(
         # an unknown token is placed by its neighbours, unless its text is there literally
         s = surface(tok, i)
         # a "▁" that was in the text itself (not a space) is matched as it is spelled
-        spelled = tok.itos[i].encode("utf-8") if tok.kind == "pipeline" else s
+        literal = tok.kind == "pipeline" or isinstance(tok, Unigram)
+        spelled = tok.itos[i].encode("utf-8") if literal else s
         at = data.find(spelled, pos, pos + MAX_GAP + len(spelled)) if spelled != s else -1
         found, after = _find(data, lower, s, pos, chunk_start, literal=i == unk)
         if at >= 0 and (found is None or at <= found[0]):

@@ -26,6 +26,7 @@ split, GPT-2's pattern, Metaspace's "▁").
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -47,8 +48,10 @@ from .fields import check, get
 from .pre_tokenizers import SPACE
 from .spelling import Spelling
 
-#: Rust's ``char::is_alphanumeric`` and "_": what ``single_word`` counts as part of a word
-_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}_]")
+#: What ``single_word`` counts as part of a word: the library's ``\w`` there (Rust's ``regex``
+#: crate: letters, marks, decimal digits, connector punctuation, the joiners), which is the
+#: ``regex`` module's; so a combining accent is part of a word and "²" is not
+_WORD_CHAR = regex.compile(r"\w")
 _SPACE_BEFORE = regex.compile(rf"{SPACE}+$")
 _SPACE_AFTER = regex.compile(rf"^{SPACE}+")
 
@@ -143,6 +146,9 @@ class Pipeline(Tokenizer):
     kind = "pipeline"
     #: the parsed tokenizer.json this pipeline was built from (``to_hf_json`` writes it back)
     file_data: dict[str, Any] | None = None
+    #: whether the pre-tokenizer treats the first piece apart (``Metaspace`` with
+    #: ``prepend_scheme="first"``), so that encoding must find out which piece that is
+    first_matters: bool = True
 
     def __init__(
         self,
@@ -199,6 +205,7 @@ class Pipeline(Tokenizer):
         )
         tok.spelling = Spelling.of(data)
         tok.file_data = copy.deepcopy(data)
+        tok.first_matters = '"first"' in json.dumps(data.get("pre_tokenizer"))
         return tok
 
     def to_hf_json(self) -> dict[str, Any]:
@@ -255,18 +262,28 @@ class Pipeline(Tokenizer):
                 if token is not None:
                     ids.append(token.id)
                     continue
+                first = start == 0
                 if self.normalizer is not None:
+                    if first and self.first_matters:
+                        first = self._keeps_first_character(chunk)
                     chunk = self.normalizer(chunk)
                 for part, token2, start2 in split_added(chunk, allowed(self._normalized_added)):
                     if token2 is not None:
                         ids.append(token2.id)
                     else:
-                        ids.extend(self._encode_ordinary(part, start == 0 and start2 == 0))
+                        ids.extend(self._encode_ordinary(part, first and start2 == 0))
         except TokenizerError as e:
             if self.source and not str(e).startswith(self.source):
                 raise TokenizerError(f"{self.source}: {e}") from None
             raise
         return ids
+
+    def _keeps_first_character(self, text: str) -> bool:
+        """Whether the normalized ``text`` still begins where ``text`` does. The library counts a
+        piece as the first (``Metaspace(prepend_scheme="first")``) only if it starts at the
+        original text's first character, so not when the normalizer dropped that character."""
+        _, spans = self.normalizer.align(alignment.identity(text))
+        return bool(spans) and spans[0][0] == 0
 
     def normalize_aligned(self, text: str) -> alignment.Aligned:
         """The text as the model sees it (added tokens as they are, the rest normalized), with

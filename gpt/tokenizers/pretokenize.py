@@ -203,26 +203,23 @@ def lower_chars(text: str) -> str:
 
 
 #: Oniguruma's ``\w`` (the engine the ``tokenizers`` library runs a file's regexes with), as
-#: measured against it over every code point below U+30000: alphabetic characters, marks,
-#: decimal digits, connector punctuation, and Latin-1's "¹²³¼½¾". The ``regex`` module's ``\w``
-#: also has the joiners U+200C/U+200D and lacks those six.
+#: measured against it over every code point below U+110000: alphabetic characters, marks,
+#: decimal digits, connector punctuation, and Latin-1's "¹²³¼½¾". Inside a [...] set its ``\w``
+#: lacks those six (``ONIG_SET_WORD``), so ``[^\w\s]`` matches "²" where ``\w`` does too.
 ONIG_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\u00b2\u00b3\u00b9\u00bc-\u00be"
+ONIG_SET_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}"
+#: The ``regex`` module's ``\w`` (and Rust's): Oniguruma's set ``\w`` and the joiners U+200C/D.
+REGEX_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\u200c\u200d"
 
 
-def from_oniguruma(pattern: str) -> str:
-    r"""A pattern from a ``tokenizer.json`` with ``\w`` / ``\W`` spelled out so that the
-    ``regex`` module matches what Oniguruma matches (``\W`` inside a [...] set is left as is)."""
+def _respell_words(pattern: str, spell: Callable[[str, bool], str]) -> str:
+    r"""``pattern`` with each ``\w`` and ``\W`` replaced by ``spell(letter, inside_a_set)``."""
     out, i, depth = [], 0, 0
     while i < len(pattern):
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
             nxt = pattern[i + 1]
-            if nxt == "w":
-                out.append(ONIG_WORD if depth else f"[{ONIG_WORD}]")
-            elif nxt == "W" and not depth:
-                out.append(f"[^{ONIG_WORD}]")
-            else:
-                out.append(pattern[i : i + 2])
+            out.append(spell(nxt, depth > 0) if nxt in "wW" else pattern[i : i + 2])
             i += 2
             continue
         if c == "[":
@@ -232,6 +229,37 @@ def from_oniguruma(pattern: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def from_oniguruma(pattern: str) -> str:
+    r"""A pattern from a ``tokenizer.json`` with ``\w`` / ``\W`` spelled out so that the
+    ``regex`` module matches what Oniguruma matches."""
+
+    def spell(letter: str, in_set: bool) -> str:
+        if in_set:  # the regex module's \W lacks the joiners, Oniguruma's set \W has them
+            return ONIG_SET_WORD if letter == "w" else r"\W\u200c\u200d"
+        return f"[{ONIG_WORD}]" if letter == "w" else f"[^{ONIG_WORD}]"
+
+    return _respell_words(pattern, spell)
+
+
+def to_oniguruma(pattern: str) -> str:
+    r"""The inverse of ``from_oniguruma``: one of our patterns (the ``regex`` module's syntax)
+    with ``\w`` / ``\W`` spelled out so that Oniguruma, reading it from a ``tokenizer.json``,
+    matches what the ``regex`` module matches. ``\W`` inside a [...] set has no such spelling
+    (Oniguruma's holds the joiners, and a set cannot take them out) and is refused."""
+
+    def spell(letter: str, in_set: bool) -> str:
+        if letter == "w":
+            return REGEX_WORD if in_set else f"[{REGEX_WORD}]"
+        if in_set:
+            raise TokenizerError(
+                rf"pattern {pattern!r} has \W inside [...], which Oniguruma (the tokenizers "
+                r"library's regex engine) reads differently; write [^\w...] instead"
+            )
+        return f"[^{REGEX_WORD}]"
+
+    return _respell_words(pattern, spell)
 
 
 def bert_normalize(

@@ -75,8 +75,13 @@ class Unigram(Tokenizer):
     ):
         if prepend_scheme not in ("always", "first", "never"):
             raise TokenizerError(f"prepend_scheme must be always/first/never: {prepend_scheme!r}")
+        if len(replacement) != 1:  # "" would delete every space, and decoding add them anywhere
+            raise TokenizerError(f"replacement must be one character, got {replacement!r}")
         self._init_table([p for p, _ in pieces], special_tokens, unk_token)
         self.pieces = [(t, float(s)) for t, s in pieces]
+        for t, s in self.pieces:
+            if not math.isfinite(s):  # a NaN score would make every comparison false
+                raise TokenizerError(f"piece {t!r} has the score {s}; scores must be finite")
         self.pattern = pattern
         self.prepend_scheme = prepend_scheme
         self.replacement = replacement
@@ -141,7 +146,7 @@ class Unigram(Tokenizer):
     def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
         """Ids of the pieces between cuts; runs of unknown pieces are fused (``fuse_unk``) and
         become the unknown token or, with ``byte_fallback``, their bytes."""
-        stoi = self.stoi
+        stoi, unk_id = self.stoi, self.stoi[self.unk_token]
         ids: list[int] = []
         unknown: list[str] = []  # the unknown pieces not yet added
 
@@ -153,8 +158,8 @@ class Unigram(Tokenizer):
         for i, j in zip(cuts, cuts[1:]):
             t = word[i:j]
             k = stoi.get(t) if t in self.scores else None
-            if k is None:
-                unknown.append(t)
+            if k is None or k == unk_id:  # the unknown token's own text, in a file that does
+                unknown.append(t)  # not make it special, fuses with its neighbours as well
                 continue
             if unknown:
                 flush()
@@ -164,6 +169,8 @@ class Unigram(Tokenizer):
         return ids
 
     def _unknown_ids(self, text: str) -> list[int]:
+        if text == self.unk_token:  # its own text (the file does not make it special)
+            return [self.stoi[text]]
         if self.byte_fallback:
             byte_ids = [self.stoi.get(f"<0x{b:02X}>") for b in text.encode("utf-8")]
             if None not in byte_ids:

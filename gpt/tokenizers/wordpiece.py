@@ -75,6 +75,8 @@ class WordPiece(Tokenizer):
         handle_chinese_chars: bool = True,
     ):
         vocab = list(vocab)
+        if max_word_chars < 0:
+            raise TokenizerError(f"max_word_chars must be at least 0, got {max_word_chars}")
         self._init_table(vocab, special_tokens, unk_token)
         self.prefix = prefix
         self.max_word_chars = max_word_chars

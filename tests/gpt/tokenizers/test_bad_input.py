@@ -219,6 +219,13 @@ HF_BPE = {
             {"model": {"type": "BPE", "vocab": {"a": 0, "b": "1"}, "merges": []}},
             "field model.vocab['b'] must be an integer, got '1'",
         ),
+        # parts our classes read without a Pipeline are checked as the Pipeline checks them
+        ({"pre_tokenizer": 7}, "field pre_tokenizer must be an object or null, got 7"),
+        ({"normalizer": "NFC"}, "field normalizer must be an object or null, got 'NFC'"),
+        ({"decoder": []}, "field decoder must be an object or null, got []"),
+        # a version the library does not know is refused, as the library refuses it
+        ({"version": "2.0"}, "unsupported tokenizer.json version '2.0'"),
+        ({"version": 1}, "field version must be a string, got 1"),
     ],
 )
 def test_field_types_are_checked_in_hugging_face_files(tmp_path, patch, message):
@@ -254,3 +261,29 @@ def test_sequences_nested_too_deep_are_refused(tmp_path):
     with pytest.raises(TokenizerFileError, match="Sequences nested more than 32 deep") as info:
         tk.load(path)
     assert str(info.value).startswith(f"{path}: normalizer.normalizers[0]")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        # "" would delete every space in encoding, and decoding would put spaces everywhere
+        ("replacement", "", "replacement must be one character, got ''"),
+        ("replacement", "__", "replacement must be one character, got '__'"),
+        # NaN (which Python's json reads) would make every Viterbi comparison false
+        ("pieces", [["<unk>", 0.0], ["a", float("nan")]], "piece 'a' has the score nan"),
+        ("pieces", [["<unk>", 0.0], ["a", float("-inf")]], "piece 'a' has the score -inf"),
+    ],
+)
+def test_unigram_values_are_checked(tmp_path, field, value, message):
+    tok = tk.Unigram([("<unk>", 0.0), ("a", -1.0)], ["<unk>"], pattern=r"\S+")
+    tok.save(tmp_path / "ok.json")
+    data = json.loads((tmp_path / "ok.json").read_text(encoding="utf-8"))
+    path = write_json(tmp_path / "bad.json", data | {field: value})
+    with pytest.raises(TokenizerFileError, match=re.escape(message)) as info:
+        tk.load(path)
+    assert str(info.value).startswith(f"{path}: invalid unigram tokenizer: ")
+
+
+def test_wordpiece_max_word_chars_must_not_be_negative():
+    with pytest.raises(TokenizerError, match="max_word_chars must be at least 0, got -1"):
+        tk.WordPiece(["[UNK]", "a"], max_word_chars=-1)

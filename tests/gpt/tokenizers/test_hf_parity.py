@@ -5,6 +5,7 @@ written here, read by that library, must too. Its post-processors are not applie
 comparison uses ``add_special_tokens=False``.
 """
 
+import json
 import os
 
 import pytest
@@ -295,3 +296,129 @@ def test_hf_bpe_with_a_custom_split_pattern(train_text, heldout_text, tmp_path):
     mine = tk.ByteBPE.train(train_text[:100_000], 600, ["<|e|>"], pattern=GPT4_PATTERN)
     tk.save(mine, tmp_path / "mine.json", format="huggingface")
     check_same(mine, hf.Tokenizer.from_file(str(tmp_path / "mine.json")), samples)
+
+
+# Oniguruma, which runs a file's regexes in the library, has its own \w: "¹²³¼½¾" are word
+# characters (but not inside a [...] set) and the joiners U+200C/U+200D are not.
+WORD_PATTERN = r"\w+|[^\w\s]+|\s+"
+WORD_SAMPLES = ["a\u200db", "x¹y", "!²", "½½!", "the\u200dking ¹!", "a\u200cb ²x"]
+
+
+def test_hf_bpe_split_pattern_with_word_classes(tmp_path):
+    # merges across "a", the joiner and "b" are in the vocabulary, but the file's pattern cuts
+    # "a\u200db" into three pieces there, so they must not apply
+    theirs = hf.Tokenizer(models.BPE())
+    theirs.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(hf.Regex(r"\S+|\s+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    theirs.train_from_iterator([" ".join(WORD_SAMPLES * 20)], trainer)
+    data = json.loads(theirs.to_str())
+    data["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = WORD_PATTERN
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    theirs = hf.Tokenizer.from_file(str(path))
+    ours = tk.load(path)
+    assert isinstance(ours, tk.ByteBPE)
+    check_same(ours, theirs, WORD_SAMPLES)
+
+
+def test_our_bpe_with_word_classes_read_by_hf_and_back(tmp_path):
+    # our pattern means the regex module's \w (the joiners in, "¹²³¼½¾" out); the file must say
+    # that to Oniguruma, and reading the file back must give the same tokenizer
+    text = " ".join(WORD_SAMPLES * 20)
+    ours = tk.ByteBPE.train(text, 270, ["<|e|>"], pattern=WORD_PATTERN)
+    tk.save(ours, tmp_path / "tokenizer.json", format="huggingface")
+    theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    back = tk.load(tmp_path / "tokenizer.json")
+    for s in WORD_SAMPLES:
+        assert ours.encode(s) == theirs.encode(s).ids == back.encode(s), s
+
+
+def test_hf_unigram_split_pattern_with_word_classes(tmp_path):
+    pre = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(split=False),
+            pre_tokenizers.Split(hf.Regex(r"\w+|[^\w\s]+"), behavior="isolated"),
+        ]
+    )
+    theirs = train_hf(
+        models.Unigram(),
+        trainers.UnigramTrainer(vocab_size=60, special_tokens=["<unk>"], unk_token="<unk>"),
+        " ".join(WORD_SAMPLES * 20),
+        pre=pre,
+        path=tmp_path / "tokenizer.json",
+    )
+    ours = tk.load(tmp_path / "tokenizer.json")
+    assert isinstance(ours, tk.Unigram)
+    check_same(ours, theirs, WORD_SAMPLES)
+    # and back: our Unigram with that pattern, written, read by the library
+    mine = tk.Unigram.train(" ".join(WORD_SAMPLES * 20), 40, pattern=r"\w+|[^\w\s]+|\s+")
+    tk.save(mine, tmp_path / "mine.json", format="huggingface")
+    check_same(mine, hf.Tokenizer.from_file(str(tmp_path / "mine.json")), WORD_SAMPLES)
+
+
+def test_a_pattern_oniguruma_cannot_be_told_is_refused(tmp_path):
+    bpe = tk.ByteBPE.train("ab cd " * 20, 258, pattern=r"[\W\d]+|\w+")
+    with pytest.raises(tk.TokenizerError, match=r"\\W inside \[...\]"):
+        tk.save(bpe, tmp_path / "tokenizer.json", format="huggingface")
+    assert not (tmp_path / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("normalizer", [None, {"type": "NFKC"}])  # our class, then a Pipeline
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_an_unknown_token_the_file_does_not_add_is_plain_text(
+    train_text, tmp_path, kind, normalizer
+):
+    # the library matches only added tokens in the text: "<unk>" there is then a Unigram piece
+    # (fused with unknown neighbours into one unknown), and "[UNK]" three WordPiece words
+    unk = "<unk>" if kind == "unigram" else "[UNK]"
+    if kind == "unigram":
+        model = models.Unigram()
+        trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=[unk], unk_token=unk)
+        pre = pre_tokenizers.Metaspace()
+    else:
+        model = models.WordPiece(unk_token=unk)
+        trainer = trainers.WordPieceTrainer(vocab_size=300, special_tokens=[unk])
+        pre = pre_tokenizers.BertPreTokenizer()
+    decoder = decoders.Metaspace() if kind == "unigram" else None
+    theirs = train_hf(model, trainer, train_text[:30_000], None, pre, decoder, tmp_path / "t.json")
+    data = json.loads(theirs.to_str())
+    data["added_tokens"] = []
+    data["normalizer"] = normalizer
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    theirs = hf.Tokenizer.from_file(str(path))
+    ours = tk.load(path)
+    assert isinstance(ours, tk.Pipeline) == (normalizer is not None)
+    samples = [f"a {unk} b", unk, f"x{unk}y", f"{unk}☃", f"☃{unk}", f"{unk}{unk} ☃☃"]
+    check_same(ours, theirs, samples)
+    for s in samples:
+        ids = theirs.encode(s).ids
+        if kind == "unigram":
+            assert ours.decode(ids) == theirs.decode(ids), s
+
+
+def test_byte_level_file_with_a_token_outside_the_byte_alphabet(train_text, tmp_path):
+    # the library keeps a vocabulary entry no byte-level text can reach ("▁x"); so do we
+    theirs = train_hf(
+        models.BPE(),
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        train_text[:20_000],
+        pre=pre_tokenizers.ByteLevel(add_prefix_space=False),
+        decoder=decoders.ByteLevel(),
+        path=tmp_path / "t.json",
+    )
+    data = json.loads(theirs.to_str())
+    data["model"]["vocab"]["\u2581x"] = len(data["model"]["vocab"])
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    theirs = hf.Tokenizer.from_file(str(path))
+    ours = tk.load(path)
+    assert ours.vocab_size == theirs.get_vocab_size()
+    check_same(ours, theirs, ["hello \u2581x", *EXTRA])

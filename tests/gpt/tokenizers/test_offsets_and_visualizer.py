@@ -177,6 +177,19 @@ def test_offsets_match_the_library_for_other_models(name, tmp_path):
     check_offsets(theirs, tmp_path)
 
 
+def test_offsets_of_a_unigram_class_over_a_literal_metaspace(trained, tmp_path):
+    # a "▁" in the text itself is found as it is spelled, by our Unigram class as by a Pipeline
+    ours = trained["unigram"]
+    tk.save(ours, tmp_path / "tokenizer.json", format="huggingface")
+    theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert isinstance(tk.load(tmp_path / "tokenizer.json"), tk.Unigram)
+    for text in ["▁lllll", "a▁b  c", "x ▁▁ y", "the▁king", "▁"]:
+        expected = theirs.encode(text, add_special_tokens=False)
+        assert tk.encode_with_offsets(ours, text) == list(
+            zip(expected.ids, map(tuple, expected.offsets))
+        ), text
+
+
 def test_plain_cut_and_the_report_sample(trained):
     from gpt.tokenizers.visualize import cut
 

@@ -29,7 +29,7 @@ from tokenizers import (  # noqa: E402
 )
 
 import gpt.tokenizers as tk  # noqa: E402
-from gpt.tokenizers import TokenizerFileError  # noqa: E402
+from gpt.tokenizers import TokenizerError, TokenizerFileError  # noqa: E402
 from gpt.tokenizers.pipeline import Pipeline  # noqa: E402
 
 STRESS = [
@@ -286,6 +286,34 @@ def test_unigram(tmp_path, byte_fallback):
     compare(theirs, tmp_path, STRESS + ["ÿ unseen ☃ ⛄ 𝄞"])
 
 
+def test_unigram_whose_unknown_token_is_not_added(tmp_path):
+    # "<unk>" in the text is then the unknown piece: its own id, not its bytes, and fused with
+    # unknown neighbours into bytes
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    theirs = trained(
+        models.Unigram(byte_fallback=True),
+        trainers.UnigramTrainer(
+            vocab_size=400,
+            special_tokens=["<unk>", *byte_tokens],
+            unk_token="<unk>",
+            show_progress=False,
+        ),
+        normalizers.NFKC(),
+        pre_tokenizers.Metaspace(),
+        decoders.Sequence([decoders.Metaspace(), decoders.ByteFallback()]),
+    )
+    data = json.loads(theirs.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "<unk>"]
+    data["model"]["byte_fallback"] = True
+    theirs = hf.Tokenizer.from_str(json.dumps(data))
+    ours = compare(theirs, tmp_path, STRESS)
+    # (offsets left out: the library gives each byte of a fused "<unk>☃" the whole run)
+    for text in ["a <unk> b", "<unk>", "x<unk>y", "<unk>☃", "☃<unk>", "☃", "<unk><unk>"]:
+        expected = theirs.encode(text).ids
+        assert ours.encode(text) == expected, text
+        assert ours.decode(expected) == theirs.decode(expected, skip_special_tokens=False)
+
+
 def test_decoder_strip_and_replace(tmp_path):
     theirs = trained(
         *bpe(),
@@ -359,6 +387,42 @@ def test_added_tokens_with_flags(tmp_path):
         "The QUICK quick Quick fox",
         "<tag>   after <tag>",
     ]
+    compare(theirs, tmp_path, texts)
+
+
+def test_single_word_added_tokens_see_words_as_the_library_does(tmp_path):
+    # a word, for ``single_word``, is the library's \w: marks and joiners belong to it (so no
+    # match next to them), "¹²³¼½¾" and other numbers that are not digits do not
+    model, trainer = bpe()
+    theirs = trained(model, trainer, normalizers.Lowercase(), pre_tokenizers.Whitespace())
+    theirs.add_tokens(
+        [
+            hf.AddedToken("hex", single_word=True, normalized=True),
+            hf.AddedToken("<t>", single_word=True, normalized=False),
+        ]
+    )
+    texts = ["́hex", "hex̀", "hex‍", "‌hex", "²hex", "hex½", "İhex", "①hex"]
+    texts += [t.replace("hex", "<t>") for t in texts] + ["a<t>b", "_<t>", "<t>_", "Ⅻ<t>"]
+    compare(theirs, tmp_path, texts)
+
+
+@pytest.mark.parametrize(
+    "normalizer",
+    [
+        normalizers.Replace(hf.Regex(r"\d+|\s{2,}"), "#"),
+        normalizers.Replace(hf.Regex(r"[^\w\s]"), ""),
+        normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()]),
+        normalizers.BertNormalizer(lowercase=False),
+    ],
+)
+def test_metaspace_first_after_a_normalizer_that_changes_the_start(tmp_path, normalizer):
+    # the library prepends "▁" only to a piece that starts at the text's first character: not
+    # when the normalizer dropped that character, nor when it replaced two or more characters
+    # (a replacement stands where the last of them stood)
+    model, trainer = bpe()
+    pre = pre_tokenizers.Metaspace(prepend_scheme="first")
+    theirs = trained(model, trainer, normalizer, pre)
+    texts = STRESS + ["86 x", "1 x", "  x y", "\u0301a b", "\x00the dog", "?!the", "x86 y", "a  b"]
     compare(theirs, tmp_path, texts)
 
 
@@ -483,6 +547,29 @@ def test_truncation_and_padding_for_batches(tmp_path, truncation, padding):
         assert ours.encode(text, add_special_tokens=True) == theirs.encode(text).ids
 
 
+@pytest.mark.parametrize("max_length", range(6))
+@pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
+def test_truncation_to_lengths_the_template_barely_fits(tmp_path, max_length, strategy):
+    # max_length 0..5 around the 2 (single) or 3 (pair) tokens of BERT's template: the library
+    # cuts nothing below them, everything at them, and refuses to empty one text of a pair
+    vocab = {"<unk>": 0, "[CLS]": 1, "[SEP]": 2, "a": 3, "b": 4}
+    theirs = hf.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    theirs.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    theirs.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    theirs.enable_truncation(max_length=max_length, strategy=strategy)
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    ours = tk.load(tmp_path / "tokenizer.json")
+    for text, pair in [("a a a", None), ("a a a", "b b"), ("a", "b b b"), ("", "b")]:
+        for add in (True, False):
+            try:
+                expected = theirs.encode(text, pair, add_special_tokens=add).ids
+            except Exception:  # the library refuses: so must we
+                with pytest.raises(TokenizerError, match="truncation"):
+                    ours.encode(text, add_special_tokens=add, pair=pair)
+                continue
+            assert ours.encode(text, add_special_tokens=add, pair=pair) == expected, (text, pair)
+
+
 def test_a_pipeline_saves_as_tokenizer_json_with_its_settings(tmp_path):
     from gpt.tokenizers.batching import Padding, Truncation
 
@@ -546,3 +633,24 @@ def test_bert_style_file(tmp_path):
         ),
     )
     compare(theirs, tmp_path, pair=True)
+
+
+# ----- a file's regexes mean what Oniguruma (the library's regex engine) makes of them ------------
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"\w+|[^\w\s]+", r"\W+", r"[\w']+", r"[\W\d]+", r"[^\W]+", r"\w+\s*"],
+)
+@pytest.mark.parametrize("behavior", ["isolated", "removed"])
+def test_split_word_classes_cut_where_the_library_cuts(pattern, behavior):
+    from gpt.tokenizers import pre_tokenizers as ours_pre
+
+    theirs = pre_tokenizers.Split(hf.Regex(pattern), behavior=behavior)
+    spec = json.loads(pre_tokenizers.Sequence([theirs]).__getstate__())["pretokenizers"][0]
+    ours = ours_pre.build(spec, "tokenizer.json")
+    texts = STRESS + ["a\u200db", "x¹y", "!²", "½½!", "the\u200dking ¹!", "a\u200cb ²x", "_¾'"]
+    for text in texts:
+        assert [w for w, _ in ours([(text, True)])] == [
+            w for w, _ in theirs.pre_tokenize_str(text)
+        ], text

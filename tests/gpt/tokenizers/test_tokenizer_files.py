@@ -57,6 +57,16 @@ def test_gpt2_files_round_trip(trained, tmp_path):
     assert tk.load(tmp_path / "vocab.json").vocab_size == tok.vocab_size
 
 
+def test_a_gpt2_vocab_holding_the_token_model_loads(tmp_path):
+    # GPT-2's own vocab.json has "model" (and "format") among its tokens: still a vocab.json
+    tok = tk.ByteBPE.train("model\nformat\n" * 20, 265)
+    tk.save_gpt2(tok, tmp_path)
+    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
+    assert "model" in vocab and "format" in vocab
+    back = tk.load(tmp_path / "vocab.json")
+    assert back.encode("model format") == tok.encode("model format")
+
+
 def test_load_wrong_class_is_an_error(trained, tmp_path):
     trained["char"].save(tmp_path / "c.json")
     with pytest.raises(TokenizerFileError, match="CharTokenizer, not a ByteBPE"):

@@ -56,6 +56,20 @@ def test_cli_trains_all_kinds_and_reports(text_file, tmp_path, capsys):
     assert row["name"] == "bpe.json" and row["reversible"]
 
 
+def test_cli_html_page_is_written_atomically(text_file, tmp_path, monkeypatch):
+    page = tmp_path / "page.html"
+    args = ["--text", str(text_file), "--kinds", "char", "--html", str(page)]
+    assert main(args) == 0
+    assert "<html" in page.read_text(encoding="utf-8").lower()
+    old = page.read_bytes()
+    # a page that fails to write half way (a lone surrogate cannot be UTF-8) keeps the old one
+    monkeypatch.setattr("gpt.tokenizers.visualize.to_html", lambda *a, **k: "x" * 10_000 + "\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        main(args)
+    assert page.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("page")] == ["page.html"]
+
+
 def test_cli_bad_input(text_file, tmp_path, capsys):
     assert main(["--text", str(tmp_path / "missing.txt")]) == 2
     assert main(["--text", str(text_file), "--kinds", "bpe,magic"]) == 2
