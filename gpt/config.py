@@ -181,9 +181,10 @@ class GPTConfig(_Fields):
             check_int("sliding_window", self.sliding_window, 1)
         if self.d_head is None:
             if self.d_model % self.n_head:
-                raise ConfigError(
-                    f"d_model={self.d_model} is not divisible by "
-                    f"n_head={self.n_head}; choose them so, or set d_head"
+                raise bad_value(
+                    "n_head",
+                    self.n_head,
+                    f"must divide d_model={self.d_model} (or set d_head)",
                 )
             self.d_head = self.d_model // self.n_head
         _positive(d_head=self.d_head)
@@ -345,6 +346,8 @@ class Seq2SeqConfig(_Fields):
             check_int(name, getattr(self, name), 0, self.tgt_vocab_size - 1)
         if self.pad_id >= self.src_vocab_size:
             raise ConfigError(f"pad_id={self.pad_id} is outside the source vocabulary")
+        if self.eos_id == self.pad_id:  # the loss ignores pad targets: eos would never be taught
+            raise bad_value("eos_id", self.eos_id, f"must differ from pad_id={self.pad_id}")
 
     @property
     def d_head(self) -> int:

@@ -486,8 +486,17 @@ def save_hf_llama(model: GPT, path: str | os.PathLike) -> None:
 def _write_folder(path, arrays: dict[str, np.ndarray], hf_config: dict) -> None:
     """``model.safetensors`` (float32, contiguous) and ``config.json`` in ``path``, each
     written atomically."""
+    from gpt.run_folder import RunFolder
+
     arrays = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
     out = Path(path)
+    run = RunFolder(out)
+    if run.ckpt.exists() or run.log.exists():  # its config.json is the run's, not ours
+        raise HFCheckpointError(
+            out,
+            "holds a training run, whose config.json this would replace; export into "
+            "another folder",
+        )
     out.mkdir(parents=True, exist_ok=True)
     # transformers insists on a "format" entry in the metadata
     serialization.atomic_write(

@@ -11,7 +11,8 @@
       loss.png           the loss curve (when matplotlib is installed)
 
 The rules (:meth:`RunFolder.claim`): a folder that holds a run is written into only to resume
-that run or when the user asked to overwrite it; resuming needs a checkpoint. Every file is
+that run or when the user asked to overwrite it; resuming needs a checkpoint, and the
+tokenizer.json the checkpoint was trained with (it records its fingerprint). Every file is
 written atomically (a temporary file renamed over the target), so a crash leaves the old file or
 the new one; the temporary files a crash leaves behind are removed when the next run starts.
 
@@ -20,6 +21,7 @@ the new one; the temporary files a crash leaves behind are removed when the next
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -75,6 +77,23 @@ class RunFolder:
                 "--resume, replace it with --overwrite, or choose another --out-dir"
             )
 
+    def tokenizer_digest(self) -> str:
+        """A fingerprint of ``tokenizer.json``'s bytes; each checkpoint records the one it was
+        trained with (``tokenizer_digest``), see :meth:`check_tokenizer`."""
+        return hashlib.sha256(self.tokenizer.read_bytes()).hexdigest()[:16]
+
+    def check_tokenizer(self, extra: dict, file: Path) -> None:
+        """Refuse a ``tokenizer.json`` other than the one the checkpoint ``file`` (whose extras
+        are ``extra``) was trained with: its ids would mean other text, and a resumed run
+        would go on training on text encoded another way, without a word. (Checkpoints from
+        before the fingerprint was recorded are not checked.)"""
+        saved = extra.get("tokenizer_digest")
+        if saved is not None and saved != self.tokenizer_digest():
+            raise RunError(
+                f"{self.tokenizer} is not the tokenizer {file} was trained with (it was "
+                "replaced since); put the run's own tokenizer.json back"
+            )
+
     def _describe(self) -> str:
         records = [r for r in self.read_log() if "val_loss" in r]
         if records:
@@ -105,10 +124,21 @@ class RunFolder:
         atomic_write(self.config, lambda f: f.write(text.encode()))
 
     def read_config(self) -> dict:
+        """The run's ``{"model": {...}, "train": {...}, ...}``; anything else is a RunError."""
         try:
-            return json.loads(self.config.read_text())
+            config = json.loads(self.config.read_text())
         except (OSError, ValueError) as err:
             raise RunError(f"{self.config}: cannot read the run's config ({err})") from err
+        if not (
+            isinstance(config, dict)
+            and isinstance(config.get("model"), dict)
+            and isinstance(config.get("train"), dict)
+        ):
+            raise RunError(
+                f'{self.config} is not a training run\'s config (it needs "model" and '
+                '"train" entries); was it replaced, e.g. by an export?'
+            )
+        return config
 
     def read_log(self) -> list[dict]:
         """The log's records; a last line torn by a crash is dropped."""
@@ -148,6 +178,14 @@ def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):
     if not file.exists():
         raise RunError(f"{file} does not exist: is {run.path} a training run's folder?")
     meta = load_checkpoint(file, model=None)
-    model = GPT(GPTConfig.from_dict(meta["model_config"]))
+    config = GPTConfig.from_dict(meta["model_config"])
+    tokenizer = tk.load(run.tokenizer)
+    if tokenizer.vocab_size != config.vocab_size:  # its ids would decode to other text
+        raise RunError(
+            f"{run.tokenizer} has {tokenizer.vocab_size} tokens but the model of {file} has "
+            f"{config.vocab_size}: it is not the tokenizer this run was trained with"
+        )
+    run.check_tokenizer(meta, file)
+    model = GPT(config)
     load_checkpoint(file, model)
-    return model.to(device).eval(), tk.load(run.tokenizer)
+    return model.to(device).eval(), tokenizer

@@ -89,6 +89,9 @@ def prepare(
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     if (out / META).exists():
         raise DataError(f"{out} already holds prepared data; choose another folder")
+    taken = [n for n in ("train.bin", "val.bin", "tokenizer.json") if (out / n).exists()]
+    if taken:  # e.g. a training run's folder, whose tokenizer.json this would replace
+        raise DataError(f"{out} already holds {', '.join(taken)}; prepare into another folder")
     trained = tokenizer in tk.KINDS and tokenizer != "char"
     chars, digest, alphabet, sample = _scan(path, tokenizer_sample_chars if trained else 0)
     if tokenizer == "char":

@@ -206,6 +206,18 @@ def config_differences(saved: dict, now: dict, names=None) -> list[str]:
     return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names if saved.get(k) != now.get(k)]
 
 
+def _float16_scaler(state) -> bool:
+    """Whether a checkpoint's ``loss_scaler`` entry is a float16 run's scale (to resume).
+
+    A float32 or bfloat16 run saves None; older checkpoints saved their pass-through scaler,
+    scale 1.0 with no step skipped, which a float16 run cannot reach (its scale starts at
+    2¹⁶ and only a skipped step lowers it). Loading that into a run resumed in float16 would
+    train with no loss scaling at all, its small gradients flushed to zero."""
+    if not isinstance(state, dict):
+        return False
+    return not (state.get("scale") == 1.0 and state.get("skipped", 0) == 0)
+
+
 class Trainer:
     """Holds everything a run needs, so that a checkpoint can capture and restore it.
 
@@ -314,7 +326,7 @@ class Trainer:
                 tl.backend.generator(self.cfg.device).bit_generator.state
             ),
             history=self.history,
-            loss_scaler=self.scaler.state_dict(),
+            loss_scaler=self.scaler.state_dict() if self.scaler.enabled else None,
             log_tail=self.pending,
             best_val=self.best_val,
         )
@@ -330,6 +342,7 @@ class Trainer:
         if self.dist.rank == 0:
             if not run.tokenizer.exists():
                 self.tokenizer.save(run.tokenizer)
+            extra["tokenizer_digest"] = run.tokenizer_digest()  # (see RunFolder.check_tokenizer)
             if best:
                 nn.serialization.save_checkpoint(run.best, self.model, None, **extra)
             nn.serialization.save_checkpoint(run.ckpt, self.model, self.optimizer, **extra)
@@ -344,7 +357,15 @@ class Trainer:
         if extra.get("model_config") != self.model_cfg.to_dict():
             diff = config_differences(extra.get("model_config") or {}, self.model_cfg.to_dict())
             raise RunError(f"{path} was written for a different model config ({'; '.join(diff)})")
+        self.run_folder.check_tokenizer(extra, path)
         nn.serialization.load_checkpoint(path, self.model, self.optimizer)
+        # The optimizer's state brings back the hyperparameters it was saved with; this run's
+        # config decides them instead (as it does the learning rate at every step), so that a
+        # resume with another --weight-decay, --beta1 or --beta2 trains as its config.json says.
+        decay, _ = self.optimizer.param_groups  # param_groups_for_decay: decayed, then not
+        decay["weight_decay"] = self.cfg.weight_decay
+        for group in self.optimizer.param_groups:
+            group["betas"] = (self.cfg.beta1, self.cfg.beta2)
         try:
             self.iter = int(extra["iter"])
             self.rng.bit_generator.state = extra["rng_state"]
@@ -352,7 +373,7 @@ class Trainer:
             self.history = list(extra.get("history", []))
             tail = list(extra.get("log_tail", []))
             self.best_val = float(extra.get("best_val", math.inf))
-            if self.scaler.enabled and "loss_scaler" in extra:
+            if self.scaler.enabled and _float16_scaler(extra.get("loss_scaler")):
                 self.scaler.load_state_dict(extra["loss_scaler"])
         except (KeyError, TypeError, ValueError) as err:
             raise nn.serialization.SerializationError(

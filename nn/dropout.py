@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import device_of, generator
+from tensorlab.backend import acc_dtype, device_of, generator
 
 
 def dropout_mask(shape, p: float, like):
     """An array of ``shape``: 0 with probability p, else 1/(1 - p), in ``like``'s dtype and on
-    its device, drawn from that device's generator (``tl.manual_seed`` makes it repeatable)."""
-    keep = generator(device_of(like)).random(shape, dtype=like.dtype) >= p
+    its device, drawn from that device's generator (``tl.manual_seed`` makes it repeatable).
+    float16 and bfloat16 masks are drawn in float32 (the generators draw no half floats)."""
+    draw = acc_dtype(like) or like.dtype
+    keep = generator(device_of(like)).random(shape, dtype=draw) >= p
     return keep * like.dtype.type(1.0 / (1.0 - p))
 
 

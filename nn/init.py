@@ -194,10 +194,12 @@ def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str | None = None)
 
 
 def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
-    """A Parameter with entries drawn from N(0, std²)."""
+    """A Parameter with entries drawn from N(0, std²) (in float32 for float16 and bfloat16,
+    which the generators cannot draw, then rounded)."""
     if _skip[0]:
         return _empty(shape, dtype, device)
-    data = generator(device).standard_normal(shape, dtype=np.dtype(dtype).type) * std
+    draw = np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64) else np.dtype(np.float32)
+    data = generator(device).standard_normal(shape, dtype=draw.type) * std
     return Parameter(data.astype(np.dtype(dtype), copy=False))
 
 

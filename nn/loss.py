@@ -99,7 +99,11 @@ def cross_entropy(
     q = (1 - ε) onehot + ε/C. ``reduction``: "mean", "sum" or "none" (per-target losses)."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be mean, sum or none, not {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:  # (a NaN fails this too)
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
     t = targets.data if isinstance(targets, Tensor) else xp_of(logits.data).asarray(targets)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy: targets must be integer class indices, not {t.dtype}")
     if t.shape != logits.shape[:-1]:
         raise ValueError(
             f"cross_entropy: logits of shape {logits.shape} need targets of shape "

@@ -231,8 +231,8 @@ class Module:
         for p in self.parameters():
             if set_to_none:
                 p.grad = None
-            elif p.grad is not None:
-                p.grad = Tensor._wrap(p.grad.data * 0)
+            elif p.grad is not None:  # zeros, not grad * 0: that keeps NaN and ∞ (0·∞ = NaN)
+                p.grad = Tensor._wrap(xp_of(p.grad.data).zeros_like(p.grad.data))
 
     def to(self, device: str) -> Module:
         """Move every parameter and buffer to ``device`` (in place, keeping identities)."""

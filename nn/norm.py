@@ -123,8 +123,13 @@ def layer_norm(
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
-    """x / √(mean(x²) + eps) ⊙ weight over the last axis (weight (d,))."""
-    return RMSNormFn.apply(x, eps=eps) if weight is None else RMSNormFn.apply(x, weight, eps=eps)
+    """x / √(mean(x²) + eps) ⊙ weight over the last axis (weight (d,)).
+
+    An empty last axis (d = 0) gives an empty result, as in PyTorch (and :func:`layer_norm`)."""
+    gain = () if weight is None else (weight,)
+    if not x.shape or x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
+        return RMSNormFn.composed(x, *gain, eps=eps) if x.shape else x * 1.0
+    return RMSNormFn.apply(x, *gain, eps=eps)
 
 
 class LayerNorm(Module):

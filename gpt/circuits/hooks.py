@@ -212,8 +212,6 @@ def mean_token_loss(logits: Tensor, tokens) -> Tensor:
     Tensor (position t predicts token t+1): the default metric of ``incl_bwd``."""
     tok = _as_tokens(tokens)
     return nn.functional.cross_entropy(logits[:, :-1], tok[:, 1:])
-    V = logits.shape[-1]
-    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), tok[:, 1:].reshape(-1))
 
 
 def run_with_hooks(

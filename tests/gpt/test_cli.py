@@ -132,6 +132,8 @@ def test_sample_help_describes_every_flag(capsys):
         ("--dropout", "1", "--dropout 1.0: must be a finite number in [0, 1)"),
         ("--beta2", "1", "--beta2 1.0: must be a finite number in [0, 1)"),
         ("--min-lr", "1", "--min-lr 1.0: must be a finite number in [0, 0.001]"),
+        # named by its flag (it said "d_model=16 is not divisible by n_head=3", no flag)
+        ("--n-head", "3", "--n-head 3: must divide d_model=16 (or set d_head)"),
     ],
 )
 def test_bad_train_flags_are_one_line_errors(tmp_path, capsys, flag, value, message):
@@ -218,6 +220,19 @@ def test_resume_takes_the_runs_config_and_extends_it(tmp_path, capsys):
     assert "n_layer: 1 -> 2" in capsys.readouterr().err
     assert main(["train", "--out-dir", run, "--max-iters", "1"]) == 2
     assert "holds a training run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ['{"n_embd": 16}', "[1, 2]"])
+def test_resume_with_a_config_json_that_is_not_a_runs(tmp_path, capsys, content):
+    """A run's config.json replaced by another JSON (a Hugging Face config, say) ended
+    --resume with a KeyError or TypeError traceback; now one line naming the file."""
+    run = str(tmp_path / "run")
+    assert main(small_run(tmp_path, "--out-dir", run, "--max-iters", "2")) == 0
+    capsys.readouterr()
+    (tmp_path / "run" / "config.json").write_text(content)
+    assert main(["train", "--out-dir", run, "--resume", "--max-iters", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.json is not a training run's config" in err, err
 
 
 def test_ctrl_c_saves_and_exits_130(tmp_path):

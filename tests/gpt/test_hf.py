@@ -206,6 +206,25 @@ def test_save_then_load_round_trip(tmp_path, tie):
     np.testing.assert_array_equal(ours(model, TOKENS), ours(loaded, TOKENS))
 
 
+def test_export_never_replaces_a_training_runs_config(tmp_path):
+    """Exporting into a training run's folder wrote the Hugging Face config.json over the
+    run's own (its model and training settings), after which --resume failed with a
+    KeyError; now refused, the folder untouched. A folder holding an earlier export is
+    written over as before."""
+    model = GPT(GPTConfig(vocab_size=V, block_size=NPOS, n_layer=L, n_head=H, d_model=D))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"model": {}, "train": {}}')
+    (run / "ckpt.safetensors").write_bytes(b"a run's checkpoint")
+    with pytest.raises(HFCheckpointError, match="holds a training run"):
+        save_hf_gpt2(model, run)
+    assert (run / "config.json").read_text() == '{"model": {}, "train": {}}'
+    assert sorted(p.name for p in run.iterdir()) == ["ckpt.safetensors", "config.json"]
+    save_hf_gpt2(model, tmp_path / "export")
+    save_hf_gpt2(model, tmp_path / "export")  # again, over the first export
+    assert from_pretrained(tmp_path / "export").config == model.config
+
+
 def test_load_weights_into_existing_model_and_from_file(tmp_path):
     cfg = hf_config()
     state = hf_state(cfg)
@@ -278,7 +297,7 @@ def test_corrupt_files_name_the_file(tmp_path):
         ({"activation_function": "quick_gelu"}, "activation_function='quick_gelu'"),
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
         ({"add_cross_attention": True}, "add_cross_attention"),
-        ({"n_head": 5}, "not divisible"),
+        ({"n_head": 5}, "n_head=5: must divide d_model"),
         ({"n_embd": None}, "'n_embd' is missing"),
     ],
 )

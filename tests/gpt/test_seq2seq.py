@@ -110,6 +110,15 @@ def test_config_errors(bad):
         Seq2SeqConfig(**bad)
 
 
+def test_eos_must_differ_from_pad():
+    """The loss ignores pad_id targets: with eos_id = pad_id every eos target was ignored, so
+    the model was never taught to end a sequence, without a word. (bos_id = pad_id stays
+    allowed: T5 starts its decoder with the pad token, which is never a target.)"""
+    with pytest.raises(ConfigError, match="eos_id=0: must differ from pad_id=0"):
+        Seq2SeqConfig(pad_id=0, bos_id=1, eos_id=0)
+    assert Seq2SeqConfig(pad_id=0, bos_id=0, eos_id=1).bos_id == 0
+
+
 def test_config_round_trip():
     cfg = Seq2SeqConfig(norm_placement="pre", activation="geglu")
     assert Seq2SeqConfig.from_dict(cfg.to_dict()) == cfg

@@ -64,6 +64,19 @@ def test_bad_folders_are_named(corpus, tmp_path):
         token_files.load(tmp_path / "d")
 
 
+def test_prepare_never_replaces_a_training_runs_tokenizer(corpus, tmp_path):
+    """prepare into a folder holding a training run (or any tokenizer.json) must refuse and
+    leave it alone: it wrote its own tokenizer.json over the run's, after which the run's
+    model sampled through the wrong vocabulary without a word."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "tokenizer.json").write_text("the run's tokenizer")
+    with pytest.raises(DataError, match="already holds tokenizer.json"):
+        token_files.prepare(corpus, run, tokenizer="bpe", vocab_size=300)
+    assert (run / "tokenizer.json").read_text() == "the run's tokenizer"
+    assert sorted(p.name for p in run.iterdir()) == ["tokenizer.json"]
+
+
 def test_training_from_token_files_equals_training_from_the_text(corpus, tmp_path):
     """Same ids, same batches, same steps: the losses agree exactly."""
     token_files.prepare(corpus, tmp_path / "d")

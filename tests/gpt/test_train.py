@@ -63,6 +63,20 @@ def test_resume_continues_bit_for_bit(tmp_path, dropout):
     assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in straight.history]
 
 
+def test_resume_trains_with_the_optimizer_settings_it_is_given(tmp_path):
+    """--weight-decay, --beta1 and --beta2 may change on resume (the run's config.json then
+    records the new values), and the optimizer must use them: loading the optimizer's state
+    brought back the old ones, so the run silently trained with the old settings."""
+    trainer(tmp_path, max_iters=5).run()
+    resumed = trainer(tmp_path, max_iters=8, resume=True, weight_decay=0.5, beta1=0.5, beta2=0.9)
+    resumed.run()
+    decay, no_decay = resumed.optimizer.param_groups
+    assert decay["weight_decay"] == 0.5 and no_decay["weight_decay"] == 0.0
+    assert decay["betas"] == no_decay["betas"] == (0.5, 0.9)
+    saved = resumed.run_folder.read_config()["train"]
+    assert (saved["weight_decay"], saved["beta1"], saved["beta2"]) == (0.5, 0.5, 0.9)
+
+
 def test_text_shorter_than_block_size_is_refused(tmp_path):
     cfg = TrainConfig(out_dir=str(tmp_path), progress=False)
     with pytest.raises(ValueError, match="block_size"):
@@ -216,6 +230,37 @@ def test_gpt_load_gives_the_trained_model_and_tokenizer(tmp_path):
     assert ours == theirs
     with pytest.raises(RunError, match="does not exist"):
         gpt.load(tmp_path / "nothing")
+    # a tokenizer.json that is not the run's (replaced by hand or by another tool) is refused:
+    # its ids would decode the model's output into other text without a word
+    import gpt.tokenizers as tk
+
+    tk.KINDS["char"].train("abc").save(tmp_path / "tokenizer.json")
+    with pytest.raises(RunError, match=r"has 3 tokens but the model of .* has 28:"):
+        gpt.load(tmp_path)
+
+
+def test_a_replaced_tokenizer_of_the_same_size_is_refused(tmp_path):
+    """A tokenizer.json replaced by another of the same vocabulary size (tokenizer-train
+    --out into the run folder writes over it without a word) passed every check: gpt.load
+    decoded the model's ids into other text, and --resume went on training on the text
+    encoded another way. The checkpoint records the fingerprint of the tokenizer it was
+    trained with; both now refuse, and the resumed run writes nothing."""
+    import gpt.tokenizers as tk
+
+    t = trainer(tmp_path, max_iters=5)
+    t.run()
+    other = tk.KINDS["char"](t.tokenizer.chars[::-1])  # the same characters, other ids
+    assert other.vocab_size == t.tokenizer.vocab_size
+    other.save(tmp_path / "tokenizer.json")
+    before = (tmp_path / "ckpt.safetensors").read_bytes()
+    with pytest.raises(RunError, match="is not the tokenizer .*ckpt.safetensors was trained with"):
+        gpt.load(tmp_path)
+    resumed = trainer(tmp_path, max_iters=8, resume=True)
+    with pytest.raises(RunError, match="put the run's own tokenizer.json back"):
+        resumed.run()
+    assert (tmp_path / "ckpt.safetensors").read_bytes() == before
+    t.tokenizer.save(tmp_path / "tokenizer.json")  # the run's own: accepted again
+    gpt.load(tmp_path)
 
 
 # ------------------------------------------------------------------ gradient accumulation
@@ -284,6 +329,34 @@ def test_float16_training_scales_the_loss_and_resumes_the_scale(tmp_path):
     resumed = trainer(tmp_path, max_iters=10, dtype="float16", resume=True)
     resumed.load()
     assert resumed.scaler.state_dict() == t.scaler.state_dict()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_training_with_dropout(tmp_path, dtype):
+    """Dropout under autocast draws its masks for half-precision activations (attention
+    pattern, outputs); this raised TypeError before (the generators draw no half floats).
+    Ten steps: the run finishes and its validation loss falls."""
+    t = trainer(tmp_path, dropout=0.1, max_iters=10, learning_rate=3e-3, dtype=dtype)
+    history = t.run()
+    assert t.iter == 10 and history[-1]["val_loss"] < history[0]["val_loss"]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_run_resumed_in_float16_starts_its_own_loss_scale(tmp_path, legacy):
+    """A float32 run resumed with dtype float16 must scale its loss from the GradScaler's
+    start (2¹⁶); it loaded the float32 run's pass-through scale of 1.0 and so trained in
+    float16 without loss scaling. ``legacy``: a checkpoint written before float32 runs saved
+    no scaler state (they saved scale 1.0, 0 skipped)."""
+    t = trainer(tmp_path, max_iters=5)
+    t.run()
+    if legacy:
+        extra = nn.serialization.load_checkpoint(t.checkpoint_path, model=None)
+        assert extra["loss_scaler"] is None
+        extra["loss_scaler"] = {"scale": 1.0, "good_steps": 0, "skipped": 0}
+        nn.serialization.save_checkpoint(t.checkpoint_path, t.model, t.optimizer, **extra)
+    resumed = trainer(tmp_path, max_iters=5, resume=True, dtype="float16")
+    resumed.load()
+    assert resumed.scaler.enabled and resumed.scaler.scale_value == 2.0**16
 
 
 def test_dtype_is_checked():

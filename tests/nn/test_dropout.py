@@ -34,6 +34,28 @@ def test_dropout_mask_values_rate_and_dtype(dtype, p):
         assert not np.array_equal(dropout_mask((400, 250), p, like), m)  # a new draw
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_dropout_of_half_precision_values(half):
+    """Under tl.autocast the activations are float16 or bfloat16, whose values the generators
+    cannot draw (NumPy's random takes float32 or float64 only): the mask is drawn in float32
+    and comes back in the half dtype. Before, F.dropout and a GPT with dropout under autocast
+    raised TypeError. The rate test is the float one's (100,000 draws, sd of the rate
+    ≤ 0.0016, so 0.01 is over 6 sd); the kept value is 1/(1 - p) rounded to the half dtype."""
+    if half == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    dtype = tl.bfloat16 if half == "bfloat16" else np.dtype(np.float16)
+    tl.manual_seed(11)
+    m = dropout_mask((400, 250), 0.3, np.zeros(1, dtype))
+    assert m.dtype == dtype
+    assert set(np.unique(m.astype(np.float64))) == {0.0, float(dtype.type(1 / 0.7))}
+    assert abs((m == 0).mean() - 0.3) < 0.01
+    tl.manual_seed(11)
+    same = dropout_mask((400, 250), 0.3, np.zeros(1, np.float32))
+    np.testing.assert_array_equal(m == 0, same == 0)  # the float32 draws, the same keep-mask
+    x = tl.ones(4, 5, dtype=dtype)
+    assert F.dropout(x, 0.5).dtype == dtype
+
+
 # ---------------------------------------------------------------------- the function
 @given(
     shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4),

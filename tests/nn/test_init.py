@@ -125,6 +125,25 @@ def test_dtype_and_shape_are_kept(dtype, d_in, d_out):
         assert w.dtype == dtype and w.shape == (d_in, d_out) and np.isfinite(w.data).all()
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_layers_with_random_tables_can_be_made_in_half_precision(half):
+    """nn.Linear could be made in float16/bfloat16 but nn.Embedding and
+    LearnedPositionalEmbedding raised TypeError: init.normal asked the generator for half
+    draws, which it has not. Now drawn in float32 and rounded: the same numbers as a float32
+    table rounded to the half dtype (atol 0)."""
+    dtype = tl.bfloat16 if half == "bfloat16" else np.dtype(np.float16)
+    if dtype is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    tl.manual_seed(3)
+    emb = nn.Embedding(10, 4, std=0.5, dtype=dtype)
+    pos = nn.LearnedPositionalEmbedding(6, 4, dtype=dtype)
+    tl.manual_seed(3)
+    ref = nn.Embedding(10, 4, std=0.5, dtype=np.float32)
+    assert emb.W.dtype == pos.W_pos.dtype == dtype
+    np.testing.assert_array_equal(emb.W.data, ref.W.data.astype(dtype))
+    assert emb(np.array([[1, 2]])).dtype == dtype
+
+
 def test_on_cuda(device):
     w = nn.Parameter(tl.zeros((8, 8), device=device))
     tl.manual_seed(0)

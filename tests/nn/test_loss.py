@@ -153,3 +153,29 @@ def test_a_target_outside_the_classes_is_refused_unless_ignored(bad):
         return
     with pytest.raises(ValueError, match=f"target {bad} is not a class of the logits \\(0..4\\)"):
         F.cross_entropy(logits, targets)
+
+
+@pytest.mark.parametrize(
+    "targets, smoothing, error, words",
+    [
+        (
+            np.array([0.0, 2.0]),
+            0.0,
+            TypeError,
+            "targets must be integer class indices, not float64",
+        ),
+        (np.array([True, False]), 0.0, TypeError, "not bool"),
+        (np.array([0, 2]), 1.5, ValueError, "label_smoothing must be in \\[0, 1\\], not 1.5"),
+        (np.array([0, 2]), -0.1, ValueError, "label_smoothing must be in \\[0, 1\\], not -0.1"),
+        (np.array([0, 2]), math.nan, ValueError, "label_smoothing must be in \\[0, 1\\], not nan"),
+    ],
+)
+def test_targets_that_are_not_class_indices_and_bad_smoothing_are_refused(
+    targets, smoothing, error, words
+):
+    """As PyTorch refuses them: float targets gave an IndexError from deep in the op, bool
+    targets were read as classes 0 and 1, and a smoothing outside [0, 1] (a target
+    distribution with negative entries) gave a loss without a word."""
+    logits = tl.tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(error, match=words):
+        F.cross_entropy(logits, targets, label_smoothing=smoothing)

@@ -136,6 +136,19 @@ def test_zero_grad():
     assert all(p.grad is None for p in net.parameters())
 
 
+def test_zero_grad_clears_non_finite_gradients():
+    """set_to_none=False after a step whose gradients overflowed (float16 training, a
+    diverging loss) must leave zeros: it gave NaN where the gradient was ±∞ or NaN
+    (computed as grad · 0), so every later accumulation stayed NaN."""
+    net = Net()
+    net(tl.randn(4, 2)).sum().backward()
+    net.first.W.grad.data.reshape(-1)[:3] = [np.inf, -np.inf, np.nan]
+    net.zero_grad(set_to_none=False)
+    for q in net.parameters():
+        assert q.grad.dtype == q.dtype and q.grad.shape == q.shape
+        np.testing.assert_array_equal(q.grad.data, 0)
+
+
 def test_forward_matches_manual_computation():
     tl.manual_seed(0)
     layer = Affine(2, 3)

@@ -215,3 +215,24 @@ def test_layer_norm_of_zero_size_inputs_matches_torch(shape, affine):
     if affine:
         np.testing.assert_array_equal(w.grad.numpy(), wt.grad.numpy())
         np.testing.assert_array_equal(b.grad.numpy(), bt.grad.numpy())
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (2, 0, 0)], ids=str)
+@pytest.mark.parametrize("affine", [False, True])
+def test_rms_norm_of_zero_size_inputs_matches_torch(shape, affine):
+    """As layer norm's test above: an empty last axis gave ZeroDivisionError (the mean of
+    zero numbers) where PyTorch gives an empty result; no rows gives a zero weight gradient."""
+    torch = pytest.importorskip("torch")
+    d = shape[-1]
+    x = tl.zeros(*shape, dtype=np.float64, requires_grad=True)
+    xt = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    w = tl.ones(d, dtype=np.float64, requires_grad=True)
+    wt = torch.ones(d, dtype=torch.float64, requires_grad=True)
+    y = F.rms_norm(x, w if affine else None)
+    yt = torch.nn.functional.rms_norm(xt, (d,), wt if affine else None)
+    assert y.shape == tuple(yt.shape) == shape
+    y.sum().backward()
+    yt.sum().backward()
+    assert x.grad.shape == shape
+    if affine:
+        np.testing.assert_array_equal(w.grad.numpy(), wt.grad.numpy())
