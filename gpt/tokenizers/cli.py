@@ -166,7 +166,10 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=KIND_NAMES, default="bpe", help="(default: bpe)")
     p.add_argument("--vocab-size", type=int, default=1024, help="ignored for char (default: 1024)")
     p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
-    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument("--out", required=True, help="file to write (never an existing one)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it exists (say, a run's)"
+    )
     p.add_argument(
         "--format",
         choices=("tensorlab", "huggingface"),
@@ -179,6 +182,9 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train and save; returns a process exit code (0 ok, 2 bad input)."""
+    if Path(args.out).exists() and not args.overwrite:  # it may be a training run's tokenizer
+        print(f"error: --out {args.out} exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
     text = _read_text(args.text)
     if text is None:
         return 2

@@ -125,10 +125,33 @@ def test_tokenizer_train_command(text_file, tmp_path, capsys):
             "--kind",
             "char",
             "--out",
-            str(out),
+            str(tmp_path / "char.json"),
             "--format",
             "huggingface",
         ]
     )
     assert args.func(args) == 2
     assert "no Hugging Face tokenizer.json form" in capsys.readouterr().err
+    assert not (tmp_path / "char.json").exists()
+
+
+def test_tokenizer_train_never_replaces_a_file_unless_asked(text_file, tmp_path, capsys):
+    """--out may be a training run's tokenizer.json: replacing it would make the run's ids
+    mean other text, so an existing file is refused (untouched) without --overwrite."""
+    import argparse
+
+    from gpt.tokenizers.cli import add_train_parser
+
+    parser = argparse.ArgumentParser()
+    add_train_parser(parser.add_subparsers())
+    out = tmp_path / "tokenizer.json"
+    out.write_text("the run's own")
+    argv = ["tokenizer-train", "--text", str(text_file), "--kind", "char", "--out", str(out)]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {out} exists" in err and "--overwrite" in err
+    assert out.read_text() == "the run's own"
+    args = parser.parse_args(argv + ["--overwrite"])
+    assert args.func(args) == 0
+    assert tk.load(out).vocab_size > 1
