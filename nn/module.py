@@ -413,19 +413,20 @@ class ModuleDict(Module):
 @contextlib.contextmanager
 def evaluating(model: Module, grad: bool = False):
     """Run ``model`` in eval mode (dropout off) and, unless ``grad``, without recording a
-    graph; its previous training mode comes back on exit. For evaluation, sampling, decoding
-    and analysis::
+    graph; on exit every submodule gets its own previous mode back (a submodule kept in eval
+    mode inside a training model stays so). For evaluation, sampling, decoding and analysis::
 
         with nn.evaluating(model):
             logits, _ = model(idx)
     """
-    was_training = model.training
+    modes_before = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         with set_grad_enabled(grad):
             yield model
     finally:
-        model.train(was_training)
+        for m, was_training in modes_before:
+            object.__setattr__(m, "training", was_training)
 
 
 @contextlib.contextmanager

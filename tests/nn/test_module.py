@@ -126,6 +126,19 @@ def test_train_eval_propagate():
     assert all(m.training for m in net.modules())
 
 
+def test_evaluating_restores_each_submodules_own_mode():
+    """A model training with one part kept in eval mode (say, a frozen block) comes out of
+    nn.evaluating exactly as it went in, and without a graph recorded inside."""
+    net = Net()
+    net.blocks[0].eval()
+    before = {name: m.training for name, m in net.named_modules()}
+    with nn.evaluating(net):
+        assert not any(m.training for m in net.modules())
+        assert not net(tl.ones(1, 2)).requires_grad
+    assert {name: m.training for name, m in net.named_modules()} == before
+    assert not net.blocks[0].training and net.blocks[1].training
+
+
 def test_zero_grad():
     net = Net()
     net(tl.randn(4, 2)).sum().backward()
