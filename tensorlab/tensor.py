@@ -85,7 +85,6 @@ class Tensor:
         "name",
         "__weakref__",
     )
-    __array_priority__ = 1000  # make ndarray + Tensor call Tensor.__radd__
 
     def __init__(
         self,
