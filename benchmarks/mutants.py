@@ -47,6 +47,14 @@ TESTS = {
     "gpt/generate.py": ["tests/gpt/test_generate.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/data.py": ["tests/gpt/test_data.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/tokenizers/bpe.py": ["tests/gpt/tokenizers/test_byte_bpe.py", "tests/gpt/tokenizers"],
+    "gpt/tokenizers/cli.py": [
+        "tests/gpt/tokenizers/test_tokenizer_metrics.py",
+        "tests/gpt/tokenizers tests/gpt/test_cli.py",
+    ],
+    "tensorlab/tensor.py": [
+        "tests/tensorlab/test_reduce.py tests/tensorlab/test_shape.py",
+        "tests/tensorlab",
+    ],
     "nn/serialization.py": [
         "tests/nn/test_serialization.py",
         "tests/nn tests/gpt/test_train.py tests/gpt/test_hf.py",
@@ -55,6 +63,12 @@ TESTS = {
 
 MUTANTS = {
     "tensorlab/ops/elementwise.py": [
+        (
+            "pow-zero-base-nan",
+            "ga = where(flat, 0.0, g * b * where(flat, 1.0, a) ** (b - 1))",
+            "ga = g * b * a ** (b - 1)",
+            "Pow: da at a = 0, b = 0 is 0 · 0^(-1) = NaN, not PyTorch's limit 0",
+        ),
         ("sub-db-sign", "return g, (-g if", "return g, (g if", "Sub: db = +g"),
         (
             "mul-swapped",
@@ -211,6 +225,12 @@ MUTANTS = {
     ],
     "tensorlab/ops/index.py": [
         (
+            "gather-broadcasts",
+            "return a[_along_axis_index(xp_of(a), index, axis)]",
+            "return xp_of(a).take_along_axis(a, index, axis=axis)",
+            "Gather: an index smaller than a on the other axes is broadcast, not a corner",
+        ),
+        (
             "scatter-assign",
             "        if _is_basic(key):\n            out[key] = a",
             "        if True:\n            out[key] = a",
@@ -337,6 +357,12 @@ MUTANTS = {
         ),
     ],
     "nn/activation.py": [
+        (
+            "erf-gauss-sign",
+            "gauss = xp.multiply(a, a, out=a)\n    xp.negative(gauss, out=gauss)\n    xp.exp(",
+            "gauss = xp.multiply(a, a, out=a)\n    xp.positive(gauss, out=gauss)\n    xp.exp(",
+            "erf (float32): e^(+z²) for e^(-z²)",
+        ),
         ("gelu-cdf-sign", "d += ctx.cdf", "d -= ctx.cdf", "GELU backward: -Φ(x)"),
         (
             "gelu-tanh-3k",
@@ -791,6 +817,12 @@ MUTANTS = {
     ],
     "nn/module.py": [
         (
+            "evaluating-top-mode",
+            'object.__setattr__(m, "training", was_training)',
+            'object.__setattr__(m, "training", modes_before[0][1])',
+            "nn.evaluating: every submodule gets the top module's mode back, not its own",
+        ),
+        (
             "assign-any-dtype",
             "return value.dtype == like.dtype and device_of(value) == like.device",
             "return device_of(value) == like.device",
@@ -838,6 +870,22 @@ MUTANTS = {
             'tie_weights=bool(hf.get("tie_word_embeddings", False))',
             'tie_weights=bool(hf.get("tie_word_embeddings", True))',
             "config_from_llama: a config without tie_word_embeddings is tied (GPT-2's default)",
+        ),
+    ],
+    "tensorlab/tensor.py": [
+        (
+            "axis-wraps",
+            "    if not -ndim <= axis < ndim:\n        valid",
+            "    if not -ndim <= axis < ndim and False:\n        valid",
+            "axis_index: an axis out of range wraps around to another axis",
+        ),
+    ],
+    "gpt/tokenizers/cli.py": [
+        (
+            "train-overwrites",
+            "if Path(args.out).exists() and not args.overwrite:",
+            "if Path(args.out).exists() and args.overwrite:",
+            "tokenizer-train: an existing --out is replaced without --overwrite",
         ),
     ],
 }
