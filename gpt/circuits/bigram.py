@@ -11,12 +11,14 @@ from tensorlab.ops.nnops import log_softmax_array
 
 
 def bigram_table(ids, vocab: int) -> np.ndarray:
-    """Counts (vocab, vocab): ``table[a, b]`` = how often token b follows token a in ``ids``."""
-    ids = np.asarray(ids, dtype=np.int64).ravel()
+    """Counts (vocab, vocab): ``table[a, b]`` = how often token b follows token a in ``ids``,
+    one sequence (T,) or a batch (..., T) of them (pairs never cross from one sequence into
+    the next)."""
+    ids = np.asarray(ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):
         raise ValueError(f"token ids must lie in [0, {vocab}), got [{ids.min()}, {ids.max()}]")
     table = np.zeros((vocab, vocab), np.int64)
-    np.add.at(table, (ids[:-1], ids[1:]), 1)
+    np.add.at(table, (ids[..., :-1].ravel(), ids[..., 1:].ravel()), 1)
     return table
 
 

@@ -86,6 +86,7 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     own (``nn.attention.attention_results``: by default W_O sums over heads in one product).
     Either way the logits agree with the default path up to float rounding.
     """
+    fwd_hooks, bwd_hooks = _pairs(fwd_hooks, "fwd_hooks"), _pairs(bwd_hooks, "bwd_hooks")
     chosen = [
         (n, m, wrap(fn, n))
         for specs, wrap in ((fwd_hooks, _forward_hook), (bwd_hooks, _backward_hook))
@@ -108,6 +109,19 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
                 h.remove()
 
 
+def _pairs(specs, arg: str) -> list:
+    """``specs`` as a list of (name, fn) pairs, or a TypeError saying what is wrong (one pair
+    passed without its list would otherwise unpack the name's characters)."""
+    specs = list(specs)
+    for spec in specs:
+        if not (isinstance(spec, tuple | list) and len(spec) == 2 and callable(spec[1])):
+            raise TypeError(
+                f"{arg} must be a list of (name, fn) pairs with fn callable, got {spec!r} in "
+                f"it (one pair: [(name, fn)])"
+            )
+    return specs
+
+
 def _caller(fn: Callable, name: str) -> Callable:
     """``fn`` called as ``fn(x)``, or ``fn(x, name)`` when it takes two required positional
     parameters; a returned array becomes a Tensor like ``x``."""
@@ -124,8 +138,15 @@ def _caller(fn: Callable, name: str) -> Callable:
 
     def call(x):
         out = fn(x, name) if two else fn(x)
-        if out is not None and not isinstance(out, Tensor):
+        if out is None:
+            return None
+        if not isinstance(out, Tensor):
             out = tl.tensor(np.asarray(out, dtype=x.dtype), device=x.device)
+        if out.shape != x.shape:  # else the error comes from a later layer, naming no hook
+            raise ValueError(
+                f"hook on {name} returned shape {out.shape} for an activation of shape "
+                f"{x.shape}; return a replacement of the same shape, or None"
+            )
         return out
 
     return call
@@ -211,6 +232,11 @@ def mean_token_loss(logits: Tensor, tokens) -> Tensor:
     """The mean next-token cross-entropy of ``logits`` (B, T, vocab) on ``tokens`` (B, T), as a
     Tensor (position t predicts token t+1): the default metric of ``incl_bwd``."""
     tok = _as_tokens(tokens)
+    if tok.shape[1] < 2:  # no next token to predict: the mean of nothing
+        raise ValueError(
+            f"mean_token_loss needs at least 2 positions, got tokens of shape {tok.shape}; "
+            "pass incl_bwd a metric of your own"
+        )
     return nn.functional.cross_entropy(logits[:, :-1], tok[:, 1:])
 
 

@@ -53,7 +53,9 @@ def _axes(name: str) -> tuple[int, int | None]:
 
 
 def _index(shape, name: str, pos, head) -> tuple:
-    """The index of the patched entries: all of them, or those at ``pos`` and/or ``head``."""
+    """The index of the patched entries: all of them, or those at ``pos`` and/or ``head``,
+    every (position, head) pair when both are lists (an open mesh, ``np.ix_``: NumPy would
+    pair two index lists up element by element instead)."""
     pos_axis, head_axis = _axes(name)
     index = [slice(None)] * len(shape)
     if pos is not None:
@@ -62,7 +64,10 @@ def _index(shape, name: str, pos, head) -> tuple:
         if head_axis is None:
             raise ValueError(f"{name!r} has no head axis: patch it whole or by position")
         index[head_axis] = head
-    return tuple(index)
+    try:
+        return np.ix_(*(np.atleast_1d(np.arange(n)[i]) for n, i in zip(shape, index)))
+    except IndexError as e:
+        raise IndexError(f"{name} of shape {shape}: pos={pos!r}, head={head!r}: {e}") from None
 
 
 def _value(x) -> float:

@@ -35,7 +35,8 @@ def _head_weights(model, layer: int, head: int, fold_ln: bool = True):
     _check_head(attn, head)
     WQ, WK, WV = (_arr(W[head]) for W in (attn.W_Q, attn.W_K, attn.W_V))
     WO = _arr(attn.W_O[head])
-    g = _gain(block.ln1) if fold_ln and getattr(block, "placement", "pre") != "post" else None
+    # post-norm: attention reads the stream itself, and ln1 normalizes after the sum
+    g = _gain(block.ln1) if fold_ln and not block.post else None
     if g is not None:
         WQ, WK, WV = g[:, None] * WQ, g[:, None] * WK, g[:, None] * WV
     return WQ, WK, WV, WO

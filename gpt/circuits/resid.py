@@ -259,22 +259,28 @@ def accumulated_resid(
     apply_ln: bool = False,
     return_labels: bool = False,
 ):
-    """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" (and
-    "{i}_mid" between attention and MLP when ``incl_mid``) for the layers before ``layer``,
-    then "final_post" when ``layer`` is None. ``apply_ln`` normalizes each stream with its own
-    statistics, as the final norm would if the model stopped there (the logit lens)."""
+    """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" for the
+    layers up to and including ``layer`` (the stream ``layer`` reads; "{i}_mid" too, between
+    attention and MLP, when ``incl_mid``, for the layers before ``layer``), and "final_post"
+    in place of "{n_layer}_pre" when ``layer`` is None or n_layer: TransformerLens's
+    ``accumulated_resid``, so the last entry is the sum of ``decompose_resid(..., layer)``.
+    ``apply_ln`` normalizes each stream with its own statistics, as the final norm would if
+    the model stopped there (the logit lens; TransformerLens uses layer ``layer``'s ln1 scale
+    when ``layer`` < n_layer)."""
     _check_pre_norm(model)
+    L = len(model.blocks)
     n = _layer_range(model, layer)
     parts, labels = [], []
-    for i in range(n):
+    for i in range(n + 1):
+        if i == L:
+            parts.append(final_resid(model, cache))
+            labels.append("final_post")
+            continue
         parts.append(_get(cache, f"blocks.{i}.hook_resid_pre"))
         labels.append(f"{i}_pre")
-        if incl_mid and not model.blocks[i].parallel:
+        if incl_mid and i < n and not model.blocks[i].parallel:
             parts.append(_get(cache, f"blocks.{i}.hook_resid_mid"))
             labels.append(f"{i}_mid")
-    if layer is None:
-        parts.append(final_resid(model, cache))
-        labels.append("final_post")
     stack = _stack(parts, _get(cache, "hook_embed"))
     if apply_ln:
         stack = apply_ln_to_stack(model, cache, stack, recompute_ln=True)

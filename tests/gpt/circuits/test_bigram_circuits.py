@@ -50,3 +50,12 @@ def test_zero_layer_model_loss_is_entropy_plus_kl():
     set_param(model.embed.W, np.eye(V))
     set_param(model.W_U, np.log(cond))
     assert C.bigram_kl(model, table) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_bigram_table_of_a_batch_counts_pairs_within_each_sequence():
+    """A batch (B, T) counts B·(T-1) pairs, the sum of each row's table: the last token of
+    one sequence is not followed by the first of the next."""
+    ids = np.array([[0, 1, 2], [3, 0, 1]])
+    t = C.bigram_table(ids, 4)
+    assert t.sum() == 4 and t[2, 3] == 0
+    np.testing.assert_array_equal(t, C.bigram_table(ids[0], 4) + C.bigram_table(ids[1], 4))

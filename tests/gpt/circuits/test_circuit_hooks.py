@@ -194,3 +194,32 @@ def test_backward_hooks_see_and_replace_the_gradient_at_a_hook_point():
     with pytest.raises(RuntimeError, match="records no graph"):
         with C.hooks(model, bwd_hooks=[("hook_embed", print)]), tl.no_grad():
             model(tl.tensor(tokens))
+
+
+def test_a_replacement_of_the_wrong_shape_is_refused_naming_the_hook():
+    """A hook's replacement must have the activation's shape: else the error names the hook
+    point, not the LayerNorm or linear layer that would later fail to broadcast it. Without a
+    next token, the default incl_bwd metric refuses instead of returning zero gradients."""
+    model = GPT(small(n_layer=1))
+    tokens = np.array([[1, 2, 3]])
+    for bad in (np.zeros((1, 3, 5)), 0.0):
+        with pytest.raises(ValueError, match=r"hook on blocks.0.hook_resid_pre returned shape"):
+            C.run_with_hooks(model, tokens, [("blocks.0.hook_resid_pre", lambda x, b=bad: b)])
+    assert not any(m._forward_hooks for m in model.modules())
+    with pytest.raises(ValueError, match="at least 2 positions"):
+        C.run_with_cache(model, np.array([[3]]), incl_bwd=True)
+    _, cache = C.run_with_cache(
+        model, np.array([[3]]), incl_bwd=True, metric=lambda lg: lg[0, 0, 1]
+    )
+    assert np.abs(cache["blocks.0.hook_resid_post_grad"]).max() > 0
+
+
+def test_hooks_must_come_as_a_list_of_pairs():
+    """One (name, fn) pair passed without its list, or a pair whose fn is not callable, is
+    refused with a TypeError that says so (not "too many values to unpack")."""
+    model = GPT(small(n_layer=1))
+    with pytest.raises(TypeError, match=r"fwd_hooks must be a list of \(name, fn\) pairs"):
+        C.run_with_hooks(model, [1, 2], ("hook_embed", lambda x: None))
+    with pytest.raises(TypeError, match="bwd_hooks must be a list"):
+        C.run_with_hooks(model, [1, 2], bwd_hooks=[("hook_embed", None)])
+    assert not any(m._forward_hooks for m in model.modules())

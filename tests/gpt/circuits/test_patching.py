@@ -159,3 +159,26 @@ def test_patching_errors_name_the_problem():
         C.attribution_patching(model, clean, corrupted[:, :5], lambda lg: lg.sum())
     with pytest.raises(ValueError, match="no head axis"):
         C.attribution_patching(model, clean, corrupted, lambda lg: lg.sum(), by="head")
+
+
+def test_lists_of_positions_and_heads_patch_every_pair():
+    """pos=[1, 3] with head=[0, 1] patches all four (position, head) entries: with every
+    head of the model listed, it is the same as patching those positions alone (NumPy would
+    pair the two lists up, patching only (1, 0) and (3, 1)). For the pattern, the positions
+    are queries."""
+    model = randomized(2, std=1.0)
+    rng = np.random.default_rng(4)
+    clean, corrupted = rng.integers(0, 11, (2, 2, 6))
+    _, clean_cache = C.run_with_cache(model, clean)
+    base = C.run_with_hooks(model, corrupted).numpy()
+    for name in ("blocks.1.attn.hook_z", "blocks.1.attn.hook_pattern"):
+        both = C.patch_activation(model, corrupted, clean_cache, name, pos=[1, 3], head=[0, 1])
+        pos_only = C.patch_activation(model, corrupted, clean_cache, name, pos=[1, 3])
+        np.testing.assert_array_equal(both.numpy(), pos_only.numpy(), err_msg=name)
+        assert np.abs(both.numpy() - base).max() > 1e-3, name
+        heads = C.patch_activation(model, corrupted, clean_cache, name, pos=[1], head=[0, 1])
+        np.testing.assert_array_equal(
+            heads.numpy(), C.patch_activation(model, corrupted, clean_cache, name, pos=1).numpy()
+        )
+    with pytest.raises(IndexError, match=r"blocks.1.attn.hook_z of shape \(2, 6, 2, 8\): pos=9"):
+        C.patch_activation(model, corrupted, clean_cache, "blocks.1.attn.hook_z", pos=9)

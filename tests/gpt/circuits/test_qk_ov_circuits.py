@@ -155,3 +155,27 @@ def test_circuit_factors_and_compositions():
         C.qk_circuit(model, 2, 0)
     with pytest.raises(IndexError):
         C.ov_circuit(model, 0, H)
+
+
+def test_qk_circuit_of_a_post_norm_model_leaves_out_the_norm_after_attention():
+    """norm_placement="post": layer 0's attention reads the embeddings themselves (ln1
+    normalizes the sum after it), so with no positions and no biases its scaled QK circuit is
+    exactly the pre-softmax score of query token i for key token j, whatever ln1's gain; the
+    gain is not folded into W_Q, W_K or W_V."""
+    cfg = small(n_layer=1, attn_only=True, bias=False, norm_placement="post", positional="none")
+    tl.manual_seed(5)
+    model = GPT(cfg)
+    rng = np.random.default_rng(5)
+    model.embed.W.data[...] = rng.standard_normal(model.embed.W.shape)
+    model.blocks[0].ln1.w.data[...] = rng.uniform(0.3, 3.0, cfg.d_model)
+    V = cfg.vocab_size
+    i, j = np.meshgrid(np.arange(V), np.arange(V), indexing="ij")
+    tokens = np.stack([j.ravel(), i.ravel()], axis=1)  # key j, then query i
+    _, cache = C.run_with_cache(model, tokens, names="blocks.0.attn.hook_attn_scores")
+    scores = cache["blocks.0.attn.hook_attn_scores"][:, :, 1, 0]  # (V², H)
+    for h in range(cfg.n_head):
+        QK = C.qk_circuit(model, 0, h, scale=True).full()
+        np.testing.assert_allclose(QK, scores[:, h].reshape(V, V), rtol=1e-4, atol=1e-5)
+        attn = model.blocks[0].attn
+        WV, WO = attn.W_V.numpy()[h].astype(np.float64), attn.W_O.numpy()[h]
+        np.testing.assert_allclose(C.W_OV(model, 0, h).full(), WV @ WO, rtol=1e-6)

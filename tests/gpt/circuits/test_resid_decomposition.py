@@ -106,7 +106,7 @@ def test_logit_lens_is_the_truncated_models_logits():
     stack, labels = C.accumulated_resid(model, cache, incl_mid=True, return_labels=True)
     assert labels == ["0_pre", "0_mid", "1_pre", "1_mid", "final_post"]
     np.testing.assert_array_equal(stack[3], cache["blocks.1.hook_resid_mid"])
-    assert C.accumulated_resid(model, cache, layer=1).shape == (1,) + TOKENS.shape + (16,)
+    assert C.accumulated_resid(model, cache, layer=1).shape == (2,) + TOKENS.shape + (16,)
 
 
 def test_logit_lens_of_the_hand_built_induction_model():
@@ -242,3 +242,25 @@ def test_neuron_results_sum_to_each_mlps_output_and_to_the_logits(activation):
         off = np.moveaxis(pre <= 0, -1, 0)  # (d_ff, B, T)
         assert off.any() and (~off).any()
         assert np.all(neurons[:d_ff][off] == 0)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(parallel=True), dict(attn_only=True, n_layer=3)])
+def test_accumulated_resid_up_to_a_layer_ends_with_the_stream_that_layer_reads(kw):
+    """accumulated_resid(layer=k) is TransformerLens's: "0_pre" ... "{k}_pre" (the "{i}_mid"
+    of the layers before k with incl_mid), so its last entry is the stream layer k reads,
+    blocks.{k}.hook_resid_pre, the sum of decompose_resid(layer=k); layer=n_layer ends with
+    "final_post"."""
+    model = randomized(norm="layernorm", **kw)
+    _, cache = logits_and_cache(model, TOKENS)
+    L = len(model.blocks)
+    mid = not model.blocks[0].parallel
+    for k in range(L + 1):
+        stack, labels = C.accumulated_resid(
+            model, cache, layer=k, incl_mid=True, return_labels=True
+        )
+        want = [s for i in range(k) for s in [f"{i}_pre"] + [f"{i}_mid"] * mid]
+        assert labels == want + [f"{k}_pre" if k < L else "final_post"]
+        parts = C.decompose_resid(model, cache, layer=k)
+        np.testing.assert_allclose(stack[-1], parts.sum(0), rtol=1e-5, atol=1e-5)
+        if k < L:
+            np.testing.assert_array_equal(stack[-1], cache[f"blocks.{k}.hook_resid_pre"])

@@ -135,6 +135,10 @@ def test_decomposed_residual_stream_and_logit_lens_agree():
             tl_cache.accumulated_resid(return_labels=True),
         ),
         (
+            C.accumulated_resid(model, cache, layer=1, incl_mid=True, return_labels=True),
+            tl_cache.accumulated_resid(layer=1, incl_mid=True, return_labels=True),
+        ),
+        (
             C.full_resid_decomposition(
                 model, cache, apply_ln=True, expand_neurons=True, return_labels=True
             ),
