@@ -500,7 +500,9 @@ class MultiHeadAttention(Module):
         copies = t.reshape(before + (1,) + after).broadcast_to(before + (G,) + after)
         return copies.reshape(t.shape[:ax] + (t.shape[ax] * G,) + after)
 
-    def _head_bias(self, b: Tensor | None) -> Tensor | None:
+    def _kv_head_bias(self, b: Tensor | None) -> Tensor | None:
+        """A key or value bias (H_kv · d_head,) as (H, d_head): its heads repeated to the
+        query heads they serve."""
         if b is None:
             return None
         return self._per_query_head(b.reshape(-1, self.d_head), 0)
@@ -523,16 +525,18 @@ class MultiHeadAttention(Module):
 
     @property
     def b_Q(self) -> Tensor | None:
-        """(H, d_head) query biases (a view of b_q)."""
-        return self._head_bias(self.b_q)
+        """(H, d_head) query biases (a view of b_q; one per query head, never repeated)."""
+        return None if self.b_q is None else self.b_q.reshape(self.n_head, self.d_head)
 
     @property
     def b_K(self) -> Tensor | None:
-        return self._head_bias(self.b_k)
+        """(H, d_head) key biases of the query heads (as :attr:`W_K`)."""
+        return self._kv_head_bias(self.b_k)
 
     @property
     def b_V(self) -> Tensor | None:
-        return self._head_bias(self.b_v)
+        """(H, d_head) value biases of the query heads (as :attr:`W_V`)."""
+        return self._kv_head_bias(self.b_v)
 
     # ------------------------------------------------------------------ forward
     def forward(

@@ -1007,7 +1007,9 @@ def test_grouped_query_attention_is_mha_with_repeated_kv_heads(n_kv_head, fused)
     np.testing.assert_allclose(gx.data, gx2.data, atol=1e-12)
     # the per-query-head views are the repeated key/value matrices (TransformerLens's GQA)
     np.testing.assert_array_equal(gqa.W_K.data, mha.W_K.data)
-    np.testing.assert_array_equal(gqa.b_V.data, mha.b_V.data)
+    for view in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"):  # one per query head, each as MHA's
+        assert getattr(gqa, view).shape[0] == 4
+        np.testing.assert_array_equal(getattr(gqa, view).data, getattr(mha, view).data)
 
 
 @pytest.mark.parametrize("window", [None, 3])
