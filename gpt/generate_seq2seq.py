@@ -97,6 +97,7 @@ def beam_search(
     alpha: float = 0.0,
     exhaustive: bool = False,
     return_scores: bool = False,
+    use_cache: bool = True,
 ):
     """Beam search: keep the ``beam_size`` most probable prefixes (by log-probability) at
     each step; a hypothesis ends at ``eos`` or after ``max_new_tokens`` tokens, and the best
@@ -111,7 +112,8 @@ def beam_search(
     for the beam, and the same rule when α = 0).
 
     ``src`` as in :func:`greedy_decode`. Returns the best hypothesis per source (without
-    ``bos``), or (hypothesis, score) pairs with ``return_scores``.
+    ``bos``), or (hypothesis, score) pairs with ``return_scores``. ``use_cache=False`` runs
+    the decoder over every whole prefix at each step instead (slow; the check of the cache).
     """
     cfg = model.config
     if beam_size < 1:
@@ -125,16 +127,18 @@ def beam_search(
     rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
     memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
     src_mask = src_mask[rep]
-    cache = model.new_cache()
+    cache = model.new_cache() if use_cache else None
     seqs = np.zeros((B, k, 0), dtype=np.int64)
     logp = np.full((B, k), -np.inf)
     logp[:, 0] = 0.0  # one live prefix (bos) to begin with
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     done = np.zeros(B, dtype=bool)
-    last = np.full((B * k, 1), cfg.bos_id, dtype=np.int64)
+    bos = np.full((B * k, 1), cfg.bos_id, dtype=np.int64)
+    last = bos
     max_lp = length_penalty(max_new, alpha)
     for t in range(max_new):
-        logits = model.decode(memory, src_mask, last, cache).numpy()[:, -1]
+        step_in = last if use_cache else np.concatenate([bos, seqs.reshape(B * k, t)], axis=1)
+        logits = model.decode(memory, src_mask, step_in, cache).numpy()[:, -1]
         V = logits.shape[-1]
         cand = (
             logp[:, :, None] + log_softmax_array(logits.astype(np.float64)).reshape(B, k, V)
@@ -176,7 +180,8 @@ def beam_search(
         if done.all():
             break
         seqs, logp = new_seqs, new_logp
-        cache.reorder(rows)
+        if use_cache:
+            cache.reorder(rows)
         last = seqs.reshape(B * k, -1)[:, -1:]
     results = []
     for b in range(B):

@@ -3,6 +3,7 @@ search, and the digit-task example."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -11,12 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import nn
 import tensorlab as tl
 from gpt.config import ConfigError, Seq2SeqConfig
 from gpt.generate_seq2seq import beam_search, greedy_decode, length_penalty, sequence_score
 from gpt.seq2seq import Transformer
+from nn.embedding import sinusoidal_table
+from tensorlab.backend import xp_of
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 9  # pad 0, bos 1, eos 2, six "words"
@@ -427,3 +433,235 @@ def test_example_quick_learns_to_copy():
 def test_example_reverse_reaches_99_percent():
     result = run_example("--task", "reverse", "--log-every", "0", timeout=900)
     assert result["reverse"][0] >= 0.99
+
+
+# ---------------------------------------------------------------------- parity with PyTorch
+# The same model written in plain PyTorch (tests/gpt/seq2seq_torch.py), our parameters copied
+# in, everything in float64. Tolerance: float64 rounds each operation by u ≈ 1.1e-16; a value
+# here is a chain of at most ~20 sublayers, each summing n ≤ 64 products, through norms that may
+# amplify relative error by 1/σ (≲ 10 for these draws): ≲ 20 · 64 · 10 · u ≈ 1.4e-12 of the
+# values' scale. We allow 1e-10 of the largest |value| (observed: ~1e-15). A float32 rounding
+# anywhere is ~6e-8 relative, 600× above it; both slips made while writing this were of that
+# size and failed: the sinusoid table a cast model keeps rounded to float32 (see ``model64``),
+# and a float32 exponent in the reference's own table.
+TOL = 1e-10
+
+
+def model64(cfg: Seq2SeqConfig, seed: int, gain: float = 1.0) -> Transformer:
+    """A float64 model; ``gain`` scales the matrices (peaked attention, confident logits)."""
+    tl.manual_seed(seed)
+    model = Transformer(cfg)
+    for p in model.parameters():
+        p.data = p.data.astype(np.float64) * (gain if p.ndim >= 2 else 1.0)
+    for name, b in model.named_buffers():  # the table was built in float64, then rounded
+        table = sinusoidal_table(*b.shape) if name.endswith(".pe") else b.data
+        b.data = xp_of(b.data).asarray(table).astype(np.float64)
+    return model.eval()
+
+
+def assert_close(ours, theirs, what: str):
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    scale = max(1.0, float(np.abs(theirs).max(initial=0.0)))
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=TOL * scale, err_msg=what)
+
+
+@st.composite
+def seq2seq_cases(draw, max_tgt_vocab: int = 9):
+    """A small config, a float64 model, and a batch: sources with any padding pattern (rows
+    all padding included), decoder inputs ``bos`` + the targets shifted right, and targets
+    with pads anywhere (at least one real one)."""
+    H, d_head = draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    share = draw(st.booleans())
+    tgt_V = draw(st.integers(4, max_tgt_vocab))
+    src_V = tgt_V if share else draw(st.integers(4, 9))
+    pad, bos, eos = draw(st.sampled_from([(0, 1, 2), (2, 0, 1), (1, 2, 0), (0, 0, 1)]))
+    B, S, T = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    activation = draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu", "elu", "swiglu"]))
+    cfg = Seq2SeqConfig(
+        src_vocab_size=src_V,
+        tgt_vocab_size=tgt_V,
+        max_len=max(S, T) + draw(st.integers(0, 2)),
+        n_encoder_layer=draw(st.integers(1, 2)),
+        n_decoder_layer=draw(st.integers(1, 2)),
+        n_head=H,
+        d_model=H * d_head,
+        d_ff=draw(st.sampled_from([None, 3])),
+        activation=draw(st.sampled_from([activation, "geglu", "glu", "reglu"]))
+        if draw(st.booleans())
+        else activation,
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        norm_placement=draw(st.sampled_from(["post", "pre", "sandwich"])),
+        final_norm=draw(st.sampled_from([None, True, False])),
+        positional=draw(st.sampled_from(["sinusoidal", "learned"])),
+        bias=draw(st.booleans()),
+        dropout=0.0,
+        tie_weights=draw(st.booleans()),
+        share_embeddings=share,
+        scale_embeddings=draw(st.booleans()),
+        label_smoothing=draw(st.sampled_from([0.0, 0.1])),
+        pad_id=pad,
+        bos_id=bos,
+        eos_id=eos,
+    )
+    model = model64(cfg, draw(st.integers(0, 2**16)), draw(st.sampled_from([1.0, 2.5])))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+
+    def words(V, shape):  # ids other than pad
+        ids = rng.integers(0, V - 1, shape)
+        return ids + (ids >= pad)
+
+    src = words(src_V, (B, S))
+    src[draw(hnp.arrays(bool, (B, S)))] = pad
+    tgt_out = words(tgt_V, (B, T))
+    pads = draw(hnp.arrays(bool, (B, T)))
+    pads[0, 0] = False
+    tgt_out[pads] = pad
+    tgt_in = np.concatenate([np.full((B, 1), bos), tgt_out[:, :-1]], axis=1)
+    return model, src, tgt_in, tgt_out
+
+
+def check_against_reference(model, src, tgt_in, tgt_out, composed=False):
+    """Our logits, loss and every parameter's gradient equal the reference's (all finite)."""
+    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    with nn.composed_attention(model) if composed else contextlib.nullcontext():
+        logits, loss = model(src, tgt_in, tgt_out)
+        loss.backward()
+    ref = ref_module.load(model)
+    with ref_module.one_thread():
+        ref_logits, ref_loss = ref(src, tgt_in, tgt_out)
+        ref_loss.backward()
+    assert logits.dtype == np.float64 and np.isfinite(logits.numpy()).all()
+    assert_close(logits.numpy(), ref_logits.detach().numpy(), "logits")
+    assert_close(loss.item(), ref_loss.item(), "loss")
+    # each gradient entry sums terms no larger than the largest gradient: that is its scale
+    # (a relative test per parameter is meaningless for the key biases, whose exact gradient
+    # is 0: adding q·b_k to every score of a row leaves the softmax unchanged)
+    grads = ref_module.grads_as_ours(ref, model)
+    scale = max(1.0, max(float(np.abs(g).max()) for g in grads.values()))
+    for name, p in model.named_parameters():
+        assert np.isfinite(p.grad.numpy()).all(), name
+        np.testing.assert_allclose(
+            p.grad.numpy(), grads[name], rtol=0, atol=TOL * scale, err_msg=name
+        )
+
+
+@given(case=seq2seq_cases(), composed=st.booleans())
+def test_matches_pytorch_reference(case, composed):
+    """Logits, loss and the gradient of every parameter equal the PyTorch reference's, on
+    the fused attention path and on the composed one (the one hooks see)."""
+    check_against_reference(*case, composed=composed)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_all_padding_source_row_matches_reference(overrides):
+    """A source row that is all padding: the encoder's and the cross-attention's queries
+    attend to no key, get a zero pattern (our convention; PyTorch's softmax would give NaN)
+    and add only the output bias; logits, loss and gradients stay finite and equal the
+    reference's."""
+    model = model64(small(**overrides).config, seed=0)
+    src = sources(n=2)
+    src[1] = model.config.pad_id
+    check_against_reference(model, src, targets(n=2), targets(seed=2, n=2))
+
+
+@given(case=seq2seq_cases(), cuts=st.lists(st.integers(1, 4), min_size=1, max_size=5))
+def test_cached_decoding_matches_full_decoding_and_reference(case, cuts):
+    """The decoder fed a few positions at a time (chunks of ``cuts`` sizes) through the key/
+    value cache gives the logits of one pass over the whole target, and the reference's."""
+    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    model, src, tgt_in, _ = case
+    T = tgt_in.shape[1]
+    memory, mask = model.encode(src), model.padding_mask(src)
+    full = model.decode(memory, mask, tgt_in).numpy()
+    cache, steps, t = model.new_cache(), [], 0
+    for n in [*cuts, T]:
+        if t < T:
+            steps.append(model.decode(memory, mask, tgt_in[:, t : t + n], cache).numpy())
+            t += n
+    assert cache.length == T
+    assert_close(np.concatenate(steps, axis=1), full, "cached vs full")
+    with ref_module.one_thread():
+        ref_logits = ref_module.load(model)(src, tgt_in)[0].detach().numpy()
+    assert_close(full, ref_logits, "reference")
+
+
+def reference_logprobs(ref, src_row, prefixes) -> np.ndarray:
+    """log p(· | src, bos, prefix) from the reference, one row per prefix (all one length)."""
+    cfg = ref.cfg
+    tgt_in = np.array([[cfg.bos_id, *p] for p in prefixes], dtype=np.int64)
+    src = np.repeat(src_row[None], len(prefixes), axis=0)
+    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    with ref_module.torch.no_grad(), ref_module.one_thread():
+        logits = ref(src, tgt_in)[0][:, -1]
+    return logits.log_softmax(-1).numpy()
+
+
+@given(case=seq2seq_cases())
+def test_greedy_with_cache_equals_recomputing_and_reference(case):
+    """Greedy decoding through the cache, recomputing the whole decoder at each step, and the
+    reference's greedy choice at each step all pick the same tokens."""
+    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    model, src = case[0], case[1]
+    cfg = model.config
+    cached = greedy_decode(model, src)
+    assert greedy_decode(model, src, use_cache=False) == cached
+    for row, hyp in zip(src, cached):
+        prefix: list[int] = []
+        while len(prefix) < cfg.max_len and (not prefix or prefix[-1] != cfg.eos_id):
+            prefix.append(int(reference_logprobs(ref, row, [prefix])[0].argmax()))
+        assert hyp == prefix
+
+
+@given(
+    case=seq2seq_cases(),
+    beam_size=st.integers(1, 4),
+    alpha=st.sampled_from([0.0, 0.6]),
+    exhaustive=st.booleans(),
+)
+def test_beam_search_with_cache_equals_recomputing(case, beam_size, alpha, exhaustive):
+    """Beam search through the (reordered) cache returns the hypotheses and scores of beam
+    search that recomputes every prefix, and each score is the reference's log P / lp."""
+    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    model, src = case[0], case[1]
+    kw = dict(beam_size=beam_size, alpha=alpha, exhaustive=exhaustive, return_scores=True)
+    cached = beam_search(model, src, **kw)
+    recomputed = beam_search(model, src, use_cache=False, **kw)
+    assert [h for h, _ in cached] == [h for h, _ in recomputed]
+    assert_close([s for _, s in cached], [s for _, s in recomputed], "scores")
+    for row, (hyp, score) in zip(src, cached):
+        lsm = [reference_logprobs(ref, row, [hyp[:t]])[0, tok] for t, tok in enumerate(hyp)]
+        assert_close(score, sum(lsm) / length_penalty(len(hyp), alpha), f"score of {hyp}")
+
+
+@given(
+    case=seq2seq_cases(max_tgt_vocab=5),
+    alpha=st.sampled_from([0.0, 0.6, 2.0]),
+)
+def test_wide_exhaustive_beam_finds_the_best_sequence(case, alpha):
+    """With a beam wider than every candidate (V^m for m steps) and ``exhaustive=True`` the
+    search is exact: it returns the best of all hypotheses by log P / lp, enumerated with the
+    reference (no eos before the end; the end is eos or the length limit m)."""
+    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    model, src = case[0], case[1]
+    cfg, V = model.config, model.config.tgt_vocab_size
+    m = min(3, cfg.max_len)
+    found = beam_search(
+        model, src, V**m, max_new_tokens=m, alpha=alpha, exhaustive=True, return_scores=True
+    )
+    words = [w for w in range(V) if w != cfg.eos_id]
+    for row, (hyp, score) in zip(src, found):
+        best, layer = (-np.inf, None), {(): 0.0}  # prefixes without eos -> log P
+        for t in range(m):
+            prefixes = list(layer)
+            lsm = reference_logprobs(ref, row, prefixes)
+            nxt = {}
+            for p, lp_p in layer.items():
+                i = prefixes.index(p)
+                ends = [cfg.eos_id] + (words if t == m - 1 else [])
+                for tok in ends:
+                    y = (*p, tok)
+                    best = max(best, ((lp_p + lsm[i, tok]) / length_penalty(len(y), alpha), y))
+                nxt.update({(*p, w): lp_p + lsm[i, w] for w in words} if t < m - 1 else {})
+            layer = nxt
+        assert_close(score, best[0], "best score")
+        assert tuple(hyp) == best[1]
