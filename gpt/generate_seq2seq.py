@@ -192,12 +192,18 @@ def beam_search(
 
 @_evaluating
 def sequence_logprob(model: Transformer, src, hyp) -> float:
-    """log P(hyp | src) = Σ_t log p(hyp_t | src, bos, hyp_<t), by one teacher-forced pass."""
+    """log P(hyp | src) = Σ_t log p(hyp_t | src, bos, hyp_<t), by one teacher-forced pass,
+    for one source sequence (1-D, or a batch of one)."""
     cfg = model.config
     src, _ = _as_batch(model, src)
+    if src.shape[0] != 1:
+        raise ValueError(
+            f"sequence_logprob: src holds {src.shape[0]} sequences; give the one that hyp "
+            "translates (hyp is one sequence)"
+        )
     hyp = [int(t) for t in hyp]
     tgt_in = np.array([[cfg.bos_id, *hyp[:-1]]])
-    logits, _ = model(src[:1], tgt_in)
+    logits, _ = model(src, tgt_in)
     lsm = log_softmax_array(logits.numpy()[0].astype(np.float64))
     return float(lsm[np.arange(len(hyp)), hyp].sum())
 

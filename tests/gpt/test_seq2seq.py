@@ -665,3 +665,12 @@ def test_wide_exhaustive_beam_finds_the_best_sequence(case, alpha):
             layer = nxt
         assert_close(score, best[0], "best score")
         assert tuple(hyp) == best[1]
+
+
+def test_sequence_score_takes_one_source_not_a_batch():
+    """hyp is one sequence: a batch of sources is refused, not silently read as its first."""
+    model = small()
+    src = sources(n=2)
+    with pytest.raises(ValueError, match="src holds 2 sequences"):
+        sequence_score(model, src, [3, 4])
+    assert sequence_score(model, src[1], [3, 4]) == sequence_score(model, src[1:], [3, 4])
