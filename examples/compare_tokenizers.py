@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import gpt.tokenizers as tk  # noqa: E402
+from gpt.tokenizers.metrics import sample_line  # noqa: E402
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -75,15 +76,9 @@ def main() -> None:
             f"tokens; ours by frequency (the default) needs {ours.n_tokens / hf_tokens:.3f}x that"
         )
 
-    lines = [line for line in heldout.splitlines() if len(line.split()) >= 6]
-    sentence = lines[0] if lines else heldout[:80]
-    print(f"\nhow each one cuts {sentence!r}:")
-    for name, tok in trained.items():
-        pieces = [tok.id_to_token(i) for i in tok.encode(sentence)]
-        print(f"  {name:<13} {len(pieces):>3} tokens: {' | '.join(pieces)}")
     if sys.stdout.isatty():
-        print("\nthe same in colour (byte-level BPE), one colour per token:")
-        print(tk.to_terminal(trained["bpe"], sentence))
+        print("\nthat line in colour (byte-level BPE), one colour per token:")
+        print(tk.to_terminal(trained["bpe"], sample_line(heldout)))
     if args.html:
         sample = heldout[:1500]
         title = f"How each tokenizer cuts held-out text of {Path(source).name}"

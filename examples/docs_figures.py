@@ -1,9 +1,9 @@
-"""Draw the pictures the docs show, into docs/img/ (a few seconds; needs Graphviz and matplotlib).
+"""Draw the pictures the docs show, into docs/img/ (about 10 s; needs Graphviz and matplotlib).
 
     python examples/docs_figures.py
 
 - ``start_here_graph.svg``: the first page's graph (docs/start_here.md), every node with its
-  value and gradient after ``backward()``;
+  value and every leaf (x, w, b) with its gradient after ``backward()``;
 - ``causal_mask.png``: which keys each query may see under the causal mask;
 - ``induction_pattern.png``: the pattern of an induction head on a repeated random sequence,
   from the small model ``examples/interpretability_tour.py`` trains (800 steps): in the second

@@ -213,7 +213,7 @@ with tl.trace_backward():
 HAVE_DOT = shutil.which("dot") is not None
 loss, h = two_layer_loss()
 h.retain_grad()  # keep the gradient of this intermediate tensor too
-loss.backward()
+loss.backward(retain_graph=True)  # and every op's output value, for the picture
 picture = tl.draw(loss, show_values=True, show_grad=True, rankdir="LR", graph_attr={"size": "9"})
 picture if HAVE_DOT else print(picture.source[:400])
 

@@ -21,8 +21,8 @@
 # 3. its **QK** and **OV** circuits say, from the weights alone, where a head looks and what
 #    it writes.
 #
-# Both trainings are the scripts in `examples/`, run from here (the full run takes 4 to 5
-# minutes on two shared cores); with `TL_COURSE_SMALL=1` (the test suite) they are cut to a
+# Both trainings are the scripts in `examples/`, run from here (the full run takes about 20 s
+# on two idle cores); with `TL_COURSE_SMALL=1` (the test suite) they are cut to a
 # few seconds, and the head has no time to form.
 
 # %%
