@@ -197,42 +197,24 @@ def test_norm_defaults_start_as_identity_affine():
 
 @pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (2, 0, 0)], ids=str)
 @pytest.mark.parametrize("affine", [False, True])
-def test_layer_norm_of_zero_size_inputs_matches_torch(shape, affine):
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_norms_of_zero_size_inputs_match_torch(kind, shape, affine):
     """An empty last axis (nothing to normalize) or no rows: an empty result and gradients,
-    as PyTorch; the weight and bias of (0, 3) inputs get zero gradients."""
+    as PyTorch; the weight (and bias) of (0, 3) inputs get zero gradients. (rms_norm of an
+    empty last axis once raised ZeroDivisionError: the mean of zero numbers.)"""
     torch = pytest.importorskip("torch")
     d = shape[-1]
     x = tl.zeros(*shape, dtype=np.float64, requires_grad=True)
     xt = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
-    w, b = (tl.ones(d, dtype=np.float64, requires_grad=True) for _ in range(2))
-    wt, bt = (torch.ones(d, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    y = F.layer_norm(x, w, b) if affine else F.layer_norm(x)
-    yt = torch.nn.functional.layer_norm(xt, (d,), wt if affine else None, bt if affine else None)
+    n = 2 if kind == "layer_norm" else 1  # the weight, and layer norm's bias
+    ours = [tl.ones(d, dtype=np.float64, requires_grad=True) for _ in range(n)]
+    theirs = [torch.ones(d, dtype=torch.float64, requires_grad=True) for _ in range(n)]
+    y = getattr(F, kind)(x, *(ours if affine else []))
+    yt = getattr(torch.nn.functional, kind)(xt, (d,), *(theirs if affine else [None] * n))
     assert y.shape == tuple(yt.shape) == shape
     y.sum().backward()
     yt.sum().backward()
     assert x.grad.shape == shape
     if affine:
-        np.testing.assert_array_equal(w.grad.numpy(), wt.grad.numpy())
-        np.testing.assert_array_equal(b.grad.numpy(), bt.grad.numpy())
-
-
-@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (2, 0, 0)], ids=str)
-@pytest.mark.parametrize("affine", [False, True])
-def test_rms_norm_of_zero_size_inputs_matches_torch(shape, affine):
-    """As layer norm's test above: an empty last axis gave ZeroDivisionError (the mean of
-    zero numbers) where PyTorch gives an empty result; no rows gives a zero weight gradient."""
-    torch = pytest.importorskip("torch")
-    d = shape[-1]
-    x = tl.zeros(*shape, dtype=np.float64, requires_grad=True)
-    xt = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
-    w = tl.ones(d, dtype=np.float64, requires_grad=True)
-    wt = torch.ones(d, dtype=torch.float64, requires_grad=True)
-    y = F.rms_norm(x, w if affine else None)
-    yt = torch.nn.functional.rms_norm(xt, (d,), wt if affine else None)
-    assert y.shape == tuple(yt.shape) == shape
-    y.sum().backward()
-    yt.sum().backward()
-    assert x.grad.shape == shape
-    if affine:
-        np.testing.assert_array_equal(w.grad.numpy(), wt.grad.numpy())
+        for p, pt in zip(ours, theirs):
+            np.testing.assert_array_equal(p.grad.numpy(), pt.grad.numpy())
