@@ -84,7 +84,12 @@ MUTANTS = {
             "PowScalar: a^p instead of a^(p-1)",
         ),
         ("pow-scalar-2", "return g * (2 * a)", "return g * a", "PowScalar p=2: factor 2 dropped"),
-        ("pow-db-drop-y", "gb = g * ctx.output * a.log()", "gb = g * a.log()", "Pow: db lost y"),
+        (
+            "pow-db-drop-y",
+            "gb = where(flat, 0.0, g * ctx.output * where(flat, 1.0, a).log())",
+            "gb = where(flat, 0.0, g * where(flat, 1.0, a).log())",
+            "Pow: db lost y",
+        ),
         ("sqrt-scale", "return g / (2 * ctx.output)", "return g / ctx.output", "Sqrt: 1/(2y)"),
         (
             "cos-sign",
@@ -96,8 +101,8 @@ MUTANTS = {
         ("sigmoid-drop-y", "return g * (y * (1 - y))", "return g * (1 - y)", "Sigmoid: y dropped"),
         (
             "sigmoid-half",
-            "return (0.5 * (xp_of(a).tanh(0.5 * a) + 1))",
-            "return (0.5 * (xp_of(a).tanh(a) + 1))",
+            "y = 0.5 * (xp_of(a).tanh(0.5 * a) + 1)",
+            "y = 0.5 * (xp_of(a).tanh(a) + 1)",
             "Sigmoid forward: tanh(a) instead of tanh(a/2)",
         ),
         (
@@ -134,7 +139,7 @@ MUTANTS = {
     "tensorlab/ops/reduce.py": [
         (
             "neg-axis",
-            "axes = (axis % nd if nd else axis,)",
+            "axes = (axis_index(op, axis, nd),)",
             "axes = (axis,)",
             "_reduce_setup: a negative axis is not normalised",
         ),
@@ -218,7 +223,7 @@ MUTANTS = {
         ("concat-start", "start += n", "start = n", "Concatenate backward: slice offsets reset"),
         (
             "stack-neg-axis",
-            "ctx.axis = axis % (arrays[0].ndim + 1)",
+            'ctx.axis = axis_index("stack", axis, arrays[0].ndim + 1)',
             "ctx.axis = axis % arrays[0].ndim",
             "Stack: a negative axis is off by one",
         ),
@@ -445,8 +450,8 @@ MUTANTS = {
         ),
         (
             "embedding-bound",
-            "int(data.max()) >= V)",
-            "int(data.max()) > V)",
+            "if lo < 0 or hi >= V:",
+            "if lo < 0 or hi > V:",
             "embedding: index V passes the check",
         ),
         (
