@@ -56,8 +56,14 @@ class ScatterAdd(Function):
 
 def _along_axis_index(xp, index, axis: int) -> tuple:
     """The full index tuple that reads ``a[..., index[..., i, ...], ...]`` along ``axis`` at
-    every position of ``index`` (a grid over ``index``'s shape, never broadcast to ``a``'s)."""
-    grids = list(xp.indices(index.shape, sparse=True))
+    every position of ``index`` (a grid over ``index``'s shape, never broadcast to ``a``'s):
+    on every other axis an ``arange`` shaped to broadcast along it alone (NumPy's
+    ``indices(sparse=True)``, which CuPy's ``indices`` does not offer)."""
+    nd = index.ndim
+    grids = [
+        xp.arange(n).reshape((1,) * i + (n,) + (1,) * (nd - i - 1))
+        for i, n in enumerate(index.shape)
+    ]
     grids[axis] = index
     return tuple(grids)
 
