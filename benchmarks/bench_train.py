@@ -120,13 +120,14 @@ PHASES = ("forward", "backward", "clip", "optimizer")
 def _laps(sync):
     """A stopwatch for one step's phases: each call ends a phase (after ``sync``) and returns
     the seconds of every phase so far."""
-    times, last = [], [time.perf_counter()]
+    times, last = [], time.perf_counter()
 
     def lap() -> list[float]:
+        nonlocal last
         sync()
         now = time.perf_counter()
-        times.append(now - last[0])
-        last[0] = now
+        times.append(now - last)
+        last = now
         return times
 
     return lap
