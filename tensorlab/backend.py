@@ -208,3 +208,49 @@ def generator(device: str | None = None):
     if gen is None:
         gen = _generators[device] = _new_generator(device)
     return gen
+
+
+def generator_state(device: str | None = None):
+    """A copy of the state of ``device``'s random generator, for :func:`set_generator_state`
+    (dropout masks drawn again in a recomputation, a resumed training run).
+
+    On the CPU it is NumPy's ``bit_generator.state``, a dict of ints. CuPy's generator has no
+    such attribute (its ``bit_generator.state`` is a method that returns a device pointer):
+    its state is the array of cuRAND states, one per GPU thread, that every draw reads and
+    advances. The copy is a device array of those bytes (a few MB), kept on the GPU so that
+    saving and restoring it costs no transfer; checkpoint files store it like any array."""
+    gen = generator(device)
+    if xp_for(device) is np:
+        return gen.bit_generator.state
+    return _curand_states(gen).copy()
+
+
+def set_generator_state(state, device: str | None = None) -> None:
+    """Put ``device``'s random generator back in ``state`` (from :func:`generator_state`,
+    possibly read back from a file: a CuPy state may be a host array)."""
+    gen = generator(device)
+    if xp_for(device) is np:
+        gen.bit_generator.state = state
+        return
+    states = _curand_states(gen)
+    if getattr(state, "shape", None) != states.shape or state.dtype != states.dtype:
+        raise ValueError(
+            f"set_generator_state: a CuPy generator state is {states.dtype} of shape "
+            f"{states.shape}, got {type(state).__name__} {getattr(state, 'shape', '')} (saved "
+            "on another GPU model or CuPy version?)"
+        )
+    states[...] = cupy.asarray(state)
+
+
+def _curand_states(gen):
+    """The device array of cuRAND states behind CuPy's ``Generator`` (``bit_generator._state``,
+    CuPy's own attribute: it offers no public way to read or set a generator's state). Refused
+    by name, rather than guessed, if a CuPy version keeps it elsewhere."""
+    states = getattr(getattr(gen, "bit_generator", None), "_state", None)
+    if cupy is None or not isinstance(states, cupy.ndarray):
+        version = getattr(cupy, "__version__", "?")
+        raise RuntimeError(
+            f"CuPy {version}: cannot read the random generator's state "
+            "(Generator.bit_generator._state is not a device array in this version)"
+        )
+    return states

@@ -127,15 +127,12 @@ def _outside_tensors(y: Tensor, scope: str, args: set[int]) -> list[Tensor]:
 
 
 def _generator_states() -> dict[str, object]:
-    """The state of the current random generator of each device that has one in use."""
-    states = {}
-    for device in backend.DEVICES:
-        if device == "cuda" and not backend.cuda_available():
-            continue
-        bits = getattr(backend.generator(device), "bit_generator", None)
-        if bits is not None and hasattr(bits, "state"):
-            states[device] = bits.state
-    return states
+    """A copy of the state of each device's random generator (backend.generator_state)."""
+    return {
+        device: backend.generator_state(device)
+        for device in backend.DEVICES
+        if device == "cpu" or backend.cuda_available()
+    }
 
 
 class _generators_at:
@@ -148,9 +145,9 @@ class _generators_at:
     def __enter__(self):
         self.before = _generator_states()
         for device, state in self.states.items():
-            backend.generator(device).bit_generator.state = state
+            backend.set_generator_state(state, device)
 
     def __exit__(self, *exc):
         for device, state in self.before.items():
-            backend.generator(device).bit_generator.state = state
+            backend.set_generator_state(state, device)
         return False

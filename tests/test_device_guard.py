@@ -20,6 +20,7 @@ import ast
 import textwrap
 from pathlib import Path
 
+import cupy_api
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,3 +175,156 @@ def test_host_modules_exist():
 )
 def test_the_guard_finds_numpy_math(source, want):
     assert numpy_calls(textwrap.dedent(source)) == want
+
+
+# ---------------------------------------------------------------- CuPy's API
+# The guard above keeps NumPy's functions away from device arrays; this one checks that what
+# the library calls on the array module (``xp.name(...)``, ``xp_of(a).name(...)``) and on
+# arrays (``a.astype(..., copy=False)``) exists in CuPy with those arguments. NumPy accepts
+# more than CuPy does (``indices(..., sparse=True)``, ``add(a, b, where=m)``, ``a.max(initial=0)``),
+# and such a call fails only on a GPU. The table of CuPy's API is tests/cupy_api.json, written
+# by tests/cupy_api.py from an installed CuPy (no GPU needed).
+CUPY = cupy_api.load()
+ARRAY_MODULE_CALLS = ("xp_of", "xp_for")  # calls that return the array module
+# ``xp.erf`` inside a @fused kernel is the kernel namespace's own (tensorlab/fused.py)
+FUSED_EXTRAS = {"erf"}
+# Array methods whose calls are checked: numeric methods of both NumPy's and CuPy's arrays
+# (not copy, get, sort, ...: dicts and lists have methods of those names too).
+ARRAY_METHODS_CHECKED = frozenset(
+    """
+    all any argmax argmin argsort astype clip cumsum dot fill max mean min nonzero prod ravel
+    repeat reshape squeeze std sum swapaxes take transpose var view
+    """.split()
+)
+
+
+def _is_array_module(node: ast.AST) -> bool:
+    """``xp`` (the library's name for the array module), ``cupy``, or ``xp_of(a)``."""
+    if isinstance(node, ast.Name):
+        return node.id in ("xp", "cupy")
+    if isinstance(node, ast.Call):
+        parts = _dotted(node.func)
+        return bool(parts) and parts[-1] in ARRAY_MODULE_CALLS
+    return False
+
+
+def _arguments_fit(entry: dict | None, call: ast.Call) -> str | None:
+    """Why ``call``'s arguments do not fit the CuPy parameters ``entry``, or None."""
+    if entry is None or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if any(k.arg is None for k in call.keywords):  # **kwargs: cannot tell statically
+        return None
+    if len(call.args) > len(entry["positional"]) and not entry["varargs"]:
+        return f"{len(call.args)} positional arguments, CuPy takes {len(entry['positional'])}"
+    unknown = [k.arg for k in call.keywords if k.arg not in entry["keyword"]]
+    if unknown and not entry["varkw"]:
+        return f"keyword {', '.join(unknown)} is not CuPy's"
+    return None
+
+
+def cupy_misfits(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each call in ``source`` that CuPy would not accept: a function of the
+    array module that CuPy lacks or whose arguments it does not take, a ufunc given a keyword
+    other than out/dtype/casting, or an array method (a name that both NumPy's and CuPy's
+    arrays have) given arguments CuPy's does not take."""
+    found = []
+    tree = ast.parse(source)
+    fused_kernels = [
+        f
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and any(_dotted(d) == ["fused"] for d in f.decorator_list)
+    ]
+    in_kernel = {id(n) for f in fused_kernels for n in ast.walk(f)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        attr, owner = node.func.attr, node.func.value
+        if _is_array_module(owner):
+            if attr in FUSED_EXTRAS and id(node) in in_kernel:
+                continue
+            if attr in CUPY["ufuncs"]:
+                bad = [k.arg for k in node.keywords if k.arg not in CUPY["ufunc_keywords"]]
+                if bad:
+                    found.append((node.lineno, f"xp.{attr}: ufunc keyword {', '.join(bad)}"))
+            elif attr not in CUPY["functions"]:
+                found.append((node.lineno, f"xp.{attr}: CuPy has no such function"))
+            else:
+                why = _arguments_fit(CUPY["functions"][attr], node)
+                if why:
+                    found.append((node.lineno, f"xp.{attr}: {why}"))
+        elif isinstance(owner, ast.Attribute) and _is_array_module(owner.value):
+            if owner.attr in CUPY["modules"]:  # xp.random.default_rng(...)
+                table, name = CUPY["modules"][owner.attr], f"xp.{owner.attr}.{attr}"
+                if attr not in table:
+                    found.append((node.lineno, f"{name}: CuPy has no such function"))
+                elif why := _arguments_fit(table[attr], node):
+                    found.append((node.lineno, f"{name}: {why}"))
+                continue
+            # a ufunc method: xp.add.at(...), xp.add.reduceat(...)
+            entry = CUPY["ufunc_methods"].get(attr)
+            name = f"xp.{owner.attr}.{attr}"
+            if owner.attr not in CUPY["ufuncs"] or entry is None:
+                found.append((node.lineno, f"{name}: CuPy has no such ufunc method"))
+            elif why := _arguments_fit(entry, node):
+                found.append((node.lineno, f"{name}: {why}"))
+        elif attr in ARRAY_METHODS_CHECKED and not (
+            isinstance(owner, ast.Name) and owner.id == "self"  # a Tensor's or a Module's own
+        ):
+            why = _arguments_fit(CUPY["ndarray_methods"][attr], node)
+            if why:
+                found.append((node.lineno, f".{attr}(): {why}"))
+    return sorted(found)
+
+
+def test_library_calls_fit_cupy_api():
+    bad = [
+        f"{path}:{line}  {what}"
+        for path in _library_files()
+        for line, what in cupy_misfits((ROOT / path).read_text(encoding="utf-8"))
+    ]
+    assert not bad, (
+        f"calls that CuPy {CUPY['cupy_version']} would refuse (they fail on a GPU only):\n  "
+        + "\n  ".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    "source, want",
+    [
+        # session 8's bug: CuPy's indices has no sparse= (gather, sort and topk on a GPU)
+        ("g = xp.indices(shape, sparse=True)", [(1, "xp.indices: keyword sparse is not CuPy's")]),
+        ("y = xp.add(a, b, where=m)", [(1, "xp.add: ufunc keyword where")]),
+        ("y = xp_of(a).exp(a, order='C')", [(1, "xp.exp: ufunc keyword order")]),
+        ("y = a.max(axis=0, initial=0)", [(1, ".max(): keyword initial is not CuPy's")]),
+        ("y = xp.erf(a)", [(1, "xp.erf: CuPy has no such function")]),
+        ("xp.add.at(o, i, a, 3)", [(1, "xp.add.at: 4 positional arguments, CuPy takes 3")]),
+        (
+            "r = xp.random.default_rng(0, 1)",
+            [(1, "xp.random.default_rng: 2 positional arguments, CuPy takes 1")],
+        ),
+        (
+            "y = xp.take_along_axis(a, i, 1, mode=0)",
+            [(1, "xp.take_along_axis: keyword mode is not CuPy's")],
+        ),
+        # accepted: CuPy's own arguments, a @fused kernel's erf, a Tensor's own methods
+        ("y = xp.exp(a, out=o, dtype=d)\nz = a.astype(d, copy=False).reshape(2, -1)", []),
+        ("@fused\ndef k(xp, x):\n    return xp.erf(x)", []),
+        ("xp.add.reduceat(a, starts, axis=0)\ns = self.argsort(0, descending=True)", []),
+    ],
+)
+def test_the_cupy_check_finds_misfits(source, want):
+    assert cupy_misfits(source) == want
+
+
+def test_cupy_api_reads_signatures():
+    """The table's parser, on signatures written the ways CuPy writes them."""
+    entry = cupy_api._parse("self, a, b: 'int' = None, *args, c=(1, 2), **kw")
+    assert entry == {
+        "positional": ["a", "b"],
+        "keyword": ["a", "b", "c"],
+        "required": 1,
+        "varargs": True,
+        "varkw": True,
+    }
+    assert cupy_api._parse("x, /, *, out=None")["positional"] == ["x"]
+    assert CUPY["functions"]["indices"]["keyword"] == ["dimensions", "dtype"]

@@ -177,3 +177,86 @@ def test_errors():
         y.add_(1.0)
     with pytest.raises(RuntimeError, match="Checkpoint: an input of shape \\(2,\\)"):
         z.sum().backward()
+
+
+def test_generator_state_round_trip():
+    """generator_state/set_generator_state, which the recomputation uses: the draws after a
+    restore repeat those after the save."""
+    from tensorlab import backend
+
+    tl.manual_seed(3)
+    state = backend.generator_state()
+    first = backend.generator().random(5)
+    backend.generator().random(7)  # move on
+    backend.set_generator_state(state)
+    np.testing.assert_array_equal(backend.generator().random(5), first)
+
+
+class _FakeCuPy:
+    """A stand-in for CuPy's random-state layout (cupy/random/_generator_api.pyx and
+    _bit_generator.pyx): ``default_rng(seed)`` is a Generator whose ``bit_generator`` keeps
+    its cuRAND states in the device array ``_state`` (int8) and whose ``state`` attribute is
+    a method; a draw reads and advances the states. NumPy arrays play the device arrays."""
+
+    ndarray = np.ndarray
+    asarray = staticmethod(np.asarray)
+    __version__ = "fake"
+
+    class _XORWOW:
+        def __init__(self, seed):
+            self._state = np.frombuffer(np.random.default_rng(seed).bytes(64), np.int8).copy()
+
+        def state(self):  # CuPy's: a device pointer, not something to save
+            return id(self._state)
+
+    class _Generator:
+        def __init__(self, seed):
+            self.bit_generator = _FakeCuPy._XORWOW(seed)
+
+        def random(self, n):
+            s = self.bit_generator._state
+            out = np.random.default_rng(s.view(np.uint8).astype(np.uint64)).random(n)
+            s += 1  # the states advance with every draw
+            return out
+
+
+def test_generator_state_of_cupy_is_its_curand_states(monkeypatch):
+    """On CuPy the state is a copy of the generator's device array of cuRAND states (CuPy has
+    no public state API; its ``bit_generator.state`` is a method returning a pointer, which an
+    earlier version saved and 'restored', so recomputed dropout drew other masks)."""
+    from tensorlab import backend
+
+    fake = _FakeCuPy()
+    monkeypatch.setattr(backend, "cupy", fake)
+    monkeypatch.setitem(backend._generators, "cuda", _FakeCuPy._Generator(0))
+    state = backend.generator_state("cuda")
+    assert isinstance(state, np.ndarray) and state.dtype == np.int8
+    first = backend.generator("cuda").random(4)
+    backend.generator("cuda").random(4)
+    backend.set_generator_state(state, "cuda")
+    np.testing.assert_array_equal(backend.generator("cuda").random(4), first)
+    with pytest.raises(ValueError, match="CuPy generator state is int8 of shape"):
+        backend.set_generator_state(state[:3], "cuda")
+    monkeypatch.setattr(backend._generators["cuda"], "bit_generator", object())
+    with pytest.raises(RuntimeError, match="cannot read the random generator's state"):
+        backend.generator_state("cuda")
+
+
+def test_recomputation_redraws_the_cuda_generator(monkeypatch):
+    """A checkpointed function that draws from the GPU's generator draws the same numbers
+    again in backward (with the stand-in CuPy above), so its gradient is the plain one."""
+    from tensorlab import backend
+
+    monkeypatch.setattr(backend, "cupy", _FakeCuPy())
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+
+    def fn(x):  # a mask drawn from the "cuda" generator, as dropout on a GPU does
+        return (x * tl.tensor(backend.generator("cuda").random(4))).sum()
+
+    grads = []
+    for use in (False, True):
+        monkeypatch.setitem(backend._generators, "cuda", _FakeCuPy._Generator(0))
+        x = t64(np.ones(4))
+        (tl.checkpoint(fn, x) if use else fn(x)).backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
