@@ -66,12 +66,19 @@ def _parse(params: str) -> dict:
 
 
 def _entry(obj) -> dict | None:
+    """The parameters of ``obj``: from the signature its docstring starts with, where there is
+    one (Cython functions, and functions that take ``*args, **kwargs`` and say what they
+    read from them, as ``einsum(subscripts, *operands, dtype=None, optimize=False)``), else
+    from ``inspect.signature``; None if neither says."""
+    first = (getattr(obj, "__doc__", None) or "").strip().splitlines()[:1]
+    name = getattr(obj, "__name__", None)
+    m = re.match(r"([\w.]+)\((.*)\)", first[0]) if first else None
+    if m and name and m.group(1).split(".")[-1] == name:
+        return _parse(m.group(2).replace("\\", ""))  # reST escapes: \*\*kwargs
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
-        first = (getattr(obj, "__doc__", None) or "").strip().splitlines()[:1]
-        m = re.match(r"[\w.]+\((.*)\)", first[0]) if first else None
-        return _parse(m.group(1)) if m else None
+        return None
     return _parse(str(sig)[1:].rsplit(")", 1)[0])
 
 
