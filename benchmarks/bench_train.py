@@ -275,32 +275,36 @@ def gpu_main(blocks: int, dtypes: list[str]) -> None:
             try:
                 ours = make_ours(cfg, device="cuda", dtype=dtype)
                 theirs = make_torch(cfg, device="cuda", dtype=dtype)
-                a, b, ratios = _take_turns(ours, theirs, blocks)
+                p_a, p_b, ratios = _take_turns(ours, theirs, blocks)
             except Exception as e:  # one failing configuration is reported, the rest still run
                 print(f"{name:<7} {dtype:<9} failed: {type(e).__name__}: {e}")
                 continue
-            t_a, t_b = statistics.median(a), statistics.median(b)
+            t_a, t_b = statistics.median(map(sum, p_a)), statistics.median(map(sum, p_b))
             print(
                 f"{name:<7} {dtype:<9} {1e3 * t_a:12.1f} {1e3 * t_b:11.1f} "
                 f"{statistics.median(ratios):6.2f} {tokens / t_a:11.0f} {tokens / t_b:11.0f}  "
                 f"{flops / t_a / peak:8.1%} {flops / t_b / peak:8.1%}"
             )
+            for who, steps in (("tensorlab", p_a), ("pytorch", p_b)):  # where the time goes
+                ms = ", ".join(f"{p} {v:.1f}" for p, v in zip(PHASES, _phases(steps)))
+                print(f"{'':17} {who} phases (medians, ms): {ms}")
             del ours, theirs
             torch.cuda.empty_cache()
 
 
 def _take_turns(ours, theirs, blocks: int):
+    """Each step's seconds per phase, for both, and the per-round ratios of step times."""
     for _ in range(3):  # warm-up: kernels compiled and cached, memory pools filled
         ours()
         theirs()
-    t_ours, t_ref, ratios = [], [], []
+    p_ours, p_ref, ratios = [], [], []
     for _ in range(blocks):
-        a = [sum(ours()) for _ in range(BLOCK)]
-        b = [sum(theirs()) for _ in range(BLOCK)]
-        t_ours += a
-        t_ref += b
-        ratios.append(statistics.median(a) / statistics.median(b))
-    return t_ours, t_ref, ratios
+        a = [list(ours()) for _ in range(BLOCK)]
+        b = [list(theirs()) for _ in range(BLOCK)]
+        p_ours += a
+        p_ref += b
+        ratios.append(statistics.median(map(sum, a)) / statistics.median(map(sum, b)))
+    return p_ours, p_ref, ratios
 
 
 def run_child(args: list[str], threads: int) -> dict | None:
