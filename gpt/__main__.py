@@ -162,7 +162,10 @@ def resolve_configs(args) -> tuple[GPTConfig, object]:
     run = RunFolder(wanted.get("out_dir", TrainConfig.out_dir))
     if wanted.get("resume") and run.config.exists():
         saved = run.read_config()
-        base_train = {k: v for k, v in saved["train"].items() if k not in ("resume", "overwrite")}
+        # out_dir is the folder the config was read from, not the one it names: a run folder
+        # that was moved or renamed would otherwise resume (and write) at its old place
+        skip = ("resume", "overwrite", "out_dir")
+        base_train = {k: v for k, v in saved["train"].items() if k not in skip}
         tcfg = TrainConfig.from_dict({**base_train, **train})
         mcfg = GPTConfig.from_dict({**saved["model"], **model})
         return mcfg, tcfg

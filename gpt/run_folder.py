@@ -9,12 +9,21 @@
       config.json        the resolved model and training configs
       log.jsonl          one JSON record per training step and per evaluation
       loss.png           the loss curve (when matplotlib is installed)
+      run.lock           while a run is training: its process id and host
 
 The rules (:meth:`RunFolder.claim`): a folder that holds a run is written into only to resume
 that run or when the user asked to overwrite it; resuming needs a checkpoint, and the
 tokenizer.json the checkpoint was trained with (it records its fingerprint). Every file is
 written atomically (a temporary file renamed over the target), so a crash leaves the old file or
 the new one; the temporary files a crash leaves behind are removed when the next run starts.
+
+One run at a time (:meth:`RunFolder.lock`): a training run creates ``run.lock`` before it
+writes anything and removes it when it ends, however it ends; a second run into the folder
+is refused while the lock is there. A process killed outright (SIGKILL, the out-of-memory
+killer) cannot remove its lock: the next run on the same machine sees that the process is gone
+and takes the lock over; a lock from another machine has to be deleted by hand. The lock is
+not one of the run's files: it does not make a folder "hold a run", and overwriting a run does
+not remove it.
 
 ``gpt.load("out")`` gives back the model and tokenizer of a finished run in one call.
 """
@@ -24,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 
 from gpt.config import bad_value
@@ -42,6 +52,7 @@ RUN_FILES = (
     "log.jsonl",
     "loss.png",
 )
+LOCK = "run.lock"  # a training run's claim on the folder while it runs (see RunFolder.lock)
 
 
 class RunFolder:
@@ -56,6 +67,7 @@ class RunFolder:
     config = property(lambda self: self.path / "config.json")
     log = property(lambda self: self.path / "log.jsonl")
     plot = property(lambda self: self.path / "loss.png")
+    lock_file = property(lambda self: self.path / LOCK)
 
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in RUN_FILES)
@@ -76,6 +88,81 @@ class RunFolder:
                 f"{self.path} holds a training run ({self._describe()}); continue it with "
                 "--resume, replace it with --overwrite, or choose another --out-dir"
             )
+
+    # ------------------------------------------------------------------ the lock
+    def check_unlocked(self) -> None:
+        """Refuse early (before any work) a folder another run holds the lock of; taking the
+        lock (:meth:`lock`) checks again, atomically."""
+        owner = self._read_lock()
+        if owner is not False and not _gone(owner):
+            raise self._locked(owner)
+
+    def lock(self) -> None:
+        """Claim the folder for this process: create ``run.lock`` holding our process id and
+        host, atomically (``O_CREAT | O_EXCL``: of two runs started together, exactly one
+        creates the file; the other is refused). A lock whose process is provably gone (this
+        host, and no process has its id) is taken over. The folder must exist."""
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        if self._create_lock(me):
+            return
+        owner = self._read_lock()
+        if owner is False or (_gone(owner) and self._remove_stale(owner)):
+            if self._create_lock(me):
+                return
+            owner = self._read_lock()
+        raise self._locked(owner)
+
+    def unlock(self) -> None:
+        """Remove this process's lock (a lock another process holds is left alone)."""
+        if self._read_lock() == {"pid": os.getpid(), "host": socket.gethostname()}:
+            self.lock_file.unlink(missing_ok=True)
+
+    def _create_lock(self, owner: dict) -> bool:
+        try:
+            fd = os.open(self.lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(owner) + "\n")
+        return True
+
+    def _read_lock(self, path: Path | None = None) -> dict | None | bool:
+        """The lock's ``{"pid", "host"}``; False when there is no lock, None when it names no
+        process (a run killed between creating the file and writing it)."""
+        try:
+            owner = json.loads((path or self.lock_file).read_text())
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            return None
+        ok = isinstance(owner, dict) and isinstance(owner.get("pid"), int)
+        return owner if ok and isinstance(owner.get("host"), str) else None
+
+    def _remove_stale(self, owner: dict) -> bool:
+        """Remove the lock of the gone process ``owner``; False if the lock turned out to be
+        another's. Two runs may find the same stale lock: each first renames it to a name of
+        its own (a rename is atomic, so only one gets any one file), then checks that what it
+        moved is the stale lock and not a live one the other run had just created."""
+        aside = self.lock_file.with_name(f"{LOCK}.{os.getpid()}.stale")
+        try:
+            os.rename(self.lock_file, aside)
+        except FileNotFoundError:  # the other run removed it first
+            return True
+        if self._read_lock(aside) == owner:
+            aside.unlink()
+            return True
+        os.rename(aside, self.lock_file)  # a live lock: put it back
+        return False
+
+    def _locked(self, owner: dict | None) -> RunError:
+        who = (
+            f"process {owner['pid']} on {owner['host']}" if owner else "a process it does not name"
+        )
+        return RunError(
+            f"{self.lock_file}: another training run is using {self.path} (the lock is held by "
+            f"{who}); wait for it to end, or delete {self.lock_file} if that process is no "
+            "longer running"
+        )
 
     def tokenizer_digest(self) -> str:
         """A fingerprint of ``tokenizer.json``'s bytes; each checkpoint records the one it was
@@ -159,6 +246,23 @@ class RunFolder:
     def rewrite_log(self, records: list[dict]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
         atomic_write(self.log, lambda f: f.write(text.encode()))
+
+
+def _gone(owner: dict | None) -> bool:
+    """Whether the lock's process has provably ended: it ran on this host and no process has
+    its id now. (A process of another host, or one we may not signal, counts as running; so
+    does any on Windows, where os.kill would end the process instead of asking about it.)"""
+    if os.name != "posix" or not owner or owner["host"] != socket.gethostname():
+        return False
+    if owner["pid"] <= 0:  # (0 and -1 would ask about process groups)
+        return False
+    try:
+        os.kill(owner["pid"], 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists, another user's
+        pass
+    return False
 
 
 def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):

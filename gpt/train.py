@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -201,9 +202,67 @@ def text_digest(text: str) -> str:
 
 
 def config_differences(saved: dict, now: dict, names=None) -> list[str]:
-    """``name: saved -> now`` for each field that differs (all fields, or ``names``)."""
+    """``name: saved -> now`` for each field that differs (all fields, or ``names``). The
+    files of a training config (``text``, ``data``, a ``tokenizer`` file) differ only when
+    they are other files (:func:`same_file`), not when one path is relative and one absolute."""
     names = sorted(set(saved) | set(now)) if names is None else names
-    return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in names if saved.get(k) != now.get(k)]
+    return [
+        f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
+        for k in names
+        if not _same_value(k, saved.get(k), now.get(k))
+    ]
+
+
+def _names_file(name: str, value) -> bool:
+    """Whether the TrainConfig field ``name`` holds the path of a file or folder."""
+    import gpt.tokenizers as tk
+
+    if not isinstance(value, str):
+        return False
+    return name in ("text", "data") or (name == "tokenizer" and value not in tk.KINDS)
+
+
+def _same_value(name: str, saved, now) -> bool:
+    if _names_file(name, saved) and _names_file(name, now):
+        return same_file(saved, now)
+    return saved == now
+
+
+def same_file(saved: str, now: str) -> bool:
+    """Whether the path ``now`` names the file (or folder) the run recorded as ``saved``.
+
+    The same path, or another path to the same file (relative or absolute, from another
+    working directory, through a link) is the same file. When ``saved`` no longer exists (the
+    file was moved) any path is accepted here: the run checks the contents themselves (the
+    text's digest; prepared data's tokenizer and token counts). A path to another file that
+    exists beside the recorded one is refused, whatever it holds. (A relative ``saved``, from
+    a run begun before paths were recorded absolute, is taken from the working directory.)"""
+    if saved == now or not os.path.exists(saved):
+        return True
+    return os.path.exists(now) and os.path.samefile(saved, now)
+
+
+def recorded(cfg: TrainConfig) -> dict:
+    """The training config as the run folder's config.json records it: ``asdict(cfg)`` with
+    the paths of the text, the data and a tokenizer file made absolute. ``--resume`` reads them
+    back, maybe from another working directory or from a run folder that was moved since: a
+    relative path is relative to the directory the run was started in, and would then name
+    another file or none. (An absolute path still works when the run folder moves; when the
+    data moves, give its new path and the contents are checked, see :func:`same_file`.)"""
+    config = asdict(cfg)
+    for name in ("text", "data", "tokenizer"):
+        if _names_file(name, config[name]):
+            config[name] = os.path.abspath(config[name])
+    return config
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A fingerprint of a tokenizer: its saved file's bytes, hashed. Two tokenizers with the
+    same one give every text the same ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer.json"
+        tokenizer.save(path)
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def _float16_scaler(state) -> bool:
@@ -245,6 +304,7 @@ class Trainer:
         self.run_folder = RunFolder(cfg.out_dir)
         self.out = self.run_folder.path
         self.run_folder.claim(cfg.resume, cfg.overwrite)
+        self.run_folder.check_unlocked()
         if cfg.device == "cuda" and not tl.backend.cuda_available():
             raise ConfigError(
                 "device='cuda': no CUDA GPU with CuPy here (pip install -e '.[cuda]' on a "
@@ -256,11 +316,13 @@ class Trainer:
         if cfg.data is not None:  # tokenized once by ``prepare``, read through memory maps
             tokenizer, self.splits, meta = token_files.load(cfg.data)
             self.text_digest = meta["text_digest"]
+            self.data_tokens = {name: len(ids) for name, ids in self.splits.items()}
         else:
             text = load_text(cfg.text) if text is None else text
             self.text_digest = text_digest(text)
+            self.data_tokens = None
         if cfg.resume:
-            tokenizer = self._check_resume(model_cfg)
+            tokenizer = self._check_resume(model_cfg, tokenizer if cfg.data else None)
         self.tokenizer = tokenizer or build_tokenizer(cfg, text)
         if model_cfg.vocab_size != self.tokenizer.vocab_size:
             model_cfg = GPTConfig.from_dict(
@@ -288,9 +350,15 @@ class Trainer:
         self.best_val = math.inf
         self._stop: str | None = None  # set by a signal: finish the step, save, stop
         self._stopping: str | None = None  # the same, once all ranks know (see step)
+        self._began = False  # whether run() has taken the folder once (then it is this run's)
 
-    def _check_resume(self, model_cfg: GPTConfig):
-        """The run's tokenizer, after checking that this run continues it faithfully."""
+    def _check_resume(self, model_cfg: GPTConfig, data_tokenizer=None):
+        """The run's tokenizer, after checking that this run continues it faithfully.
+
+        The text must be the run's: the same file (by any path) and the same contents. Data
+        prepared by ``prepare`` must hold the same tokens: the same text, cut into the same
+        training and validation parts, by the run's own tokenizer (``data_tokenizer`` is the
+        data folder's), or the ids would mean other text."""
         import gpt.tokenizers as tk
 
         run = self.run_folder
@@ -299,7 +367,18 @@ class Trainer:
         diff = config_differences(train, asdict(self.cfg), SAME_ON_RESUME) if train else []
         if saved.get("text_digest", self.text_digest) != self.text_digest:
             diff.append("the text's contents changed since the run began")
+        if self.data_tokens and saved.get("data_tokens", self.data_tokens) != self.data_tokens:
+            diff.append(
+                f"the prepared data's token counts changed ({saved['data_tokens']} -> "
+                f"{self.data_tokens})"
+            )
         tokenizer = tk.load(run.tokenizer)
+        if data_tokenizer is not None:
+            if tokenizer_fingerprint(data_tokenizer) != tokenizer_fingerprint(tokenizer):
+                diff.append(
+                    f"the data was tokenized by another tokenizer than the run's own "
+                    f"{run.tokenizer}"
+                )
         model = {**model_cfg.to_dict(), "vocab_size": tokenizer.vocab_size}
         if saved.get("model"):
             diff += config_differences(saved["model"], model)
@@ -488,18 +567,51 @@ class Trainer:
         lead = dist.rank == 0  # the rank that writes files and prints
         with dist.together():
             if lead:
-                self.run_folder.prepare(overwrite=cfg.overwrite and not cfg.resume)
+                self._take_folder()
+        try:
+            self._run(stop)
+        finally:
+            if lead:
+                self.run_folder.unlock()
+        return self.history
+
+    def _take_folder(self) -> None:
+        """Lock the run folder (rank 0 alone: the rank that writes its files), then check
+        again that this run may write into it: another run may have written it since this
+        Trainer was made. The first run() also removes a crash's temporary files and, with
+        ``overwrite``, the old run; later ones go on with the run this Trainer began."""
+        cfg, folder = self.cfg, self.run_folder
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.lock()
+        try:
+            if not self._began:
+                folder.claim(cfg.resume, cfg.overwrite)
+            folder.prepare(overwrite=cfg.overwrite and not cfg.resume and not self._began)
+        except BaseException:
+            folder.unlock()
+            raise
+        self._began = True
+
+    def _run(self, stop: int) -> None:
+        """:meth:`run`, in the locked folder."""
+        cfg, dist, lead = self.cfg, self.dist, self.dist.rank == 0
         dist.broadcast_parameters(self.model.parameters())  # one model everywhere
-        if cfg.resume:
-            with dist.together():
+        with dist.together():
+            if cfg.resume:
                 self.load()
-            if cfg.progress and lead:
-                print(
-                    f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr
+            if stop < self.iter:  # (else the run would stop at once, having done nothing)
+                raise bad_value(
+                    "max_iters",
+                    stop,
+                    f"must be ≥ {self.iter}, the iteration the run in {self.out} has reached",
                 )
+        if cfg.resume and cfg.progress and lead:
+            print(f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr)
         if lead:
-            config = {"model": self.model_cfg.to_dict(), "train": asdict(cfg)}
+            config = {"model": self.model_cfg.to_dict(), "train": recorded(cfg)}
             config["text_digest"] = self.text_digest
+            if self.data_tokens is not None:
+                config["data_tokens"] = self.data_tokens
             config["processes"] = self.dist.size
             self.run_folder.write_config(config)
         # Processes of one MPI job on one machine share its cores: each one's matrix products
@@ -510,7 +622,6 @@ class Trainer:
             share = contextlib.nullcontext()
         with share, self._signals_stop_after_the_step():
             self._loop(stop)
-        return self.history
 
     @contextlib.contextmanager
     def _signals_stop_after_the_step(self):
