@@ -401,9 +401,7 @@ class Trainer:
             iter=self.iter,
             model_config=self.model_cfg.to_dict(),
             rng_state=self.rng.bit_generator.state,
-            tl_rng_states=self.dist.gather(
-                tl.backend.generator(self.cfg.device).bit_generator.state
-            ),
+            tl_rng_states=self.dist.gather(tl.backend.generator_state(self.cfg.device)),
             history=self.history,
             loss_scaler=self.scaler.state_dict() if self.scaler.enabled else None,
             log_tail=self.pending,
@@ -463,7 +461,7 @@ class Trainer:
                 f"{path} was written by a run of {len(states)} processes; resume it with as "
                 f"many (mpiexec -n {len(states)}), not {self.dist.size}"
             )
-        tl.backend.generator(self.cfg.device).bit_generator.state = states[self.dist.rank]
+        tl.backend.set_generator_state(states[self.dist.rank], self.cfg.device)
         # The log holds every record up to the previous save; the checkpoint holds the
         # records since then. Records past the checkpoint (from a run killed later) go.
         since = tail[0]["iter"] if tail else self.iter + 1

@@ -328,3 +328,30 @@ def test_cupy_api_reads_signatures():
     }
     assert cupy_api._parse("x, /, *, out=None")["positional"] == ["x"]
     assert CUPY["functions"]["indices"]["keyword"] == ["dimensions", "dtype"]
+
+
+def generator_state_reads(source: str) -> list[int]:
+    """Lines that read ``generator(...).bit_generator``: a NumPy generator's state attribute,
+    which CuPy's generator does not have (its ``bit_generator.state`` is a method returning a
+    device pointer). tensorlab's generators are saved and restored through
+    ``backend.generator_state``/``set_generator_state``, which know both."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "bit_generator"
+        and isinstance(node.value, ast.Call)
+        and (_dotted(node.value.func) or [""])[-1] == "generator"
+    )
+
+
+def test_generator_state_goes_through_the_backend():
+    bad = [
+        f"{path}:{line}"
+        for path in _library_files()
+        if path != "tensorlab/backend.py"
+        for line in generator_state_reads((ROOT / path).read_text(encoding="utf-8"))
+    ]
+    assert not bad, "use tensorlab.backend.generator_state/set_generator_state: " + ", ".join(bad)
+    src = "s = tl.backend.generator(d).bit_generator.state\nr = self.rng.bit_generator.state"
+    assert generator_state_reads(src) == [1]
