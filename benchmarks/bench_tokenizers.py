@@ -1,8 +1,9 @@
 """Benchmark: training and encoding speed of gpt.tokenizers beside Hugging Face ``tokenizers``.
 
     python benchmarks/bench_tokenizers.py [--text FILE] [--vocab-size 4096] [--repeat 3]
+        [--clock wall|cpu] [--section table|patterns|backtracking|unigram-metaspace]
 
-Measures, on one text (default: tinyshakespeare, 1.1 MB):
+``--section table`` (the default) measures, on one text (default: tinyshakespeare, 1.1 MB):
 
 * byte-level BPE training to ``--vocab-size``,
 * Unigram training to ``--vocab-size``,
@@ -13,6 +14,17 @@ Measures, on one text (default: tinyshakespeare, 1.1 MB):
   and through a ``Pipeline`` (the same vocabulary as a tokenizer.json our classes do not run),
 * a naive BPE trainer that recounts every pair after every merge, timed for ``--naive-merges``
   merges and extrapolated to the full vocabulary: the baseline the incremental trainer beats.
+
+The other sections print the figures ``docs/tokenizers.md`` quotes beside them:
+
+* ``patterns``: pre-tokenizing with GPT-4's pattern without and with the time limit that
+  patterns from files run under, and cold encoding (BPE and Unigram trained to
+  ``--vocab-size``) with the shipped patterns, which run without it,
+* ``backtracking``: how long the catastrophic pattern ``(a|a)+$`` takes, without a limit, on
+  ``--backtrack-chars`` characters and a few fewer (each one more doubles the time),
+* ``unigram-metaspace``: Unigram trained on the first 90% with ``Metaspace``-only splitting
+  (ours, ``pattern=METASPACE_SPLIT_PATTERN``, and the library's), and ours with the default
+  pattern: training time and the number of tokens on the last 10%.
 
 The Hugging Face library runs single-threaded (RAYON_NUM_THREADS=1, set before it is imported)
 so the comparison is one core against one core. Each number is the median of ``--repeat`` runs.
@@ -85,6 +97,84 @@ def naive_bpe_train(text: str, n_merges: int) -> list[tuple[int, int]]:
     return merges
 
 
+#: GPT-4's (cl100k) pre-tokenizer pattern, as `regex` spells it: not shipped here, so a file
+#: carrying it runs under the time limit
+GPT4_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+    r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
+)
+
+
+def section_patterns(text: str, vocab_size: int, repeat: int) -> None:
+    """The cost of the time limit on patterns from files, and encoding with shipped ones."""
+    from gpt.tokenizers.pretokenize import find_spans
+
+    mb = len(text.encode("utf-8")) / 1e6
+    t_free, free = median_time(lambda: find_spans(GPT4_PATTERN, text, trusted=True), repeat)
+    t_limited, limited = median_time(lambda: find_spans(GPT4_PATTERN, text), repeat)
+    assert free == limited, "the time limit changed the pre-tokens"
+    print(
+        f"GPT-4 pattern, pre-tokenizing: {t_free:.2f} s without the limit, {t_limited:.2f} s with"
+    )
+    bpe = tk.ByteBPE.train(text, vocab_size)
+    uni = tk.Unigram.train(text, vocab_size)
+    t_bpe, _ = median_time(lambda: tk.ByteBPE(bpe.vocab, bpe.merges).encode(text), repeat)
+    t_uni, _ = median_time(lambda: tk.Unigram(uni.pieces, ["<unk>"]).encode(text), repeat)
+    print(f"cold encoding, vocab {vocab_size}, shipped patterns (no limit):")
+    print(f"  byte-level BPE {mb / t_bpe:.2f} MB/s, Unigram {mb / t_uni:.2f} MB/s")
+
+
+def section_backtracking(n_chars: int) -> None:
+    """``(a|a)+$`` on "a" * k + "b": the catastrophic backtracking the time limit stops."""
+    import regex
+
+    pattern = regex.compile(r"(a|a)+$")
+    for k in range(max(1, n_chars - 4), n_chars + 1):
+        subject = "a" * (k - 1) + "b"
+        t0 = CLOCK()
+        pattern.search(subject)
+        print(f"(a|a)+$ on {k} characters: {CLOCK() - t0:.2f} s", flush=True)
+
+
+def section_unigram_metaspace(text: str, vocab_size: int) -> None:
+    """Unigram with Metaspace-only splitting, ours and the library's, trained on the first
+    90% of the text: training time and tokens on the last 10% (one run each)."""
+    from gpt.tokenizers.pretokenize import METASPACE_SPLIT_PATTERN
+
+    cut = int(len(text) * 0.9)
+    train, heldout = text[:cut], text[cut:]
+    rows = []
+    for what, pattern in (
+        ("ours, Metaspace only", METASPACE_SPLIT_PATTERN),
+        ("ours, default", None),
+    ):
+        kw = {} if pattern is None else {"pattern": pattern}
+        t, tok = median_time(lambda kw=kw: tk.Unigram.train(train, vocab_size, **kw), 1)
+        rows.append((what, t, len(tok.encode(heldout))))
+    hf = hf_library()
+    if hf is not None:
+        from tokenizers import models, pre_tokenizers, trainers
+
+        def hf_train():
+            t = hf.Tokenizer(models.Unigram())
+            t.pre_tokenizer = pre_tokenizers.Metaspace()
+            trainer = trainers.UnigramTrainer(
+                vocab_size=vocab_size,
+                special_tokens=["<unk>"],
+                unk_token="<unk>",
+                show_progress=False,
+            )
+            t.train_from_iterator([train], trainer)
+            return t
+
+        t, theirs = median_time(hf_train, 1)
+        n = len(theirs.encode(heldout, add_special_tokens=False).ids)
+        rows.append(("tokenizers library, Metaspace", t, n))
+    print(f"Unigram, vocab {vocab_size}, trained on the first 90%, tokens on the last 10%:")
+    for what, t, n in rows:
+        print(f"  {what}: {t:.2f} s, {n:,} tokens")
+
+
 def hf_library():
     try:
         import tokenizers
@@ -105,10 +195,28 @@ def main(argv: list[str] | None = None) -> int:
         default="wall",
         help="wall time, or this process's CPU time (steadier when other jobs share the machine)",
     )
+    p.add_argument(
+        "--section",
+        choices=("table", "patterns", "backtracking", "unigram-metaspace"),
+        default="table",
+        help="what to measure (see the module docstring); table: the Speed table",
+    )
+    p.add_argument(
+        "--backtrack-chars", type=int, default=24, help="longest subject for --section backtracking"
+    )
     args = p.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     text = Path(args.text).read_text(encoding="utf-8")
+    if args.section == "patterns":
+        section_patterns(text, args.vocab_size, args.repeat)
+        return 0
+    if args.section == "backtracking":
+        section_backtracking(args.backtrack_chars)
+        return 0
+    if args.section == "unigram-metaspace":
+        section_unigram_metaspace(text, args.vocab_size)
+        return 0
     mb = len(text.encode("utf-8")) / 1e6
     V, R = args.vocab_size, args.repeat
     hf = hf_library()

@@ -19,6 +19,7 @@ A subclass implements ``_encode_ordinary`` (text that holds no special token) an
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections import Counter
@@ -184,9 +185,12 @@ class Tokenizer:
         self._special_by_id = {i: t for t, i in self.special.items()}
         self._special_re = special_splitter(self.special)
 
-    def _init_table(self, tokens: list[str], special_tokens: Sequence[str], unk_token: str) -> None:
+    def _init_table(
+        self, tokens: list[str], special_tokens: Sequence[str], unk_token: str | None
+    ) -> None:
         """``__init__`` for a vocabulary kept as a table: ``tokens`` lists every token in id order,
-        the special tokens and ``unk_token`` among them (WordPiece and Unigram files store it so).
+        the special tokens and ``unk_token`` among them (WordPiece and Unigram files store it so;
+        ``unk_token`` None: there is none, as a Unigram file with ``"unk_id": null`` has it).
         Checks that no token is listed twice and that those tokens are there."""
         index = {t: i for i, t in enumerate(tokens)}
         if len(index) != len(tokens):
@@ -194,7 +198,7 @@ class Tokenizer:
         missing = [t for t in special_tokens if t not in index]
         if missing:
             raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
-        if unk_token not in index:
+        if unk_token is not None and unk_token not in index:
             raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
         Tokenizer.__init__(self, {t: index[t] for t in special_tokens})
         self.itos = tokens
@@ -333,16 +337,25 @@ class Tokenizer:
         return [self.decode(ids) for ids in batch]
 
     def check_ids(self, ids: Iterable[int]) -> list[int]:
-        """Return ids as a list of ints, raising TokenizerError for anything out of range."""
+        """Return ids as a list of ints, raising TokenizerError for anything that is not an
+        integer id of this vocabulary.
+
+        An id must be of an integer type (``int``, a NumPy integer, an element of an int array):
+        ``operator.index`` accepts exactly those. ``int()`` would also take ``3.0``, ``"3"`` and
+        ``True``, which are mistakes (a float tensor's values, a string from a file, a flag), not
+        ids. ``bool`` is an ``int`` subclass, so it is refused by name.
+        """
         n = self.vocab_size
         out = []
         for i in ids:
             try:
-                j = int(i)
-            except (TypeError, ValueError):
+                if isinstance(i, bool):
+                    raise TypeError
+                j = operator.index(i)
+            except TypeError:
                 raise TokenizerError(f"token id must be an integer, got {i!r}") from None
-            if j != i or not 0 <= j < n:
-                raise TokenizerError(f"token id {i!r} is out of range for vocab_size {n}")
+            if not 0 <= j < n:
+                raise TokenizerError(f"token id {j} is out of range for vocab_size {n}")
             out.append(j)
         return out
 

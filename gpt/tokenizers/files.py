@@ -82,6 +82,7 @@ def to_json(tok: Tokenizer) -> dict[str, Any]:
             "prefix": tok.prefix,
             "max_word_chars": tok.max_word_chars,
             "normalizer": tok.normalizer,
+            "cleanup": tok.cleanup,
         }
     if isinstance(tok, Unigram):
         return head | {
@@ -146,6 +147,7 @@ def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tok
                 handle_chinese_chars=get(norm, "handle_chinese_chars", "bool", path, "normalizer"),
                 strip_accents=get(norm, "strip_accents", "bool|null", path, "normalizer"),
                 lowercase=get(norm, "lowercase", "bool", path, "normalizer"),
+                cleanup=get(data, "cleanup", "bool", path, default=False),
             )
         if kind == "unigram":
             return Unigram(
@@ -154,7 +156,7 @@ def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tok
                     for k, p in enumerate(get(data, "pieces", "list", path))
                 ],
                 _strings(data, "special_tokens", path),
-                get(data, "unk_token", "str", path),
+                get(data, "unk_token", "str|null", path),
                 get(data, "pattern", "str", path),
                 get(data, "prepend_scheme", "str", path),
                 get(data, "replacement", "str", path),

@@ -8,7 +8,8 @@ faster):
 * byte-level BPE: no normalizer, a ``ByteLevel`` pre-tokenizer (GPT-2's pattern) or a regex
   ``Split`` followed by ``ByteLevel(use_regex=False)`` (a custom pattern, as GPT-4-style files
   have), a ``BPE`` model whose tokens are spelled in GPT-2's printable byte alphabet,
-* WordPiece: ``BertNormalizer`` (or none), ``BertPreTokenizer``, a ``WordPiece`` model,
+* WordPiece: ``BertNormalizer`` (or none), ``BertPreTokenizer``, a ``WordPiece`` model and
+  decoder (the class decodes as that decoder does, with or without ``cleanup``),
 * Unigram: no normalizer, ``Metaspace`` (optionally followed by a ``Split`` on a regex), a
   ``Unigram`` model with log probabilities.
 
@@ -251,6 +252,15 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
         path,
         f"WordPiece: only BertPreTokenizer is supported, found {pre.get('type')!r}",
     )
+    prefix = get(model, "continuing_subword_prefix", "str", path, "model", "##")
+    # the class decodes as the WordPiece decoder does (with or without its cleanup); a file
+    # with no decoder (tokens joined by spaces) or another one decodes as a Pipeline
+    dec = data.get("decoder") or {}
+    _native(
+        dec.get("type") == "WordPiece" and dec.get("prefix", "##") == prefix,
+        path,
+        f"WordPiece: only a WordPiece decoder with the model's prefix, found {dec.get('type')!r}",
+    )
     vocab = _model_vocab(model, path)
     itos = ids_to_list(vocab, added, path)
     unk = get(model, "unk_token", "str", path, "model", "[UNK]")
@@ -258,9 +268,10 @@ def _read_wordpiece(data, model, added, path) -> WordPiece:
         itos,
         list(added),  # the unknown token only if the file adds it: else "[UNK]" is plain text
         unk,
-        get(model, "continuing_subword_prefix", "str", path, "model", "##"),
+        prefix,
         get(model, "max_input_chars_per_word", "int", path, "model", 100),
         **options,
+        cleanup=get(dec, "cleanup", "bool", path, "decoder", True),
     )
 
 
@@ -295,10 +306,11 @@ def _read_unigram(data, model, added, path) -> Unigram:
     ]
     itos = ids_to_list({t: i for i, (t, _) in enumerate(pieces)}, added, path)
     _native(len(itos) == len(pieces), path, "Unigram: added tokens outside the model vocab")
-    unk_id = model.get("unk_id")
-    _require(isinstance(unk_id, int), path, "Unigram: the model has no unk_id")
-    _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")
-    unk = pieces[unk_id][0]
+    unk_id = get(model, "unk_id", "int|null", path, "model", None)
+    # null: no unknown token (encoding then refuses a character no piece covers alone)
+    if unk_id is not None:
+        _require(0 <= unk_id < len(pieces), path, f"Unigram: unk_id {unk_id} is out of range")
+    unk = None if unk_id is None else pieces[unk_id][0]
     # the unknown token is special only if the file adds it: else "<unk>" in the text is a piece
     return Unigram(pieces, list(added), unk, pattern, scheme, replacement, fuse_unk=True)
 
@@ -449,7 +461,7 @@ def _wordpiece_pipeline(tok: WordPiece) -> dict[str, Any]:
         "normalizer": {"type": "BertNormalizer", **tok.normalizer},
         "pre_tokenizer": {"type": "BertPreTokenizer"},
         "post_processor": None,
-        "decoder": {"type": "WordPiece", "prefix": tok.prefix, "cleanup": True},
+        "decoder": {"type": "WordPiece", "prefix": tok.prefix, "cleanup": tok.cleanup},
         "model": {
             "type": "WordPiece",
             "unk_token": tok.unk_token,
@@ -479,7 +491,7 @@ def _unigram_pipeline(tok: Unigram) -> dict[str, Any]:
         "decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme, "split": True},
         "model": {
             "type": "Unigram",
-            "unk_id": tok.stoi[tok.unk_token],
+            "unk_id": tok.unk_id,
             "vocab": [[t, s] for t, s in tok.pieces],
             "byte_fallback": False,
         },

@@ -10,7 +10,8 @@ The four model types of the ``tokenizers`` library, as ``build`` reads them from
   byte tokens instead), ``ignore_merges`` (a word that is a token is taken whole). ``dropout``
   (random merges, a training device) must be null or 0: encoding must be deterministic.
 * ``WordPiece``: greedy longest match, the ``WordPiece`` class's own word encoder.
-* ``Unigram``: the most probable segmentation, the ``Unigram`` class's own Viterbi search.
+* ``Unigram``: the most probable segmentation, the ``Unigram`` class's own Viterbi search
+  (``unk_id`` may be null: then a character no piece covers alone is an error when encoding).
 * ``WordLevel``: each word is a token or the unknown token.
 
 ``build`` returns a ``Model``: the vocabulary by id and the word encoder.
@@ -205,11 +206,11 @@ def build(
             for k, p in enumerate(get(spec, "vocab", "list", path, where))
         ]
         unk_id = get(spec, "unk_id", "int|null", path, where, None)
-        if unk_id is None:
-            raise TokenizerFileError(path, f"{where}: a Unigram model without unk_id")
-        if not 0 <= unk_id < len(pieces):
+        if unk_id is not None and not 0 <= unk_id < len(pieces):
             raise TokenizerFileError(path, f"field {where}.unk_id {unk_id} is out of range")
-        unk = pieces[unk_id][0]
+        # null: no unknown token; text with a character no piece covers alone is then refused
+        # when it is encoded, not when the file is read (as the library does)
+        unk = None if unk_id is None else pieces[unk_id][0]
         # the added tokens, which are cut out of the text before the model runs, do not take part
         # in segmenting; the unknown token does unless the file adds it (as the library does it)
         uni = Unigram(

@@ -23,7 +23,7 @@ from .alignment import Aligned
 from .base import Tokenizer
 from .bpe import ByteBPE
 from .pipeline import Pipeline
-from .pretokenize import WHITESPACE, bert_normalize, unicode_to_bytes
+from .pretokenize import WHITESPACE, bert_normalize, bert_pretokenize, unicode_to_bytes
 from .unigram import Unigram
 from .wordpiece import WordPiece
 
@@ -91,22 +91,49 @@ def encode_with_offsets(
     cursors: list[int] = []  # where the search stood after each token, in characters
     pos = 0
     unk = tok.unk_id
+    # an unknown token is placed by its neighbours, unless its text is there literally and the
+    # pre-tokenizer leaves that text whole (else the text is several words, none of them it)
+    unk_whole = unk is not None and (
+        unk in _added_ids(tok) or len(_words(tok, surface(tok, unk).decode("utf-8"))) <= 1
+    )
+    # where the model makes a whole word unknown (WordPiece, WordLevel), the token after an
+    # unknown one starts a word: it is looked for only there, not inside the unknown word
+    starts: list[int] | None = None
+    unk_run = 0  # unknown tokens just before this one that were not found
     for k, i in enumerate(ids):
-        chunk_start = k == 0 or (ids[k - 1] in tok._special_by_id and ids[k - 1] != unk)
-        # an unknown token is placed by its neighbours, unless its text is there literally
+        # an added unknown token starts a chunk only where it was found as its text
+        after_added = k > 0 and ids[k - 1] in tok._special_by_id
+        chunk_start = k == 0 or (after_added and (ids[k - 1] != unk or spans[-1] is not None))
         s = surface(tok, i)
+        if unk_run and i != unk and _unk_is_a_word(tok):
+            if starts is None:
+                starts = [len(text[:a].encode("utf-8")) for a, _ in _word_spans(tok, text) or []]
+            later = [b for b in starts if b >= pos][unk_run:]  # past the unknown words
+            at = next((b for b in later if data.startswith(s, b)), -1)
+            if 0 <= at <= pos + MAX_GAP:
+                spans.append((char_at[at], _char_end(char_at, at + len(s))))
+                pos = at + len(s)
+                cursors.append(char_at[pos])
+                unk_run = 0
+                continue
         # a "▁" that was in the text itself (not a space) is matched as it is spelled
         literal = tok.kind == "pipeline" or isinstance(tok, Unigram)
         spelled = tok.itos[i].encode("utf-8") if literal else s
         at = data.find(spelled, pos, pos + MAX_GAP + len(spelled)) if spelled != s else -1
-        found, after = _find(data, lower, s, pos, chunk_start, literal=i == unk)
+        found, after = _find(data, lower, s, pos, chunk_start, literal=i == unk, whole=unk_whole)
+        if i == unk and found is not None and found[0] > pos:
+            # the unknown token's text after whitespace: only if the pre-tokenizer drops that
+            # whitespace (else the whitespace is a token, maybe this one)
+            if _words(tok, text[char_at[pos] : char_at[found[0]]]):
+                found, after = None, pos
         if at >= 0 and (found is None or at <= found[0]):
             found, after = (at, at + len(spelled)), at + len(spelled)
+        unk_run = unk_run + 1 if i == unk and found is None else 0
         pos = after
         spans.append(None if found is None else (char_at[found[0]], _char_end(char_at, found[1])))
         cursors.append(char_at[pos])
-    unk_text = surface(tok, unk).decode("utf-8") if unk is not None else None
-    _fill_gaps(spans, cursors, text, unk_text)
+    unk_text = surface(tok, unk).decode("utf-8") if unk_whole else None
+    _fill_gaps(tok, spans, cursors, text, unk_text)
     if tok.spelling.trim_offsets:
         _trim(tok, ids, spans)
     out: list[tuple[int, Span | None]] = []
@@ -122,12 +149,22 @@ def encode_with_offsets(
 
 
 def _fill_gaps(
-    spans: list[Span | None], cursors: list[int], text: str, unk_text: str | None
+    tok: Tokenizer,
+    spans: list[Span | None],
+    cursors: list[int],
+    text: str,
+    unk_text: str | None,
 ) -> None:
     """Place each run of unfound tokens in the text between its neighbours: cut that text into
-    as many units as the run has tokens if possible (whitespace-separated words; else
-    characters other than whitespace; else characters; the unknown token's own spelling, where
-    the text holds it, counts as one unit), else give each token all of it."""
+    as many units as the run has tokens if possible, else give each token all of it.
+
+    The units tried, in order: the words ``tok``'s pre-tokenizer cuts that text into (an unknown
+    token stands for a whole word in WordPiece and WordLevel, and for a run of unknown
+    characters of one word in BPE and Unigram with ``fuse_unk``, which is the whole word when
+    no known piece is in it); the characters of those words (BPE without ``fuse_unk``: one
+    unknown token per character); then whitespace-separated words, characters other than
+    whitespace, and characters (the unknown token's own spelling, where the text holds it,
+    counts as one unit)."""
     k = 0
     while k < len(spans):
         if spans[k] is not None:
@@ -140,10 +177,95 @@ def _fill_gaps(
         gap_end = spans[run_end][0] if run_end < len(spans) else len(text)
         gap_end = max(gap_start, gap_end)
         n = run_end - k
-        places = _units(text, gap_start, gap_end, n, unk_text)
+        places = _word_units(tok, text, gap_start, gap_end, n, unk_text)
+        if places is None:
+            places = _units(text, gap_start, gap_end, n, unk_text)
         if places is not None:
             spans[k:run_end] = places
         k = run_end
+
+
+def _words(tok: Tokenizer, text: str) -> list[str]:
+    """The words ``tok``'s pre-tokenizer cuts ``text`` (normalized, not the start of the input)
+    into, spelled as in ``text`` (a Metaspace "▁" back to the space it stands for). A byte-level
+    BPE has no unknown tokens, and is not asked."""
+    if isinstance(tok, WordPiece):
+        return bert_pretokenize(text)
+    if isinstance(tok, Unigram):
+        r = tok.replacement
+        return [w.replace(r, " ") for w in tok._split(text.replace(" ", r))]
+    if isinstance(tok, Pipeline):
+        if tok.pre_tokenizer is None:
+            return [text] if text else []
+        space = tok.spelling.space
+        words = [w for w, _ in tok.pre_tokenizer([(text, False)])]
+        return [w.replace(space, " ") if space else w for w in words]
+    return list(text)  # CharTokenizer: every character is a token of its own
+
+
+def _added_ids(tok: Tokenizer) -> set[int]:
+    """The ids of the tokens cut out of the text before the model runs."""
+    if isinstance(tok, Pipeline):
+        return {t.id for t in tok.added}
+    return set(tok._special_by_id)
+
+
+def _unk_is_a_word(tok: Tokenizer) -> bool:
+    """Whether ``tok``'s model makes a whole word its unknown token (WordPiece, WordLevel)."""
+    if isinstance(tok, WordPiece):
+        return True
+    model = (getattr(tok, "file_data", None) or {}).get("model") or {}
+    return isinstance(tok, Pipeline) and model.get("type") in ("WordPiece", "WordLevel")
+
+
+def _word_spans(tok: Tokenizer, text: str) -> list[Span] | None:
+    """Where the words ``tok``'s pre-tokenizer cuts ``text`` into lie in it, or None if they are
+    spelled otherwise than the text (ByteLevel) and cannot be found."""
+    if isinstance(tok, ByteBPE):
+        return None
+    words: list[Span] = []
+    pos = 0
+    for w in _words(tok, text):
+        # a Metaspace "▁" the pre-tokenizer put in front of the text stands for no character
+        at = text.find(w, pos)
+        if at < 0 and w.startswith(" "):
+            w = w[1:]
+            at = text.find(w, pos)
+        if at < 0:
+            return None
+        if w:
+            words.append((at, at + len(w)))
+        pos = at + len(w)
+    return words
+
+
+def _word_units(
+    tok: Tokenizer, text: str, start: int, end: int, n: int, unk_text: str | None
+) -> list[Span] | None:
+    """``n`` places in ``text[start:end]``: its words under ``tok``'s pre-tokenizer, or the
+    characters of those words, if there are ``n`` of them (see ``_fill_gaps``); else None. The
+    unknown token's own text (``unk_text``, where it is an added token) is one unit."""
+    if end <= start:
+        return None
+    literal: list[Span] = []  # the added unknown token's occurrences
+    parts: list[Span] = []  # the text between them
+    pos = start
+    for m in regex.finditer(regex.escape(unk_text), text[:end], pos=start) if unk_text else []:
+        parts.append((pos, m.start()))
+        literal.append(m.span())
+        pos = m.end()
+    parts.append((pos, end))
+    words: list[Span] = []
+    for a, b in parts:
+        spans = _word_spans(tok, text[a:b])
+        if spans is None:
+            return None
+        words.extend((a + x, a + y) for x, y in spans)
+    chars = [(k, k + 1) for a, b in words for k in range(a, b)]
+    for units in (words, chars):
+        if len(units) + len(literal) == n:
+            return sorted(units + literal)
+    return None
 
 
 def _units(text: str, start: int, end: int, n: int, unk_text: str | None) -> list[Span] | None:
@@ -210,7 +332,13 @@ def normalized(tok: Tokenizer, text: str) -> Aligned:
 
 
 def _find(
-    data: bytes, lower: bytes, s: bytes, pos: int, chunk_start: bool, literal: bool = False
+    data: bytes,
+    lower: bytes,
+    s: bytes,
+    pos: int,
+    chunk_start: bool,
+    literal: bool = False,
+    whole: bool = True,
 ) -> tuple[Span | None, int]:
     """Where ``s`` next occurs, and where the search goes on from: right at ``pos`` (exactly, or
     without a leading space that the tokenizer added), else at most MAX_GAP bytes further on,
@@ -218,7 +346,11 @@ def _find(
     ``pos`` starts the text or follows a special token, where a tokenizer may have put a space
     of its own (Unigram's "▁"); such a space covers nothing, and is reported on the character
     after it, as the ``tokenizers`` library does. ``literal``: only right at ``pos``, past
-    whitespace (for an unknown token, whose text may be there as an added token)."""
+    whitespace (for an unknown token, whose text may be there as an added token, or as a word
+    the model maps to its id: not found at all unless ``whole``, the pre-tokenizer keeping its
+    text as one word)."""
+    if literal and not whole:
+        return None, pos
     bare = s.lstrip(b" ")
     for candidate in (s, bare):
         if candidate and data.startswith(candidate, pos):

@@ -57,7 +57,10 @@ class Unigram(Tokenizer):
     """Unigram tokenizer.
 
     ``pieces`` lists (token, log probability) in id order, the unknown token and any special
-    tokens included (their scores are not used for segmentation).
+    tokens included (their scores are not used for segmentation). ``unk_token=None`` (a
+    ``tokenizer.json`` with ``"unk_id": null``) means there is no unknown token: the tokenizer
+    loads, and encoding text with a character that no piece is on its own raises
+    TokenizerError naming it, as the ``tokenizers`` library refuses such text.
     """
 
     kind = "unigram"
@@ -66,7 +69,7 @@ class Unigram(Tokenizer):
         self,
         pieces: Sequence[tuple[str, float]],
         special_tokens: Sequence[str] = ("<unk>",),
-        unk_token: str = "<unk>",
+        unk_token: str | None = "<unk>",
         pattern: str = UNIGRAM_PATTERN,
         prepend_scheme: str = "always",
         replacement: str = METASPACE,
@@ -126,6 +129,8 @@ class Unigram(Tokenizer):
                 has_single = has_single or j == i + 1
                 yield j, s
         if not has_single:
+            if self.unk_token is None:
+                raise TokenizerError(_no_unk_message(word, i))
             yield i + 1, self.unk_score
 
     def _viterbi(self, word: str) -> list[int]:
@@ -146,7 +151,7 @@ class Unigram(Tokenizer):
     def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
         """Ids of the pieces between cuts; runs of unknown pieces are fused (``fuse_unk``) and
         become the unknown token or, with ``byte_fallback``, their bytes."""
-        stoi, unk_id = self.stoi, self.stoi[self.unk_token]
+        stoi, unk_id = self.stoi, self.unk_id
         ids: list[int] = []
         unknown: list[str] = []  # the unknown pieces not yet added
 
@@ -291,6 +296,16 @@ class Unigram(Tokenizer):
         return cls(
             [(t, 0.0) for t in specials] + pieces, specials, unk_token, pattern, prepend_scheme
         )
+
+
+def _no_unk_message(word: str, i: int) -> str:
+    """The error for a character a Unigram model without an unknown token cannot encode."""
+    c = word[i]
+    return (
+        f"cannot encode the character {c!r} (U+{ord(c):04X}) at position {i} of the word "
+        f"{word!r}: no vocabulary piece is that character alone, and the model has no unknown "
+        "token (unk_id is null)"
+    )
 
 
 def _backtrack(back: list[int], n: int) -> list[int]:

@@ -51,6 +51,7 @@ from .base import (
     count_words,
     merge_pair,
 )
+from .decoders import cleanup
 from .pretokenize import bert_normalize, bert_pretokenize
 
 Score = Literal["frequency", "likelihood"]
@@ -73,6 +74,7 @@ class WordPiece(Tokenizer):
         strip_accents: bool | None = None,
         clean_text: bool = True,
         handle_chinese_chars: bool = True,
+        cleanup: bool = False,
     ):
         vocab = list(vocab)
         if max_word_chars < 0:
@@ -86,6 +88,9 @@ class WordPiece(Tokenizer):
             strip_accents=strip_accents,
             lowercase=lowercase,
         )
+        #: decoding removes the space before punctuation and contractions (" ." -> ".", as the
+        #: ``tokenizers`` library's WordPiece decoder with ``cleanup``: BERT's files have it)
+        self.cleanup = cleanup
         self.max_piece_chars = max(len(t) for t in vocab)
         self._cache: dict[str, list[int]] = {}
 
@@ -172,16 +177,16 @@ class WordPiece(Tokenizer):
         return self._decode_pieces(self.check_ids(ids))
 
     def _decode_pieces(self, ids: list[int]) -> str:
-        """Join pieces: ``##`` pieces glue to the previous one, other pieces start a new word."""
+        """Join pieces: ``##`` pieces glue to the previous one, other pieces start a new word;
+        with ``cleanup``, each piece with its space then goes through ``decoders.cleanup``."""
         out: list[str] = []
         for i in ids:
             t = self.itos[i]
             if out and t.startswith(self.prefix) and i not in self._special_by_id:
-                out.append(t[len(self.prefix) :])
-            else:
-                if out:
-                    out.append(" ")
-                out.append(t)
+                t = t[len(self.prefix) :]
+            elif out:
+                t = " " + t
+            out.append(cleanup(t) if self.cleanup else t)
         return "".join(out)
 
 
