@@ -109,7 +109,10 @@ def make_batch(
     return seq[:, :-1], seq[:, 1:]
 
 
-def train(args) -> dict:
+def train(args, log: bool = True) -> dict:
+    """Train under a CircuitWatcher; ``log`` prints each record as it is made (a caller that
+    prints the watcher's history itself, as examples/interpretability_tour.py does, passes
+    False)."""
     tl.manual_seed(args.seed)
     cfg = preset(
         "attn-only-2l",
@@ -149,12 +152,13 @@ def train(args) -> dict:
         if record is not None:
             best = float(record["induction"][-1].max())
             elapsed = record["seconds"] = time.perf_counter() - t0
-            print(
-                f"step {step:>5}  loss {record['loss']:.3f}  loss on the second copy "
-                f"{record['repeat_loss']:.3f}  best induction score {best:.3f}  best "
-                f"previous-token {record['previous_token'][0].max():.3f}  ({elapsed:.1f} s)",
-                flush=True,
-            )
+            if log:
+                print(
+                    f"step {step:>5}  loss {record['loss']:.3f}  loss on the second copy "
+                    f"{record['repeat_loss']:.3f}  best induction score {best:.3f}  best "
+                    f"previous-token {record['previous_token'][0].max():.3f}  ({elapsed:.1f} s)",
+                    flush=True,
+                )
             if found is None and best > 0.5:
                 found = (step, elapsed)
     return {"model": model, "watcher": watcher, "found": found, "eval_kw": eval_kw}

@@ -59,7 +59,7 @@ def train_model(seed: int, steps: int):
         min_len=6,
         eval_every=100,
     )
-    result = induction_heads.train(p)
+    result = induction_heads.train(p, log=False)  # main() prints the watcher's history
     return result["model"], result["watcher"]
 
 
@@ -114,8 +114,10 @@ def main(argv=None) -> dict:
     for name, v in out["lens_loss"].items():
         print(f"   {name:>10}: {v:.3f}")
 
-    stack, labels = C.full_resid_decomposition(model, cache, apply_ln=True, return_labels=True)
-    attrs = C.logit_attrs(model, stack[:, :, second], targets)  # (n, B, positions)
+    # logit_attrs applies the final norm itself (as TransformerLens's cache.logit_attrs): pass
+    # the stack without it, and the positions it was cut to
+    stack, labels = C.full_resid_decomposition(model, cache, return_labels=True)
+    attrs = C.logit_attrs(model, cache, stack[:, :, second], targets, pos_slice=second)
     out["dla"] = dict(zip(labels, attrs.mean(axis=(1, 2)).tolist()))
     print("\n4. Direct logit attribution to the correct next token (mean over the second copy)")
     for name, v in out["dla"].items():
@@ -135,10 +137,23 @@ def main(argv=None) -> dict:
     target = tl.tensor(clean[:1, q + 1])
     one = lambda lg: nn.functional.cross_entropy(lg[:, q], target)  # noqa: E731
     _, cache0 = C.run_with_cache(model, clean[:1])
+    out["query_loss"] = one(C.run_with_hooks(model, corrupted[:1])).item()
     grid = C.activation_patching(model, corrupted[:1], cache0, one, "hook_resid_pre", "pos")
     out["patch_pos"], out["query"] = grid, q
     print(f"\n6. Patching the stream one position at a time (the prediction at position {q})")
+    print(f"   loss at position {q} without a patch: {out['query_loss']:.2f}")
     print(C.format_head_table(grid, "   loss after patching", fmt="{:6.2f}", col="p"))
+
+    # where attribution patching fails: swapping a whole attention row is a large change, and
+    # the loss is far from linear over it
+    patched = C.activation_patching(model, corrupted[:1], cache0, one, "attn.hook_pattern", "pos")
+    est = C.attribution_patching(model, clean[:1], corrupted[:1], one, "attn.hook_pattern", "pos")
+    real, est = patched[1, q], est[1, q]
+    out["pattern_patch"], out["pattern_estimate"] = real - out["query_loss"], est
+    print(
+        f"   layer 1's pattern at query {q} patched: the loss changes by "
+        f"{out['pattern_patch']:+.2f}; attribution patching's estimate: {est:+.2f}"
+    )
 
     prompt = np.array([[5, 17, 42, 8, 33, 5, 17, 42, 60, 2, 33, 9, 8, 33, 12, 50, 42, 8]])
     kinds = ("previous_token", "induction", "duplicate_token")

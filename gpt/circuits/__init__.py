@@ -15,8 +15,9 @@ One file a job:
 - ``hooks.py``: hook points by name, ``run_with_cache`` (``incl_bwd=True``: gradients too),
   ``run_with_hooks``, ``token_losses``, ``mean_token_loss``;
 - ``resid.py``: ``decompose_resid``, ``stack_head_results``, ``stack_neuron_results``,
-  ``full_resid_decomposition``, ``accumulated_resid``, ``apply_ln_to_stack`` (the final norm
-  folded), ``logit_lens``, ``logit_attrs`` (direct logit attribution);
+  ``full_resid_decomposition``, ``accumulated_resid``, ``apply_ln_to_stack`` (a norm folded,
+  giving a ``NormedStack``), ``logit_lens``, ``logit_attrs`` (direct logit attribution, the
+  final norm applied inside, as in TransformerLens);
 - ``patching.py``: ``patch_activation``, ``activation_patching`` (sweeps),
   ``attribution_patching``;
 - ``detectors.py``: ``detect_head`` (previous-token, duplicate-token, induction, or a
@@ -101,6 +102,7 @@ from gpt.circuits.induction import (
 from gpt.circuits.patching import activation_patching, attribution_patching, patch_activation
 from gpt.circuits.qk_ov import W_OV, W_QK, composition_scores, ov_circuit, qk_circuit
 from gpt.circuits.resid import (
+    NormedStack,
     accumulated_resid,
     apply_ln_to_stack,
     decompose_resid,
@@ -146,6 +148,7 @@ __all__ = [
     "full_resid_decomposition",
     "accumulated_resid",
     "apply_ln_to_stack",
+    "NormedStack",
     "folded_unembed",
     "logit_lens",
     "residual_directions",

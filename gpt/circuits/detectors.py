@@ -49,6 +49,24 @@ PATTERNS = {
 }
 
 
+def _own_pattern(pattern, T: int) -> np.ndarray:
+    """A pattern of the user's own, checked as TransformerLens does: (T, T) and lower
+    triangular. A weight above the diagonal marks a key the query cannot attend to (the
+    mask), so it would count that query as a miss without a word; any other shape would
+    broadcast, a (T,) row standing for every query."""
+    pattern = np.asarray(pattern, dtype=np.float64)
+    if pattern.shape != (T, T):
+        raise ValueError(
+            f"pattern must be (T, T) = ({T}, {T}) for these tokens, got {pattern.shape}"
+        )
+    if np.triu(pattern, k=1).any():
+        raise ValueError(
+            "pattern has weights above the diagonal (key after query), where causal "
+            "attention is always 0; make it lower triangular"
+        )
+    return pattern
+
+
 def detect_head(
     model,
     tokens,
@@ -57,12 +75,12 @@ def detect_head(
     exclude_current_token: bool = False,
 ) -> np.ndarray:
     """Scores (n_layer, n_head) of every head for ``pattern`` ("previous_token",
-    "duplicate_token", "induction", or a (T, T) array of weights of the user's own) on
-    ``tokens`` (B, T) or (T,): the attention on the pattern's keys, averaged over the queries
-    that have one (see the module docstring). ``exclude_bos`` and ``exclude_current_token``
-    drop the attention to key 0 and to the query itself and renormalize what is left (a head
-    that parks its attention on the first token or on itself when it has nothing to do is
-    then scored on the rest)."""
+    "duplicate_token", "induction", or a lower-triangular (T, T) array of weights of the
+    user's own) on ``tokens`` (B, T) or (T,): the attention on the pattern's keys, averaged
+    over the queries that have one (see the module docstring). ``exclude_bos`` and
+    ``exclude_current_token`` drop the attention to key 0 and to the query itself and
+    renormalize what is left (a head that parks its attention on the first token or on itself
+    when it has nothing to do is then scored on the rest)."""
     tokens = _as_tokens(tokens).numpy()
     B, T = tokens.shape
     if isinstance(pattern, str):
@@ -70,7 +88,7 @@ def detect_head(
             raise ValueError(f"pattern must be one of {', '.join(PATTERNS)} or an array")
         detection = np.stack([PATTERNS[pattern](t) for t in tokens])  # (B, T, T)
     else:
-        detection = np.broadcast_to(np.asarray(pattern, dtype=np.float64), (B, T, T)).copy()
+        detection = np.broadcast_to(_own_pattern(pattern, T), (B, T, T)).copy()
     keep = np.ones((T, T))
     if exclude_bos:
         keep[:, 0] = 0

@@ -71,7 +71,12 @@ def _index(shape, name: str, pos, head) -> tuple:
 
 
 def _value(x) -> float:
-    return float(np.asarray(x.numpy() if isinstance(x, Tensor) else x).reshape(()))
+    """The metric's one number, or a ValueError naming the shape it returned instead (a
+    per-sequence vector must be reduced, e.g. ``.mean()``, by the metric itself)."""
+    a = np.asarray(x.numpy() if isinstance(x, Tensor) else x)
+    if a.size != 1:
+        raise ValueError(f"metric(logits) must return one number, got shape {a.shape}")
+    return float(a.reshape(()))
 
 
 def _check_pair(a, b) -> None:

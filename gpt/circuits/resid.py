@@ -5,7 +5,11 @@ adds to a logit or a logit difference (``logit_attrs``: direct logit attribution
 
 Everything reads a cache from :func:`~gpt.circuits.run_with_cache` (every hook point by
 default, ``hook_result`` included) and returns float64 arrays stacked on a first "component"
-axis, (n, B, T, d_model), with TransformerLens's labels when ``return_labels=True``.
+axis, (n, B, T, d_model), with TransformerLens's labels when ``return_labels=True``. With
+``apply_ln=True`` the stack comes back normalized, as a :class:`NormedStack` (an ndarray
+marked so that no function normalizes it twice); :func:`logit_attrs`, like TransformerLens's
+``cache.logit_attrs``, takes the stack made with ``apply_ln=False`` and applies the final norm
+itself.
 
 Why the parts sum to the whole. In a pre-norm model the stream only ever grows by addition::
 
@@ -96,33 +100,105 @@ def _layer_range(model, layer: int | None) -> int:
     return layer
 
 
-def _norm_scale(model, resid: np.ndarray) -> np.ndarray | None:
-    """The final norm's per-position divisor σ (..., 1) for streams ``resid``; None without a
-    normalizing final norm."""
-    ln = model.ln_f
-    if isinstance(ln, nn.LayerNorm):
-        return np.sqrt(resid.var(-1, keepdims=True) + ln.eps)
-    if isinstance(ln, nn.RMSNorm):
-        return np.sqrt((resid**2).mean(-1, keepdims=True) + ln.eps)
+def _norm_scale(norm, resid: np.ndarray) -> np.ndarray | None:
+    """The divisor σ (..., 1) that ``norm`` computes for streams ``resid``; None for a norm
+    that does not normalize (none, or no final norm)."""
+    if isinstance(norm, nn.LayerNorm):
+        return np.sqrt(resid.var(-1, keepdims=True) + norm.eps)
+    if isinstance(norm, nn.RMSNorm):
+        return np.sqrt((resid**2).mean(-1, keepdims=True) + norm.eps)
     return None
 
 
-def _centre(model, stack: np.ndarray) -> np.ndarray:
-    return stack - stack.mean(-1, keepdims=True) if isinstance(model.ln_f, nn.LayerNorm) else stack
+def _centre(norm, stack: np.ndarray) -> np.ndarray:
+    return stack - stack.mean(-1, keepdims=True) if isinstance(norm, nn.LayerNorm) else stack
 
 
-def apply_ln_to_stack(model, cache: dict, stack, recompute_ln: bool = False) -> np.ndarray:
-    """The final norm applied to every component of ``stack`` (n, B, T, d) without its gain
-    and bias (those are in :func:`folded_unembed`): centred (LayerNorm) and divided by σ.
+class NormedStack(np.ndarray):
+    """A stack that a norm has already been applied to (what the stacking functions return
+    with ``apply_ln=True``, and :func:`apply_ln_to_stack`). In every other way a plain NumPy
+    array; its slices, sums and products keep the type. It is there so that
+    :func:`apply_ln_to_stack` and :func:`logit_attrs` can refuse to normalize a stack a second
+    time: dividing by σ twice gives numbers of the right shape and the wrong size."""
 
-    σ is the final stream's (from ``cache``), the same for every component, so the results
-    still sum to the normalized final stream: the frozen-scale linearization of the module
-    docstring. ``recompute_ln=True`` instead divides each entry by its own σ, as if it were
-    the final stream (the logit lens; the results then no longer add up)."""
+
+def _normed(stack: np.ndarray) -> NormedStack:
+    return np.asarray(stack).view(NormedStack)
+
+
+def _reading_norm(model, cache: dict, layer: int | None):
+    """The norm that reads the stream before ``layer`` and that stream (B, T, d): block
+    ``layer``'s ln1 and its ``hook_resid_pre``, or for None (and n_layer) the final norm and
+    the final stream. TransformerLens's ``apply_ln_to_stack(layer=...)``."""
+    _check_pre_norm(model)
+    layer = _layer_range(model, layer)
+    if layer == len(model.blocks):
+        return model.ln_f, final_resid(model, cache)
+    return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre")
+
+
+def _slice_scale(scale: np.ndarray, pos_slice, batch_slice) -> np.ndarray:
+    """σ (B, T, 1) cut like the stack: positions first, then the batch, one after the other
+    (NumPy would pair two index lists up element by element)."""
+    for arg, value in (("pos_slice", pos_slice), ("batch_slice", batch_slice)):
+        if isinstance(value, tuple):  # TransformerLens reads (start, stop), NumPy two indices
+            raise TypeError(f"{arg}={value!r}: pass slice(start, stop) or a list of indices")
+    if pos_slice is not None:
+        scale = scale[:, pos_slice]
+    if batch_slice is not None:
+        scale = scale[batch_slice]
+    return scale
+
+
+def apply_ln_to_stack(
+    model,
+    cache: dict,
+    stack,
+    *,
+    layer: int | None = None,
+    recompute_ln: bool = False,
+    pos_slice=None,
+    batch_slice=None,
+) -> NormedStack:
+    """A norm applied to every component of ``stack`` (n, *batch_and_pos, d) without its gain
+    and bias (the final norm's are in :func:`folded_unembed`): centred (LayerNorm) and divided
+    by σ. The norm is the one reading the stream before ``layer``: block ``layer``'s ln1, or the
+    final norm for None (default) and n_layer, as in TransformerLens.
+
+    σ is that stream's (from ``cache``), the same for every component, so the results still sum
+    to the normalized stream: the frozen-scale linearization of the module docstring. A stack
+    cut to some positions or batch entries needs the same cut of σ: ``pos_slice`` and
+    ``batch_slice`` (an int, a slice or a list of indices, as applied to the stack's position
+    and batch axes); the stack's middle axes must then match σ's, else a ValueError.
+    ``recompute_ln=True`` instead divides each entry by its own σ, as if it were the stream
+    (the logit lens; the results then no longer add up). A stack already normalized
+    (:class:`NormedStack`) is refused."""
+    if isinstance(stack, NormedStack):
+        raise ValueError(
+            "this stack is already normalized (apply_ln=True or apply_ln_to_stack); pass the "
+            "stack made with apply_ln=False, or its norm would be applied twice"
+        )
     stack = _arr(stack)
-    scale = _norm_scale(model, stack if recompute_ln else final_resid(model, cache))
-    stack = _centre(model, stack)
-    return stack if scale is None else stack / scale
+    norm, resid = _reading_norm(model, cache, layer)
+    if stack.ndim < 2 or stack.shape[-1] != resid.shape[-1]:
+        raise ValueError(
+            f"stack must be (components, ..., d_model={resid.shape[-1]}), got shape {stack.shape}"
+        )
+    if recompute_ln:
+        scale = _norm_scale(norm, stack)
+    else:  # σ of the stream, cut like the stack (checked also where there is no σ)
+        axes = _slice_scale(resid[..., :1], pos_slice, batch_slice).shape[:-1]
+        if stack.shape[1:-1] != axes:
+            raise ValueError(
+                f"stack of shape {stack.shape} has batch/position axes {stack.shape[1:-1]} but "
+                f"the cached stream, cut by pos_slice={pos_slice!r} and "
+                f"batch_slice={batch_slice!r}, has {axes}; pass the pos_slice/batch_slice the "
+                "stack was cut with"
+            )
+        scale = _norm_scale(norm, resid)
+        scale = None if scale is None else _slice_scale(scale, pos_slice, batch_slice)
+    stack = _centre(norm, stack)
+    return _normed(stack if scale is None else stack / scale)
 
 
 def folded_unembed(model) -> tuple[np.ndarray, np.ndarray]:
@@ -148,8 +224,9 @@ def decompose_resid(
     """What each layer wrote, stacked (n, B, T, d): "embed", "pos_embed" (learned or
     sinusoidal positions only), then "{i}_attn_out" and "{i}_mlp_out" for the layers before
     ``layer`` (default all; ``mode`` "attn" or "mlp" keeps one kind). With every part and all
-    layers, the sum is the final stream; ``apply_ln`` folds the final norm
-    (:func:`apply_ln_to_stack`)."""
+    layers, the sum is the final stream; ``apply_ln`` normalizes them by the norm that reads
+    the stream they sum to (:func:`apply_ln_to_stack` with ``layer``: the final norm, or
+    block ``layer``'s ln1)."""
     if mode not in ("all", "attn", "mlp"):
         raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
     _check_pre_norm(model)
@@ -161,7 +238,7 @@ def decompose_resid(
         if mode in ("all", "mlp") and model.blocks[i].mlp is not None:
             parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
             labels.append(f"{i}_mlp_out")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
 
 
 def stack_head_results(
@@ -173,7 +250,8 @@ def stack_head_results(
 ):
     """Every head's output in the residual basis (``hook_result``, without b_O), stacked
     (layers·heads, B, T, d) layer-major, labelled "L{l}H{h}", for the layers before
-    ``layer`` (default all). ``apply_ln`` folds the final norm (:func:`apply_ln_to_stack`)."""
+    ``layer`` (default all). ``apply_ln`` normalizes them by the norm that reads the stream
+    before ``layer`` (:func:`apply_ln_to_stack`; the final norm by default)."""
     _check_pre_norm(model)
     parts, labels = [], []
     for i in range(_layer_range(model, layer)):
@@ -181,7 +259,7 @@ def stack_head_results(
         for h in range(result.shape[2]):
             parts.append(result[:, :, h])
             labels.append(f"L{i}H{h}")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
 
 
 def stack_neuron_results(
@@ -194,13 +272,14 @@ def stack_neuron_results(
     """Every MLP neuron's output in the residual basis, post_n · W_out[n] (``mlp.hook_post``
     times a row of W_out, without b_out), stacked (layers·d_ff, B, T, d) layer-major, labelled
     "L{l}N{n}", for the layers before ``layer`` (default all). Per layer they sum to
-    ``hook_mlp_out`` minus b_out. ``apply_ln`` folds the final norm."""
+    ``hook_mlp_out`` minus b_out. ``apply_ln`` normalizes them by the norm that reads the
+    stream before ``layer`` (:func:`apply_ln_to_stack`; the final norm by default)."""
     _check_pre_norm(model)
     parts, labels = [], []
     for i in range(_layer_range(model, layer)):
         p, lab = _neurons(model, cache, i)
         parts, labels = parts + p, labels + lab
-    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
 
 
 def _neurons(model, cache: dict, i: int) -> tuple[list[np.ndarray], list[str]]:
@@ -264,9 +343,10 @@ def accumulated_resid(
     attention and MLP, when ``incl_mid``, for the layers before ``layer``), and "final_post"
     in place of "{n_layer}_pre" when ``layer`` is None or n_layer: TransformerLens's
     ``accumulated_resid``, so the last entry is the sum of ``decompose_resid(..., layer)``.
-    ``apply_ln`` normalizes each stream with its own statistics, as the final norm would if
-    the model stopped there (the logit lens; TransformerLens uses layer ``layer``'s ln1 scale
-    when ``layer`` < n_layer)."""
+    ``apply_ln``, as TransformerLens: with ``layer`` None (or n_layer) the final norm
+    normalizes each stream with its own statistics, as if the model stopped there (the logit
+    lens); with ``layer`` < n_layer, block ``layer``'s ln1 applies the scale it computed in
+    this run to every stream (:func:`apply_ln_to_stack`)."""
     _check_pre_norm(model)
     L = len(model.blocks)
     n = _layer_range(model, layer)
@@ -283,7 +363,8 @@ def accumulated_resid(
             labels.append(f"{i}_mid")
     stack = _stack(parts, _get(cache, "hook_embed"))
     if apply_ln:
-        stack = apply_ln_to_stack(model, cache, stack, recompute_ln=True)
+        final = n == L  # the logit lens: each stream by its own statistics
+        stack = apply_ln_to_stack(model, cache, stack, layer=n, recompute_ln=final)
     return (stack, labels) if return_labels else stack
 
 
@@ -295,34 +376,97 @@ def logit_lens(model, cache: dict, incl_mid: bool = False, return_labels: bool =
         model, cache, incl_mid=incl_mid, apply_ln=True, return_labels=True
     )
     W_U, b_U = folded_unembed(model)
-    logits = stack @ W_U + b_U
+    logits = np.asarray(stack) @ W_U + b_U
     return (logits, labels) if return_labels else logits
+
+
+def _token_array(model, tokens, arg: str = "tokens") -> np.ndarray:
+    """``tokens`` (an int, a list, an array or a Tensor) as an int64 array, or a ValueError
+    naming the argument: floats would be truncated and a negative id would index from the end
+    of the vocabulary, both without a word."""
+    a = np.asarray(tokens.numpy() if isinstance(tokens, tl.Tensor) else tokens)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{arg} must be integer token ids, got dtype {a.dtype}")
+    V = model.config.vocab_size
+    if a.size and not (0 <= a.min() and a.max() < V):
+        raise ValueError(f"{arg} must be in [0, {V}), got values in [{a.min()}, {a.max()}]")
+    return a.astype(np.int64)
 
 
 def residual_directions(model, tokens) -> np.ndarray:
     """The folded unembedding's column of each token, ``tokens.shape + (d,)``: the direction
     in the (normalized) stream that raises that token's logit."""
     W_U, _ = folded_unembed(model)
-    return W_U.T[np.asarray(tokens, dtype=np.int64)]
+    return W_U.T[_token_array(model, tokens)]
 
 
-def logit_attrs(model, stack, tokens, incorrect_tokens=None) -> np.ndarray:
-    """Direct logit attribution: each component's term in the logit of ``tokens``, (n, B, T)
-    from ``stack`` (n, B, T, d) folded with ``apply_ln=True``. ``tokens`` is broadcast to
-    (B, T) (per position the token whose logit to read, e.g. the next token); with
-    ``incorrect_tokens`` (same broadcasting) the term in the logit difference
-    logit(tokens) - logit(incorrect_tokens). Σ over components (plus ``folded_unembed``'s b_U
-    entries) is the model's logit (difference)."""
-    stack = _arr(stack)
-    shape = stack.shape[1:-1]
-    dirs = residual_directions(model, np.broadcast_to(tokens, shape))
+def _check_token_shape(tokens: np.ndarray, axes: tuple, arg: str) -> None:
+    """``tokens`` must be one token (shape ()) or one per entry of the stack's batch and
+    position axes ``axes``: that shape, or with 1 for an axis to repeat along it ((B, 1): one
+    token per sequence). Anything else, (B,) against (B, T) in particular, is refused: NumPy
+    would line (B,) up with the positions, and with B == T say nothing."""
+    ok = tokens.ndim == 0 or (
+        tokens.ndim == len(axes) and all(t in (1, a) for t, a in zip(tokens.shape, axes))
+    )
+    if not ok:
+        raise ValueError(
+            f"{arg} of shape {tokens.shape} does not fit the stack's batch/position axes {axes}: "
+            f"pass one token (shape ()), {axes} (one per entry) or size 1 on an axis to repeat "
+            "along it, e.g. tokens[:, None] for one per sequence"
+        )
+
+
+def logit_attrs(
+    model,
+    cache: dict,
+    stack,
+    tokens,
+    incorrect_tokens=None,
+    *,
+    pos_slice=None,
+    batch_slice=None,
+) -> np.ndarray:
+    """Direct logit attribution (TransformerLens's ``cache.logit_attrs``): each component's
+    term in the logit of ``tokens``, (n, *batch_and_pos), from ``stack`` (n, *batch_and_pos,
+    d) as the stacking functions return it with ``apply_ln=False``. The final norm is applied
+    here with the scale from ``cache`` (:func:`apply_ln_to_stack`; ``pos_slice`` and
+    ``batch_slice`` say how the stack was cut, e.g. ``stack[:, :, -1]`` with ``pos_slice=-1``);
+    a stack already normalized is refused.
+
+    ``tokens``: per entry of the batch and position axes the token whose logit to read (e.g.
+    the next token): one token (shape ()), the axes' shape, or size 1 on an axis to repeat
+    along it; other shapes raise a ValueError. With ``incorrect_tokens`` (same shape as
+    ``tokens``, as TransformerLens requires) the term in the logit difference
+    logit(tokens) - logit(incorrect_tokens). Σ over the components of
+    :func:`full_resid_decomposition` (plus ``folded_unembed``'s b_U entries) is the model's
+    logit (difference)."""
+    if not isinstance(cache, dict):
+        raise TypeError(
+            f"logit_attrs(model, cache, stack, tokens): cache must be the dict from "
+            f"run_with_cache, got {type(cache).__name__}"
+        )
+    normed = apply_ln_to_stack(model, cache, stack, pos_slice=pos_slice, batch_slice=batch_slice)
+    axes = normed.shape[1:-1]
+    tokens = _token_array(model, tokens)
+    _check_token_shape(tokens, axes, "tokens")
+    dirs = residual_directions(model, tokens)
     if incorrect_tokens is not None:
-        dirs = dirs - residual_directions(model, np.broadcast_to(incorrect_tokens, shape))
-    return np.einsum("n...d,...d->n...", stack, dirs)
+        incorrect = _token_array(model, incorrect_tokens, "incorrect_tokens")
+        if incorrect.shape != tokens.shape:
+            raise ValueError(
+                f"tokens and incorrect_tokens must have the same shape, got {tokens.shape} "
+                f"and {incorrect.shape}"
+            )
+        dirs = dirs - residual_directions(model, incorrect)
+    return np.einsum(
+        "n...d,...d->n...", np.asarray(normed), np.broadcast_to(dirs, axes + dirs.shape[-1:])
+    )
 
 
-def _finish(model, cache, parts, labels, apply_ln: bool, return_labels: bool):
+def _finish(model, cache, parts, labels, apply_ln: bool, return_labels: bool, layer=None):
+    """The parts stacked, normalized by the norm that reads the stream before ``layer`` (they
+    sum to that stream) when ``apply_ln``, with their labels when ``return_labels``."""
     stack = _stack(parts, _get(cache, "hook_embed"))
     if apply_ln:
-        stack = apply_ln_to_stack(model, cache, stack)
+        stack = apply_ln_to_stack(model, cache, stack, layer=layer)
     return (stack, labels) if return_labels else stack

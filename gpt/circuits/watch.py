@@ -51,6 +51,22 @@ def circuit_scores(model, **report_kw) -> dict:
     }
 
 
+LABELS = {
+    "loss": "training loss",
+    "repeat_loss": "loss on the 2nd copy of repeated tokens",
+    "induction": "induction score",
+    "previous_token": "previous-token score",
+    "ov_copying": "OV copying score",
+    "k_composition": "K-composition with an earlier head",
+}
+
+
+def label(name: str) -> str:
+    """The words a figure shows for a recorded key: ``LABELS``' entry, or the key with its
+    underscores as spaces ("my_score" -> "my score") for a measure of one's own."""
+    return LABELS.get(name, name.replace("_", " "))
+
+
 class CircuitWatcher:
     """Call it after each training step, ``watcher(step, model, loss)``: every ``every``
     steps (and at step 1 when ``first``, and whenever ``force``) it records the loss and
@@ -96,20 +112,21 @@ class CircuitWatcher:
     def plot(self, path, losses=("loss", "repeat_loss"), scores=None) -> str:
         """A PNG at ``path``: the ``losses`` over training above, each score's largest value
         over heads below (``scores``: default every per-head score recorded), on one step
-        axis, so a phase change shows in both at once."""
+        axis, so a phase change shows in both at once. The legends name each series in words
+        (:func:`label`)."""
         from gpt.plots import _pyplot, _save
 
         plt = _pyplot()
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
         for name in losses:
             if any(name in r for r in self.history):
-                top.plot(*self.series(name), label=name)
+                top.plot(*self.series(name), label=label(name))
         top.set_ylabel("loss (nats/token)")
         top.legend()
         last = self.history[-1] if self.history else {}
         names = scores or [k for k in self._names() if np.ndim(last.get(k)) == 2]
         for name in names:
-            bottom.plot(*self.series(name), label=f"max {name}")
+            bottom.plot(*self.series(name), label=label(name))
         bottom.set_xlabel("step")
         bottom.set_ylabel("score (largest over heads)")
         bottom.legend()

@@ -96,3 +96,16 @@ def test_user_pattern_and_exclusions():
         C.detect_head(model, prompt, "copying")
     with pytest.raises(ValueError, match="empty on these tokens"):
         C.detect_head(model, [[0, 1, 2, 3]], "duplicate_token")
+
+
+def test_a_users_pattern_must_be_square_and_causal():
+    """As TransformerLens requires: (T, T) and lower triangular. A weight above the diagonal
+    marks a key the query can never attend to, so that query would score 0 without a word
+    (a "next token" pattern would read as a head that never does it); a (T,) row would
+    broadcast to every query."""
+    model = hand_built_induction_model(V=9, seq_len=8)
+    prompt = np.array([[8, 0, 1, 2, 3, 0, 1, 2, 3]])
+    with pytest.raises(ValueError, match="above the diagonal"):
+        C.detect_head(model, prompt, np.eye(9, k=1))
+    with pytest.raises(ValueError, match=r"pattern must be \(T, T\) = \(9, 9\) .* got \(9,\)"):
+        C.detect_head(model, prompt, np.ones(9))

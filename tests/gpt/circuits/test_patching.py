@@ -182,3 +182,15 @@ def test_lists_of_positions_and_heads_patch_every_pair():
         )
     with pytest.raises(IndexError, match=r"blocks.1.attn.hook_z of shape \(2, 6, 2, 8\): pos=9"):
         C.patch_activation(model, corrupted, clean_cache, "blocks.1.attn.hook_z", pos=9)
+
+
+def test_a_metric_returning_more_than_one_number_is_named():
+    """A per-sequence metric (B,) must be reduced by the metric itself; the error says the
+    shape it returned (not NumPy's "cannot reshape array of size 4 into shape ()")."""
+    model, clean, corrupted = induction_pair()
+    _, cache = C.run_with_cache(model, clean)
+    per_seq = lambda logits: logits[:, -1, 0]  # noqa: E731
+    with pytest.raises(
+        ValueError, match=r"metric\(logits\) must return one number, got shape \(4,\)"
+    ):
+        C.activation_patching(model, corrupted, cache, per_seq, "attn.hook_z", by="head")

@@ -74,9 +74,11 @@ def test_folded_components_sum_to_the_logits_with_a_norm(norm):
         assert stack.shape[1:] == cache["hook_embed"].shape
     full = C.full_resid_decomposition(model, cache, apply_ln=True)
     np.testing.assert_allclose(full.sum(0) @ W_U + b_U, logits, atol=tol)
-    # the same through logit_attrs: each component's term in the logit of the next token
+    # the same through logit_attrs, which applies the final norm to the raw stack itself:
+    # each component's term in the logit of the next token
     nxt = TOKENS[:, 1:]
-    attrs = C.logit_attrs(model, full[:, :, :-1], nxt)
+    raw = C.full_resid_decomposition(model, cache)
+    attrs = C.logit_attrs(model, cache, raw[:, :, :-1], nxt, pos_slice=slice(None, -1))
     assert attrs.shape == (len(full),) + nxt.shape
     np.testing.assert_allclose(
         attrs.sum(0) + b_U[nxt],
@@ -84,7 +86,6 @@ def test_folded_components_sum_to_the_logits_with_a_norm(norm):
         atol=tol,
     )
     # without folding the scale the components do not add up to the logits
-    raw = C.full_resid_decomposition(model, cache)
     assert np.abs(raw.sum(0) @ W_U + b_U - logits).max() > 100 * tol
 
 
@@ -133,11 +134,11 @@ def test_direct_logit_attribution_of_the_induction_head():
     model = hand_built_induction_model()
     tokens = C.repeated_tokens(2, 8, high=8, bos=8, seed=0)  # [bos, r, r]
     _, cache = C.run_with_cache(model, tokens)
-    stack, labels = C.full_resid_decomposition(model, cache, apply_ln=True, return_labels=True)
+    stack, labels = C.full_resid_decomposition(model, cache, return_labels=True)
     assert labels == ["L0H0", "L1H0", "embed", "pos_embed", "bias"]
     q = np.arange(9, 16)
     keys = q - 7  # right after the earlier occurrence
-    attrs = C.logit_attrs(model, stack[:, :, q], tokens[:, q + 1])
+    attrs = C.logit_attrs(model, cache, stack[:, :, q], tokens[:, q + 1], pos_slice=q)
     to_earlier = cache["blocks.1.attn.hook_pattern"][:, 0][:, q, keys]
     resid = cache["blocks.1.hook_resid_pre"].astype(np.float64)[:, keys]
     rms = np.sqrt((resid**2).mean(-1) + model.config.norm_eps)
@@ -145,7 +146,7 @@ def test_direct_logit_attribution_of_the_induction_head():
     assert to_earlier.min() > 0.99
     np.testing.assert_allclose(attrs[[0, 2, 3, 4]], 0, atol=1e-6)
     # as a logit difference against the current token: the embedding now pulls the other way
-    diff = C.logit_attrs(model, stack[:, :, q], tokens[:, q + 1], tokens[:, q])
+    diff = C.logit_attrs(model, cache, stack[:, :, q], tokens[:, q + 1], tokens[:, q], pos_slice=q)
     np.testing.assert_allclose(diff[2], -10, rtol=1e-6)
 
 
@@ -155,10 +156,10 @@ def test_direct_logit_attribution_of_a_head_is_its_ov_circuit_weighted_by_attent
     W_O^h W_U (ov_circuit), and the embedding adds (W_E W_U)[tok_t, j]."""
     model = randomized(n_layer=1, attn_only=True, norm="none", bias=False, positional="none")
     _, cache = C.run_with_cache(model, TOKENS)
-    stack, labels = C.full_resid_decomposition(model, cache, apply_ln=True, return_labels=True)
+    stack, labels = C.full_resid_decomposition(model, cache, return_labels=True)
     assert labels == ["L0H0", "L0H1", "embed", "bias"]
     j = 4
-    attrs = C.logit_attrs(model, stack, j)
+    attrs = C.logit_attrs(model, cache, stack, j)
     E, U = model.W_E.numpy().astype(np.float64), model.W_U.numpy().astype(np.float64)
     np.testing.assert_allclose(attrs[2], (E @ U)[TOKENS, j], rtol=1e-5, atol=1e-6)
     pattern = cache["blocks.0.attn.hook_pattern"]
@@ -193,10 +194,10 @@ def test_direct_logit_attribution_of_a_bigram_model_is_its_log_table():
     set_param(model.W_U, np.log(cond))
     tokens = ids[:8][None]
     _, cache = C.run_with_cache(model, tokens)
-    stack, labels = C.decompose_resid(model, cache, apply_ln=True, return_labels=True)
+    stack, labels = C.decompose_resid(model, cache, return_labels=True)
     assert labels == ["embed"]
     for b in range(V):
-        attrs = C.logit_attrs(model, stack, b)  # (1, 1, T)
+        attrs = C.logit_attrs(model, cache, stack, b)  # (1, 1, T)
         np.testing.assert_allclose(attrs[0, 0], np.log(cond)[tokens[0], b], rtol=1e-5)
 
 

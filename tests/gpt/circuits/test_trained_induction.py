@@ -9,7 +9,9 @@ over shared cores."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,16 @@ def tour(tmp_path_factory):
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.main(["--out", str(tmp_path_factory.mktemp("tour"))])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        out = mod.main(["--out", str(tmp_path_factory.mktemp("tour"))])
+    return {**out, "printed": printed.getvalue()}
+
+
+def test_the_tour_prints_its_training_progress_once(tour):
+    """One line per watcher record, in section 1 (the training loop prints none itself)."""
+    lines = [ln for ln in tour["printed"].splitlines() if "best induction score" in ln]
+    assert len(lines) == len(tour["watcher"].history) == 8
 
 
 def test_the_watcher_sees_the_induction_head_form(tour):
@@ -86,3 +97,11 @@ def test_detectors_on_a_users_prompt(tour):
     assert d["induction"][1].min() > 0.7 and d["induction"][0].max() < 0.2
     assert d["previous_token"][0].max() > 0.5
     assert d["duplicate_token"].max() < 0.3
+
+
+def test_attribution_patching_misses_a_whole_pattern_swap(tour):
+    """Patching layer 1's pattern at the query swaps a whole attention row: a large change,
+    over which the loss is far from linear. On seed 0 the patch raises the loss (+0.88) and
+    the first-order estimate says it lowers it (-0.55): the failure the doc describes."""
+    assert tour["pattern_patch"] > 0.5
+    assert tour["pattern_estimate"] < 0

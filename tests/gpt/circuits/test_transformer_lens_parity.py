@@ -3,12 +3,12 @@ test is skipped without it): a randomly initialised GPT-2-shaped model (LayerNor
 positions, GELU MLP, biases, untied) loaded into a HookedTransformer gives the same logits and
 the same activations at every hook name both models have, the same decomposed residual stream
 (by layer, by head, and fully with neurons, in the same order and with the same labels) with
-the final norm folded, the same logit lens, and the same patching sweeps.
+the final norm folded (or, up to a layer, that layer's ln1), the same logit lens, the same
+direct logit attribution (``cache.logit_attrs``), and the same patching sweeps.
 
-Written against TransformerLens's documented API (HookedTransformerConfig, run_with_cache,
-ActivationCache.decompose_resid / stack_head_results / accumulated_resid, the patching
-module); where it was written the package was not installed, so this file has not yet run
-against it."""
+Written against TransformerLens's API (HookedTransformerConfig, run_with_cache,
+ActivationCache.decompose_resid / stack_head_results / accumulated_resid / logit_attrs, the
+patching module) and run against TransformerLens 3.9."""
 
 from __future__ import annotations
 
@@ -85,6 +85,22 @@ def both_models():
 
 
 TOKENS = np.random.default_rng(0).integers(0, V, (3, T))
+
+
+def folded(lens):
+    """``lens`` with its norms' gains and biases folded into the next weights (``fold_ln``,
+    what ``from_pretrained`` does by default): TransformerLens's W_U then holds the final
+    norm's gain, as ``folded_unembed`` does here, which ``logit_attrs`` reads."""
+    out = HookedTransformer(lens.cfg)
+    out.load_and_process_state_dict(
+        {k: v.clone() for k, v in lens.state_dict().items()},
+        fold_ln=True,
+        center_writing_weights=False,
+        center_unembed=False,
+        fold_value_biases=False,
+        refactor_factored_attn_matrices=False,
+    )
+    return out.eval()
 
 
 def as_np(x):
@@ -169,3 +185,66 @@ def test_patching_sweeps_agree():
         got = C.activation_patching(model, corrupted, cache, ours, hook, by)
         want = as_np(fn(lens, torch.tensor(corrupted), tl_cache, theirs))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=hook)
+
+
+def test_decomposition_up_to_a_layer_is_normalized_by_that_layers_ln1():
+    """With ``layer`` < n_layer and ``apply_ln``, TransformerLens divides by the scale of the
+    norm that reads the stream the parts sum to, block ``layer``'s ln1, not the final norm's
+    (and accumulated_resid uses that cached scale, not each stream's own)."""
+    model, lens = both_models()
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    for ours, theirs in (
+        (
+            C.decompose_resid(model, cache, layer=1, apply_ln=True, return_labels=True),
+            tl_cache.decompose_resid(layer=1, apply_ln=True, return_labels=True),
+        ),
+        (
+            C.stack_head_results(model, cache, layer=1, apply_ln=True, return_labels=True),
+            tl_cache.stack_head_results(layer=1, apply_ln=True, return_labels=True),
+        ),
+        (
+            C.accumulated_resid(model, cache, layer=1, incl_mid=True, apply_ln=True,
+                                return_labels=True),
+            tl_cache.accumulated_resid(layer=1, incl_mid=True, apply_ln=True, return_labels=True),
+        ),
+    ):  # fmt: skip
+        assert ours[1] == list(theirs[1])
+        np.testing.assert_allclose(ours[0], as_np(theirs[0]), rtol=1e-4, atol=1e-4)
+
+
+def test_logit_attrs_agree_with_transformer_lens():
+    """TransformerLens's ``cache.logit_attrs(stack, tokens, incorrect_tokens, pos_slice)`` takes
+    the stack without the final norm and applies it; so does ``logit_attrs``. Per position
+    (tokens (B, T)), at one position (a (B,) token each, ``pos_slice=-1``), as a logit
+    difference, and for one token everywhere."""
+    model, lens = both_models()
+    lens = folded(lens)
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    stack, labels = C.full_resid_decomposition(model, cache, return_labels=True)
+    tl_stack, tl_labels = tl_cache.get_full_resid_decomposition(
+        expand_neurons=False, return_labels=True
+    )
+    assert labels == list(tl_labels)
+    nxt, other = TOKENS[:, 1:], (TOKENS[:, 1:] + 1) % V
+    cases = (
+        (
+            C.logit_attrs(model, cache, stack[:, :, :-1], nxt, pos_slice=slice(0, -1)),
+            tl_cache.logit_attrs(tl_stack[:, :, :-1], torch.tensor(nxt), pos_slice=(0, -1)),
+        ),
+        (
+            C.logit_attrs(model, cache, stack[:, :, -1], nxt[:, -1], other[:, -1], pos_slice=-1),
+            tl_cache.logit_attrs(
+                tl_stack[:, :, -1],
+                torch.tensor(nxt[:, -1]),
+                torch.tensor(other[:, -1]),
+                pos_slice=-1,
+            ),
+        ),
+        (C.logit_attrs(model, cache, stack, 4), tl_cache.logit_attrs(tl_stack, 4)),
+    )
+    for ours, theirs in cases:
+        assert ours.shape == tuple(theirs.shape)
+        np.testing.assert_allclose(ours, as_np(theirs), rtol=1e-4, atol=1e-4)
+        assert np.abs(ours).max() > 0.1  # terms of a real size, not zeros that agree

@@ -126,3 +126,37 @@ def test_watcher_with_its_own_measure():
         watcher(step, "model")
     assert calls == ["model", "model"] and [r["step"] for r in watcher.history] == [2, 4]
     assert "loss" not in watcher.history[0]
+
+
+def test_watcher_plot_names_its_series_in_words(tmp_path, monkeypatch):
+    """The legends say what each line is ("induction score"), not the record's key
+    ("max induction", "repeat_loss"); a measure of one's own gets its key without the
+    underscores."""
+    pytest.importorskip("matplotlib")
+    from gpt import plots
+
+    shown = {}
+
+    def keep_legends(fig, path):
+        shown["legends"] = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+        plots._pyplot().close(fig)
+        return str(path)
+
+    monkeypatch.setattr(plots, "_save", keep_legends)
+    model = hand_built_induction_model(V=9, seq_len=8)
+    watcher = C.CircuitWatcher(every=1, seq_len=8, batch=2, low=0, high=8, bos=8)
+    for step in (1, 2):
+        watcher(step, model, loss=1.0 / step)
+    watcher.history[-1]["my_score"] = watcher.history[0]["my_score"] = np.ones((2, 1))
+    watcher.plot(tmp_path / "forming.png")
+    top, bottom = shown["legends"]
+    assert top == ["training loss", "loss on the 2nd copy of repeated tokens"]
+    assert sorted(bottom) == sorted(
+        [
+            "induction score",
+            "previous-token score",
+            "OV copying score",
+            "K-composition with an earlier head",
+            "my score",
+        ]
+    )
