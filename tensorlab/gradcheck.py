@@ -143,7 +143,9 @@ def gradgradcheck(
     outs = _as_list(fn(*inputs))
     if grad_outputs is None:
         rng = np.random.default_rng(seed)
-        grad_outputs = [Tensor(rng.standard_normal(o.shape), requires_grad=True) for o in outs]
+        grad_outputs = [
+            Tensor(rng.standard_normal(o.shape), device=o.device, requires_grad=True) for o in outs
+        ]
     n = len(inputs)
 
     def first_derivative(*args):

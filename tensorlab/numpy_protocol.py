@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorlab.backend import xp_of
 from tensorlab.ops.elementwise import Add, Div, Mul, Sub
 from tensorlab.ops.linalg import MatMul, einsum
 from tensorlab.ops.shape import concatenate, stack
@@ -56,7 +57,13 @@ def _constant(ufunc):
     """A ufunc computed on the arrays, its result a constant Tensor (no gradient flows)."""
 
     def call(*args):
-        return Tensor._wrap(ufunc(*[x.data if isinstance(x, Tensor) else x for x in args]))
+        # an array beside a tensor goes to the tensor's device (CuPy refuses host arrays)
+        xp = xp_of(next(x for x in args if isinstance(x, Tensor)).data)
+        arrays = [
+            x.data if isinstance(x, Tensor) else xp.asarray(x) if isinstance(x, np.ndarray) else x
+            for x in args
+        ]
+        return Tensor._wrap(ufunc(*arrays))
 
     return call
 
@@ -143,8 +150,10 @@ def _dot(a, b, out=None):
     return a * b if a.ndim == 0 or b.ndim == 0 else a @ b
 
 
-def _tensor(x):
-    return x if isinstance(x, Tensor) else Tensor(x)
+def _tensors(xs) -> list[Tensor]:
+    """``xs`` as Tensors: arrays beside the tensors among them go to those tensors' device."""
+    device = next(x.device for x in xs if isinstance(x, Tensor))
+    return [x if isinstance(x, Tensor) else Tensor(x, device=device) for x in xs]
 
 
 # function -> its tensorlab form, taking NumPy's argument names (the common ones).
@@ -164,8 +173,8 @@ FUNCTIONS = {
     np.squeeze: lambda a, axis=None: a.squeeze(axis),
     np.expand_dims: lambda a, axis: a.unsqueeze(axis),
     np.broadcast_to: lambda a, shape: a.broadcast_to(shape),
-    np.concatenate: lambda arrays, axis=0: concatenate([_tensor(x) for x in arrays], axis),
-    np.stack: lambda arrays, axis=0: stack([_tensor(x) for x in arrays], axis),
+    np.concatenate: lambda arrays, axis=0: concatenate(_tensors(arrays), axis),
+    np.stack: lambda arrays, axis=0: stack(_tensors(arrays), axis),
     np.where: _where,
     np.clip: lambda a, a_min=None, a_max=None: a.clip(a_min, a_max),
     np.flip: lambda m, axis=None: m.flip(axis),
@@ -177,7 +186,7 @@ FUNCTIONS = {
     np.tril: lambda m, k=0: m.tril(k),
     np.triu: lambda m, k=0: m.triu(k),
     np.dot: _dot,
-    np.einsum: lambda spec, *operands: einsum(spec, *[_tensor(x) for x in operands]),
+    np.einsum: lambda spec, *operands: einsum(spec, *_tensors(operands)),
     np.shape: lambda a: a.shape,
     np.ndim: lambda a: a.ndim,
     np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],

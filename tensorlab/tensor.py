@@ -673,6 +673,7 @@ class Tensor:
         xp = xp_of(self.data)
         axis = axis_index("repeat_interleave", axis, self.ndim)
         r = repeats.data if isinstance(repeats, Tensor) else repeats
+        r = r.tolist() if hasattr(r, "tolist") else r  # CuPy's repeat takes ints or a list
         index = xp.repeat(xp.arange(self.shape[axis]), r)
         return GetItem.apply(self, key=(slice(None),) * axis + (index,))
 
@@ -815,7 +816,7 @@ def where(condition, a, b) -> Tensor:
     like = a if isinstance(a, Tensor) else b
     if not isinstance(like, Tensor):
         raise TypeError("where: a or b must be a Tensor")
-    cond = condition.data if isinstance(condition, Tensor) else condition
+    cond = condition.data if isinstance(condition, Tensor) else xp_of(like.data).asarray(condition)
     return Where.apply(_lift(a, like), _lift(b, like), cond=cond)
 
 

@@ -3,6 +3,9 @@
 HYPOTHESIS_PROFILE=ci (set by .ci/run) draws few examples so CI stays fast; the default "dev"
 profile draws more; "thorough" is for a long run by hand.
 
+TENSORLAB_TEST_DEVICE=fake-cuda runs the suite on CuPy emulated by NumPy (tests/fake_cupy.py):
+CuPy's rules, with no GPU.
+
 TENSORLAB_TEST_DEVICE=cuda runs the whole suite on the GPU: every tensor and parameter a test
 makes without naming a device goes there (``tl.set_default_device``), and NumPy's testing
 asserts accept CuPy arrays (copied to the host first), so the tests that read ``.data`` compare
@@ -43,6 +46,12 @@ def _on_host(fn):
 
     return wrapped
 
+
+if TEST_DEVICE == "fake-cuda":  # CuPy emulated on the CPU (tests/fake_cupy.py)
+    import fake_cupy
+
+    fake_cupy.install()
+    TEST_DEVICE = "cuda"
 
 if TEST_DEVICE != "cpu":
     import numpy as np

@@ -10,7 +10,8 @@ one)::
     pip install --target /tmp/cupy cupy-cuda12x fastrlock cuda-pathfinder --no-deps
     PYTHONPATH=/tmp/cupy python tests/cupy_api.py
 
-Submodules (``random``, ``linalg``, ``fft``) have tables of their own. Each entry is
+Submodules (``random``, ``linalg``, ``fft``) and the methods of ``cupy.random.Generator`` have
+tables of their own. Each entry is
 ``{"positional": [...], "keyword": [...], "required": n, "varargs": bool, "varkw": bool}``:
 the parameters that may be given by position, those that may be given by name, how many
 positional ones have no default, and whether ``*args``/``**kwargs`` are taken.
@@ -110,13 +111,25 @@ def snapshot() -> dict:
         }
         for mod in SUBMODULES
     }
+    generator = cupy.random.Generator
+    generator_methods = {
+        name: _entry(getattr(generator, name))
+        for name in sorted(dir(generator))
+        if not name.startswith("_") and callable(getattr(generator, name))
+    }
     return {
         "cupy_version": cupy.__version__,
+        "generator_methods": generator_methods,
         "functions": functions,
         "ufuncs": ufuncs,
         "ufunc_keywords": UFUNC_KEYWORDS,
         "ufunc_methods": ufunc_methods,
         "ndarray_methods": methods,
+        "ndarray_attributes": [
+            name
+            for name in sorted(dir(cupy.ndarray))
+            if not name.startswith("_") and not callable(getattr(cupy.ndarray, name))
+        ],
         "modules": modules,
     }
 

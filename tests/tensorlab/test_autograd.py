@@ -564,7 +564,7 @@ def test_backward_on_device(device):
 def test_mixed_devices_raise():
     if not tl.cuda_available():
         pytest.skip("mixing devices needs a CUDA GPU with CuPy; none on this machine")
-    a = tl.ones(3)
+    a = tl.ones(3, device="cpu")
     b = tl.ones(3, device="cuda")
     with pytest.raises(RuntimeError, match="different devices"):
         a + b
@@ -573,7 +573,7 @@ def test_mixed_devices_raise():
 def test_device_round_trip_gradient():
     if not tl.cuda_available():
         pytest.skip("moving to the GPU needs a CUDA GPU with CuPy; none on this machine")
-    x = leaf([1.0, 2.0])
+    x = tl.tensor([1.0, 2.0], device="cpu", requires_grad=True)
     (x.to("cuda") * 3.0).sum().backward()
     assert x.grad.device == "cpu"
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])

@@ -32,6 +32,7 @@ class Block(nn.Module):
         self.ln = nn.LayerNorm(d, dtype=np.float64)
         self.p = p
         self.seen: list[weakref.ref] = []
+        self.to(tl.backend.default_device())  # (the suite may run on a GPU)
 
     def forward(self, x, scale=1.0):
         h = F.gelu(self.ln(x) @ self.w1)

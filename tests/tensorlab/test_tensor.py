@@ -29,7 +29,7 @@ def test_tensor_dtype_defaults(data, dtype):
     t = tl.tensor(data)
     assert t.dtype == dtype
     np.testing.assert_array_equal(t.numpy(), np.asarray(data))
-    assert t.device == "cpu"
+    assert t.device == tl.backend.default_device()  # "cpu", unless the suite runs on a GPU
     assert not t.requires_grad and t.is_leaf and t.grad is None and t.grad_fn is None
 
 
@@ -126,7 +126,7 @@ def test_manual_seed_reproducibility():
 
 # ---------------------------------------------------------------- NumPy interop
 def test_numpy_item_and_array_protocol():
-    t = tl.tensor(np.arange(6.0).reshape(2, 3))
+    t = tl.tensor(np.arange(6.0).reshape(2, 3), device="cpu")  # (numpy() shares CPU memory)
     a = t.numpy()
     assert isinstance(a, np.ndarray) and np.shares_memory(a, t.data)
     np.testing.assert_array_equal(np.asarray(t), a)
@@ -147,7 +147,7 @@ def test_from_dlpack_of_a_numpy_array_shares_memory():
 
 
 def test_numpy_from_dlpack_of_a_tensor_shares_memory():
-    t = tl.tensor(np.arange(3.0))
+    t = tl.tensor(np.arange(3.0), device="cpu")  # (NumPy imports CPU memory only)
     a = np.from_dlpack(t)
     np.testing.assert_array_equal(a, [0.0, 1.0, 2.0])
     with tl.no_grad():
@@ -157,7 +157,7 @@ def test_numpy_from_dlpack_of_a_tensor_shares_memory():
 
 def test_dlpack_with_torch():
     torch = pytest.importorskip("torch")
-    t = tl.tensor(np.arange(4.0, dtype=np.float32))
+    t = tl.tensor(np.arange(4.0, dtype=np.float32), device="cpu")  # (the CPU build of torch)
     pt = torch.from_dlpack(t)
     assert pt.dtype == torch.float32
     pt[1] = -5.0

@@ -1,0 +1,393 @@
+"""CuPy emulated on the CPU: NumPy does the arithmetic, CuPy's rules decide what is allowed.
+
+No GPU has run this project's tests so far, so every ``xp is not np`` branch (the fused
+kernels, the fused AdamW, the GPU embedding backward, the generator state) and every way a
+host array can slip into device code went unexercised. ``TENSORLAB_TEST_DEVICE=fake-cuda
+pytest`` runs the suite with this module standing in for CuPy and "cuda" as the default
+device. It keeps these rules of CuPy's, each one a way code that passes on NumPy fails on a GPU:
+
+- A device array is not a NumPy array: ``np.asarray(a)`` raises (CuPy's ``__array__`` refuses
+  implicit transfers; ``a.get()`` and ``cupy.asnumpy(a)`` are the explicit ones), a NumPy
+  array given where a device array is expected raises (``cupy.add(d, h)``, ``d + h``), and a
+  device array cannot be used as a Python index (CuPy's arrays have no ``__index__``).
+- Reductions and indexing return 0-d device arrays, not NumPy scalars.
+- Only CuPy's functions, with CuPy's parameters, exist (tests/cupy_api.json: a call with a
+  NumPy-only keyword raises TypeError, as CuPy does); ufuncs take only out/dtype/casting.
+- ``random.default_rng`` gives a generator laid out as CuPy's: its state is the device array
+  ``bit_generator._state`` and ``bit_generator.state`` is a method.
+- ``fuse`` returns the function (CuPy compiles it; the arithmetic is the same), and
+  ``cupyx.scipy.special.erf`` is an elementwise erf.
+
+It cannot show what only a GPU shows: speed, float32 rounding of other summation orders,
+kernel compilation errors, memory limits. ``install()`` puts it in place (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import types
+import weakref
+
+import cupy_api
+import numpy as np
+
+TABLE = cupy_api.load()
+_TRANSFERS = {"array", "asarray", "asanyarray", "ascontiguousarray"}  # may take host data
+
+
+class ndarray:  # noqa: N801 - CuPy's name
+    """A device array: a NumPy array ``_a`` that only CuPy's interface reaches."""
+
+    __slots__ = ("_a", "__weakref__")
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    # ---------------------------------------------------------------- what CuPy refuses
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to "
+            "construct a NumPy array explicitly."
+        )
+
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        return self._a.copy()
+
+    # ---------------------------------------------------------------- attributes
+    # CuPy's arrays have these (tests/cupy_api.json: ndarray_attributes), NumPy's too; ``base``
+    # is the device array a view was made from (the same object, as in CuPy: the engine tells
+    # views from copies by it). ``data``, ``device``, ``cstruct``, ``flat`` are not emulated.
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    itemsize = property(lambda self: self._a.itemsize)
+    nbytes = property(lambda self: self._a.nbytes)
+    strides = property(lambda self: self._a.strides)
+    flags = property(lambda self: self._a.flags)
+    T = property(lambda self: _wrap(self._a.T))
+    mT = property(lambda self: _wrap(self._a.mT))
+    real = property(lambda self: _wrap(self._a.real))
+    imag = property(lambda self: _wrap(self._a.imag))
+    base = property(lambda self: None if self._a.base is None else _wrap(self._a.base))
+
+    def __getattr__(self, name):
+        entry = TABLE["ndarray_methods"].get(name, False)
+        if entry is False or name.startswith("_"):
+            raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
+        method = getattr(self._a, name)
+
+        def call(*args, **kwargs):
+            _check_arguments(f"ndarray.{name}", entry, args, kwargs)
+            return _wrap(method(*_unwrap(args), **_unwrap(kwargs)))
+
+        return call
+
+    # ---------------------------------------------------------------- Python protocols
+    def __len__(self):
+        return len(self._a)
+
+    def __iter__(self):
+        return (_wrap(row) for row in self._a)
+
+    def __bool__(self):
+        return bool(self._a)
+
+    def __float__(self):
+        return float(self._a)
+
+    def __int__(self):
+        return int(self._a)
+
+    def __complex__(self):
+        return complex(self._a)
+
+    def __format__(self, spec):
+        return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
+
+    def __repr__(self):
+        return repr(self._a).replace("array(", "fake_cupy.array(", 1)
+
+    __hash__ = None
+
+    def __getitem__(self, key):
+        return _wrap(self._a[_unwrap(key, host_ok=True)])
+
+    def __setitem__(self, key, value):
+        self._a[_unwrap(key, host_ok=True)] = _unwrap(value, host_ok=True)
+
+    # NumPy's ufuncs and functions applied to device arrays dispatch to CuPy's, as CuPy's
+    # __array_ufunc__ and __array_function__ do; a host array among the inputs is refused.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fake = _UFUNCS.get(ufunc.__name__)
+        if fake is None:
+            return NotImplemented
+        return (
+            getattr(fake, method)(*inputs, **kwargs)
+            if method != "__call__"
+            else fake(*inputs, **kwargs)
+        )
+
+    def __array_function__(self, func, types, args, kwargs):
+        fake = getattr(module, func.__name__, None)
+        if fake is None:
+            raise TypeError(f"fake CuPy: no implementation of numpy.{func.__name__}")
+        return fake(*args, **kwargs)
+
+
+def _binary(name: str, reflected: bool = False, inplace: bool = False):
+    op = getattr(operator, name)
+
+    def method(self, other):
+        if isinstance(other, np.ndarray):  # CuPy: "Unsupported type <class 'numpy.ndarray'>"
+            raise TypeError(f"Unsupported type {type(other)} (a host array in a device op)")
+        if inplace:
+            op(self._a, _unwrap(other))
+            return self
+        a, b = (other, self) if reflected else (self, other)
+        a, b = _unwrap(a), _unwrap(b)
+        return _wrap(_product_dtype(op(a, b), a, b) if name == "matmul" else op(a, b))
+
+    return method
+
+
+for _name in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
+    _dunder = _name if _name not in ("and", "or") else _name + "_"
+    setattr(ndarray, f"__{_name}__", _binary(_dunder))
+    setattr(ndarray, f"__r{_name}__", _binary(_dunder, reflected=True))
+    setattr(ndarray, f"__i{_name}__", _binary("i" + _dunder.rstrip("_"), inplace=True))
+for _name in "lt le eq ne gt ge".split():
+    setattr(ndarray, f"__{_name}__", _binary(_name))
+
+
+def _unary(name: str):
+    op = getattr(operator, name)
+    return lambda self: _wrap(op(self._a))
+
+
+for _name in "neg pos abs invert".split():
+    setattr(ndarray, f"__{_name}__", _unary(_name))
+
+
+_WRAPPERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(array) -> wrapper
+
+
+def _product_dtype(y, a, b):
+    """cuBLAS returns a product of two half-precision arrays in their dtype (NumPy returns
+    ml_dtypes' bfloat16 products as float32)."""
+    same = getattr(a, "dtype", None) == getattr(b, "dtype", None)
+    return y.astype(a.dtype) if same and a.dtype.itemsize == 2 and y.dtype != a.dtype else y
+
+
+def _wrap(x):
+    """NumPy's results as CuPy returns them: arrays and scalars as device arrays. A NumPy array
+    that already has a device array around it gets the same one back (``base`` identity)."""
+    if isinstance(x, np.ndarray):
+        known = _WRAPPERS.get(id(x))
+        if known is not None and known._a is x:
+            return known
+        _WRAPPERS[id(x)] = wrapper = ndarray(x)
+        return wrapper
+    if isinstance(x, np.generic):  # CuPy's reductions and indexing return 0-d arrays
+        return ndarray(np.asarray(x))
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if isinstance(x, list):
+        return [_wrap(v) for v in x]
+    return x
+
+
+def _unwrap(x, host_ok: bool = False):
+    """The NumPy arrays under device arrays; a host array is refused unless ``host_ok``
+    (indices and values assigned into a device array: CuPy copies those to the device)."""
+    if isinstance(x, ndarray):
+        return x._a
+    if isinstance(x, np.ndarray) and not host_ok:
+        raise TypeError(f"Unsupported type {type(x)} (a host array given to a device function)")
+    if isinstance(x, tuple | list):
+        return type(x)(_unwrap(v, host_ok) for v in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v, host_ok) for k, v in x.items()}
+    return x
+
+
+def _check_arguments(name: str, entry, args, kwargs) -> None:
+    """TypeError, as CuPy raises it, for arguments its function ``name`` does not take."""
+    if entry is None:
+        return
+    if len(args) > len(entry["positional"]) and not entry["varargs"]:
+        raise TypeError(f"{name}() takes {len(entry['positional'])} positional arguments")
+    unknown = set(kwargs) - set(entry["keyword"])
+    if unknown and not entry["varkw"]:
+        raise TypeError(f"{name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+
+
+class ufunc:  # noqa: N801 - CuPy's name
+    """One of CuPy's ufuncs: inputs by position, only out/dtype/casting by name."""
+
+    def __init__(self, name: str):
+        self.__name__, self._np = name, getattr(np, name)  # (a few are functions in NumPy)
+        self.nin, self.nout = getattr(self._np, "nin", 1), getattr(self._np, "nout", 1)
+
+    def __call__(self, *args, **kwargs):
+        bad = set(kwargs) - set(TABLE["ufunc_keywords"])
+        if bad:
+            raise TypeError(f"Wrong arguments {dict((k, kwargs[k]) for k in sorted(bad))}")
+        out = kwargs.get("out")
+        if isinstance(out, tuple):
+            out = out[0] if len(out) == 1 else out
+            kwargs["out"] = out
+        if out is not None and not isinstance(out, ndarray):
+            raise TypeError(f"{self.__name__}: out must be a cupy.ndarray, got {type(out)}")
+        result = self._np(*_unwrap(args), **_unwrap(kwargs))
+        return out if out is not None else _wrap(result)
+
+    def _method(self, name, *args, **kwargs):
+        _check_arguments(f"{self.__name__}.{name}", TABLE["ufunc_methods"][name], args, kwargs)
+        return _wrap(getattr(self._np, name)(*_unwrap(args), **_unwrap(kwargs)))
+
+    def at(self, *args, **kwargs):
+        # (the indices may be a host array: CuPy's scatter copies them over like __setitem__)
+        a, indices, *rest = args
+        _check_arguments(f"{self.__name__}.at", TABLE["ufunc_methods"]["at"], args, kwargs)
+        self._np.at(_unwrap(a), _unwrap(indices, host_ok=True), *_unwrap(rest), **kwargs)
+
+    def reduce(self, *args, **kwargs):
+        return self._method("reduce", *args, **kwargs)
+
+    def reduceat(self, *args, **kwargs):
+        return self._method("reduceat", *args, **kwargs)
+
+    def accumulate(self, *args, **kwargs):
+        return self._method("accumulate", *args, **kwargs)
+
+    def outer(self, *args, **kwargs):
+        return self._method("outer", *args, **kwargs)
+
+
+def _function(name: str, table: dict, numpy_namespace=np):
+    entry, fn = table[name], getattr(numpy_namespace, name, None)
+    if isinstance(fn, type):  # dtypes (float32, ...) and classes are NumPy's own
+        return fn
+
+    def call(*args, **kwargs):
+        if fn is None:
+            raise NotImplementedError(f"fake CuPy: {name} is not emulated")
+        _check_arguments(name, entry, args, kwargs)
+        host_ok = name in _TRANSFERS
+        result = fn(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok))
+        if host_ok and not isinstance(result, np.ndarray):
+            result = np.asarray(result)
+        return _wrap(result)
+
+    call.__name__ = name
+    return call
+
+
+# ---------------------------------------------------------------- random numbers
+class XORWOW:
+    """CuPy's bit generator's layout: the state is a device array, ``state()`` a method."""
+
+    def __init__(self, seed=None):
+        seq = np.random.SeedSequence(seed)
+        self._state = _wrap(seq.generate_state(16, np.uint32).view(np.int8).copy())
+
+    def state(self):
+        return id(self._state)
+
+
+class Generator:
+    """CuPy's Generator: every draw reads the device state and moves it on."""
+
+    def __init__(self, bit_generator):
+        self.bit_generator = bit_generator
+
+    def _draw(self, name, *args, **kwargs):
+        _check_arguments(f"Generator.{name}", TABLE["generator_methods"][name], args, kwargs)
+        state = self.bit_generator._state._a
+        numpy_gen = np.random.default_rng(state.view(np.uint32).copy())
+        if name == "integers":
+            kwargs.setdefault("dtype", np.int64)
+        out = getattr(numpy_gen, name)(*args, **kwargs)
+        state[...] = numpy_gen.integers(0, 2**32, state.size // 4, dtype=np.uint32).view(np.int8)
+        return _wrap(np.asarray(out))
+
+    def random(self, *args, **kwargs):
+        return self._draw("random", *args, **kwargs)
+
+    def standard_normal(self, *args, **kwargs):
+        return self._draw("standard_normal", *args, **kwargs)
+
+    def integers(self, *args, **kwargs):
+        return self._draw("integers", *args, **kwargs)
+
+    def uniform(self, *args, **kwargs):
+        return self._draw("uniform", *args, **kwargs)
+
+
+def default_rng(seed=None):
+    return Generator(XORWOW(seed))
+
+
+# ---------------------------------------------------------------- the module
+module = types.ModuleType("cupy", "CuPy emulated on the CPU (tests/fake_cupy.py)")
+module.__version__ = "fake-" + TABLE["cupy_version"]
+_UFUNCS = {name: ufunc(name) for name in TABLE["ufuncs"] if hasattr(np, name)}
+for _name, _entry in TABLE["functions"].items():
+    setattr(module, _name, _function(_name, TABLE["functions"]))
+module.ndarray = ndarray
+module.ufunc = ufunc
+_matmul = module.matmul
+module.matmul = lambda a, b, **kw: _wrap(_product_dtype(_unwrap(_matmul(a, b, **kw)), a, b))
+for _name, _u in _UFUNCS.items():
+    setattr(module, _name, _u)
+for _name in ("newaxis", "inf", "nan", "pi", "e", "dtype", "iinfo", "finfo"):
+    setattr(module, _name, getattr(np, _name))
+module.asnumpy = lambda a, stream=None, order="C", out=None, blocking=True: (
+    a._a.copy() if isinstance(a, ndarray) else np.asarray(a)
+)
+module.get_array_module = lambda *args: module if any(isinstance(a, ndarray) for a in args) else np
+module.fuse = lambda *args, **kwargs: (lambda f: f) if not args else args[0]
+module.random = types.SimpleNamespace(default_rng=default_rng, Generator=Generator)
+module.linalg = types.SimpleNamespace(
+    **{n: _function(n, TABLE["modules"]["linalg"], np.linalg) for n in TABLE["modules"]["linalg"]}
+)
+
+
+class _Device:
+    def __init__(self, device_id=0):
+        self.id = device_id
+
+    def synchronize(self):
+        pass
+
+
+module.cuda = types.SimpleNamespace(
+    Device=_Device,
+    get_device_id=lambda: 0,
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+)
+
+
+def _erf(x):
+    from tensorlab.backend import erf_exact
+
+    a = _unwrap(x)
+    return _wrap(np.asarray(erf_exact(a), dtype=np.result_type(a, np.float32)))
+
+
+def install() -> None:
+    """Make ``import cupy`` (and ``cupyx.scipy.special``) this module, and tensorlab's CuPy."""
+    special = types.ModuleType("cupyx.scipy.special")
+    special.erf = _erf
+    scipy = types.ModuleType("cupyx.scipy")
+    scipy.special = special
+    cupyx = types.ModuleType("cupyx")
+    cupyx.scipy = scipy
+    sys.modules.update(
+        {"cupy": module, "cupyx": cupyx, "cupyx.scipy": scipy, "cupyx.scipy.special": special}
+    )
+    from tensorlab import backend
+
+    backend.cupy = module
