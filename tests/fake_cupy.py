@@ -130,7 +130,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         )
 
     def __array_function__(self, func, types, args, kwargs):
-        fake = getattr(module, func.__name__, None)
+        namespace = module
+        for part in func.__module__.split(".")[1:]:  # numpy.linalg.norm -> cupy.linalg.norm
+            namespace = getattr(namespace, part, None)
+        fake = getattr(namespace, func.__name__, None)
         if fake is None:
             raise TypeError(f"fake CuPy: no implementation of numpy.{func.__name__}")
         return fake(*args, **kwargs)

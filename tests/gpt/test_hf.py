@@ -16,6 +16,7 @@ import json
 import numpy as np
 import pytest
 
+import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.hf import (
     HFCheckpointError,
@@ -195,7 +196,8 @@ def test_save_then_load_round_trip(tmp_path, tie):
     shape = dict(vocab_size=V, block_size=NPOS, n_layer=L, n_head=H, d_model=D)
     model = GPT(GPTConfig(**shape, activation="gelu_tanh", tie_weights=tie))
     for p in model.parameters():  # make biases and gains non-trivial
-        p.data = p.data + np.random.default_rng(2).standard_normal(p.shape).astype(np.float32)
+        noise = np.random.default_rng(2).standard_normal(p.shape).astype(np.float32)
+        p.data = p.data + tl.tensor(noise).data
     save_hf_gpt2(model, tmp_path)
     loaded = from_pretrained(tmp_path)
     assert loaded.config == model.config

@@ -387,7 +387,7 @@ def test_save_hf_llama_is_read_back_exactly_and_by_transformers(tmp_path, case):
     model = GPT(GPTConfig(**{**LLAMA_SHAPED, **WRITTEN[case]})).eval()
     rng = np.random.default_rng(1)
     for p in model.parameters():  # norms and biases off their initial ones and zeros
-        p.data += rng.standard_normal(p.shape).astype(np.float32) * 0.05
+        p.data += tl.tensor(rng.standard_normal(p.shape).astype(np.float32) * 0.05).data
     save_hf_llama(model, tmp_path)
     back = from_pretrained(tmp_path)
     assert back.config == model.config

@@ -55,9 +55,14 @@ def test_autocast_gradients_match_float32(half, rtol):
     """The same model's gradients in half precision and float32 agree to a few times the
     half type's spacing (bfloat16 2⁻⁷ = 7.8e-3, float16 2⁻¹⁰ = 9.8e-4), relative to the
     gradient's largest entry: every product rounds its inputs once, and sums stay float32."""
-    tl.manual_seed(0)
-    model = MLP()
-    x, t = tl.randn(32, 8), np.arange(32) % 3
+    tl.manual_seed(0)  # drawn on the CPU, so the numbers (and the error) are the same on a GPU
+    device = tl.backend.default_device()
+    tl.backend.set_default_device("cpu")
+    try:
+        model, x, t = MLP(), tl.randn(32, 8), np.arange(32) % 3
+    finally:
+        tl.backend.set_default_device(device)
+    model, x = model.to(device), x.to(device)
 
     def grads(dtype):
         model.zero_grad()
@@ -98,7 +103,8 @@ def test_bfloat16_round_trips():
     w = tl.randn(4, requires_grad=True)
     (w.to("bfloat16") * 3.0).sum().backward()
     assert w.grad.dtype == np.float32 and w.grad.numpy().tolist() == [3.0] * 4
-    assert repr(tl.tensor([1.0, 2.5]).to("bfloat16")) == "tensor([1. , 2.5], dtype=bfloat16)"
+    t = tl.tensor([1.0, 2.5], device="cpu").to("bfloat16")
+    assert repr(t) == "tensor([1. , 2.5], dtype=bfloat16)"
 
 
 def test_bfloat16_parameters_save_and_load(tmp_path):
@@ -118,7 +124,7 @@ def test_bfloat16_parameters_save_and_load(tmp_path):
 
 # ------------------------------------------------------------------ loss scaling
 def _one_param(grad: float):
-    p = nn.Parameter(np.array([1.0], np.float32))
+    p = nn.Parameter(tl.tensor(np.array([1.0], np.float32)).data)  # on the test device
     p.grad = tl.tensor(np.array([grad], np.float32))
     return p, SGD([p], lr=1.0)
 

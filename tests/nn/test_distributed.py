@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import nn
+import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.train import TrainConfig, Trainer
 
@@ -79,7 +80,7 @@ def test_one_process_is_solo(monkeypatch):
 
 
 @needs_mpi
-def test_two_processes_take_the_steps_of_one(tmp_path):
+def test_two_processes_take_the_steps_of_one(tmp_path, monkeypatch):
     """The global batch is the same for N = 1 and 2, so the parameters after 5 AdamW steps
     agree up to float32 rounding of the gradient sums (observed 2.4e-7 with lr ≤ 1e-3; the
     bound gives 8× headroom), and the evaluations, which run the same batches split over
@@ -96,6 +97,8 @@ def test_two_processes_take_the_steps_of_one(tmp_path):
         """
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # the ranks drew their initial weights from the CPU's generator; so does the solo run
+    monkeypatch.setattr(tl.backend, "_default_device", ["cpu"])
     one = solo_trainer(tmp_path / "one", max_iters=5, eval_interval=5)
     one.run()
     two = np.load(tmp_path / "two.npz")

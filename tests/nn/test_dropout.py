@@ -86,7 +86,7 @@ def test_dropout_functional():
     assert F.dropout(x, 0.3, training=False) is x
     assert F.dropout(x, 0.0) is x
     tl.manual_seed(3)
-    y = F.dropout(x, 0.3).data
+    y = F.dropout(x, 0.3).numpy()
     assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.7)}
     assert abs(y.mean() - 1.0) < 0.01
     assert abs((y == 0).mean() - 0.3) < 0.01

@@ -159,7 +159,7 @@ def test_rotary_fn_matches_composed(lead, T, n_pairs, offset, half, data):
     rounding (≲ 1e-15); the map is linear in x, so second derivatives are 0 on both."""
     d = 2 * n_pairs
     x = t64(data.draw(values(lead + (T, d))))
-    cos, sin = nn.RotaryEmbedding(d).tables(offset + T, np.float64)
+    cos, sin = nn.RotaryEmbedding(d).tables(offset + T, np.float64, x.device)
     cos, sin = cos[offset : offset + T], sin[offset : offset + T]
     check_fused_op(
         lambda x: RotaryFn.apply(x, cos=cos, sin=sin, half=half),
@@ -188,8 +188,8 @@ def test_rope_score_depends_only_on_offset(i, j, shift, seed):
     q, k = rng.standard_normal(d), rng.standard_normal(d)
 
     def score(pos_q, pos_k):
-        rq = rope(tl.tensor(q[None, None], dtype=np.float64), offset=pos_q).data[0, 0]
-        rk = rope(tl.tensor(k[None, None], dtype=np.float64), offset=pos_k).data[0, 0]
+        rq = rope(tl.tensor(q[None, None], dtype=np.float64), offset=pos_q).numpy()[0, 0]
+        rk = rope(tl.tensor(k[None, None], dtype=np.float64), offset=pos_k).numpy()[0, 0]
         return rq @ rk
 
     assert score(i, j) == pytest.approx(score(i + shift, j + shift), abs=1e-9)
@@ -201,7 +201,7 @@ def test_rope_gradients():
     rope = nn.RotaryEmbedding(4)
     tl.gradcheck(lambda x: rope(x, offset=2), [x])
     tl.gradgradcheck(lambda x: rope(x) * rope(x), [x])
-    cos, sin = rope.tables(3, np.float64)
+    cos, sin = rope.tables(3, np.float64, x.device)
     tl.gradcheck(lambda x: RotaryFn.apply(x, cos=cos[:3], sin=sin[:3], half=False), [x])
     with pytest.raises(ValueError):
         nn.RotaryEmbedding(5)

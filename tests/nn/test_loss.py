@@ -52,6 +52,7 @@ def test_cross_entropy_fn_matches_composed(reduction, lead, C, eps, ignore_index
     t = data.draw(hnp.arrays(np.int64, lead, elements=st.integers(low, C - 1)))
     t[t == -1] = -100
     z = t64(data.draw(values(lead + (C,), -3, 3)))
+    t = tl.tensor(t).data  # (the op takes arrays on the logits' device)
     params = dict(targets=t, ignore_index=ignore_index, label_smoothing=eps, reduction=reduction)
     check_fused_op(
         lambda z: CrossEntropyFn.apply(z, **params),
@@ -65,7 +66,8 @@ def test_cross_entropy_with_every_target_ignored(reduction):
     """No target left: the loss is 0 (for "mean" too: nothing to average, no 0/0) and so is
     every derivative, on both forms."""
     z = rand64(np.random.default_rng(0), 3, 4)
-    params = dict(targets=np.full(3, 2), ignore_index=2, label_smoothing=0.1, reduction=reduction)
+    t = tl.tensor(np.full(3, 2)).data  # (the op takes arrays on the logits' device)
+    params = dict(targets=t, ignore_index=2, label_smoothing=0.1, reduction=reduction)
     y = CrossEntropyFn.apply(z, **params)
     assert (y.numpy() == 0).all()
     (dz,) = tl.grad(y, [z], grad_outputs=t64(np.ones(y.shape), False))

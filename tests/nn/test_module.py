@@ -166,7 +166,7 @@ def test_forward_matches_manual_computation():
     tl.manual_seed(0)
     layer = Affine(2, 3)
     x = np.array([[1.0, 2.0]], dtype=np.float32)
-    expected = x @ layer.W.data + layer.b.data
+    expected = x @ layer.W.numpy() + layer.b.numpy()
     np.testing.assert_allclose(layer(tl.tensor(x)).data, expected, rtol=1e-6)
 
 
@@ -309,7 +309,7 @@ def test_to_device(device):
 def test_load_state_dict_assign_takes_fresh_arrays_without_a_copy():
     """assign=True (PyTorch's flag) makes an array of the parameter's dtype its data, as it is;
     one of another dtype is still converted into a new array; the default always copies."""
-    lin = nn.Linear(3, 2)
+    lin = nn.Linear(3, 2, device="cpu")  # (an array on the CPU is the CPU parameter's as it is)
     W = np.arange(6.0, dtype=np.float32).reshape(2, 3).T  # a transposed view, as a loader makes
     b64 = np.ones(2)  # float64: converted
     lin.load_state_dict({"W": W, "b": b64}, assign=True)

@@ -78,8 +78,8 @@ def test_mlp_learns_two_spirals():
 
     x_test, y_test = two_spirals(n_per_class=200, noise=0.02, seed=1)  # unseen points
     with tl.no_grad():
-        train_acc = float((model(x).data.argmax(axis=1) == y).mean())
-        test_acc = float((model(tl.tensor(x_test)).data.argmax(axis=1) == y_test).mean())
+        train_acc = float((model(x).numpy().argmax(axis=1) == y).mean())
+        test_acc = float((model(tl.tensor(x_test)).numpy().argmax(axis=1) == y_test).mean())
     assert first_loss > 0.6 and loss.item() < 0.15, (first_loss, loss.item())
     assert train_acc >= 0.98, (
         f"train accuracy {train_acc:.3f} after {steps} steps ({seconds:.1f} s)"
