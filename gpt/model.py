@@ -28,7 +28,6 @@ import tensorlab as tl
 from gpt.config import GPTConfig
 from nn.init import gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
-from tensorlab.backend import min_max
 
 
 class NoNorm(nn.Module):
@@ -210,14 +209,14 @@ class GPT(nn.Module):
             raise TypeError(f"token ids must be integers, got dtype {idx.dtype}")
         if idx.size == 0:
             raise ValueError(f"GPT: the batch of token ids is empty (shape {idx.shape})")
-        lo, hi = min_max(idx.data)
-        if lo < 0 or hi >= cfg.vocab_size:
+        try:  # the embedding checks the ids' range (on a GPU one read, which waits for it)
+            resid = self.embed(idx)
+        except ValueError as err:
             raise ValueError(
-                f"token id {hi if hi >= cfg.vocab_size else lo} is outside the "
-                f"model's vocabulary of {cfg.vocab_size}; was the text encoded with "
-                "another tokenizer?"
-            )
-        resid = self.hook_embed(self.embed(idx))
+                f"token ids outside the model's vocabulary of {cfg.vocab_size} ({err}); was "
+                "the text encoded with another tokenizer?"
+            ) from None
+        resid = self.hook_embed(resid)
         if self.pos is not None:
             resid = self.pos(resid, offset=offset)
         resid = self.drop(resid)

@@ -33,6 +33,15 @@ import cupy_api
 import numpy as np
 
 TABLE = cupy_api.load()
+# Every read of a device value by the host (bool(), float(), .item(), .get(), asnumpy, ...) is
+# a synchronisation on a GPU: the host waits for the queued kernels. Counted here, by kind.
+SYNCS: dict[str, int] = {}
+
+
+def _sync(kind: str) -> None:
+    SYNCS[kind] = SYNCS.get(kind, 0) + 1
+
+
 _TRANSFERS = {"array", "asarray", "asanyarray", "ascontiguousarray"}  # may take host data
 
 
@@ -52,6 +61,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         )
 
     def get(self, stream=None, order="C", out=None, blocking=True):
+        _sync("get")
         return self._a.copy()
 
     # ---------------------------------------------------------------- attributes
@@ -77,6 +87,8 @@ class ndarray:  # noqa: N801 - CuPy's name
         if entry is False or name.startswith("_"):
             raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
         method = getattr(self._a, name)
+        if name in ("item", "tolist", "tobytes"):
+            _sync(name)
 
         def call(*args, **kwargs):
             _check_arguments(f"ndarray.{name}", entry, args, kwargs)
@@ -92,18 +104,23 @@ class ndarray:  # noqa: N801 - CuPy's name
         return (_wrap(row) for row in self._a)
 
     def __bool__(self):
+        _sync("bool")
         return bool(self._a)
 
     def __float__(self):
+        _sync("float")
         return float(self._a)
 
     def __int__(self):
+        _sync("int")
         return int(self._a)
 
     def __complex__(self):
+        _sync("complex")
         return complex(self._a)
 
     def __format__(self, spec):
+        _sync("format")
         return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
 
     def __repr__(self):
@@ -347,9 +364,16 @@ for _name, _u in _UFUNCS.items():
     setattr(module, _name, _u)
 for _name in ("newaxis", "inf", "nan", "pi", "e", "dtype", "iinfo", "finfo"):
     setattr(module, _name, getattr(np, _name))
-module.asnumpy = lambda a, stream=None, order="C", out=None, blocking=True: (
-    a._a.copy() if isinstance(a, ndarray) else np.asarray(a)
-)
+
+
+def asnumpy(a, stream=None, order="C", out=None, blocking=True):
+    if isinstance(a, ndarray):
+        _sync("asnumpy")
+        return a._a.copy()
+    return np.asarray(a)
+
+
+module.asnumpy = asnumpy
 module.get_array_module = lambda *args: module if any(isinstance(a, ndarray) for a in args) else np
 module.fuse = lambda *args, **kwargs: (lambda f: f) if not args else args[0]
 module.random = types.SimpleNamespace(default_rng=default_rng, Generator=Generator)
@@ -380,17 +404,23 @@ def _erf(x):
     return _wrap(np.asarray(erf_exact(a), dtype=np.result_type(a, np.float32)))
 
 
-def install() -> None:
-    """Make ``import cupy`` (and ``cupyx.scipy.special``) this module, and tensorlab's CuPy."""
+def install(monkeypatch=None) -> None:
+    """Make ``import cupy`` (and ``cupyx.scipy.special``) this module, and tensorlab's CuPy;
+    for one test only when given pytest's ``monkeypatch`` (which undoes it afterwards)."""
     special = types.ModuleType("cupyx.scipy.special")
     special.erf = _erf
     scipy = types.ModuleType("cupyx.scipy")
     scipy.special = special
     cupyx = types.ModuleType("cupyx")
     cupyx.scipy = scipy
-    sys.modules.update(
-        {"cupy": module, "cupyx": cupyx, "cupyx.scipy": scipy, "cupyx.scipy.special": special}
-    )
+    modules = {"cupy": module, "cupyx": cupyx, "cupyx.scipy": scipy, "cupyx.scipy.special": special}
     from tensorlab import backend
 
-    backend.cupy = module
+    if monkeypatch is None:
+        sys.modules.update(modules)
+        backend.cupy = module
+        return
+    for name, value in modules.items():
+        monkeypatch.setitem(sys.modules, name, value)
+    monkeypatch.setattr(backend, "cupy", module)
+    monkeypatch.setattr(backend, "_generators", dict(backend._generators))

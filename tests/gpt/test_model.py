@@ -275,3 +275,44 @@ def test_checkpoint_activations_gives_the_same_loss_and_gradients(dropout):
         grads.append([loss.item()] + [p.grad.numpy().copy() for p in model.parameters()])
     for a, b in zip(*grads):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_training_step_waits_for_the_gpu_three_times(monkeypatch):
+    """On a GPU every read of a device value by the host (a range check, float(), .item())
+    makes the host wait until the queued kernels have run. One training step of a GPT with
+    dropout, on CuPy emulated by NumPy (tests/fake_cupy.py counts the reads), reads it three
+    times: the range of the token ids (the embedding's check) and of the targets (the loss's),
+    in the forward, and the gradient norm that clipping compares with its bound. The backward
+    and the fused AdamW step read nothing."""
+    import fake_cupy
+
+    import nn
+
+    fake_cupy.install(monkeypatch)
+    tl.manual_seed(0)
+    model = GPT(small(dropout=0.1)).to("cuda")
+    opt = nn.optim.AdamW(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 11, (2, 3, 12))
+    x, y = tl.tensor(x, device="cuda"), tl.tensor(y, device="cuda")
+    reads = {}
+
+    def phase(name, fn):
+        fake_cupy.SYNCS.clear()
+        out = fn()
+        reads[name] = dict(fake_cupy.SYNCS)
+        return out
+
+    for _ in range(2):  # (the second step: optimizer state made, kernels traced)
+        opt.zero_grad()
+        _, loss = phase("forward", lambda: model(x, y))
+        phase("backward", loss.backward)
+        phase("clip", lambda: nn.optim.clip_grad_norm_(model.parameters(), 1.0))
+        phase("optimizer", opt.step)
+    assert reads == {
+        "forward": {"tolist": 2},
+        "backward": {},
+        "clip": {"float": 1},
+        "optimizer": {},
+    }
+    assert isinstance(model.W_U.data, fake_cupy.ndarray)  # (it ran on the emulated GPU)
