@@ -362,3 +362,30 @@ def test_a_run_resumed_in_float16_starts_its_own_loss_scale(tmp_path, legacy):
 def test_dtype_is_checked():
     with pytest.raises(ConfigError, match="dtype"):
         TrainConfig(dtype="float64")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_resume_continues_bit_for_bit_on_the_gpu(tmp_path, monkeypatch, dtype):
+    """The same on the GPU (CuPy emulated by NumPy, tests/fake_cupy.py), with dropout: the
+    checkpoint holds the GPU generator's cuRAND states (a device array, where NumPy's is a
+    dict), and the resumed run draws the masks the uninterrupted one drew. (Before
+    backend.generator_state, the first checkpoint on a GPU failed: it stored CuPy's
+    ``bit_generator.state``, a method.)"""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    kw = dict(max_iters=6, eval_interval=3, dropout=0.2, device="cuda", dtype=dtype)
+    straight = trainer(tmp_path / "a", **kw)
+    straight.run()
+    first = trainer(tmp_path / "b", **kw)
+    first.run(max_iters=3)
+    saved = nn.serialization.load_checkpoint(tmp_path / "b" / "ckpt.safetensors")
+    (state,) = saved["tl_rng_states"]
+    assert isinstance(state, np.ndarray) and state.dtype == np.int8  # the cuRAND states
+    resumed = trainer(tmp_path / "b", resume=True, **kw)
+    resumed.run()
+    assert isinstance(resumed.model.W_U.data, fake_cupy.ndarray)
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in straight.history]
