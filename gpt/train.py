@@ -519,13 +519,13 @@ class Trainer:
         parameters, half-precision products); float16's loss is scaled (``self.scaler``)."""
         k, device = self.cfg.grad_accum_steps, self.cfg.device
         model = self.model
-        total = 0.0
+        total = 0.0  # summed on the device, read once (on a GPU each read waits for it)
         for xk, yk in zip(np.split(x, k), np.split(y, k)):  # host: batches from get_batch
             with tl.autocast(self.cfg.dtype):
                 _, loss = model(tl.tensor(xk, device=device), tl.tensor(yk, device=device))
             self.scaler.scale(loss if k == 1 else loss * (1.0 / k)).backward()
-            total += loss.item() / k
-        return total
+            total = total + loss.data.astype(np.float64) / k
+        return float(total)
 
     def _diverged(self, what: str, value: float) -> Diverged:
         kept = (

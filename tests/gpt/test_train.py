@@ -389,3 +389,17 @@ def test_resume_continues_bit_for_bit_on_the_gpu(tmp_path, monkeypatch, dtype):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in straight.history]
+
+
+def test_a_step_reads_the_gpu_once_for_its_loss(tmp_path, monkeypatch):
+    """With K micro-batches the step's loss is summed on the device and read once (each read
+    waits for the GPU): the reads of one step are the ids' and targets' range checks of each
+    micro-batch, the loss, and the gradient norm (CuPy emulated, tests/fake_cupy.py)."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    t = trainer(tmp_path, max_iters=3, device="cuda", grad_accum_steps=2, batch_size=4)
+    t.run(max_iters=1)
+    fake_cupy.SYNCS.clear()
+    t.step()
+    assert fake_cupy.SYNCS == {"tolist": 4, "float": 2}
