@@ -24,6 +24,7 @@ kernel compilation errors, memory limits. ``install()`` puts it in place (tests/
 
 from __future__ import annotations
 
+import collections
 import operator
 import sys
 import types
@@ -42,7 +43,32 @@ def _sync(kind: str) -> None:
     SYNCS[kind] = SYNCS.get(kind, 0) + 1
 
 
+# Every array operation is a kernel launch on a GPU (a view is not; a fused kernel is one).
+# Counted here by operation: what a GPU step costs in launches, which a CPU cannot time.
+KERNELS: collections.Counter = collections.Counter()
+_FUSING = [0]  # > 0 inside a fused kernel, whose operations are one launch
+
+
+def _kernel(name: str) -> None:
+    if not _FUSING[0]:
+        KERNELS[name] += 1
+
+
 _TRANSFERS = {"array", "asarray", "asanyarray", "ascontiguousarray"}  # may take host data
+# operations that make views (no kernel) or only allocate (empty: no kernel either)
+_VIEWS = {
+    "reshape",
+    "view",
+    "transpose",
+    "swapaxes",
+    "squeeze",
+    "ravel",
+    "broadcast_to",
+    "expand_dims",
+    "empty",
+    "empty_like",
+    "get",
+}
 
 
 class ndarray:  # noqa: N801 - CuPy's name
@@ -92,6 +118,8 @@ class ndarray:  # noqa: N801 - CuPy's name
 
         def call(*args, **kwargs):
             _check_arguments(f"ndarray.{name}", entry, args, kwargs)
+            if name not in _VIEWS:
+                _kernel(f"ndarray.{name}")
             return _wrap(method(*_unwrap(args), **_unwrap(kwargs)))
 
         return call
@@ -129,9 +157,13 @@ class ndarray:  # noqa: N801 - CuPy's name
     __hash__ = None
 
     def __getitem__(self, key):
-        return _wrap(self._a[_unwrap(key, host_ok=True)])
+        out = self._a[_unwrap(key, host_ok=True)]
+        if not (isinstance(out, np.ndarray) and np.shares_memory(out, self._a)):
+            _kernel("getitem (gather)")  # (a slice is a view, an index array a kernel)
+        return _wrap(out)
 
     def __setitem__(self, key, value):
+        _kernel("setitem")
         self._a[_unwrap(key, host_ok=True)] = _unwrap(value, host_ok=True)
 
     # NumPy's ufuncs and functions applied to device arrays dispatch to CuPy's, as CuPy's
@@ -162,6 +194,7 @@ def _binary(name: str, reflected: bool = False, inplace: bool = False):
     def method(self, other):
         if isinstance(other, np.ndarray):  # CuPy: "Unsupported type <class 'numpy.ndarray'>"
             raise TypeError(f"Unsupported type {type(other)} (a host array in a device op)")
+        _kernel(name.rstrip("_"))
         if inplace:
             op(self._a, _unwrap(other))
             return self
@@ -183,7 +216,12 @@ for _name in "lt le eq ne gt ge".split():
 
 def _unary(name: str):
     op = getattr(operator, name)
-    return lambda self: _wrap(op(self._a))
+
+    def method(self):
+        _kernel(name)
+        return _wrap(op(self._a))
+
+    return method
 
 
 for _name in "neg pos abs invert".split():
@@ -254,6 +292,7 @@ class ufunc:  # noqa: N801 - CuPy's name
         bad = set(kwargs) - set(TABLE["ufunc_keywords"])
         if bad:
             raise TypeError(f"Wrong arguments {dict((k, kwargs[k]) for k in sorted(bad))}")
+        _kernel(self.__name__)
         out = kwargs.get("out")
         if isinstance(out, tuple):
             out = out[0] if len(out) == 1 else out
@@ -264,12 +303,14 @@ class ufunc:  # noqa: N801 - CuPy's name
         return out if out is not None else _wrap(result)
 
     def _method(self, name, *args, **kwargs):
+        _kernel(f"{self.__name__}.{name}")
         _check_arguments(f"{self.__name__}.{name}", TABLE["ufunc_methods"][name], args, kwargs)
         return _wrap(getattr(self._np, name)(*_unwrap(args), **_unwrap(kwargs)))
 
     def at(self, *args, **kwargs):
         # (the indices may be a host array: CuPy's scatter copies them over like __setitem__)
         a, indices, *rest = args
+        _kernel(f"{self.__name__}.at")
         _check_arguments(f"{self.__name__}.at", TABLE["ufunc_methods"]["at"], args, kwargs)
         self._np.at(_unwrap(a), _unwrap(indices, host_ok=True), *_unwrap(rest), **kwargs)
 
@@ -295,6 +336,8 @@ def _function(name: str, table: dict, numpy_namespace=np):
         if fn is None:
             raise NotImplementedError(f"fake CuPy: {name} is not emulated")
         _check_arguments(name, entry, args, kwargs)
+        if name not in _VIEWS:
+            _kernel(name)
         host_ok = name in _TRANSFERS
         result = fn(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok))
         if host_ok and not isinstance(result, np.ndarray):
@@ -375,7 +418,26 @@ def asnumpy(a, stream=None, order="C", out=None, blocking=True):
 
 module.asnumpy = asnumpy
 module.get_array_module = lambda *args: module if any(isinstance(a, ndarray) for a in args) else np
-module.fuse = lambda *args, **kwargs: (lambda f: f) if not args else args[0]
+
+
+def fuse(*args, kernel_name=None):
+    """CuPy compiles the function into one kernel; here it runs as written, counted as one."""
+
+    def decorate(f):
+        def kernel(*a):
+            _kernel(f"fused {kernel_name or getattr(f, '__name__', 'kernel')}")
+            _FUSING[0] += 1
+            try:
+                return f(*a)
+            finally:
+                _FUSING[0] -= 1
+
+        return kernel
+
+    return decorate(args[0]) if args else decorate
+
+
+module.fuse = fuse
 module.random = types.SimpleNamespace(default_rng=default_rng, Generator=Generator)
 module.linalg = types.SimpleNamespace(
     **{n: _function(n, TABLE["modules"]["linalg"], np.linalg) for n in TABLE["modules"]["linalg"]}

@@ -391,3 +391,27 @@ def test_the_gpu_branch_of_each_op_matches_the_cpu_branch(name, dtype, monkeypat
         )
     if dtype == "float64":
         tl.gradcheck(fn.apply, [tl.tensor(x, device="cpu", requires_grad=True)])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [F.gelu, lambda x: F.gelu(x, approximate="tanh"), F.silu],
+    ids=["gelu", "gelu_tanh", "silu"],
+)
+def test_on_a_gpu_each_activation_is_one_kernel_each_way(fn, monkeypatch):
+    """On CuPy arrays an activation's forward and backward are one fused kernel each (on
+    CuPy emulated by NumPy, which counts launches: tests/fake_cupy.py); the CPU form would be
+    a dozen or more array operations, each a launch on a GPU."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    x = tl.tensor(np.linspace(-3, 3, 12, dtype=np.float32), device="cuda", requires_grad=True)
+    g = tl.tensor(np.ones(12, np.float32), device="cuda")
+    fake_cupy.KERNELS.clear()
+    y = fn(x)
+    forward = dict(fake_cupy.KERNELS)
+    fake_cupy.KERNELS.clear()
+    y.backward(g)
+    assert len(forward) == 1 and sum(forward.values()) == 1, forward
+    kernels = dict(fake_cupy.KERNELS)
+    assert sum(n for k, n in kernels.items() if k.startswith("fused")) == 1, kernels
