@@ -18,7 +18,8 @@ Decoding looks the ids up and hands the token strings to the **decoder** (``deco
 
 ``hf_format.from_hf_json`` reads a file into one of our own classes (``ByteBPE``,
 ``WordPiece``, ``Unigram``) when the file is in a form they run, since they encode faster
-(byte-level BPE: about twice as fast); any other combination of supported parts becomes a
+(``benchmarks/bench_tokenizers.py`` times both: its "as a Pipeline" row); any other
+combination of supported parts becomes a
 ``Pipeline``. Where both do the same thing they call the same functions (BERT's normalizer and
 split, GPT-2's pattern, Metaspace's "▁").
 """
