@@ -25,6 +25,7 @@ kernel compilation errors, memory limits. ``install()`` puts it in place (tests/
 from __future__ import annotations
 
 import collections
+import functools
 import operator
 import sys
 import types
@@ -314,17 +315,10 @@ class ufunc:  # noqa: N801 - CuPy's name
         _check_arguments(f"{self.__name__}.at", TABLE["ufunc_methods"]["at"], args, kwargs)
         self._np.at(_unwrap(a), _unwrap(indices, host_ok=True), *_unwrap(rest), **kwargs)
 
-    def reduce(self, *args, **kwargs):
-        return self._method("reduce", *args, **kwargs)
-
-    def reduceat(self, *args, **kwargs):
-        return self._method("reduceat", *args, **kwargs)
-
-    def accumulate(self, *args, **kwargs):
-        return self._method("accumulate", *args, **kwargs)
-
-    def outer(self, *args, **kwargs):
-        return self._method("outer", *args, **kwargs)
+    reduce = functools.partialmethod(_method, "reduce")
+    reduceat = functools.partialmethod(_method, "reduceat")
+    accumulate = functools.partialmethod(_method, "accumulate")
+    outer = functools.partialmethod(_method, "outer")
 
 
 def _function(name: str, table: dict, numpy_namespace=np):
@@ -376,17 +370,10 @@ class Generator:
         state[...] = numpy_gen.integers(0, 2**32, state.size // 4, dtype=np.uint32).view(np.int8)
         return _wrap(np.asarray(out))
 
-    def random(self, *args, **kwargs):
-        return self._draw("random", *args, **kwargs)
-
-    def standard_normal(self, *args, **kwargs):
-        return self._draw("standard_normal", *args, **kwargs)
-
-    def integers(self, *args, **kwargs):
-        return self._draw("integers", *args, **kwargs)
-
-    def uniform(self, *args, **kwargs):
-        return self._draw("uniform", *args, **kwargs)
+    random = functools.partialmethod(_draw, "random")
+    standard_normal = functools.partialmethod(_draw, "standard_normal")
+    integers = functools.partialmethod(_draw, "integers")
+    uniform = functools.partialmethod(_draw, "uniform")
 
 
 def default_rng(seed=None):
