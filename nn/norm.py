@@ -10,12 +10,15 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 
 from __future__ import annotations
 
+import numpy as np
+
 from nn.init import constant
 from nn.linear import mean_last, sum_rows
 from nn.module import Module
 from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
+from tensorlab.fused import fused
 
 
 def _backward(ctx, g, centred: bool):
@@ -25,6 +28,8 @@ def _backward(ctx, g, centred: bool):
     x, *affine = ctx.inputs
     xhat = ctx.xhat
     g = g.data.astype(xhat.dtype, copy=False)  # float32 for half inputs (see the module doc)
+    if xp_of(g) is not np:
+        return _backward_on_gpu(ctx, g, centred)
     gh = g * affine[0].data if affine else g
     dx = None
     if x.requires_grad:
@@ -35,6 +40,66 @@ def _backward(ctx, g, centred: bool):
     dgamma = sum_rows(g * xhat) if affine and affine[0].requires_grad else None
     dbeta = sum_rows(g) if len(affine) == 2 and affine[1].requires_grad else None
     return dx, dgamma, dbeta
+
+
+# On a GPU each array operation above is a kernel launch: layer norm's forward takes ten and its
+# backward eleven. The fused kernels below do the elementwise work between the row reductions
+# (which stay matrix-vector products, as on the CPU) in one launch each: five launches forward,
+# six backward, with the same operations in the same order as the CPU form.
+def _normalize_on_gpu(ctx, x, affine, eps, centred: bool):
+    """x̂ and y of either norm (μ = 0 for RMS norm, γ = 1 and β = 0 when left out)."""
+    mu = mean_last(x) if centred else 0.0
+    rstd = inverse_std_kernel(mean_last(centred_square_kernel(x, mu)), eps)
+    gain, bias = affine[0] if affine else 1.0, affine[1] if len(affine) == 2 else 0.0
+    xhat, y = normalize_kernel(x, mu, rstd, gain, bias)
+    ctx.xhat, ctx.rstd = xhat, rstd
+    return y
+
+
+def _backward_on_gpu(ctx, g, centred: bool):
+    """:func:`_backward` in six launches."""
+    x, *affine = ctx.inputs
+    gh, ghx, gx = norm_grad_parts_kernel(g, affine[0].data if affine else 1.0, ctx.xhat)
+    dx = None
+    if x.requires_grad:
+        mean_gh = mean_last(gh) if centred else 0.0
+        dx = norm_grad_kernel(gh, ctx.xhat, mean_last(ghx), mean_gh, ctx.rstd)
+    dgamma = sum_rows(gx) if affine and affine[0].requires_grad else None
+    dbeta = sum_rows(g) if len(affine) == 2 and affine[1].requires_grad else None
+    return dx, dgamma, dbeta
+
+
+@fused
+def centred_square_kernel(xp, x, mu):
+    """(x - μ)², whose row means are the variance (μ = 0: x², RMS norm's mean square)."""
+    d = x - mu
+    return d * d
+
+
+@fused
+def inverse_std_kernel(xp, var, eps):
+    """1/σ = 1/√(var + ε), one number per row."""
+    return 1.0 / xp.sqrt(var + eps)
+
+
+@fused
+def normalize_kernel(xp, x, mu, rstd, gain, bias):
+    """x̂ = (x - μ)/σ and y = x̂ ⊙ γ + β."""
+    xhat = (x - mu) * rstd
+    return xhat, xhat * gain + bias
+
+
+@fused
+def norm_grad_parts_kernel(xp, g, gain, xhat):
+    """ĝ = g ⊙ γ, ĝ ⊙ x̂ (whose row means dx needs) and g ⊙ x̂ (whose column sums are dγ)."""
+    gh = g * gain
+    return gh, gh * xhat, g * xhat
+
+
+@fused
+def norm_grad_kernel(xp, gh, xhat, mean_ghx, mean_gh, rstd):
+    """dx = (1/σ)(ĝ - x̂ ⊙ mean(ĝ ⊙ x̂) - mean(ĝ)), mean(ĝ) = 0 for RMS norm."""
+    return (gh - xhat * mean_ghx - mean_gh) * rstd
 
 
 class LayerNormFn(Function):
@@ -49,6 +114,8 @@ class LayerNormFn(Function):
 
     def forward(ctx, x, *affine, eps):
         xp, (x, half) = xp_of(x), in_float32(x)
+        if xp is not np:  # a GPU: five launches (_normalize_on_gpu)
+            return rounded(_normalize_on_gpu(ctx, x, affine, eps, centred=True), half)
         xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
         var = mean_last(xp.square(xhat))
         var += eps
@@ -87,6 +154,8 @@ class RMSNormFn(Function):
 
     def forward(ctx, x, *gain, eps):
         xp, (x, half) = xp_of(x), in_float32(x)
+        if xp is not np:  # a GPU: four launches (_normalize_on_gpu)
+            return rounded(_normalize_on_gpu(ctx, x, gain, eps, centred=False), half)
         var = mean_last(xp.square(x))
         var += eps
         rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ

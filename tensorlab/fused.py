@@ -69,9 +69,13 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         return self._compiled(*args)  # pragma: no cover
 
 
-def _compile(math: Callable):  # pragma: no cover - needs a GPU
+def on_cupy(math: Callable, cupy) -> Callable:
+    """``math`` with CuPy as its ``xp``: the function of arrays that ``cupy.fuse`` traces
+    (tests/cuda_compile.py traces and compiles it on a machine with no GPU)."""
     from cupyx.scipy.special import erf
 
-    cupy = backend.cupy
-    bound = functools.partial(math, _ArrayMath(cupy, erf))
-    return cupy.fuse(kernel_name=math.__name__)(bound)
+    return functools.partial(math, _ArrayMath(cupy, erf))
+
+
+def _compile(math: Callable):  # pragma: no cover - needs a GPU
+    return backend.cupy.fuse(kernel_name=math.__name__)(on_cupy(math, backend.cupy))

@@ -119,9 +119,12 @@ class ndarray:  # noqa: N801 - CuPy's name
 
         def call(*args, **kwargs):
             _check_arguments(f"ndarray.{name}", entry, args, kwargs)
+            out = method(*_unwrap(args), **_unwrap(kwargs))
+            if out is self._a:  # astype(own dtype, copy=False): the array itself, no kernel
+                return self
             if name not in _VIEWS:
                 _kernel(f"ndarray.{name}")
-            return _wrap(method(*_unwrap(args), **_unwrap(kwargs)))
+            return _wrap(out)
 
         return call
 

@@ -132,6 +132,62 @@ def test_norms_gradgradcheck():
     tl.gradgradcheck(lambda x, w: F.rms_norm(x, w), [x, w])
 
 
+NORMS_WITH_PARAMS = {  # each norm with each set of parameters it takes: (function, params)
+    "layer_norm": (F.layer_norm, 2),
+    "layer_norm_gain": (F.layer_norm, 1),
+    "layer_norm_plain": (F.layer_norm, 0),
+    "rms_norm": (F.rms_norm, 1),
+    "rms_norm_plain": (F.rms_norm, 0),
+}
+GPU_LAUNCHES = {  # (forward, backward) on a GPU; the CPU form's operations would be 10 and 11
+    "layer_norm": (5, 6),
+    "layer_norm_gain": (5, 5),
+    "layer_norm_plain": (5, 4),
+    "rms_norm": (4, 4),
+    "rms_norm_plain": (4, 3),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(NORMS_WITH_PARAMS))
+def test_on_a_gpu_a_norm_is_its_cpu_form_in_fewer_launches(name, dtype, monkeypatch):
+    """On CuPy arrays the norms run fused kernels between their row reductions
+    (nn/norm.py: _normalize_on_gpu, _backward_on_gpu), doing the CPU form's operations in the
+    same order: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients are
+    bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once), in
+    fewer launches; and in float64 the GPU form's gradients pass gradcheck."""
+    import fake_cupy
+
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    fn, n_params = NORMS_WITH_PARAMS[name]
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((6, 16))] + [rng.standard_normal(16) for _ in range(n_params)]
+    g = rng.standard_normal((6, 16))
+
+    def run(device):
+        for _ in range(2):  # counted the second time: the first makes the gemv's ones vectors
+            ins = [tl.tensor(a, device=device).astype(dtype).requires_grad_() for a in arrays]
+            grad = tl.tensor(g, device=device).astype(dtype)
+            fake_cupy.KERNELS.clear()
+            y = fn(*ins)
+            forward = dict(fake_cupy.KERNELS)
+            fake_cupy.KERNELS.clear()
+            y.backward(grad)
+            backward = dict(fake_cupy.KERNELS)
+        return [y.numpy()] + [t.grad.numpy() for t in ins], (forward, backward)
+
+    cpu, _ = run("cpu")
+    fake_cupy.install(monkeypatch)
+    gpu, launches = run("cuda")
+    for a, b in zip(gpu, cpu):
+        np.testing.assert_array_equal(a, b)
+    if dtype != "bfloat16":  # which also converts to float32 and back
+        assert tuple(sum(k.values()) for k in launches) == GPU_LAUNCHES[name], launches
+    if dtype == "float64":
+        tl.gradcheck(fn, [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays])
+
+
 def test_rms_norm_definition():
     x = np.array([[3.0, 4.0]])
     y = F.rms_norm(t64(x, False), eps=0.0).data

@@ -1,0 +1,136 @@
+"""Every fused GPU kernel of the library is traced by CuPy and compiled for an H100 by NVRTC,
+on this machine, without a GPU (tests/cuda_compile.py says how).
+
+The NumPy runs of the same functions check their arithmetic (tests/nn, and the whole suite under
+``TENSORLAB_TEST_DEVICE=fake-cuda``); this checks what only CuPy and NVRTC can: that CuPy's
+fusion accepts the function, that the kernel keeps its inputs' dtype, that it writes exactly the
+arguments the NumPy run updates in place, and that its CUDA code compiles. Skipped without
+``pip install -e ".[cuda-compile]"`` (CI installs it), and on the emulated GPU, whose ``cupy``
+module is not CuPy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+
+import cuda_compile
+import numpy as np
+import pytest
+
+import gpt
+import nn
+import tensorlab
+from tensorlab.fused import NUMPY, fused
+
+WHY_NOT = (
+    "the emulated GPU's cupy module is not CuPy"
+    if os.environ.get("TENSORLAB_TEST_DEVICE") == "fake-cuda"
+    else cuda_compile.unavailable()
+)
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+
+# The forms each kernel is called in, one letter per argument after xp: "a" an array, "s" a
+# Python number (the ops pass constants such as Adam's betas, and μ = 0 or γ = 1 for the norms
+# without centring or gain, as numbers). CuPy compiles one kernel per form.
+FORMS = {
+    "gelu_kernel": ["a"],
+    "gelu_grad_kernel": ["aa"],
+    "gelu_tanh_kernel": ["a"],
+    "gelu_tanh_grad_kernel": ["aa"],
+    "silu_kernel": ["a"],
+    "silu_grad_kernel": ["aa"],
+    "adam_kernel": ["aaaa" + "s" * 9],
+    "centred_square_kernel": ["aa", "as"],  # layer norm, RMS norm
+    "inverse_std_kernel": ["as"],
+    "normalize_kernel": ["aaaaa", "aaaas", "aaass", "asaas", "asass"],  # (μ, γ, β) or numbers
+    "norm_grad_parts_kernel": ["aaa", "asa"],  # with a gain, without
+    "norm_grad_kernel": ["aaaaa", "aaasa"],  # layer norm, RMS norm
+}
+CASES = [(name, form) for name, forms in sorted(FORMS.items()) for form in forms]
+
+
+def library_kernels() -> dict[str, fused]:
+    """Every :class:`fused` kernel defined at module level in tensorlab/, nn/ and gpt/."""
+    found = {}
+    for package in (tensorlab, nn, gpt):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for value in vars(module).values():
+                if isinstance(value, fused) and value.math.__module__ == info.name:
+                    found[value.__name__] = value
+    return found
+
+
+KERNELS = library_kernels()
+
+
+def test_every_kernel_of_the_library_is_checked_here():
+    assert set(KERNELS) == set(FORMS), "add a new fused kernel's forms to FORMS"
+    for name, forms in FORMS.items():
+        n_args = len(inspect.signature(KERNELS[name].math).parameters) - 1  # less xp
+        assert all(len(form) == n_args for form in forms), name
+
+
+def call_args(form: str, dtype: str, device: bool) -> tuple:
+    """Arguments in ``form``: (4, 8) arrays of ``dtype`` (placeholders on the device, or NumPy
+    arrays of values in (0, 1)) and Python numbers in (0, 1)."""
+    rng = np.random.default_rng(0)
+    array = (
+        (lambda: cuda_compile.placeholder((4, 8), dtype))
+        if device
+        else (lambda: rng.random((4, 8)).astype(dtype))
+    )
+    return tuple(array() if kind == "a" else 0.1 * (i + 1) for i, kind in enumerate(form))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("name", "form"), CASES)
+def test_kernel_traces_keeps_its_dtype_and_compiles(name, form, dtype):
+    kernel = KERNELS[name]
+    args = call_args(form, dtype, device=True)
+    elementwise = cuda_compile.trace(kernel, args)  # raises if CuPy's fusion cannot trace it
+    assert type(elementwise).__name__ == "ElementwiseKernel"
+
+    arrays = [p for p, kind in zip(elementwise.in_params, form) if kind == "a"]
+    assert [p.dtype for p in arrays] == [np.dtype(dtype)] * len(arrays)
+    assert all(p.dtype == np.dtype(dtype) for p in elementwise.out_params), (
+        f"{name} returns {[p.dtype for p in elementwise.out_params]} for {dtype} inputs"
+    )
+
+    # The arrays CuPy's kernel writes (not const) are the ones the NumPy run changes in place.
+    host = call_args(form, dtype, device=False)
+    before = [a.copy() for a in host if isinstance(a, np.ndarray)]
+    kernel.math(NUMPY, *host)
+    after = [a for a in host if isinstance(a, np.ndarray)]
+    assert [not p.is_const for p in arrays] == [
+        not np.array_equal(a, b) for a, b in zip(after, before)
+    ]
+
+    cubin = cuda_compile.compile_cubin(cuda_compile.source(elementwise, args), name)
+    assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file of GPU code
+
+
+@pytest.mark.parametrize(
+    "math",
+    [
+        lambda xp, x: x if x > 0 else -x,  # Python control flow on an array
+        lambda xp, x: x - xp.sum(x),  # a reduction inside an elementwise kernel
+        lambda xp, x: x @ x,  # not elementwise
+    ],
+    ids=["python-if", "reduction", "matmul"],
+)
+def test_a_kernel_cupy_cannot_trace_is_refused(math):
+    math.__name__ = "untraceable"
+    with pytest.raises(Exception):  # noqa: B017 - CuPy raises several types here
+        cuda_compile.trace(fused(math), (cuda_compile.placeholder((4, 8), "float32"),))
+
+
+def test_cuda_code_that_does_not_compile_is_refused():
+    from cupy.cuda.compiler import CompileException
+
+    code = 'extern "C" __global__ void broken(float* x) { x[0] = undeclared; }'
+    with pytest.raises(CompileException, match="undeclared"):
+        cuda_compile.compile_cubin(code, "broken")
