@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from tensorlab import Tensor
-from tensorlab.backend import to_device, xp_for, xp_of
+from tensorlab.backend import device_of, to_device, xp_for, xp_of
 from tensorlab.fused import fused
 
 ParamsArg = Iterable[Tensor] | Iterable[dict]
@@ -365,15 +365,21 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
     Returns ``n``, the norm before clipping (useful to log). Gradients are scaled in place; the
     engine never lets two leaves share one gradient array, so each is scaled once. A NaN or
     infinite norm leaves NaNs (or zeros) in the gradients: check the returned value.
+
+    The gradients are summed in groups of about :data:`CLIP_GROUP` numbers, each group copied
+    into one float64 vector and dotted with itself: two operations per group rather than three
+    per parameter, with a float64 copy of at most a group at a time. On a GPU each operation
+    is a kernel launch and a model has hundreds of parameter tensors, so groups are large; on
+    the CPU a group that stays in cache is faster.
     """
     if isinstance(params, Tensor):
         params = [params]
     grads = [p.grad.data for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    total_sq = 0.0
-    for g in grads:
-        flat = g.astype(np.float64, copy=False).ravel()  # a NumPy dtype serves CuPy too
+    xp, total_sq = xp_of(grads[0]), 0.0
+    for group in _groups(grads, CLIP_GROUP[device_of(grads[0])]):
+        flat = xp.concatenate([g.ravel() for g in group], dtype=np.float64)  # serves CuPy too
         total_sq = total_sq + flat @ flat  # stays on the device until float() below
     norm = math.sqrt(float(total_sq))
     scale = max_norm / (norm + eps)
@@ -381,6 +387,26 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
         for g in grads:
             g *= scale
     return norm
+
+
+# Numbers per float64 group in clip_grad_norm_: 2 MiB on the CPU, where larger groups leave the
+# cache and are slower than one group per parameter (nanoGPT CPU config: 0.37 ms against 0.58;
+# 6 × 384: level at 5.5 ms; 2^20 numbers 6.2 ms, 2^24 15 ms); 128 MiB on a GPU (GPT-2 small's
+# 124M gradients in 8 groups).
+CLIP_GROUP = {"cpu": 1 << 18, "cuda": 1 << 24}
+
+
+def _groups(arrays: list, size: int) -> list[list]:
+    """``arrays`` in order, cut into runs of about ``size`` numbers together (an array larger
+    than ``size`` is a run of its own)."""
+    groups, current, n = [], [], 0
+    for a in arrays:
+        if current and n + a.size > size:
+            groups.append(current)
+            current, n = [], 0
+        current.append(a)
+        n += a.size
+    return groups + [current]
 
 
 # ------------------------------------------------------------------ learning-rate schedules

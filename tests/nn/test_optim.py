@@ -2,6 +2,7 @@
 floats, and against PyTorch when it is installed."""
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nn
+import nn.optim as optim
 import tensorlab as tl
 from nn.optim import (
     SGD,
@@ -368,6 +370,55 @@ def test_clipped_norm_is_at_most_max(values, max_norm):
     set_grad(p, values)
     clip_grad_norm_([p], max_norm)
     assert np.linalg.norm(p.grad.data) <= max_norm * (1 + 1e-9)
+
+
+@given(
+    st.lists(st.integers(0, 9), min_size=1, max_size=12),
+    st.integers(1, 20),
+    st.integers(0, 2**32 - 1),
+)
+def test_clip_grad_norm_in_groups_is_the_norm_of_all(sizes, group, seed):
+    """Gradients of any sizes (empty ones and 0-d ones among them), cut into float64 groups of
+    any size: the norm is the float64 norm of all entries (to 1e-12 relative: the sums differ
+    in order only) and every gradient is scaled by the same factor."""
+    rng = np.random.default_rng(seed)
+    params = [param(np.zeros(n) if n else 0.0) for n in sizes]  # size 0 means a 0-d parameter
+    values = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
+    for p, v in zip(params, values):
+        p.grad = tl.tensor(v.copy())  # scaled in place below; v keeps the values
+    with mock.patch.dict(optim.CLIP_GROUP, {"cpu": group, "cuda": group}):
+        norm = clip_grad_norm_(params, max_norm=0.5)
+    flat = np.concatenate([v.ravel() for v in values]).astype(np.float64)
+    assert norm == pytest.approx(math.sqrt(flat @ flat), rel=1e-12, abs=1e-300)
+    scale = min(1.0, 0.5 / (norm + 1e-6))
+    for p, v in zip(params, values):
+        np.testing.assert_allclose(p.grad.numpy(), v * np.float32(scale), rtol=1e-6, atol=0)
+
+
+def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypatch):
+    """Ten gradients on CuPy emulated by NumPy (tests/fake_cupy.py counts launches): their norm
+    is one group, a concatenation into float64, a dot product and a sum (three launches, where
+    one float64 copy, dot and sum per tensor would be thirty); clipping adds one scaling per
+    tensor."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    params = [nn.Parameter(tl.zeros(n, device="cuda")) for n in range(1, 11)]
+    for p in params:
+        p.grad = tl.ones(p.shape, device="cuda")
+    fake_cupy.KERNELS.clear()
+    norm = clip_grad_norm_(params, max_norm=100.0)
+    assert norm == pytest.approx(math.sqrt(55)) and sum(fake_cupy.KERNELS.values()) == 3
+    fake_cupy.KERNELS.clear()
+    clip_grad_norm_(params, max_norm=1.0)
+    assert sum(fake_cupy.KERNELS.values()) == 3 + 10, dict(fake_cupy.KERNELS)
+
+
+def test_groups_keep_the_order_and_stay_near_their_size():
+    arrays = [np.zeros(n) for n in (3, 4, 10, 1, 1, 0, 2)]
+    groups = optim._groups(arrays, 5)
+    assert [a for g in groups for a in g] == arrays  # the same arrays, in order
+    assert [[a.size for a in g] for g in groups] == [[3], [4], [10], [1, 1, 0, 2]]
 
 
 # ------------------------------------------------------------------ schedules
