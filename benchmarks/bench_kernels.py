@@ -8,10 +8,12 @@ Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 ro
 384-wide configuration (batch 64 × block 256, 6 heads). Each line times
 ``y = op(x); y.backward(g)`` on both sides, in turns (10 calls of ours, a pause, 10 of
 PyTorch's, ...), and prints the medians and their ratio (on the GPU each call ends with a
-synchronisation, so the time is the kernels' and not only their launch). The GPU also gets
-the AdamW update of the 6×384 model's parameters: ``fused=True`` (one kernel per parameter,
-nn/optim.py: adam_kernel), ``fused=False`` (the CPU form's dozen operations per parameter)
-and PyTorch's default (multi-tensor ``foreach``). On the CPU the last lines time the reductions
+synchronisation, so the time is the kernels' and not only their launch). Both then time
+``clip_grad_norm_`` of a 6-layer model's random gradients (6×128 on the CPU, 6×384 on the
+GPU; the norm in float64 groups, nn/optim.py: CLIP_GROUP, and the scaling) against PyTorch's
+(``foreach``). The GPU also gets the AdamW update of the 6×384 model's parameters:
+``fused=True`` (one kernel per parameter, nn/optim.py: adam_kernel), ``fused=False`` (the
+CPU form's dozen operations per parameter) and PyTorch's default (multi-tensor ``foreach``). On the CPU the last lines time the reductions
 the fused kernels are built from: NumPy's ufunc reduction over a short last axis against the
 same sum as a BLAS matrix-vector product (``nn/linear.py`` explains why the kernels use the
 second), and then the ufuncs the elementwise kernels are made of, against a multiplication.
@@ -131,14 +133,38 @@ def cases(torch, device: str = "cpu"):
     return out
 
 
-def adamw_cases(torch, device: str):
-    """(name, our AdamW step, PyTorch's) over the 6×384 GPT's parameter shapes, float32."""
+def gpt_parameters() -> list[np.ndarray]:
+    """The parameters of a 6-layer GPT of width D (6×384 on the GPU, 6×128 on the CPU)."""
     from gpt.config import GPTConfig
     from gpt.model import GPT
 
     with tl.no_grad():
         model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=6, n_head=H, d_model=D))
-    arrays = [p.numpy() for p in model.parameters()]
+    return [p.numpy() for p in model.parameters()]
+
+
+def clip_cases(torch, device: str):
+    """(name, our clip_grad_norm_, PyTorch's) over gpt_parameters() with random gradients:
+    the float64 norm in groups (nn/optim.py: CLIP_GROUP) and the scaling of every gradient."""
+    arrays = gpt_parameters()
+    rng = np.random.default_rng(0)
+    ours = [nn.Parameter(tl.tensor(a, device=device)) for a in arrays]
+    theirs = [torch.tensor(a, device=device, requires_grad=True) for a in arrays]
+    for p, t in zip(ours, theirs):
+        g = rng.standard_normal(p.shape).astype(np.float32)
+        p.grad, t.grad = tl.tensor(g, device=device), torch.tensor(g, device=device)
+    return [
+        (
+            f"clip_grad_norm_, {len(arrays)} params",
+            lambda: nn.optim.clip_grad_norm_(ours, 1.0),
+            lambda: torch.nn.utils.clip_grad_norm_(theirs, 1.0),
+        )
+    ]
+
+
+def adamw_cases(torch, device: str):
+    """(name, our AdamW step, PyTorch's) over gpt_parameters(), float32."""
+    arrays = gpt_parameters()
     rng = np.random.default_rng(0)
     out = []
     for fused in (True, False):
@@ -188,7 +214,7 @@ def main() -> None:
         f"{where}"
     )
     print(f"{'kernel':<32} {'tensorlab':>10} {'pytorch':>10} {'ratio':>7}")
-    rows = cases(torch, args.device)
+    rows = cases(torch, args.device) + clip_cases(torch, args.device)
     if args.device == "cuda":
         rows += adamw_cases(torch, args.device)
     for name, ours, theirs in rows:
