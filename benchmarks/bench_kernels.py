@@ -13,10 +13,11 @@ synchronisation, so the time is the kernels' and not only their launch). Both th
 GPU; the norm in float64 groups, nn/optim.py: CLIP_GROUP, and the scaling) against PyTorch's
 (``foreach``). The GPU also gets the AdamW update of the 6×384 model's parameters:
 ``fused=True`` (one kernel per parameter, nn/optim.py: adam_kernel), ``fused=False`` (the
-CPU form's dozen operations per parameter) and PyTorch's default (multi-tensor ``foreach``). On the CPU the last lines time the reductions
-the fused kernels are built from: NumPy's ufunc reduction over a short last axis against the
-same sum as a BLAS matrix-vector product (``nn/linear.py`` explains why the kernels use the
-second), and then the ufuncs the elementwise kernels are made of, against a multiplication.
+CPU form's dozen operations per parameter) and PyTorch's default (multi-tensor ``foreach``).
+On the CPU the last lines time the reductions the fused kernels are built from: NumPy's ufunc
+reduction over a short last axis against the same sum as a BLAS matrix-vector product
+(``nn/linear.py`` explains why the kernels use the second), and then the ufuncs the
+elementwise kernels are made of, against a multiplication.
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
