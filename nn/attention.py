@@ -131,12 +131,16 @@ class AttentionFn(Function):
             m = S.max(axis=-1, keepdims=True)
         else:  # no keys at all (T_k = 0): the output is empty or zero, as in PyTorch
             m = xp.zeros(S.shape[:-1] + (1,), S.dtype)
-        if causal or mask is not None:  # a row with every key masked gets A = 0, not NaN
+        # A row with every key masked gets A = 0, not NaN. Only a mask, or a causal mask with
+        # more queries than keys, can mask a whole row (each query sees at least its own key).
+        maybe_empty = mask is not None or (causal and q.shape[-3] > k.shape[-3])
+        if maybe_empty:
             m[m == -xp.inf] = 0
         S -= m
         xp.exp(S, out=S)
         total = sum_last(S)
-        total[total == 0] = 1
+        if maybe_empty:  # elsewhere every row holds an exp(0) = 1
+            total[total == 0] = 1
         S /= total
         ctx.A = S
         if dropout_mask is not None:
