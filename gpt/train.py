@@ -406,6 +406,10 @@ class Trainer:
             loss_scaler=self.scaler.state_dict() if self.scaler.enabled else None,
             log_tail=self.pending,
             best_val=self.best_val,
+            # what the run trains on, as config.json records it: checked by load() too, so a
+            # run whose config.json was lost or edited cannot resume on other text
+            text_digest=self.text_digest,
+            data_tokens=self.data_tokens,
         )
 
     def save(self) -> None:
@@ -435,6 +439,17 @@ class Trainer:
             diff = config_differences(extra.get("model_config") or {}, self.model_cfg.to_dict())
             raise RunError(f"{path} was written for a different model config ({'; '.join(diff)})")
         self.run_folder.check_tokenizer(extra, path)
+        if extra.get("text_digest", self.text_digest) != self.text_digest:
+            raise RunError(
+                f"{path} was trained on another text (digest {extra['text_digest']}, this "
+                f"one's {self.text_digest}); resume with the run's own text"
+            )
+        if self.data_tokens and extra.get("data_tokens", self.data_tokens) != self.data_tokens:
+            raise RunError(
+                f"{path} was trained on prepared data of other token counts "
+                f"({extra['data_tokens']}, this data's {self.data_tokens}); resume with the "
+                "run's own data"
+            )
         nn.serialization.load_checkpoint(path, self.model, self.optimizer)
         # The optimizer's state brings back the hyperparameters it was saved with; this run's
         # config decides them instead (as it does the learning rate at every step), so that a

@@ -73,6 +73,32 @@ def test_resume_refuses_another_file_and_a_changed_text(tmp_path, text_file):
         trainer(tmp_path / "run", text=str(text_file), resume=True, max_iters=7)
 
 
+def test_without_its_config_json_a_run_still_refuses_another_text(tmp_path, text_file):
+    """config.json lost (or edited): the checkpoint records the text's digest too, so resuming
+    on changed text is still refused, and on the run's own text it resumes."""
+    trainer(tmp_path / "run", text=str(text_file)).run()
+    (tmp_path / "run" / "config.json").unlink()
+    text_file.write_text(TEXT[::-1])  # the same characters: the run's tokenizer reads it
+    with pytest.raises(RunError, match="was trained on another text"):
+        trainer(tmp_path / "run", text=str(text_file), resume=True, max_iters=7).run()
+    text_file.write_text(TEXT)
+    resumed = trainer(tmp_path / "run", text=str(text_file), resume=True, max_iters=7)
+    resumed.run()
+    assert resumed.iter == 7
+
+
+def test_without_its_config_json_a_run_still_refuses_other_data(tmp_path, text_file):
+    data = _prepare(text_file, tmp_path / "d")
+    trainer(tmp_path / "run", data=data).run()
+    (tmp_path / "run" / "config.json").unlink()
+    other = _prepare(text_file, tmp_path / "d2", val_fraction=0.2)  # cut at another place
+    with pytest.raises(RunError, match="prepared data of other token counts"):
+        trainer(tmp_path / "run", data=other, resume=True, max_iters=7).run()
+    resumed = trainer(tmp_path / "run", data=data, resume=True, max_iters=7)
+    resumed.run()
+    assert resumed.iter == 7
+
+
 def test_a_moved_text_is_accepted_by_its_contents(tmp_path, text_file):
     """The run's text moved elsewhere: its new path is accepted when its contents are the
     run's (the digest), and refused when they are not."""
