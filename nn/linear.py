@@ -88,7 +88,10 @@ class LinearFn(Function):
         g2 = g.data.reshape(-1, Wa.size // d_in)
         x2, W2 = xa.reshape(-1, d_in), Wa.reshape(d_in, -1)
         gx = matmul(g2, W2.T).reshape(xa.shape) if x.requires_grad else None
-        gW = matmul(x2.T, g2).reshape(Wa.shape) if W.requires_grad else None
+        gW = None
+        if W.requires_grad:  # W's shape only where it differs: the engine copies a view it stores
+            gW = matmul(x2.T, g2)
+            gW = gW if gW.shape == Wa.shape else gW.reshape(Wa.shape)
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 
