@@ -23,26 +23,27 @@ Three settings differ from the preset, as in the circuits papers' toy models: no
 weights drawn with std 0.2 instead of GPT-2's 0.02. AdamW, lr 1e-2 (100 warmup steps, cosine
 to 1e-3), no weight decay, batch 32, 6000 steps.
 
-    python examples/induction_heads.py            # about 35 s on two cores, 1 min on one
+    python examples/induction_heads.py            # 75-85 s (session 10, 2-core VM)
     python examples/induction_heads.py --quick    # a few seconds (used by the tests)
 
-Measured (``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python examples/induction_heads.py
---seed S``, defaults, on a 2-core x86 VM with nothing else running; seconds of training as
-printed, the whole run in brackets):
+Measured in session 10 (``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python
+examples/induction_heads.py --seed S``, defaults; the whole run took 75-85 s on this project's
+2-core VM, on one core or two):
 
-====  ==================  ==============  ==========  ===========  ============
-seed  score > 0.5 at      best layer-1    loss, 1st   loss, 2nd    6000 steps
-      (step, seconds)     induction score copy        copy
-====  ==================  ==============  ==========  ===========  ============
-0     600, 6.3 s          0.933           4.909       0.196        67.6 s (70)
-1     600, 6.3 s          0.930           4.870       0.241        64.8 s (67)
-2     600, 6.0 s          0.932           4.878       0.210        60.2 s (62)
-====  ==================  ==============  ==========  ===========  ============
+====  ================  ==============  ==========  ===========
+seed  score > 0.5 at    best layer-1    loss, 1st   loss, 2nd
+      step              induction score copy        copy
+====  ================  ==============  ==========  ===========
+0     800               0.933           4.918       0.235
+1     800               0.931           4.922       0.242
+2     800               0.939           4.924       0.201
+====  ================  ==============  ==========  ===========
 
-The head appears abruptly, as Olsson et al. (2022) describe: the best score is 0.08 at step
-400 and 0.84-0.89 at step 800, and the second copy's loss falls from 4.5 to 0.6-1.0 nats with
-it. All four layer-1 heads become induction heads (0.91-0.93 each), reading one or two
-layer-0 previous-token heads (scores 0.76-0.80). Seeds 0-15 all passed 0.5 by step 1100.
+The head appears abruptly, as Olsson et al. (2022) describe: with seed 0 the best score is
+0.08 at step 400, 0.48 at step 600 and 0.87 at step 800, and the second copy's loss falls from
+4.5 to 0.7 nats with it. All four layer-1 heads become induction heads (0.91-0.93 with seed 0),
+reading a layer-0 previous-token head (0.79). Seeds 0-15 all passed 0.5
+by step 800 (7 of them at step 600), with best layer-1 scores of 0.92-0.95.
 
 What did not work (seed 0, 3000-8000 steps): the earlier training data, a segment of random
 length tiled over the sequence, let layer-0 heads attend at fixed offsets (12, 14: multiples

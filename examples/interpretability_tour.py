@@ -10,7 +10,7 @@ trained for 800 steps on sequences with a copied stretch, watched by
 corrupted [s, r] (s: 11 other tokens, none of them in r), so that only the clean run can
 predict the second copy by induction.
 
-    python examples/interpretability_tour.py            # a few seconds
+    python examples/interpretability_tour.py            # about 7 s (session 10, 2-core VM)
     python examples/interpretability_tour.py --seed 1 --out out/tour
 """
 
