@@ -173,6 +173,7 @@ def resolve_configs(args) -> tuple[GPTConfig, object]:
 
 
 def _train(args) -> int:
+    from gpt.run_folder import RunError
     from gpt.train import Trainer, config_summary, plot_history
     from nn.distributed import world
 
@@ -198,8 +199,17 @@ def _train(args) -> int:
         f"final: iter {last['iter']}, train loss {last['train_loss']:.4f}, "
         f"val loss {last['val_loss']:.4f}"
     )
-    if plot_history(trainer.run_folder.read_log(), trainer.run_folder.plot):
-        print(f"loss curve: {trainer.run_folder.plot}")
+    folder = trainer.run_folder
+    try:  # loss.png is the folder's: drawn under its lock, like every file a run writes
+        folder.lock()
+    except RunError as err:  # another run took the folder since this one ended
+        print(f"loss curve not drawn: {err}", file=sys.stderr)
+    else:
+        try:
+            if plot_history(folder.read_log(), folder.plot):
+                print(f"loss curve: {folder.plot}")
+        finally:
+            folder.unlock()
     print("sample:\n" + trainer.sample())
     return 0
 

@@ -288,6 +288,37 @@ def test_cli_refuses_a_locked_folder_in_one_line(tmp_path, text_file, capsys):
     assert err.count("\n") == 1 and f"process {os.getpid()}" in err and LOCK in err, err
 
 
+def test_cli_draws_the_loss_curve_under_the_folders_lock(tmp_path, text_file, capsys, monkeypatch):
+    """The curve is drawn after training, into the run folder: under its lock, which is then
+    released. If another run took the folder in between, its files are left alone (it was
+    drawn after the lock was released, into whatever run the folder then held)."""
+    pytest.importorskip("matplotlib")
+    args = ["train", "--text", str(text_file), "--out-dir", str(tmp_path / "run"), *SMALL]
+    args += [*QUICK, "--max-iters", "2", "--sample-tokens", "4"]
+    assert main(args) == 0
+    assert (tmp_path / "run" / "loss.png").exists() and not (tmp_path / "run" / LOCK).exists()
+    assert "loss curve:" in capsys.readouterr().out
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    run = Trainer.run
+
+    def run_then_taken(self, *a, **kw):  # another run claims the folder as this one ends
+        history = run(self, *a, **kw)
+        _lock(tmp_path / "run2", sleeper.pid)
+        return history
+
+    monkeypatch.setattr(Trainer, "run", run_then_taken)
+    try:
+        args[args.index(str(tmp_path / "run"))] = str(tmp_path / "run2")
+        assert main(args) == 0
+        assert not (tmp_path / "run2" / "loss.png").exists()
+        err = capsys.readouterr().err
+        assert "loss curve not drawn" in err and f"process {sleeper.pid}" in err
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 # ------------------------------------------------------------------ quiet losses
 def test_resume_to_fewer_iterations_than_done_is_refused(tmp_path, text_file, capsys):
     """--max-iters below the iteration the run has reached did nothing, printed the old
