@@ -35,13 +35,9 @@ def graph() -> Path:
 
 def causal_mask(T: int = 8) -> Path:
     keep = np.tril(np.ones((T, T)))
-    labels = [str(i) for i in range(T)]
     return Path(
         plots.attention_pattern(
-            keep,
-            OUT / "causal_mask.png",
-            labels=labels,
-            title="causal mask: query i sees keys j ≤ i",
+            keep, OUT / "causal_mask.png", title="causal mask: query i sees keys j ≤ i"
         )
     )
 

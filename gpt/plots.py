@@ -48,7 +48,8 @@ def attention_pattern(
     pattern, path, tokens: Sequence | None = None, title: str = "", labels=None
 ) -> str:
     """Heatmap of one head's pattern (T_q, T_k): rows are queries, columns keys. ``tokens``
-    (ids) or ``labels`` (strings) name the positions when there are few enough to read."""
+    (ids) or ``labels`` (strings, e.g. the tokens' text) name the positions when there are
+    few enough to read; without either the ticks are the positions."""
     plt = _pyplot()
     pat = np.asarray(pattern, dtype=np.float64)
     if pat.ndim != 2:
@@ -58,14 +59,19 @@ def attention_pattern(
     fig, ax = plt.subplots(figsize=(size + 1, size))
     im = ax.imshow(pat, cmap="viridis", vmin=0.0, vmax=max(1e-9, float(pat.max())))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention")
+    named = "position"
     if labels is None and tokens is not None:
-        labels = [str(t) for t in np.asarray(tokens).tolist()]
+        labels, named = [str(t) for t in np.asarray(tokens).tolist()], "token (id)"
+    elif labels is not None:
+        named = "token"
     if labels is not None and max(Tq, Tk) <= 80:
         fs = 6 if max(Tq, Tk) > 40 else 8
         ax.set_xticks(range(Tk), labels[-Tk:], rotation=90, fontsize=fs)
         ax.set_yticks(range(Tq), labels[-Tq:], fontsize=fs)
-    ax.set_xlabel("key position")
-    ax.set_ylabel("query position")
+    else:
+        named = "position"  # too many to name: matplotlib's ticks, which are positions
+    ax.set_xlabel(f"key {named}")
+    ax.set_ylabel(f"query {named}")
     if title:
         ax.set_title(title)
     return _save(fig, path)
