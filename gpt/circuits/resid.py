@@ -137,12 +137,16 @@ def _reading_norm(model, cache: dict, layer: int | None):
     return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre")
 
 
+def _check_cut(arg: str, value) -> None:
+    if isinstance(value, tuple):  # TransformerLens reads (start, stop), NumPy two indices
+        raise TypeError(f"{arg}={value!r}: pass slice(start, stop) or a list of indices")
+
+
 def _slice_scale(scale: np.ndarray, pos_slice, batch_slice) -> np.ndarray:
     """σ (B, T, 1) cut like the stack: positions first, then the batch, one after the other
     (NumPy would pair two index lists up element by element)."""
-    for arg, value in (("pos_slice", pos_slice), ("batch_slice", batch_slice)):
-        if isinstance(value, tuple):  # TransformerLens reads (start, stop), NumPy two indices
-            raise TypeError(f"{arg}={value!r}: pass slice(start, stop) or a list of indices")
+    _check_cut("pos_slice", pos_slice)
+    _check_cut("batch_slice", batch_slice)
     if pos_slice is not None:
         scale = scale[:, pos_slice]
     if batch_slice is not None:
@@ -220,13 +224,15 @@ def decompose_resid(
     incl_embeds: bool = True,
     apply_ln: bool = False,
     return_labels: bool = False,
+    pos_slice=None,
 ):
     """What each layer wrote, stacked (n, B, T, d): "embed", "pos_embed" (learned or
     sinusoidal positions only), then "{i}_attn_out" and "{i}_mlp_out" for the layers before
     ``layer`` (default all; ``mode`` "attn" or "mlp" keeps one kind). With every part and all
     layers, the sum is the final stream; ``apply_ln`` normalizes them by the norm that reads
     the stream they sum to (:func:`apply_ln_to_stack` with ``layer``: the final norm, or
-    block ``layer``'s ln1)."""
+    block ``layer``'s ln1). ``pos_slice`` (an int, a slice or a list of indices) keeps those
+    positions only, normalized by their own σ (as in every stacking function here)."""
     if mode not in ("all", "attn", "mlp"):
         raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
     _check_pre_norm(model)
@@ -238,7 +244,7 @@ def decompose_resid(
         if mode in ("all", "mlp") and model.blocks[i].mlp is not None:
             parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
             labels.append(f"{i}_mlp_out")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer, pos_slice)
 
 
 def stack_head_results(
@@ -247,6 +253,7 @@ def stack_head_results(
     layer: int | None = None,
     apply_ln: bool = False,
     return_labels: bool = False,
+    pos_slice=None,
 ):
     """Every head's output in the residual basis (``hook_result``, without b_O), stacked
     (layers·heads, B, T, d) layer-major, labelled "L{l}H{h}", for the layers before
@@ -259,7 +266,7 @@ def stack_head_results(
         for h in range(result.shape[2]):
             parts.append(result[:, :, h])
             labels.append(f"L{i}H{h}")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer, pos_slice)
 
 
 def stack_neuron_results(
@@ -268,6 +275,7 @@ def stack_neuron_results(
     layer: int | None = None,
     apply_ln: bool = False,
     return_labels: bool = False,
+    pos_slice=None,
 ):
     """Every MLP neuron's output in the residual basis, post_n · W_out[n] (``mlp.hook_post``
     times a row of W_out, without b_out), stacked (layers·d_ff, B, T, d) layer-major, labelled
@@ -279,7 +287,7 @@ def stack_neuron_results(
     for i in range(_layer_range(model, layer)):
         p, lab = _neurons(model, cache, i)
         parts, labels = parts + p, labels + lab
-    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer, pos_slice)
 
 
 def _neurons(model, cache: dict, i: int) -> tuple[list[np.ndarray], list[str]]:
@@ -299,13 +307,14 @@ def full_resid_decomposition(
     apply_ln: bool = False,
     expand_neurons: bool = False,
     return_labels: bool = False,
+    pos_slice=None,
 ):
     """The final stream split as finely as the hook points allow, (n, B, T, d), in
     TransformerLens's order: each head "L{l}H{h}", each MLP "{l}_mlp_out" (or, with
     ``expand_neurons``, each of its neurons "L{l}N{n}"), "embed", "pos_embed", and "bias" (Σ
     of the attention output biases b_O, which belong to no head, and with ``expand_neurons``
     the MLP output biases b_out). The parts sum to the final stream; ``apply_ln`` folds the
-    final norm (:func:`apply_ln_to_stack`)."""
+    final norm (:func:`apply_ln_to_stack`); ``pos_slice`` keeps those positions."""
     _check_pre_norm(model)
     heads, labels = stack_head_results(model, cache, return_labels=True)
     parts = list(heads)
@@ -327,7 +336,7 @@ def full_resid_decomposition(
     parts, labels = parts + embeds, labels + embed_labels
     parts.append(np.broadcast_to(bias, _get(cache, "hook_embed").shape))
     labels.append("bias")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels)
+    return _finish(model, cache, parts, labels, apply_ln, return_labels, None, pos_slice)
 
 
 def accumulated_resid(
@@ -337,6 +346,7 @@ def accumulated_resid(
     incl_mid: bool = False,
     apply_ln: bool = False,
     return_labels: bool = False,
+    pos_slice=None,
 ):
     """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" for the
     layers up to and including ``layer`` (the stream ``layer`` reads; "{i}_mid" too, between
@@ -346,7 +356,8 @@ def accumulated_resid(
     ``apply_ln``, as TransformerLens: with ``layer`` None (or n_layer) the final norm
     normalizes each stream with its own statistics, as if the model stopped there (the logit
     lens); with ``layer`` < n_layer, block ``layer``'s ln1 applies the scale it computed in
-    this run to every stream (:func:`apply_ln_to_stack`)."""
+    this run to every stream (:func:`apply_ln_to_stack`). ``pos_slice`` keeps those
+    positions."""
     _check_pre_norm(model)
     L = len(model.blocks)
     n = _layer_range(model, layer)
@@ -361,10 +372,12 @@ def accumulated_resid(
         if incl_mid and i < n and not model.blocks[i].parallel:
             parts.append(_get(cache, f"blocks.{i}.hook_resid_mid"))
             labels.append(f"{i}_mid")
-    stack = _stack(parts, _get(cache, "hook_embed"))
+    stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
     if apply_ln:
         final = n == L  # the logit lens: each stream by its own statistics
-        stack = apply_ln_to_stack(model, cache, stack, layer=n, recompute_ln=final)
+        stack = apply_ln_to_stack(
+            model, cache, stack, layer=n, recompute_ln=final, pos_slice=pos_slice
+        )
     return (stack, labels) if return_labels else stack
 
 
@@ -463,10 +476,19 @@ def logit_attrs(
     )
 
 
-def _finish(model, cache, parts, labels, apply_ln: bool, return_labels: bool, layer=None):
-    """The parts stacked, normalized by the norm that reads the stream before ``layer`` (they
-    sum to that stream) when ``apply_ln``, with their labels when ``return_labels``."""
-    stack = _stack(parts, _get(cache, "hook_embed"))
+def _finish(
+    model, cache, parts, labels, apply_ln: bool, return_labels: bool, layer=None, pos_slice=None
+):
+    """The parts stacked at the positions ``pos_slice`` keeps, normalized by the norm that
+    reads the stream before ``layer`` (they sum to that stream) when ``apply_ln``, with their
+    labels when ``return_labels``."""
+    stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
     if apply_ln:
-        stack = apply_ln_to_stack(model, cache, stack, layer=layer)
+        stack = apply_ln_to_stack(model, cache, stack, layer=layer, pos_slice=pos_slice)
     return (stack, labels) if return_labels else stack
+
+
+def _cut(part: np.ndarray, pos_slice) -> np.ndarray:
+    """A (B, T, ...) part at the positions ``pos_slice`` keeps (all for None)."""
+    _check_cut("pos_slice", pos_slice)
+    return part if pos_slice is None else part[:, pos_slice]

@@ -265,3 +265,35 @@ def test_accumulated_resid_up_to_a_layer_ends_with_the_stream_that_layer_reads(k
         np.testing.assert_allclose(stack[-1], parts.sum(0), rtol=1e-5, atol=1e-5)
         if k < L:
             np.testing.assert_array_equal(stack[-1], cache[f"blocks.{k}.hook_resid_pre"])
+
+
+STACKS = {  # each stacking function, with the keywords it is tested under
+    "decompose_resid": (C.decompose_resid, dict(layer=1)),
+    "stack_head_results": (C.stack_head_results, {}),
+    "stack_neuron_results": (C.stack_neuron_results, dict(layer=1)),
+    "full_resid_decomposition": (C.full_resid_decomposition, dict(expand_neurons=True)),
+    "accumulated_resid": (C.accumulated_resid, dict(incl_mid=True)),
+    "accumulated_resid_layer": (C.accumulated_resid, dict(layer=1)),
+}
+
+
+@pytest.mark.parametrize("apply_ln", [False, True])
+@pytest.mark.parametrize("cut", [-1, slice(2, 5), [0, 4, 8]], ids=["int", "slice", "list"])
+@pytest.mark.parametrize("name", sorted(STACKS))
+def test_pos_slice_keeps_those_positions_of_the_stack(name, cut, apply_ln):
+    """``pos_slice`` on a stacking function is the full stack cut at those positions, before or
+    after the norm (which divides each position by its own σ): exactly, with a LayerNorm."""
+    fn, kw = STACKS[name]
+    model = randomized(norm="layernorm", n_layer=2)
+    _, cache = logits_and_cache(model, TOKENS)
+    full, labels = fn(model, cache, apply_ln=apply_ln, return_labels=True, **kw)
+    part, part_labels = fn(model, cache, apply_ln=apply_ln, return_labels=True, pos_slice=cut, **kw)
+    assert part_labels == labels
+    np.testing.assert_array_equal(np.asarray(part), np.asarray(full)[:, :, cut])
+
+
+def test_pos_slice_as_a_pair_is_refused():
+    model = randomized(norm="layernorm", n_layer=1)
+    _, cache = logits_and_cache(model, TOKENS)
+    with pytest.raises(TypeError, match=r"pos_slice=\(1, 3\): pass slice\(start, stop\)"):
+        C.decompose_resid(model, cache, pos_slice=(1, 3))

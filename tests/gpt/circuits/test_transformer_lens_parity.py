@@ -213,6 +213,28 @@ def test_decomposition_up_to_a_layer_is_normalized_by_that_layers_ln1():
         np.testing.assert_allclose(ours[0], as_np(theirs[0]), rtol=1e-4, atol=1e-4)
 
 
+def test_pos_slice_on_the_stacking_functions_agrees_with_transformer_lens():
+    """``pos_slice`` on the stacking functions (an int, a slice, a list: TransformerLens's
+    (start, stop) pair is our slice) with ``apply_ln``: the stack at those positions divided by
+    their σ. On the folded model, where the logit lens's norm has no gain or bias here or
+    there (unfolded, TransformerLens's lens applies ln_final's gain and bias too)."""
+    model, lens = both_models()
+    lens = folded(lens)
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    for ours_cut, tl_cut in ((-1, -1), (slice(1, 4), (1, 4)), ([0, 2], [0, 2])):
+        for name, kw in (
+            ("decompose_resid", dict(layer=1)),
+            ("stack_head_results", {}),
+            ("accumulated_resid", dict(layer=1, incl_mid=True)),
+            ("accumulated_resid", {}),  # the logit lens: each stream by its own σ
+        ):
+            ours = getattr(C, name)(model, cache, apply_ln=True, pos_slice=ours_cut, **kw)
+            theirs = getattr(tl_cache, name)(apply_ln=True, pos_slice=tl_cut, **kw)
+            assert ours.shape == tuple(theirs.shape), (name, ours_cut)
+            np.testing.assert_allclose(ours, as_np(theirs), rtol=1e-4, atol=1e-4)
+
+
 def test_logit_attrs_agree_with_transformer_lens():
     """TransformerLens's ``cache.logit_attrs(stack, tokens, incorrect_tokens, pos_slice)`` takes
     the stack without the final norm and applies it; so does ``logit_attrs``. Per position
