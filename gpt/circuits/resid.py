@@ -126,12 +126,24 @@ def _normed(stack: np.ndarray) -> NormedStack:
     return np.asarray(stack).view(NormedStack)
 
 
-def _reading_norm(model, cache: dict, layer: int | None):
+def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False):
     """The norm that reads the stream before ``layer`` and that stream (B, T, d): block
     ``layer``'s ln1 and its ``hook_resid_pre``, or for None (and n_layer) the final norm and
-    the final stream. TransformerLens's ``apply_ln_to_stack(layer=...)``."""
+    the final stream; with ``mlp_input``, block ``layer``'s ln2 and its ``hook_resid_mid``
+    (the stream its MLP reads). TransformerLens's ``apply_ln_to_stack(layer, mlp_input)``."""
     _check_pre_norm(model)
     layer = _layer_range(model, layer)
+    if mlp_input:
+        if layer == len(model.blocks):
+            raise ValueError(
+                f"mlp_input=True needs a layer below n_layer={layer}: it is the stream that "
+                "block's MLP reads"
+            )
+        block = model.blocks[layer]
+        if block.mlp is None or block.parallel:
+            kind = "has no MLP" if block.mlp is None else "is parallel (its MLP reads resid_pre)"
+            raise ValueError(f"mlp_input=True: block {layer} {kind}; there is no MLP input")
+        return block.ln2, _get(cache, f"blocks.{layer}.hook_resid_mid")
     if layer == len(model.blocks):
         return model.ln_f, final_resid(model, cache)
     return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre")
@@ -163,11 +175,13 @@ def apply_ln_to_stack(
     recompute_ln: bool = False,
     pos_slice=None,
     batch_slice=None,
+    mlp_input: bool = False,
 ) -> NormedStack:
     """A norm applied to every component of ``stack`` (n, *batch_and_pos, d) without its gain
     and bias (the final norm's are in :func:`folded_unembed`): centred (LayerNorm) and divided
     by σ. The norm is the one reading the stream before ``layer``: block ``layer``'s ln1, or the
-    final norm for None (default) and n_layer, as in TransformerLens.
+    final norm for None (default) and n_layer, as in TransformerLens; with ``mlp_input``, block
+    ``layer``'s ln2, which reads the stream between its attention and its MLP.
 
     σ is that stream's (from ``cache``), the same for every component, so the results still sum
     to the normalized stream: the frozen-scale linearization of the module docstring. A stack
@@ -183,7 +197,7 @@ def apply_ln_to_stack(
             "stack made with apply_ln=False, or its norm would be applied twice"
         )
     stack = _arr(stack)
-    norm, resid = _reading_norm(model, cache, layer)
+    norm, resid = _reading_norm(model, cache, layer, mlp_input)
     if stack.ndim < 2 or stack.shape[-1] != resid.shape[-1]:
         raise ValueError(
             f"stack must be (components, ..., d_model={resid.shape[-1]}), got shape {stack.shape}"
@@ -225,6 +239,7 @@ def decompose_resid(
     apply_ln: bool = False,
     return_labels: bool = False,
     pos_slice=None,
+    mlp_input: bool = False,
 ):
     """What each layer wrote, stacked (n, B, T, d): "embed", "pos_embed" (learned or
     sinusoidal positions only), then "{i}_attn_out" and "{i}_mlp_out" for the layers before
@@ -232,7 +247,9 @@ def decompose_resid(
     layers, the sum is the final stream; ``apply_ln`` normalizes them by the norm that reads
     the stream they sum to (:func:`apply_ln_to_stack` with ``layer``: the final norm, or
     block ``layer``'s ln1). ``pos_slice`` (an int, a slice or a list of indices) keeps those
-    positions only, normalized by their own σ (as in every stacking function here)."""
+    positions only, normalized by their own σ (as in every stacking function here).
+    ``mlp_input`` adds block ``layer``'s "{layer}_attn_out": the parts then sum to the stream
+    its MLP reads, and ``apply_ln`` uses that block's ln2."""
     if mode not in ("all", "attn", "mlp"):
         raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
     _check_pre_norm(model)
@@ -244,7 +261,14 @@ def decompose_resid(
         if mode in ("all", "mlp") and model.blocks[i].mlp is not None:
             parts.append(_get(cache, f"blocks.{i}.hook_mlp_out"))
             labels.append(f"{i}_mlp_out")
-    return _finish(model, cache, parts, labels, apply_ln, return_labels, layer, pos_slice)
+    if mlp_input:
+        _reading_norm(model, cache, layer, mlp_input)  # (refuses a layer without MLP input)
+        if mode in ("all", "attn"):
+            parts.append(_get(cache, f"blocks.{layer}.hook_attn_out"))
+            labels.append(f"{layer}_attn_out")
+    return _finish(
+        model, cache, parts, labels, apply_ln, return_labels, layer, pos_slice, mlp_input
+    )
 
 
 def stack_head_results(
@@ -347,6 +371,7 @@ def accumulated_resid(
     apply_ln: bool = False,
     return_labels: bool = False,
     pos_slice=None,
+    mlp_input: bool = False,
 ):
     """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" for the
     layers up to and including ``layer`` (the stream ``layer`` reads; "{i}_mid" too, between
@@ -357,10 +382,13 @@ def accumulated_resid(
     normalizes each stream with its own statistics, as if the model stopped there (the logit
     lens); with ``layer`` < n_layer, block ``layer``'s ln1 applies the scale it computed in
     this run to every stream (:func:`apply_ln_to_stack`). ``pos_slice`` keeps those
-    positions."""
+    positions. ``mlp_input`` adds "{layer}_mid", the stream block ``layer``'s MLP reads, last,
+    and ``apply_ln`` then uses that block's ln2."""
     _check_pre_norm(model)
     L = len(model.blocks)
     n = _layer_range(model, layer)
+    if mlp_input:
+        _reading_norm(model, cache, n, mlp_input)  # (refuses a layer without MLP input)
     parts, labels = [], []
     for i in range(n + 1):
         if i == L:
@@ -369,14 +397,20 @@ def accumulated_resid(
             continue
         parts.append(_get(cache, f"blocks.{i}.hook_resid_pre"))
         labels.append(f"{i}_pre")
-        if incl_mid and i < n and not model.blocks[i].parallel:
+        if (incl_mid and i < n and not model.blocks[i].parallel) or (mlp_input and i == n):
             parts.append(_get(cache, f"blocks.{i}.hook_resid_mid"))
             labels.append(f"{i}_mid")
     stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
     if apply_ln:
         final = n == L  # the logit lens: each stream by its own statistics
         stack = apply_ln_to_stack(
-            model, cache, stack, layer=n, recompute_ln=final, pos_slice=pos_slice
+            model,
+            cache,
+            stack,
+            layer=n,
+            recompute_ln=final,
+            pos_slice=pos_slice,
+            mlp_input=mlp_input,
         )
     return (stack, labels) if return_labels else stack
 
@@ -477,14 +511,24 @@ def logit_attrs(
 
 
 def _finish(
-    model, cache, parts, labels, apply_ln: bool, return_labels: bool, layer=None, pos_slice=None
+    model,
+    cache,
+    parts,
+    labels,
+    apply_ln: bool,
+    return_labels: bool,
+    layer=None,
+    pos_slice=None,
+    mlp_input: bool = False,
 ):
     """The parts stacked at the positions ``pos_slice`` keeps, normalized by the norm that
     reads the stream before ``layer`` (they sum to that stream) when ``apply_ln``, with their
     labels when ``return_labels``."""
     stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
     if apply_ln:
-        stack = apply_ln_to_stack(model, cache, stack, layer=layer, pos_slice=pos_slice)
+        stack = apply_ln_to_stack(
+            model, cache, stack, layer=layer, pos_slice=pos_slice, mlp_input=mlp_input
+        )
     return (stack, labels) if return_labels else stack
 
 

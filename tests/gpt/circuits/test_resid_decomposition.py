@@ -297,3 +297,45 @@ def test_pos_slice_as_a_pair_is_refused():
     _, cache = logits_and_cache(model, TOKENS)
     with pytest.raises(TypeError, match=r"pos_slice=\(1, 3\): pass slice\(start, stop\)"):
         C.decompose_resid(model, cache, pos_slice=(1, 3))
+
+
+@pytest.mark.parametrize("norm", ["none", "layernorm", "rmsnorm"])
+def test_mlp_input_stacks_sum_to_the_stream_the_mlp_reads(norm):
+    """``mlp_input``: block k's attention output joins the decomposition, whose parts then sum
+    to ``blocks.k.hook_resid_mid`` (the stream the MLP reads), and ``accumulated_resid`` ends
+    with that stream; with ``apply_ln`` both are divided by the σ block k's ln2 computed
+    (float32 forward against float64 sums: 1e-5)."""
+    model = randomized(norm=norm, n_layer=2)
+    _, cache = logits_and_cache(model, TOKENS)
+    mid = np.asarray(cache["blocks.1.hook_resid_mid"], np.float64)
+    stack, labels = C.decompose_resid(model, cache, layer=1, mlp_input=True, return_labels=True)
+    assert labels[-2:] == ["0_mlp_out", "1_attn_out"]
+    np.testing.assert_allclose(stack.sum(0), mid, atol=1e-5)
+    acc, acc_labels = C.accumulated_resid(model, cache, layer=1, mlp_input=True, return_labels=True)
+    assert acc_labels == ["0_pre", "1_pre", "1_mid"]
+    np.testing.assert_array_equal(acc[-1], cache["blocks.1.hook_resid_mid"])
+    if norm == "none":
+        return
+    centred = mid - mid.mean(-1, keepdims=True) if norm == "layernorm" else mid
+    eps = model.blocks[1].ln2.eps
+    sigma = np.sqrt((centred**2).mean(-1, keepdims=True) + eps)
+    normed = C.decompose_resid(model, cache, layer=1, mlp_input=True, apply_ln=True)
+    np.testing.assert_allclose(normed.sum(0), centred / sigma, atol=1e-5)
+    acc = C.accumulated_resid(model, cache, layer=1, mlp_input=True, apply_ln=True)
+    np.testing.assert_allclose(acc[-1], centred / sigma, atol=1e-5)
+
+
+def test_mlp_input_without_an_mlp_input_is_refused():
+    model = randomized(norm="layernorm", n_layer=2)
+    _, cache = logits_and_cache(model, TOKENS)
+    for layer in (None, 2):
+        with pytest.raises(ValueError, match="mlp_input=True needs a layer below n_layer=2"):
+            C.decompose_resid(model, cache, layer=layer, mlp_input=True)
+    parallel = randomized(norm="layernorm", n_layer=2, parallel=True)
+    _, cache = logits_and_cache(parallel, TOKENS)
+    with pytest.raises(ValueError, match="block 1 is parallel"):
+        C.accumulated_resid(parallel, cache, layer=1, mlp_input=True)
+    attn_only = randomized(norm="layernorm", n_layer=2, attn_only=True)
+    _, cache = logits_and_cache(attn_only, TOKENS)
+    with pytest.raises(ValueError, match="block 0 has no MLP"):
+        C.apply_ln_to_stack(attn_only, cache, np.zeros((1, 3, 9, 16)), layer=0, mlp_input=True)

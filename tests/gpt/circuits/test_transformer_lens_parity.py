@@ -235,6 +235,24 @@ def test_pos_slice_on_the_stacking_functions_agrees_with_transformer_lens():
             np.testing.assert_allclose(ours, as_np(theirs), rtol=1e-4, atol=1e-4)
 
 
+def test_mlp_input_agrees_with_transformer_lens():
+    """``mlp_input=True``: the decomposition and the accumulated stream up to the stream block
+    1's MLP reads, normalized by block 1's ln2 scale, here and in TransformerLens."""
+    model, lens = both_models()
+    _, cache = C.run_with_cache(model, TOKENS)
+    _, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
+    kw = dict(layer=1, mlp_input=True, apply_ln=True, return_labels=True)
+    for ours, theirs in (
+        (C.decompose_resid(model, cache, **kw), tl_cache.decompose_resid(**kw)),
+        (
+            C.accumulated_resid(model, cache, incl_mid=True, pos_slice=[0, 3], **kw),
+            tl_cache.accumulated_resid(incl_mid=True, pos_slice=[0, 3], **kw),
+        ),
+    ):
+        assert ours[1] == list(theirs[1])
+        np.testing.assert_allclose(ours[0], as_np(theirs[0]), rtol=1e-4, atol=1e-4)
+
+
 def test_logit_attrs_agree_with_transformer_lens():
     """TransformerLens's ``cache.logit_attrs(stack, tokens, incorrect_tokens, pos_slice)`` takes
     the stack without the final norm and applies it; so does ``logit_attrs``. Per position
