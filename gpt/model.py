@@ -9,7 +9,8 @@ the final stream into next-token logits:
     logits = norm(resid) @ W_U
 
 Hook points (identity modules) name every activation a circuits analysis reads:
-``hook_embed``, ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
+``hook_embed``, ``hook_pos_embed`` (learned or sinusoidal positions, (B, T, d) as in
+TransformerLens), ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
 ``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
 and inside attention ``blocks.{i}.attn.hook_q`` (k, v), ``hook_attn_scores``,
 ``hook_pattern``, ``hook_z`` and ``hook_result`` (each head's output in the residual basis).
@@ -137,12 +138,14 @@ class GPT(nn.Module):
         self.config = cfg = config
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, std=cfg.init_std)
         self.hook_embed = nn.HookPoint()
-        self.pos = None
+        self.pos = self.hook_pos_embed = None
         rotary = None
         if cfg.positional == "learned":
             self.pos = nn.LearnedPositionalEmbedding(cfg.block_size, cfg.d_model, std=cfg.init_std)
         elif cfg.positional == "sinusoidal":
             self.pos = nn.SinusoidalPositionalEncoding(cfg.d_model, max_len=cfg.block_size)
+        if self.pos is not None:
+            self.hook_pos_embed = nn.HookPoint()
         elif cfg.positional == "rope":
             rotary = nn.RotaryEmbedding(
                 cfg.d_head, cfg.rope_base, layout=cfg.rope_layout, scaling=cfg.rope_scaling
@@ -217,8 +220,8 @@ class GPT(nn.Module):
                 "the text encoded with another tokenizer?"
             ) from None
         resid = self.hook_embed(resid)
-        if self.pos is not None:
-            resid = self.pos(resid, offset=offset)
+        if self.pos is not None:  # the position vectors, one copy per sequence
+            resid = resid + self.hook_pos_embed(self.pos.vectors(T, offset).expand(resid.shape))
         resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
             if cache is not None:

@@ -146,10 +146,13 @@ class SinusoidalPositionalEncoding(Module):
         )
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        T = x.shape[-2]
+        return x + self.vectors(x.shape[-2], offset)
+
+    def vectors(self, T: int, offset: int = 0) -> Tensor:
+        """PE[offset : offset + T], (T, d): what :meth:`forward` adds."""
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
-        return x + Tensor._wrap(self.pe.data[offset : offset + T])
+        return Tensor._wrap(self.pe.data[offset : offset + T])
 
 
 class LearnedPositionalEmbedding(Module):
@@ -170,11 +173,14 @@ class LearnedPositionalEmbedding(Module):
         self.W_pos = normal((max_len, d), std, dtype, device)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        T = x.shape[-2]
+        return x + self.vectors(x.shape[-2], offset)
+
+    def vectors(self, T: int, offset: int = 0) -> Tensor:
+        """W_pos[offset : offset + T], (T, d): what :meth:`forward` adds."""
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
         positions = xp_of(self.W_pos.data).arange(offset, offset + T)
-        return x + EmbeddingFn.apply(self.W_pos, idx=positions)
+        return EmbeddingFn.apply(self.W_pos, idx=positions)
 
 
 class RelativePositionBias(Module):

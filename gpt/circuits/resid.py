@@ -69,13 +69,10 @@ def _stack(parts: list[np.ndarray], like: np.ndarray) -> np.ndarray:
 
 def _embed_parts(model, cache: dict) -> tuple[list[np.ndarray], list[str]]:
     """The token embeddings (B, T, d) and, for learned or sinusoidal positions, the position
-    vectors broadcast to (B, T, d)."""
-    embed = _get(cache, "hook_embed")
-    parts, labels = [embed], ["embed"]
+    vectors (B, T, d): ``hook_embed`` and ``hook_pos_embed``."""
+    parts, labels = [_get(cache, "hook_embed")], ["embed"]
     if model.pos is not None:
-        zeros = tl.tensor(np.zeros(embed.shape[1:], np.float32)[None])
-        pos = _arr(model.pos(zeros))
-        parts.append(np.broadcast_to(pos, embed.shape))
+        parts.append(_get(cache, "hook_pos_embed"))
         labels.append("pos_embed")
     return parts, labels
 

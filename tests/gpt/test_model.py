@@ -144,6 +144,7 @@ def test_hook_names_follow_the_circuits_convention():
     names = {n for n, _ in GPT(small()).named_modules()}
     for n in [
         "hook_embed",
+        "hook_pos_embed",
         "blocks.0.hook_resid_pre",
         "blocks.0.hook_attn_out",
         "blocks.0.hook_resid_mid",
@@ -158,6 +159,31 @@ def test_hook_names_follow_the_circuits_convention():
         "blocks.0.attn.hook_result",
     ]:
         assert n in names
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope"])
+def test_hook_pos_embed_holds_the_position_vectors_of_each_sequence(positional):
+    """``hook_pos_embed`` (B, T, d), as in TransformerLens: the vectors the positions add, the
+    same for every sequence; rotary positions add none and have no such hook. A hook that
+    zeroes it leaves the token embeddings alone in the stream."""
+    from gpt import circuits as C
+
+    model = GPT(small(positional=positional))
+    tokens = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    _, cache = C.run_with_cache(model, tokens)
+    if positional == "rope":
+        assert model.hook_pos_embed is None and "hook_pos_embed" not in cache
+        return
+    pos = cache["hook_pos_embed"]
+    assert pos.shape == (2, 4, model.config.d_model)
+    np.testing.assert_array_equal(pos[0], pos[1])
+    np.testing.assert_allclose(
+        cache["blocks.0.hook_resid_pre"], cache["hook_embed"] + pos, rtol=1e-6, atol=1e-6
+    )
+    zero = ("hook_pos_embed", lambda a: np.zeros(a.shape, np.float32))
+    with C.hooks(model, fwd_hooks=[zero]):
+        _, patched = C.run_with_cache(model, tokens)
+    np.testing.assert_array_equal(patched["blocks.0.hook_resid_pre"], cache["hook_embed"])
 
 
 def test_the_training_path_stays_fused_and_summed_after_a_full_cache():

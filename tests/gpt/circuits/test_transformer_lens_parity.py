@@ -113,7 +113,7 @@ def test_logits_and_activations_agree_at_every_shared_hook_name():
     tl_logits, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
     np.testing.assert_allclose(logits.numpy(), as_np(tl_logits), rtol=1e-4, atol=1e-4)
     shared = [n for n in cache if n in tl_cache.keys()]
-    expected = {"hook_embed"} | {
+    expected = {"hook_embed", "hook_pos_embed"} | {
         f"blocks.{i}.{s}"
         for i in range(L)
         for s in (
