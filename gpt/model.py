@@ -220,8 +220,8 @@ class GPT(nn.Module):
                 "the text encoded with another tokenizer?"
             ) from None
         resid = self.hook_embed(resid)
-        if self.pos is not None:  # the position vectors, one copy per sequence
-            resid = resid + self.hook_pos_embed(self.pos.vectors(T, offset).expand(resid.shape))
+        if self.pos is not None:
+            resid = resid + self.hook_pos_embed(self.pos(resid, offset=offset))
         resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
             if cache is not None:

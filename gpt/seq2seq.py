@@ -154,7 +154,8 @@ class _Stack(nn.Module):
         x = self.embed(ids)
         if self.scale != 1.0:
             x = x * self.scale
-        return self.drop(self.pos(self.hook_embed(x), offset=offset))
+        x = self.hook_embed(x)
+        return self.drop(x + self.pos(x, offset=offset))
 
     def final(self, resid: Tensor) -> Tensor:
         return resid if self.ln_f is None else self.ln_f(resid)

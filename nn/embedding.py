@@ -127,8 +127,10 @@ def sinusoidal_table(n_positions: int, d: int, base: float = 10000.0) -> np.ndar
 
 
 class SinusoidalPositionalEncoding(Module):
-    """x + PE[offset : offset + T] for x (B, T, d): fixed, nothing learned. The table is a
-    non-persistent buffer ``pe`` (max_len, d) (rebuilt, not saved in the state dict)."""
+    """The position vectors of x (B, T, d): PE[offset : offset + T] broadcast to x's shape, for
+    the model to add to its token embeddings (as TransformerLens's ``PosEmbed``, so the sum
+    can have a hook point between). Fixed, nothing learned. The table is a non-persistent
+    buffer ``pe`` (max_len, d) (rebuilt, not saved in the state dict)."""
 
     def __init__(
         self,
@@ -146,19 +148,18 @@ class SinusoidalPositionalEncoding(Module):
         )
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        return x + self.vectors(x.shape[-2], offset)
-
-    def vectors(self, T: int, offset: int = 0) -> Tensor:
-        """PE[offset : offset + T], (T, d): what :meth:`forward` adds."""
+        T = x.shape[-2]
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
-        return Tensor._wrap(self.pe.data[offset : offset + T])
+        pe = self.pe.data[offset : offset + T]
+        return Tensor._wrap(xp_of(pe).broadcast_to(pe, x.shape))
 
 
 class LearnedPositionalEmbedding(Module):
-    """x + W_pos[offset : offset + T] for x (B, T, d): the rows of positions offset, ...,
-    offset + T - 1, looked up like token ids (:class:`EmbeddingFn`). Parameter ``W_pos``
-    (max_len, d), drawn from N(0, std²)."""
+    """The position vectors of x (B, T, d): W_pos[offset : offset + T], the rows of positions
+    offset, ..., offset + T - 1 looked up like token ids (:class:`EmbeddingFn`), broadcast to
+    x's shape for the model to add (see :class:`SinusoidalPositionalEncoding`). Parameter
+    ``W_pos`` (max_len, d), drawn from N(0, std²)."""
 
     def __init__(
         self,
@@ -173,14 +174,11 @@ class LearnedPositionalEmbedding(Module):
         self.W_pos = normal((max_len, d), std, dtype, device)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        return x + self.vectors(x.shape[-2], offset)
-
-    def vectors(self, T: int, offset: int = 0) -> Tensor:
-        """W_pos[offset : offset + T], (T, d): what :meth:`forward` adds."""
+        T = x.shape[-2]
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
         positions = xp_of(self.W_pos.data).arange(offset, offset + T)
-        return EmbeddingFn.apply(self.W_pos, idx=positions)
+        return EmbeddingFn.apply(self.W_pos, idx=positions).expand(x.shape)
 
 
 class RelativePositionBias(Module):

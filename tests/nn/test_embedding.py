@@ -94,10 +94,15 @@ def test_sinusoidal_values_by_hand():
     assert odd.shape == (3, 5) and odd[2, 4] == pytest.approx(math.sin(2 * 10000 ** (-4 / 5)))
 
 
-def test_sinusoidal_adds_with_offset():
+def test_sinusoidal_gives_the_vectors_of_the_positions_from_offset():
+    """The vectors of x's positions, broadcast to x's shape: what the model adds to x (x's
+    values play no part)."""
     enc = nn.SinusoidalPositionalEncoding(6, max_len=8)
-    x = tl.zeros(2, 3, 6)
-    np.testing.assert_array_equal(enc(x, offset=2).data[0], enc.pe.data[2:5])
+    x = tl.ones(2, 3, 6)
+    pe = enc(x, offset=2)
+    assert pe.shape == x.shape
+    for b in range(2):
+        np.testing.assert_array_equal(pe.numpy()[b], enc.pe.numpy()[2:5])
     assert "pe" not in enc.state_dict()  # rebuilt, not saved
     with pytest.raises(ValueError):
         enc(tl.zeros(1, 9, 6))
@@ -105,8 +110,9 @@ def test_sinusoidal_adds_with_offset():
 
 def test_learned_positional_embedding():
     pos = nn.LearnedPositionalEmbedding(8, 4, dtype=np.float64)
-    x = tl.zeros(2, 3, 4, dtype=np.float64)
+    x = tl.ones(2, 3, 4, dtype=np.float64)
     y = pos(x, offset=1)
+    assert y.shape == x.shape
     np.testing.assert_array_equal(y.data[1], pos.W_pos.data[1:4])
     y.sum().backward()
     assert (pos.W_pos.grad.data[1:4] == 2).all() and (pos.W_pos.grad.data[[0, 4]] == 0).all()
