@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from nn.init import constant, uniform
 from nn.module import Module
 from tensorlab import Tensor
@@ -89,9 +91,9 @@ class LinearFn(Function):
         x2, W2 = xa.reshape(-1, d_in), Wa.reshape(d_in, -1)
         gx = matmul(g2, W2.T).reshape(xa.shape) if x.requires_grad else None
         gW = None
-        if W.requires_grad:  # W's shape only where it differs: the engine copies a view it stores
-            gW = matmul(x2.T, g2)
-            gW = gW if gW.shape == Wa.shape else gW.reshape(Wa.shape)
+        if W.requires_grad:  # written in W's shape (the engine would copy a view it stores)
+            gW = xp_of(Wa).empty(Wa.shape, np.promote_types(x2.dtype, g2.dtype))
+            matmul(x2.T, g2, out=gW.reshape(d_in, -1))
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 

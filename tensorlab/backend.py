@@ -80,18 +80,23 @@ def as_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-def matmul(a, b):
-    """a @ b; two float16 (or two bfloat16) arrays give a result in their dtype whose products
-    are summed in float32 and rounded once. NumPy is asked for a float32 product and rounds it
-    (its own float16 matmul has no BLAS, so it is many times slower, and its bfloat16
-    matmul returns float32). cuBLAS does it by itself for CuPy's half arrays (compute type
-    CUBLAS_COMPUTE_32F, CuPy's default), on the tensor cores, so there the product is taken
-    as it is: widening first would run a float32 GEMM, many times slower."""
+def matmul(a, b, out=None):
+    """a @ b (written into ``out`` when given); two float16 (or two bfloat16) arrays give a
+    result in their dtype whose products are summed in float32 and rounded once. NumPy is
+    asked for a float32 product and rounds it (its own float16 matmul has no BLAS, so it is
+    many times slower, and its bfloat16 matmul returns float32). cuBLAS does it by itself for
+    CuPy's half arrays (compute type CUBLAS_COMPUTE_32F, CuPy's default), on the tensor
+    cores, so there the product is taken as it is: widening first would run a float32 GEMM,
+    many times slower."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None or xp is not np:
-        return a @ b
-    return xp.matmul(a, b, dtype=acc).astype(a.dtype)
+        return xp.matmul(a, b, out=out)
+    product = xp.matmul(a, b, dtype=acc)
+    if out is None:
+        return product.astype(a.dtype)
+    out[...] = product
+    return out
 
 
 def cuda_available() -> bool:
