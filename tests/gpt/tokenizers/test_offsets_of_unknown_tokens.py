@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from hf_training import hf_trained
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,16 +25,8 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers  
 CORPUS = "the quick brown fox jumps over the lazy dog naive cafe abc abd xyz hello world " * 50
 
 
-def _train(model, trainer, normalizer=None, pre=None, decoder=None):
-    t = hf.Tokenizer(model)
-    if normalizer is not None:
-        t.normalizer = normalizer
-    if pre is not None:
-        t.pre_tokenizer = pre
-    if decoder is not None:
-        t.decoder = decoder
-    t.train_from_iterator([CORPUS], trainer)
-    return t
+def _train(model, trainer, *parts, **named_parts):
+    return hf_trained(CORPUS, model, trainer, *parts, **named_parts)
 
 
 def _not_added(t):

@@ -12,6 +12,7 @@ import os
 import random
 
 import pytest
+from hf_training import hf_trained
 from hypothesis import example, given, settings
 from tokenizer_strategies import unicode_text
 
@@ -67,18 +68,8 @@ CORPUS = corpus()
 SPECIALS = ["<unk>", "<s>", "</s>", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 
 
-def trained(model, trainer, normalizer=None, pre=None, decoder=None, post=None):
-    t = hf.Tokenizer(model)
-    if normalizer is not None:
-        t.normalizer = normalizer
-    if pre is not None:
-        t.pre_tokenizer = pre
-    if decoder is not None:
-        t.decoder = decoder
-    t.train_from_iterator([CORPUS], trainer)
-    if post is not None:
-        t.post_processor = post
-    return t
+def trained(model, trainer, *parts, **named_parts):
+    return hf_trained(CORPUS, model, trainer, *parts, **named_parts)
 
 
 def bpe(vocab=300, **kw):
