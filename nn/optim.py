@@ -389,10 +389,10 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
     return norm
 
 
-# Numbers per float64 group in clip_grad_norm_: 2 MiB on the CPU, where larger groups leave the
-# cache and are slower than one group per parameter (nanoGPT CPU config: 0.37 ms against 0.58;
-# 6 × 384: level at 5.5 ms; 2^20 numbers 6.2 ms, 2^24 15 ms); 128 MiB on a GPU (GPT-2 small's
-# 124M gradients in 8 groups).
+# Numbers per float64 group in clip_grad_norm_: 2 MiB on the CPU, where a group larger than the
+# cache is slower than one group per parameter; 128 MiB on a GPU, where each group costs two
+# kernel launches (GPT-2 small's 124M gradients in 8 groups). benchmarks/bench_kernels.py times
+# clipping against PyTorch's.
 CLIP_GROUP = {"cpu": 1 << 18, "cuda": 1 << 24}
 
 
