@@ -19,7 +19,7 @@ same orientation as our ``x @ W``; so every matrix is a reshape, never a transpo
     h.{i}.ln_2.weight / .bias  (d,)          -> blocks.{i}.ln2.w / .b
     h.{i}.mlp.c_fc.weight      (d, d_ff)     -> blocks.{i}.mlp.W_in  (and .bias -> b_in)
     h.{i}.mlp.c_proj.weight    (d_ff, d)     -> blocks.{i}.mlp.W_out (and .bias -> b_out)
-    ln_f.weight / .bias        (d,)          -> ln_f.w / .b
+    ln_f.weight / .bias        (d,)          -> ln_final.w / .b
     lm_head.weight             (V, d)        -> W_U (d, V), transposed; only when untied
 
 ``c_attn``'s 3d output columns are [queries | keys | values], each d wide with the heads
@@ -374,8 +374,8 @@ def convert_hf_state(
         out[b + "mlp.b_in"] = take(h + "mlp.c_fc.bias", (f,))
         out[b + "mlp.W_out"] = take(h + "mlp.c_proj.weight", (f, d))
         out[b + "mlp.b_out"] = take(h + "mlp.c_proj.bias", (d,))
-    out["ln_f.w"] = take("ln_f.weight", (d,))
-    out["ln_f.b"] = take("ln_f.bias", (d,))
+    out["ln_final.w"] = take("ln_f.weight", (d,))
+    out["ln_final.b"] = take("ln_f.bias", (d,))
 
     if cfg.tie_weights:
         if "lm_head.weight" in hf:
@@ -464,8 +464,8 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
         arrays[h + "mlp.c_fc.bias"] = sd[b + "mlp.b_in"]
         arrays[h + "mlp.c_proj.weight"] = sd[b + "mlp.W_out"].reshape(f, d)
         arrays[h + "mlp.c_proj.bias"] = sd[b + "mlp.b_out"]
-    arrays["ln_f.weight"] = sd["ln_f.w"]
-    arrays["ln_f.bias"] = sd["ln_f.b"]
+    arrays["ln_f.weight"] = sd["ln_final.w"]
+    arrays["ln_f.bias"] = sd["ln_final.b"]
     arrays = {"transformer." + k: v for k, v in arrays.items()}
     if not cfg.tie_weights:
         arrays["lm_head.weight"] = sd["W_U"].T

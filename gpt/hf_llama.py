@@ -19,7 +19,7 @@ W (in, out): every matrix is a transpose and then a reshape)::
     ...mlp.gate_proj.weight              (d_ff, d)      -> blocks.{i}.mlp.W_gate (d, d_ff)
     ...mlp.up_proj.weight                (d_ff, d)      -> blocks.{i}.mlp.W_in   (d, d_ff)
     ...mlp.down_proj.weight              (d, d_ff)      -> blocks.{i}.mlp.W_out  (d_ff, d)
-    model.norm.weight                    (d,)           -> ln_f.w
+    model.norm.weight                    (d,)           -> ln_final.w
     lm_head.weight                       (V, d)         -> W_U (d, V); absent when tied
 
 The MLP is down(silu(gate(x)) ⊙ up(x)), which is :class:`nn.FeedForward`'s gated form with
@@ -168,7 +168,7 @@ def convert_llama_state(take, cfg: GPTConfig, model_type: str) -> dict[str, np.n
             out[b + "mlp.b_gate"] = take(h + "mlp.gate_proj.bias", (f,))
             out[b + "mlp.b_in"] = take(h + "mlp.up_proj.bias", (f,))
             out[b + "mlp.b_out"] = take(h + "mlp.down_proj.bias", (d,))
-    out["ln_f.w"] = take("model.norm.weight", (d,))
+    out["ln_final.w"] = take("model.norm.weight", (d,))
     if not cfg.tie_weights:
         out["W_U"] = linear_weight("lm_head.weight", V, d)
     return out
@@ -237,7 +237,7 @@ def llama_state_to_hf(sd: dict[str, np.ndarray], cfg: GPTConfig) -> dict[str, np
     def t(a):  # (in, out) -> (out, in)
         return a.reshape(a.shape[0], -1).T
 
-    out = {"model.embed_tokens.weight": sd["embed.W"], "model.norm.weight": sd["ln_f.w"]}
+    out = {"model.embed_tokens.weight": sd["embed.W"], "model.norm.weight": sd["ln_final.w"]}
     for i in range(cfg.n_layer):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         out[h + "input_layernorm.weight"] = sd[b + "ln1.w"]

@@ -12,11 +12,12 @@ Hook points (identity modules) name every activation a circuits analysis reads:
 ``hook_embed``, ``hook_pos_embed`` (learned or sinusoidal positions, (B, T, d) as in
 TransformerLens), ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
 ``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
-and inside attention ``blocks.{i}.attn.hook_q`` (k, v), ``hook_attn_scores``,
-``hook_pattern``, ``hook_z`` and ``hook_result`` (each head's output in the residual basis).
-The scores, the pattern and the per-head results are closed on the training path (a fused
-attention, W_O summing over heads in one product) and opened by ``gpt.circuits`` when a hook
-asks for them, so an unused hook point costs nothing.
+inside attention ``blocks.{i}.attn.hook_q`` (k, v), ``hook_attn_scores``, ``hook_pattern``,
+``hook_z`` and ``hook_result`` (each head's output in the residual basis), and inside each norm
+(``blocks.{i}.ln1``, ``ln2``, ``ln_final``) ``hook_scale`` σ and ``hook_normalized`` x̂.
+The scores, the pattern, the per-head results and the norms' σ and x̂ are closed on the
+training path (a fused attention, W_O summing over heads in one product, fused norms) and
+opened by ``gpt.circuits`` when a hook asks for them, so an unused hook point costs nothing.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class GPT(nn.Module):
             )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layer))
-        self.ln_f = make_norm(cfg) if cfg.final_norm else None
+        self.ln_final = make_norm(cfg) if cfg.final_norm else None
         if not cfg.tie_weights:  # unembedding (d_model, vocab_size); else W_U = W_Eᵀ
             self.W_U = nn.init.constant((cfg.d_model, cfg.vocab_size), 0.0)
         self.reset_parameters()
@@ -232,8 +233,8 @@ class GPT(nn.Module):
                 resid = block(resid)
         if cache is not None:
             cache.length += T
-        if self.ln_f is not None:
-            resid = self.ln_f(resid)
+        if self.ln_final is not None:
+            resid = self.ln_final(resid)
         logits = F.linear(resid, self.W_U)  # (B, T, vocab): one GEMM over all positions
         loss = None
         if targets is not None:

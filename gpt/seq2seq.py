@@ -148,7 +148,7 @@ class _Stack(nn.Module):
             self.pos = nn.SinusoidalPositionalEncoding(cfg.d_model, max_len=cfg.max_len)
         self.drop = nn.Dropout(cfg.dropout)
         self.hook_embed = nn.HookPoint()
-        self.ln_f = make_norm(cfg) if cfg.final_norm else None
+        self.ln_final = make_norm(cfg) if cfg.final_norm else None
 
     def embed_tokens(self, ids: Tensor, offset: int = 0) -> Tensor:
         x = self.embed(ids)
@@ -158,7 +158,7 @@ class _Stack(nn.Module):
         return self.drop(x + self.pos(x, offset=offset))
 
     def final(self, resid: Tensor) -> Tensor:
-        return resid if self.ln_f is None else self.ln_f(resid)
+        return resid if self.ln_final is None else self.ln_final(resid)
 
 
 class Encoder(_Stack):

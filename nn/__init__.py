@@ -28,6 +28,6 @@ from nn.module import (
     evaluating,
     module_scopes,
 )
-from nn.norm import LayerNorm, RMSNorm
+from nn.norm import LayerNorm, RMSNorm, composed_norms
 
 from nn import amp, distributed, functional, init, optim, serialization  # isort: skip

@@ -42,7 +42,7 @@ from nn.dropout import check_p, dropout, dropout_mask
 from nn.embedding import RelativePositionBias, RotaryEmbedding
 from nn.init import constant, uniform
 from nn.linear import linear, sum_last
-from nn.module import HookPoint, Module
+from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
@@ -179,10 +179,6 @@ class AttentionFn(Function):
         )
 
 
-def _identity(x):
-    return x
-
-
 def attention_composed(
     q: Tensor,
     k: Tensor,
@@ -193,8 +189,8 @@ def attention_composed(
     mask,
     dropout_mask,
     window: int | None = None,
-    hook_scores=_identity,
-    hook_pattern=_identity,
+    hook_scores=identity,
+    hook_pattern=identity,
 ) -> Tensor:
     """:class:`AttentionFn`'s function in engine ops, one step a line (same layouts).
     ``hook_scores`` sees the scores S (masked entries -∞) and ``hook_pattern`` the pattern A,
@@ -454,19 +450,15 @@ class MultiHeadAttention(Module):
 
     @fused.setter
     def fused(self, value: bool) -> None:
-        inner = self._inner_hooks()
-        if value and any(h._forward_hooks or h._forward_pre_hooks for h in inner):
-            raise RuntimeError(
-                "MultiHeadAttention.fused = True: remove the hooks on hook_attn_scores and "
-                "hook_pattern first (the fused path has no scores or pattern to hook)"
-            )
-        for h in inner:
-            h.closed = (
-                "the attention is fused (one node, no scores or pattern as Tensors); set "
-                "attn.fused = False, or use nn.composed_attention(model) or gpt.circuits"
-                if value
-                else None
-            )
+        close_hook_points(
+            self._inner_hooks(),
+            "the attention is fused (one node, no scores or pattern as Tensors); set "
+            "attn.fused = False, or use nn.composed_attention(model) or gpt.circuits"
+            if value
+            else None,
+            "MultiHeadAttention.fused = True: remove the hooks on hook_attn_scores and "
+            "hook_pattern first (the fused path has no scores or pattern to hook)",
+        )
         object.__setattr__(self, "_fused", bool(value))
 
     @property
@@ -475,18 +467,15 @@ class MultiHeadAttention(Module):
 
     @use_attn_result.setter
     def use_attn_result(self, value: bool) -> None:
-        h = self.hook_result
-        if not value and (h._forward_hooks or h._forward_pre_hooks):
-            raise RuntimeError(
-                "MultiHeadAttention.use_attn_result = False: remove the hooks on hook_result "
-                "first (without it the heads' outputs are summed inside one product)"
-            )
-        h.closed = (
+        close_hook_points(
+            [self.hook_result],
             None
             if value
             else "per-head results are off (W_O sums over heads in one product); set "
             "attn.use_attn_result = True, or use nn.attention.attention_results(model) or "
-            "gpt.circuits"
+            "gpt.circuits",
+            "MultiHeadAttention.use_attn_result = False: remove the hooks on hook_result "
+            "first (without it the heads' outputs are summed inside one product)",
         )
         object.__setattr__(self, "_use_attn_result", bool(value))
 
@@ -635,40 +624,18 @@ def head_results(z: Tensor, W_O: Tensor) -> Tensor:
     return (z.transpose(-3, -2) @ W_O).transpose(-3, -2)
 
 
-@contextlib.contextmanager
-def composed_attention(model: Module):
-    """Inside this block every :class:`MultiHeadAttention` in ``model`` takes the composed path
-    (``fused = False``), so ``hook_attn_scores`` and ``hook_pattern`` can be hooked; each goes
-    back to its own setting afterwards, except a layer whose scores or pattern still carry a
-    hook (it stays composed, so that the hook keeps running). ``gpt.circuits`` runs its hooks
+def composed_attention(model: Module) -> contextlib.AbstractContextManager:
+    """A ``with`` block in which every :class:`MultiHeadAttention` in ``model`` takes the
+    composed path (``fused = False``), so ``hook_attn_scores`` and ``hook_pattern`` can be
+    hooked; each goes back to its own setting afterwards, except a layer whose scores or
+    pattern still carry a hook (:func:`nn.module.switched`). ``gpt.circuits`` runs its hooks
     inside this."""
-    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    before = [m.fused for m in layers]
-    for m in layers:
-        m.fused = False
-    try:
-        yield model
-    finally:
-        for m, f in zip(layers, before):
-            hooked = any(h._forward_hooks or h._forward_pre_hooks for h in m._inner_hooks())
-            if f and not hooked:
-                m.fused = True
+    return switched(model, MultiHeadAttention, "fused", False, MultiHeadAttention._inner_hooks)
 
 
-@contextlib.contextmanager
-def attention_results(model: Module):
-    """Inside this block every :class:`MultiHeadAttention` in ``model`` computes each head's
-    output on its own (``use_attn_result = True``), so ``hook_result`` (B, T, H, d_model) can be
-    read or replaced; each goes back to its own setting afterwards, except a layer whose
-    ``hook_result`` still carries a hook. The attention itself keeps its path (fused or not)."""
-    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    before = [m.use_attn_result for m in layers]
-    for m in layers:
-        m.use_attn_result = True
-    try:
-        yield model
-    finally:
-        for m, was in zip(layers, before):
-            h = m.hook_result
-            if not was and not (h._forward_hooks or h._forward_pre_hooks):
-                m.use_attn_result = False
+def attention_results(model: Module) -> contextlib.AbstractContextManager:
+    """A ``with`` block in which every :class:`MultiHeadAttention` in ``model`` computes each
+    head's output on its own (``use_attn_result = True``), so ``hook_result`` (B, T, H,
+    d_model) can be read or replaced; afterwards as :func:`composed_attention`. The attention
+    itself keeps its path (fused or not)."""
+    return switched(model, MultiHeadAttention, "use_attn_result", True, lambda m: [m.hook_result])

@@ -57,13 +57,20 @@ def _is_array_like(value, like: Tensor) -> bool:
 
 
 class _Handle:
-    """Returned by ``register_*_hook``; ``remove()`` takes the hook out again."""
+    """Returned by ``register_*_hook``; ``remove()`` takes the hook out again, as does the end
+    of a ``with`` block (``with point.register_forward_hook(fn): ...``, as in PyTorch)."""
 
     def __init__(self, hooks: dict, key: int):
         self.hooks, self.key = hooks, key
 
     def remove(self) -> None:
         self.hooks.pop(self.key, None)
+
+    def __enter__(self) -> _Handle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
 
 
 class Module:
@@ -341,6 +348,46 @@ class HookPoint(Module):
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError(f"cannot hook this hook point: {self.closed}")
+
+    @property
+    def hooked(self) -> bool:
+        """Whether a forward hook (or pre-hook) is registered here."""
+        return bool(self._forward_hooks or self._forward_pre_hooks)
+
+
+def identity(x):
+    """x itself: the hook of a composed function called without hook points."""
+    return x
+
+
+def close_hook_points(points: Iterable[HookPoint], reason: str | None, refusal: str) -> None:
+    """Close ``points`` with ``reason`` (the path a module now takes skips them), or open them
+    (``reason=None``). Closing a point that still carries a hook raises ``refusal``: the hook
+    would silently stop running. Modules call this from the setter of the flag that picks
+    their path (``fused``, ``use_attn_result``)."""
+    points = list(points)
+    if reason and any(p.hooked for p in points):
+        raise RuntimeError(refusal)
+    for p in points:
+        p.closed = reason
+
+
+@contextlib.contextmanager
+def switched(model: Module, kind: type, flag: str, value: bool, points: Callable):
+    """Inside this block every ``kind`` module in ``model`` has ``flag = value``, the setting
+    that opens its hook points ``points(module)``; afterwards each goes back to its own
+    setting, except one whose points still carry a hook (it keeps the open path, so that the
+    hook keeps running)."""
+    layers = [m for m in model.modules() if isinstance(m, kind)]
+    before = [getattr(m, flag) for m in layers]
+    for m in layers:
+        setattr(m, flag, value)
+    try:
+        yield model
+    finally:
+        for m, was in zip(layers, before):
+            if was != value and not any(p.hooked for p in points(m)):
+                setattr(m, flag, was)
 
 
 class ModuleList(Module):

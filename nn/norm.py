@@ -10,13 +10,15 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from nn.init import constant
 from nn.linear import mean_last, sum_rows
-from nn.module import Module
+from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, in_float32, rounded, xp_of
 from tensorlab.function import Function
 from tensorlab.fused import fused
 
@@ -134,11 +136,7 @@ class LayerNormFn(Function):
 
     @staticmethod
     def composed(x, *affine, eps):
-        xc = x - x.mean(axis=-1, keepdims=True)
-        y = xc * ((xc * xc).mean(axis=-1, keepdims=True) + eps) ** -0.5
-        if affine:
-            y = y * affine[0]
-        return y + affine[1] if len(affine) == 2 else y
+        return layer_norm_composed(x, *affine, eps=eps)
 
 
 class RMSNormFn(Function):
@@ -169,8 +167,40 @@ class RMSNormFn(Function):
 
     @staticmethod
     def composed(x, *gain, eps):
-        y = x * ((x * x).mean(axis=-1, keepdims=True) + eps) ** -0.5
-        return y * gain[0] if gain else y
+        return rms_norm_composed(x, *gain, eps=eps)
+
+
+def layer_norm_composed(
+    x: Tensor, *affine: Tensor, eps: float, hook_scale=identity, hook_normalized=identity
+) -> Tensor:
+    """:class:`LayerNormFn`'s function in engine ops, one step a line, half inputs in float32
+    as there. ``hook_scale`` sees σ (..., 1) and ``hook_normalized`` x̂ (..., d), as in
+    TransformerLens, and may replace them."""
+    x, half = _float32(x)
+    xc = x - x.mean(axis=-1, keepdims=True)
+    scale = hook_scale(((xc * xc).mean(axis=-1, keepdims=True) + eps).sqrt())
+    y = hook_normalized(xc / scale)
+    if affine:
+        y = y * affine[0]
+    y = y + affine[1] if len(affine) == 2 else y
+    return y if half is None else y.astype(half)
+
+
+def rms_norm_composed(
+    x: Tensor, *gain: Tensor, eps: float, hook_scale=identity, hook_normalized=identity
+) -> Tensor:
+    """:class:`RMSNormFn`'s function in engine ops (hooks as :func:`layer_norm_composed`)."""
+    x, half = _float32(x)
+    scale = hook_scale(((x * x).mean(axis=-1, keepdims=True) + eps).sqrt())
+    y = hook_normalized(x / scale)
+    y = y * gain[0] if gain else y
+    return y if half is None else y.astype(half)
+
+
+def _float32(x: Tensor) -> tuple[Tensor, object]:
+    """(x, None), or (x in float32, its half dtype): :func:`in_float32` for Tensors."""
+    acc = acc_dtype(x.data)
+    return (x, None) if acc is None else (x.astype(acc), x.dtype)
 
 
 def layer_norm(
@@ -201,11 +231,54 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     return RMSNormFn.apply(x, *gain, eps=eps)
 
 
-class LayerNorm(Module):
+class _Norm(Module):
+    """What both norm layers share: ``d``, ``eps`` and the path. ``fused`` (the default): one
+    node (:class:`LayerNormFn`, :class:`RMSNormFn`); otherwise the composed ops, where the hook
+    points ``hook_scale`` σ (..., 1) and ``hook_normalized`` x̂ (..., d) (TransformerLens's
+    names) see and may replace the scale and the normalized input. Both paths give the same
+    numbers up to rounding. Set ``norm.fused`` or use :func:`composed_norms` to switch."""
+
+    def __init__(self, d: int, eps: float, fused: bool):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+        self.fused = fused
+
+    @property
+    def fused(self) -> bool:
+        return self._fused
+
+    @fused.setter
+    def fused(self, value: bool) -> None:
+        close_hook_points(
+            self._inner_hooks(),
+            "the norm is fused (one node: σ and x̂ are not Tensors); set norm.fused = False, or "
+            "use nn.composed_norms(model) or gpt.circuits"
+            if value
+            else None,
+            f"{type(self).__name__}.fused = True: remove the hooks on hook_scale and "
+            "hook_normalized first (the fused path has no scale or normalized input to hook)",
+        )
+        object.__setattr__(self, "_fused", bool(value))
+
+    def _inner_hooks(self) -> tuple[HookPoint, HookPoint]:
+        return self.hook_scale, self.hook_normalized
+
+
+def composed_norms(model: Module) -> contextlib.AbstractContextManager:
+    """A ``with`` block in which every :class:`LayerNorm` and :class:`RMSNorm` in ``model``
+    takes the composed path (``fused = False``), so ``hook_scale`` and ``hook_normalized`` can
+    be hooked; afterwards as :func:`nn.composed_attention`."""
+    return switched(model, _Norm, "fused", False, _Norm._inner_hooks)
+
+
+class LayerNorm(_Norm):
     """y = (x - μ)/√(σ² + eps) ⊙ w + b, with μ, σ² the mean and variance of the last axis.
 
     Parameters: ``w`` (d,) the gain γ (ones), ``b`` (d,) the bias β (zeros), or None with
-    ``bias=False``. One node forward and backward (:class:`LayerNormFn`).
+    ``bias=False``. One node forward and backward (:class:`LayerNormFn`) unless ``fused`` is
+    False (the composed ops with the hook points ``hook_scale`` and ``hook_normalized``).
     """
 
     def __init__(
@@ -213,32 +286,46 @@ class LayerNorm(Module):
         d: int,
         eps: float = 1e-5,
         bias: bool = True,
+        fused: bool = True,
         dtype=DEFAULT_DTYPE,
         device: str | None = None,
     ):
-        super().__init__()
-        self.d, self.eps = d, eps
+        super().__init__(d, eps, fused)
         self.w = constant((d,), 1.0, dtype, device)
         self.b = constant((d,), 0.0, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return layer_norm(x, self.w, self.b, self.eps)
+        if self.fused:
+            return layer_norm(x, self.w, self.b, self.eps)
+        affine = (self.w,) if self.b is None else (self.w, self.b)
+        hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
+        return layer_norm_composed(x, *affine, eps=self.eps, **hooks)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}, bias={self.b is not None}"
 
 
-class RMSNorm(Module):
+class RMSNorm(_Norm):
     """y = x/√(mean(x²) + eps) ⊙ w over the last axis (Zhang & Sennrich 2019): LayerNorm
-    without centring and without bias. Parameter ``w`` (d,), ones."""
+    without centring and without bias. Parameter ``w`` (d,), ones. ``fused`` and the hook
+    points as :class:`LayerNorm`."""
 
-    def __init__(self, d: int, eps: float = 1e-6, dtype=DEFAULT_DTYPE, device: str | None = None):
-        super().__init__()
-        self.d, self.eps = d, eps
+    def __init__(
+        self,
+        d: int,
+        eps: float = 1e-6,
+        fused: bool = True,
+        dtype=DEFAULT_DTYPE,
+        device: str | None = None,
+    ):
+        super().__init__(d, eps, fused)
         self.w = constant((d,), 1.0, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.w, self.eps)
+        if self.fused:
+            return rms_norm(x, self.w, self.eps)
+        hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
+        return rms_norm_composed(x, self.w, eps=self.eps, **hooks)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"

@@ -15,6 +15,7 @@ import nn
 import tensorlab as tl
 from nn.attention import attention_results, composed_attention
 from nn.module import HookPoint
+from nn.norm import composed_norms
 from tensorlab import Tensor
 from tensorlab.ops.nnops import log_softmax_array
 
@@ -62,6 +63,14 @@ def _to_numpy(x) -> np.ndarray:
     return np.array(x, copy=True)
 
 
+# Hook points closed on the training path, by name ending, and the block that opens them.
+_OPENERS = (
+    (("hook_attn_scores", "hook_pattern"), composed_attention),
+    (("hook_result",), attention_results),
+    (("hook_scale", "hook_normalized"), composed_norms),
+)
+
+
 @contextlib.contextmanager
 def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpec] = ()):
     """Register hooks by name for the duration of a ``with`` block; they are removed on exit,
@@ -79,12 +88,14 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     backward from those passes' outputs, also one called after the block; the model needs a
     graph (``nn.evaluating(model, grad=True)`` or ``run_with_hooks(..., grad=True)``).
 
-    Two kinds of hook point are closed on the default (training) path and opened here for
-    the block, only when hooked: ``hook_attn_scores`` and ``hook_pattern`` switch the model's
-    attention layers to their composed path (``nn.composed_attention``: a fused attention has
-    no scores or pattern), and ``hook_result`` makes them compute each head's output on its
-    own (``nn.attention.attention_results``: by default W_O sums over heads in one product).
-    Either way the logits agree with the default path up to float rounding.
+    Three kinds of hook point are closed on the default (training) path and opened here for
+    the block, only when hooked (:data:`_OPENERS`): ``hook_attn_scores`` and ``hook_pattern``
+    switch the model's attention layers to their composed path (``nn.composed_attention``: a
+    fused attention has no scores or pattern), ``hook_result`` makes them compute each head's
+    output on its own (``nn.attention.attention_results``: by default W_O sums over heads in
+    one product), and the norms' ``hook_scale`` and ``hook_normalized`` switch the norms to
+    their composed path (``nn.composed_norms``). Either way the logits agree with the default
+    path up to float rounding.
     """
     fwd_hooks, bwd_hooks = _pairs(fwd_hooks, "fwd_hooks"), _pairs(bwd_hooks, "bwd_hooks")
     chosen = [
@@ -96,10 +107,9 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     closed = [n for n, m, _ in chosen if getattr(m, "closed", None)]
     handles = []
     with contextlib.ExitStack() as opened:
-        if any(n.endswith(("hook_attn_scores", "hook_pattern")) for n in closed):
-            opened.enter_context(composed_attention(model))
-        if any(n.endswith("hook_result") for n in closed):
-            opened.enter_context(attention_results(model))
+        for names, opener in _OPENERS:
+            if any(n.endswith(names) for n in closed):
+                opened.enter_context(opener(model))
         try:
             for _, module, hook in chosen:
                 handles.append(module.register_forward_hook(hook))
@@ -196,8 +206,9 @@ def run_with_cache(
 
     The model runs in eval mode (no dropout; restored afterwards) and without building a graph
     unless ``grad`` or ``incl_bwd``; the hooks are removed afterwards, also on an error.
-    Hooking ``hook_attn_scores``/``hook_pattern`` or ``hook_result`` opens them for this run
-    (see :func:`hooks`), so caching only the residual-stream hooks keeps the fast path.
+    Hooking ``hook_attn_scores``/``hook_pattern``, ``hook_result`` or a norm's ``hook_scale``/
+    ``hook_normalized`` opens them for this run (see :func:`hooks`), so caching only the
+    residual-stream hooks keeps the fast path.
     """
     cache: dict[str, np.ndarray] = {}
     acts: dict[str, Tensor] = {}

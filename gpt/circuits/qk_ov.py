@@ -44,7 +44,7 @@ def _head_weights(model, layer: int, head: int, fold_ln: bool = True):
 
 def _unembed(model, fold_ln: bool = True) -> np.ndarray:
     WU = _arr(model.W_U)
-    g = _gain(model.ln_f) if fold_ln else None
+    g = _gain(model.ln_final) if fold_ln else None
     return WU if g is None else g[:, None] * WU
 
 

@@ -17,7 +17,7 @@ Why the parts sum to the whole. In a pre-norm model the stream only ever grows b
     attn_out = Σ_heads result^h + b_O,
 
 so the stacks below sum to the final stream exactly (float rounding aside). The logits are
-``ln_f(resid_final) @ W_U``. A LayerNorm centres its input and divides it by a per-position
+``ln_final(resid_final) @ W_U``. A LayerNorm centres its input and divides it by a per-position
 scale σ = √(var + eps) (RMSNorm: by √(mean(x²) + eps)), then multiplies by the gain γ (the
 parameter ``w``) and adds the shift β (``b``), as in docs/README.md's notation. Centring is
 linear; dividing by σ is not, but σ is one number per position, so with σ read from this
@@ -142,7 +142,7 @@ def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False
             raise ValueError(f"mlp_input=True: block {layer} {kind}; there is no MLP input")
         return block.ln2, _get(cache, f"blocks.{layer}.hook_resid_mid")
     if layer == len(model.blocks):
-        return model.ln_f, final_resid(model, cache)
+        return model.ln_final, final_resid(model, cache)
     return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre")
 
 
@@ -221,8 +221,8 @@ def folded_unembed(model) -> tuple[np.ndarray, np.ndarray]:
     (vocab,)) with W_U' = diag(w) W_U and b_U = b W_U (zeros without a gain or a bias), so
     that ``logits = apply_ln(resid_final) @ W_U' + b_U``."""
     W_U = _arr(model.W_U)
-    w = getattr(model.ln_f, "w", None)
-    b = getattr(model.ln_f, "b", None)
+    w = getattr(model.ln_final, "w", None)
+    b = getattr(model.ln_final, "b", None)
     b_U = np.zeros(W_U.shape[1]) if b is None else _arr(b) @ W_U
     return (W_U if w is None else _arr(w)[:, None] * W_U), b_U
 

@@ -146,7 +146,7 @@ class Stack(nn.Module):
         n = cfg.n_decoder_layer if decoder else cfg.n_encoder_layer
         self.blocks = nn.ModuleList(Block(cfg, decoder) for _ in range(n))
         if cfg.final_norm:
-            self.ln_f = norm(cfg)
+            self.ln_final = norm(cfg)
 
     def forward(self, ids, pad, memory=None):
         cfg, T = self.cfg, ids.shape[1]
@@ -157,7 +157,7 @@ class Stack(nn.Module):
             x = x + sinusoids(T, cfg.d_model).to(x.dtype)
         for block in self.blocks:
             x = block(x, pad, memory)
-        return self.ln_f(x) if cfg.final_norm else x
+        return self.ln_final(x) if cfg.final_norm else x
 
 
 class Reference(nn.Module):

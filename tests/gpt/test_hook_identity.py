@@ -2,11 +2,11 @@
 positions, post-norm, sandwich + parallel, RoPE, relative positions, attention-only without
 norms) and of an encoder-decoder Transformer, a hook that changes nothing (a forward hook
 returning its input, one returning None, a pre-hook returning its arguments) leaves the logits
-bit for bit those of the unhooked model: on the composed attention path with per-head results,
-where every hook point is open; on the fused path as built, where the scores, the pattern and
-the per-head results (hook_result) are closed and every other point is hooked; and on the
-fused path with per-head results; with source padding (seq2seq) and with the key/value cache
-(both models)."""
+bit for bit those of the unhooked model: on the composed attention and norm paths with per-head
+results, where every hook point is open; on the fused path as built, where the scores, the
+pattern, the per-head results (hook_result) and the norms' hook_scale and hook_normalized are
+closed and every other point is hooked; and on the fused path with per-head results; with
+source padding (seq2seq) and with the key/value cache (both models)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ from gpt.generate import generate
 from gpt.model import GPT
 from gpt.seq2seq import Transformer
 from nn.attention import attention_results
+from nn.norm import composed_norms
 
 STYLES = ["returns input", "returns None", "pre-hook"]
 PATHS = ["composed", "fused", "fused-results"]
 CLOSED_WHEN_FUSED = ("hook_attn_scores", "hook_pattern")
 CLOSED_WITHOUT_RESULTS = ("hook_result",)
+CLOSED_IN_FUSED_NORMS = ("hook_scale", "hook_normalized")
 
 GPT_VARIANTS = {
     "default": {},
@@ -78,12 +80,14 @@ def small_seq2seq(variant: str, seed: int = 0) -> Transformer:
 
 @contextlib.contextmanager
 def on_path(model: nn.Module, path: str):
-    """Every hook point open (the composed attention path, inside ``nn.composed_attention``,
-    with per-head results, inside ``attention_results``), the model as built (fused, no
-    per-head results), or the fused attention with per-head results."""
+    """Every hook point open (the composed attention and norm paths, inside
+    ``nn.composed_attention`` and ``nn.composed_norms``, with per-head results, inside
+    ``attention_results``), the model as built (fused, no per-head results), or the fused
+    attention and norms with per-head results."""
     with contextlib.ExitStack() as stack:
         if path == "composed":
             stack.enter_context(nn.composed_attention(model))
+            stack.enter_context(composed_norms(model))
         if path in ("composed", "fused-results"):
             stack.enter_context(attention_results(model))
         yield model
@@ -91,8 +95,9 @@ def on_path(model: nn.Module, path: str):
 
 def open_points(model: nn.Module, path: str) -> list[str]:
     """The hook points the model's current path runs through. Closed ones (hooking them
-    raises): on the fused path every attention layer's scores and pattern, and without
-    per-head results every attention layer's hook_result."""
+    raises): on the fused path every attention layer's scores and pattern and every norm's
+    scale and normalized input, and without per-head results every attention layer's
+    hook_result."""
     modules = dict(model.named_modules())
     names = hook_names(model)
     points = [n for n in names if not modules[n].closed]
@@ -103,9 +108,12 @@ def open_points(model: nn.Module, path: str) -> list[str]:
         "fused-results": CLOSED_WHEN_FUSED,
     }[path]
     n_attn = sum(isinstance(m, nn.MultiHeadAttention) for m in modules.values())
-    assert sorted(n.rsplit(".", 1)[-1] for n in closed) == sorted(expected * n_attn)
+    n_norm = sum(isinstance(m, nn.LayerNorm | nn.RMSNorm) for m in modules.values())
+    norms = CLOSED_IN_FUSED_NORMS * n_norm if path != "composed" else ()
+    assert sorted(n.rsplit(".", 1)[-1] for n in closed) == sorted(expected * n_attn + norms)
     for n in closed:
         reason = "attention is fused" if n.endswith(CLOSED_WHEN_FUSED) else "per-head results"
+        reason = "norm is fused" if n.endswith(CLOSED_IN_FUSED_NORMS) else reason
         with pytest.raises(RuntimeError, match=reason):
             modules[n].register_forward_hook(lambda *a: None)
     return points

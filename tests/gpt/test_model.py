@@ -234,9 +234,11 @@ def test_trace_backward_over_a_whole_training_step():
     assert len(out.getvalue().splitlines()) == len(names)
     assert all(np.isfinite(s.grad_norm) for s in trace.steps)
     # the first layer norm the backward reaches is the final one; the gain's gradient it
-    # sends is the one stored in ln_f.w.grad
-    ln_f = next(s for s in trace.steps if s.op == "LayerNormFn")
-    assert ln_f.sent[1][1] == pytest.approx(float(np.linalg.norm(model.ln_f.w.grad.numpy())))
+    # sends is the one stored in ln_final.w.grad
+    ln_final = next(s for s in trace.steps if s.op == "LayerNormFn")
+    assert ln_final.sent[1][1] == pytest.approx(
+        float(np.linalg.norm(model.ln_final.w.grad.numpy()))
+    )
 
 
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal", "relative", "rope", "none"])

@@ -89,7 +89,7 @@ def test_defaults_follow_the_paper():
     model = Transformer(cfg)
     assert model.W_U.shape == (cfg.d_model, cfg.tgt_vocab_size)
     assert model.encoder.scale == pytest.approx(cfg.d_model**0.5)
-    assert model.encoder.ln_f is None and model.decoder.ln_f is None
+    assert model.encoder.ln_final is None and model.decoder.ln_final is None
     assert Seq2SeqConfig(norm_placement="pre").final_norm
 
 

@@ -210,6 +210,16 @@ def test_hooks_run_in_order_and_removal_is_exact():
     assert calls == ["g", "g"]
 
 
+def test_a_hook_handle_as_a_with_block_removes_the_hook_at_its_end():
+    layer = Affine(2, 3)
+    with layer.register_forward_hook(lambda m, i, o: o * 0):
+        assert not layer(tl.randn(1, 2)).data.any()
+    assert layer(tl.ones((1, 2))).data.any() and not layer._forward_hooks
+    with pytest.raises(KeyError), layer.register_forward_pre_hook(lambda m, i: None):
+        raise KeyError("an error inside the block")
+    assert not layer._forward_pre_hooks
+
+
 def test_hook_point_is_identity_with_hooks():
     hp = nn.HookPoint()
     cache = {}

@@ -251,6 +251,111 @@ def test_norm_defaults_start_as_identity_affine():
     assert [n for n, _ in ln.named_parameters()] == ["w", "b"]
 
 
+# ---------------------------------------------------------------------- the composed path
+NORM_LAYERS = {
+    "layer_norm": lambda d, dtype: nn.LayerNorm(d, dtype=dtype),
+    "layer_norm_no_bias": lambda d, dtype: nn.LayerNorm(d, bias=False, dtype=dtype),
+    "rms_norm": lambda d, dtype: nn.RMSNorm(d, dtype=dtype),
+}
+
+
+def run_norm(layer, x: np.ndarray, g: np.ndarray, dtype="float64"):
+    """The layer's output and the gradients of x and every parameter for output gradient g."""
+    for p in layer.parameters():
+        p.grad = None
+    xt = tl.tensor(x).astype(dtype).requires_grad_()
+    y = layer(xt)
+    y.backward(tl.tensor(g).astype(dtype))
+    return [y.numpy(), xt.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()]
+
+
+@pytest.mark.parametrize("kind", sorted(NORM_LAYERS))
+@given(x=rows_shapes.flatmap(values).map(spread_rows).map(rms_rows), data=st.data())
+def test_norm_layers_fused_and_composed_agree(kind, x, data):
+    """A norm layer on its fused path (one node) and on its composed path (``fused = False``,
+    engine ops through hook_scale and hook_normalized): the same output and gradients of x and
+    every parameter within 1e-10 in float64 (rows spread as above: both paths compute the same
+    formula in another order, ≲ 1e-13 apart), and the composed path passes gradcheck and
+    gradgradcheck."""
+    layer = randomize(NORM_LAYERS[kind](x.shape[-1], np.float64))
+    g = data.draw(values(x.shape))
+    fused = run_norm(layer, x, g)
+    layer.fused = False
+    composed = run_norm(layer, x, g)
+    for a, b in zip(fused, composed):
+        np.testing.assert_allclose(a, b, atol=1e-10, rtol=0)
+    params = list(layer.parameters())
+    tl.gradcheck(lambda x, *ps: layer(x), [t64(x), *params])
+    tl.gradgradcheck(lambda x, *ps: layer(x), [t64(x), *params])
+
+
+@pytest.mark.parametrize("kind", sorted(NORM_LAYERS))
+def test_composed_norm_of_bfloat16_is_the_fused_one_within_an_ulp(kind):
+    """bfloat16 inputs: both paths compute in float32 and round once (the composed path
+    through Tensor.astype), so the outputs differ by at most one bfloat16 ulp (the float32
+    results differ by ~1e-7 relative, which can move a rounding boundary) and mostly not."""
+    if tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    rng = np.random.default_rng(0)
+    x, g = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 5, 16))
+    layer = randomize(NORM_LAYERS[kind](16, np.float32))
+    fused = run_norm(layer, x, g, "bfloat16")
+    layer.fused = False
+    composed = run_norm(layer, x, g, "bfloat16")
+    assert composed[0].dtype == tl.bfloat16
+    y_f, y_c = fused[0].astype(np.float64), composed[0].astype(np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(y_f), 1e-30))) - 7)  # 8-bit significand
+    assert (np.abs(y_f - y_c) <= ulp).all()
+    assert (y_f != y_c).mean() < 0.05
+
+
+@pytest.mark.parametrize("kind", sorted(NORM_LAYERS))
+def test_norm_hook_points_see_and_replace_the_scale_and_the_normalized_input(kind):
+    """On the composed path hook_scale sees σ (..., 1) and hook_normalized x̂ (..., d), as
+    NumPy computes them; identity hooks change nothing, bit for bit; a hook that doubles σ
+    halves x̂, and one that zeroes x̂ leaves the bias."""
+    layer = randomize(NORM_LAYERS[kind](6, np.float64))
+    layer.fused = False
+    x = np.random.default_rng(1).standard_normal((2, 3, 6))
+    centred = x - x.mean(-1, keepdims=True) if kind.startswith("layer") else x
+    sigma = np.sqrt((centred**2).mean(-1, keepdims=True) + layer.eps)
+    plain = layer(t64(x)).numpy()
+    seen = {}
+    handles = [
+        getattr(layer, n).register_forward_hook(lambda m, i, out, n=n: seen.setdefault(n, out))
+        for n in ("hook_scale", "hook_normalized")
+    ]
+    np.testing.assert_array_equal(layer(t64(x)).numpy(), plain)
+    np.testing.assert_allclose(seen["hook_scale"].numpy(), sigma, rtol=1e-14)
+    np.testing.assert_allclose(seen["hook_normalized"].numpy(), centred / sigma, rtol=1e-13)
+    for h in handles:
+        h.remove()
+    bias = 0.0 if getattr(layer, "b", None) is None else layer.b.numpy()
+    with layer.hook_scale.register_forward_hook(lambda m, i, out: out * 2):
+        halved = layer(t64(x)).numpy()
+    np.testing.assert_allclose(halved - bias, (plain - bias) / 2, rtol=1e-13, atol=1e-15)
+    with layer.hook_normalized.register_forward_hook(lambda m, i, out: out * 0):
+        np.testing.assert_array_equal(layer(t64(x)).numpy(), np.broadcast_to(bias, x.shape))
+
+
+def test_a_fused_norm_refuses_its_hooks_and_composed_norms_opens_them():
+    """A fused norm has no σ or x̂ to hook: hooking them raises, naming why and the way out;
+    nn.composed_norms opens them for a block and puts the norms back afterwards, except one
+    still hooked; fusing a hooked norm raises."""
+    model = nn.Sequential(nn.LayerNorm(4), nn.RMSNorm(4))
+    with pytest.raises(RuntimeError, match="norm is fused.*composed_norms"):
+        model[0].hook_scale.register_forward_hook(lambda *a: None)
+    with nn.composed_norms(model):
+        assert not model[0].fused and not model[1].fused
+        handle = model[1].hook_normalized.register_forward_hook(lambda *a: None)
+    assert model[0].fused and not model[1].fused  # the hooked one stays composed
+    with pytest.raises(RuntimeError, match="RMSNorm.fused = True: remove the hooks"):
+        model[1].fused = True
+    handle.remove()
+    model[1].fused = True
+    assert model[1].hook_scale.closed
+
+
 @pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (2, 0, 0)], ids=str)
 @pytest.mark.parametrize("affine", [False, True])
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])

@@ -172,7 +172,7 @@ def test_step_through_page_has_one_frame_per_backward_node():
             assert f'id="{page.prefix}{s["edge"]}"' in page.svg
             assert f'id="{page.prefix}{s["node"]}"' in page.svg
     sent = {s["to"] for f in page.frames for s in f["sends"]}
-    assert {"blocks.0.attn.W_q", "ln_f.w", "LinearFn (blocks.0.mlp)"} <= sent
+    assert {"blocks.0.attn.W_q", "ln_final.w", "LinearFn (blocks.0.mlp)"} <= sent
     # self-contained: no network, no server, one page
     page_html = page.html
     assert page_html.startswith("<!DOCTYPE html>") and "<svg" in page_html

@@ -41,6 +41,13 @@ def test_run_with_cache_records_every_hook_with_its_shape():
             np.testing.assert_allclose(
                 act.sum(2) + block.attn.b_O.numpy(), out, rtol=1e-5, atol=1e-6
             )
+        elif name.endswith(("hook_scale", "hook_normalized")):  # σ and x̂ of a layer norm
+            stream = cache[_norm_input(name, cfg.n_layer)]
+            centred = stream - stream.mean(-1, keepdims=True)
+            sigma = np.sqrt((centred**2).mean(-1, keepdims=True) + cfg.norm_eps)
+            want = sigma if name.endswith("hook_scale") else centred / sigma
+            assert act.shape == want.shape, name
+            np.testing.assert_allclose(act, want, rtol=1e-5, atol=1e-6, err_msg=name)
         elif ".mlp." in name:  # neuron hooks (hook_pre, hook_post), once FeedForward has them
             assert act.shape == (B, T, cfg.d_ff), name
         else:
@@ -53,6 +60,14 @@ def test_run_with_cache_records_every_hook_with_its_shape():
     # every hook removed again, and the model is back in training mode
     assert all(not m._forward_hooks for m in model.modules())
     assert model.training
+
+
+def _norm_input(name: str, n_layer: int) -> str:
+    """The cached stream a pre-norm GPT's norm ``name`` (blocks.i.ln1/ln2, ln_final) reads."""
+    if name.startswith("ln_final."):
+        return f"blocks.{n_layer - 1}.hook_resid_post"
+    block, norm = name.split(".")[1:3]
+    return f"blocks.{block}." + ("hook_resid_pre" if norm == "ln1" else "hook_resid_mid")
 
 
 def test_cache_filters_by_names_and_predicate():
@@ -91,7 +106,7 @@ def test_run_with_hooks_intervenes():
     ).numpy()
     _, cache = C.run_with_cache(model, tokens, names=["blocks.0.hook_resid_pre"])
     assert not np.allclose(base, zeroed)
-    direct, _ = model.ln_f(tl.tensor(cache["blocks.0.hook_resid_pre"])), None
+    direct, _ = model.ln_final(tl.tensor(cache["blocks.0.hook_resid_pre"])), None
     np.testing.assert_allclose(zeroed, direct.numpy() @ model.W_U.numpy(), rtol=1e-4, atol=1e-5)
     # a hook returning None changes nothing; a two-argument hook gets the name
     seen = []

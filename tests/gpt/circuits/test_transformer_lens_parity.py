@@ -29,7 +29,7 @@ def both_models():
     model = randomized(
         3, vocab_size=V, block_size=T, n_layer=L, n_head=H, d_model=D, d_ff=DFF, dropout=0.0
     )
-    for p in (model.ln_f.w, *(b.ln1.w for b in model.blocks), *(b.ln2.w for b in model.blocks)):
+    for p in (model.ln_final.w, *(b.ln1.w for b in model.blocks), *(b.ln2.w for b in model.blocks)):
         p.data[...] += 1.0  # gains around 1, as trained ones are
     cfg = HookedTransformerConfig(
         n_layers=L,
@@ -52,8 +52,8 @@ def both_models():
         "pos_embed.W_pos": t(model.pos.W_pos),
         "unembed.W_U": t(model.W_U),
         "unembed.b_U": torch.zeros(V),
-        "ln_final.w": t(model.ln_f.w),
-        "ln_final.b": t(model.ln_f.b),
+        "ln_final.w": t(model.ln_final.w),
+        "ln_final.b": t(model.ln_final.b),
     }
     for i, block in enumerate(model.blocks):
         a, m = block.attn, block.mlp
@@ -113,14 +113,16 @@ def test_logits_and_activations_agree_at_every_shared_hook_name():
     tl_logits, tl_cache = lens.run_with_cache(torch.tensor(TOKENS))
     np.testing.assert_allclose(logits.numpy(), as_np(tl_logits), rtol=1e-4, atol=1e-4)
     shared = [n for n in cache if n in tl_cache.keys()]
-    expected = {"hook_embed", "hook_pos_embed"} | {
+    expected = {"hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized"}
+    expected |= {
         f"blocks.{i}.{s}"
         for i in range(L)
         for s in (
             "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
             "hook_resid_post", "attn.hook_q", "attn.hook_k", "attn.hook_v",
             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "attn.hook_result",
-            "mlp.hook_pre", "mlp.hook_post",
+            "mlp.hook_pre", "mlp.hook_post", "ln1.hook_scale", "ln1.hook_normalized",
+            "ln2.hook_scale", "ln2.hook_normalized",
         )
     }  # fmt: skip
     assert expected <= set(shared), expected - set(shared)
