@@ -16,6 +16,12 @@ A masked entry has A = 0, hence dS = 0: masks need no special case in the backwa
 that may attend to no key at all (every key padded) gets A = 0 and Y = 0, not NaN. With
 dropout on the pattern, Y = (A ⊙ M) V for a scaled keep-mask M, and dA = (G Vᵀ) ⊙ M.
 
+The row sums need no (T_q, T_k) product: rowsum(dA ⊙ A)_i = Σ_j A_ij M_ij (G_i · V_j)
+= G_i · Y_i, so D = rowsum(G ⊙ Y) is taken from the (T_q, d_v) output (FlashAttention-2's
+D, Dao 2023). :class:`AttentionFn` also keeps the pattern unnormalized, E = exp(S - m) with
+row maxima m and row sums l (A = E / l), and divides the output, Y = (E V) / l: of the
+(T_q, T_k) arrays it writes only S (then E in its place) forward and dA (then dS) backward.
+
 The math is written twice on purpose, and only twice: :class:`AttentionFn` is one graph node
 with the closed-form backward above on arrays (fast, and it never keeps S or softmax
 intermediates), and :func:`attention_composed` is the same function in engine ops (readable,
@@ -37,6 +43,8 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
+
 import tensorlab as tl
 from nn.dropout import check_p, dropout, dropout_mask
 from nn.embedding import RelativePositionBias, RotaryEmbedding
@@ -46,6 +54,7 @@ from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
+from tensorlab.fused import fused
 
 _causal_cache: dict = {}
 
@@ -111,16 +120,20 @@ class AttentionFn(Function):
     pattern, or None). Heads are strided views inside the node: no copies. (Grouped-query
     attention repeats its key/value heads before this node: :class:`MultiHeadAttention`.)
     float16 and bfloat16 inputs are computed in float32 (the scores, the softmax and both
-    products) and the output rounded back once, like the norms."""
+    products) and the output rounded back once, like the norms.
+
+    The pattern is kept unnormalized, E = exp(S - m) with m the row maxima, beside its row
+    sums l: A = E / l, and Y = (E V) / l divides the (T_q, d_v) output instead of the
+    (T_q, T_k) pattern. The backward reads Y (so Y must not be changed in place before it)."""
+
+    saves_output = True
 
     def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
         xp, (q, half) = xp_of(q), in_float32(q)
         if half:
             k, v = k.astype(q.dtype), v.astype(q.dtype)
             bias = tuple(b.astype(q.dtype) for b in bias)
-        qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
-        S = qh @ kh.swapaxes(-1, -2)
-        S *= scale
+        S = _heads_first(q * scale) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
         if bias:
             S += bias[0]
         if causal:
@@ -136,33 +149,47 @@ class AttentionFn(Function):
         maybe_empty = mask is not None or (causal and q.shape[-3] > k.shape[-3])
         if maybe_empty:
             m[m == -xp.inf] = 0
-        S -= m
-        xp.exp(S, out=S)
-        total = sum_last(S)
+        if xp is np:
+            S -= m
+            E = xp.exp(S, out=S)
+        else:  # a GPU: one kernel
+            E = shifted_exp_kernel(S, m)
+        total = sum_last(E)  # l
         if maybe_empty:  # elsewhere every row holds an exp(0) = 1
             total[total == 0] = 1
-        S /= total
-        ctx.A = S
-        if dropout_mask is not None:
-            S = S * dropout_mask
-        return rounded(_matmul_into(S, vh, q.shape[:-1] + v.shape[-1:], v.dtype), half)
+        ctx.E, ctx.total = E, total
+        P = E if dropout_mask is None else E * dropout_mask
+        Y = _matmul_into(P, _heads_first(v), q.shape[:-1] + v.shape[-1:], v.dtype)
+        Y /= _heads_first(total)  # (..., T_q, H, 1)
+        ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
+        return rounded(Y, half)
 
     def backward(ctx, g):
-        A = ctx.A  # float32 for half inputs: the backward runs in float32 too
-        q, k, v = (t.data.astype(A.dtype, copy=False) for t in ctx.inputs[:3])
-        qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
-        G = _heads_first(g.data.astype(A.dtype, copy=False))
+        E, total = ctx.E, ctx.total  # float32 for half inputs: the backward runs in float32 too
+        q, k, v = (t.data.astype(E.dtype, copy=False) for t in ctx.inputs[:3])
         M, s = ctx.params["dropout_mask"], ctx.params["scale"]
-        dv = _matmul_into((A if M is None else A * M).swapaxes(-1, -2), G, v.shape, v.dtype)
-        dS = G @ vh.swapaxes(-1, -2)  # dA, turned into dS in place
+        g = g.data.astype(E.dtype, copy=False)  # (..., T_q, H, d_v), as Y
+        inv = 1.0 / total  # 1/l, (..., H, T_q, 1)
+        P = E if M is None else E * M
+        G_l = _heads_first(g * _heads_first(inv))  # G/l
+        dv = _matmul_into(P.swapaxes(-1, -2), G_l, v.shape, v.dtype)  # Aᵀ G = Eᵀ (G/l)
+        dA = _heads_first(g) @ _heads_first(v).swapaxes(-1, -2)  # turned into s dS in place
         if M is not None:
-            dS *= M
-        dS *= A
-        dS -= A * sum_last(dS)
-        dSs = dS * s
-        dq = _matmul_into(dSs, kh, q.shape, q.dtype)
-        dk = _matmul_into(dSs.swapaxes(-1, -2), qh, k.shape, k.dtype)
-        return dq, dk, dv, dS
+            dA *= M
+        D = _heads_first(sum_last(g * ctx.Y))  # rowsum(dA ⊙ A) = rowsum(G ⊙ Y)
+        inv *= s  # s/l: the scale of dQ and dK goes in with 1/l
+        if xp_of(dA) is np:
+            dA -= D
+            dA *= E
+            dA *= inv
+            dSs = dA
+        else:  # a GPU: one kernel
+            dSs = softmax_grad_kernel(dA, D, E, inv)
+        dq = _matmul_into(dSs, _heads_first(k), q.shape, q.dtype)  # s dS K
+        dk = _matmul_into(dSs.swapaxes(-1, -2), _heads_first(q), k.shape, k.dtype)  # s dSᵀ Q
+        bias = ctx.inputs[3:]
+        dbias = dSs * (1.0 / s) if bias and bias[0].requires_grad else None  # dB = dS
+        return dq, dk, dv, dbias
 
     @staticmethod
     def composed(q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
@@ -177,6 +204,18 @@ class AttentionFn(Function):
             dropout_mask=dropout_mask,
             window=window,
         )
+
+
+@fused
+def shifted_exp_kernel(xp, S, m):
+    """E = exp(S - m): the pattern's numerators, each row shifted by its maximum m."""
+    return xp.exp(S - m)
+
+
+@fused
+def softmax_grad_kernel(xp, dA, D, E, c):
+    """c dS = c A ⊙ (dA - D) with A = E/l, c = s/l and D = rowsum(dA ⊙ A)."""
+    return (dA - D) * E * c
 
 
 def attention_composed(

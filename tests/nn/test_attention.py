@@ -331,6 +331,81 @@ def test_fully_masked_row_has_zero_second_order_gradients():
     tl.gradgradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask), [q, k, v])
 
 
+def test_changing_the_attention_output_in_place_is_refused():
+    """AttentionFn's backward reads its output Y (D = rowsum(G ⊙ Y)): changed in place
+    before the backward, the gradients of q and k would be silently wrong, so it raises."""
+    q, k, v = (rand64(np.random.default_rng(i), 2, 5, 2, 4) for i in range(3))
+    y = AttentionFn.apply(q, k, v, scale=0.5, causal=True, mask=None, dropout_mask=None)
+    with tl.no_grad():
+        y.add_(1.0)
+    with pytest.raises(RuntimeError, match="AttentionFn: its output .*modified in place"):
+        y.sum().backward()
+
+
+GPU_CASES = {  # AttentionFn's parameters beside q, k, v (2, 5, 2, 4); T_k = 5 or 3
+    "causal": dict(causal=True),
+    "mask-bias": dict(mask=True, bias=True),
+    "causal-dropout-fewer-keys": dict(causal=True, dropout=True, T_k=3),
+}
+GPU_LAUNCHES = {"causal": (8, 10)}  # (forward, backward) in float32 and float64
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_on_a_gpu_attention_is_its_cpu_form(case, dtype, monkeypatch):
+    """On CuPy arrays AttentionFn runs one kernel (shifted_exp_kernel, softmax_grad_kernel)
+    where the CPU form runs two and three in-place operations, in the same order: on CuPy
+    emulated by NumPy (tests/fake_cupy.py) its values and the gradients of q, k, v and the
+    bias are bitwise those of the CPU (bfloat16 inputs too: both compute in float32), and in
+    float64 the GPU form passes gradcheck. Launches are pinned for the causal case."""
+    import fake_cupy
+
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    spec = GPU_CASES[case]
+    T_k = spec.get("T_k", 5)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((2, n, 2, 4)) for n in (5, T_k, T_k)]
+    if spec.get("bias"):
+        arrays.append(rng.standard_normal((2, 5, T_k)))
+    keep = rng.random((2, 1, 5, T_k)) < 0.7
+    keep[0, 0, 1] = False  # a row that sees no key
+    drop = (rng.random((2, 2, 5, T_k)) < 0.8) / 0.8
+    g = rng.standard_normal((2, 5, 2, 4))
+
+    def run(device):
+        xp = np if device == "cpu" else fake_cupy.module
+        params = dict(
+            scale=0.5,
+            causal=spec.get("causal", False),
+            mask=xp.asarray(keep) if spec.get("mask") else None,
+            dropout_mask=xp.asarray(drop) if spec.get("dropout") else None,
+        )
+        fn = lambda *a: AttentionFn.apply(*a, **params)  # noqa: E731
+        for _ in range(2):  # counted the second time: the first makes the causal bias and the
+            # gemvs' ones vectors, which are kept
+            ins = [tl.tensor(a, device=device).astype(dtype).requires_grad_() for a in arrays]
+            grad = tl.tensor(g, device=device).astype(dtype)
+            fake_cupy.KERNELS.clear()
+            y = fn(*ins)
+            forward = sum(fake_cupy.KERNELS.values())
+            fake_cupy.KERNELS.clear()
+            y.backward(grad)
+            backward = sum(fake_cupy.KERNELS.values())
+        if dtype == "float64" and device == "cuda":
+            tl.gradcheck(fn, [tl.tensor(a, device=device, requires_grad=True) for a in arrays])
+        return [y.numpy()] + [t.grad.numpy() for t in ins], (forward, backward)
+
+    cpu, _ = run("cpu")
+    fake_cupy.install(monkeypatch)
+    gpu, launches = run("cuda")
+    for a, b in zip(gpu, cpu):
+        assert np.isfinite(a.astype(np.float64)).all()
+        np.testing.assert_array_equal(a, b)
+    if case in GPU_LAUNCHES and dtype != "bfloat16":
+        assert launches == GPU_LAUNCHES[case]
+
+
 # ---------------------------------------------------------------------- the layer
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("causal", [False, True])
