@@ -55,6 +55,7 @@ from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
 from tensorlab.function import Function
 from tensorlab.fused import fused
+from tensorlab.ops.nnops import shifted_exp
 
 _causal_cache: dict = {}
 
@@ -149,11 +150,7 @@ class AttentionFn(Function):
         maybe_empty = mask is not None or (causal and q.shape[-3] > k.shape[-3])
         if maybe_empty:
             m[m == -xp.inf] = 0
-        if xp is np:
-            S -= m
-            E = xp.exp(S, out=S)
-        else:  # a GPU: one kernel
-            E = shifted_exp_kernel(S, m)
+        E = shifted_exp(S, m, out=S)  # in place on the CPU
         total = sum_last(E)  # l
         if maybe_empty:  # elsewhere every row holds an exp(0) = 1
             total[total == 0] = 1
@@ -204,12 +201,6 @@ class AttentionFn(Function):
             dropout_mask=dropout_mask,
             window=window,
         )
-
-
-@fused
-def shifted_exp_kernel(xp, S, m):
-    """E = exp(S - m): the pattern's numerators, each row shifted by its maximum m."""
-    return xp.exp(S - m)
 
 
 @fused

@@ -7,6 +7,7 @@ import tensorlab as tl
 from tensorlab import Tensor
 from tensorlab.backend import acc_dtype, min_max, xp_of
 from tensorlab.function import Function
+from tensorlab.ops.nnops import shifted_exp
 
 
 class CrossEntropyFn(Function):
@@ -23,6 +24,10 @@ class CrossEntropyFn(Function):
 
         dz_n = wₙ (pₙ - qₙ),   wₙ = g/M ("mean"), g ("sum"), gₙ ("none"); 0 for ignored rows.
 
+    The forward keeps p unnormalized, E = exp(z - m) with m the row maxima, and its row sums
+    s (p = E/s; logsumexp(z) = m + log s): the (N, C) array is written once forward and once
+    backward (p w = E (w/s)).
+
     Leading axes (B, T, C) with targets (B, T) are flattened to rows. float16 and bfloat16
     logits are taken in float32 and the loss is float32 (a loss scaled for float16 training
     must not overflow float16's 65504); their gradient returns in their own dtype.
@@ -38,18 +43,15 @@ class CrossEntropyFn(Function):
         valid = t != ignore_index
         tt = xp.where(valid, t, 0)
         rows = xp.arange(z.shape[0])
-        p = z - z.max(axis=1, keepdims=True)  # shifted logits, then in place: exp, softmax
-        z_t = p[rows, tt]
-        mean_z = p.mean(axis=1) if label_smoothing else None
-        xp.exp(p, out=p)
-        s = p.sum(axis=1, keepdims=True)
-        p /= s
-        lse = xp.log(s[:, 0])
-        loss = lse - (1.0 - label_smoothing) * z_t
+        m = z.max(axis=1, keepdims=True)  # every logit is shifted by its row's maximum
+        E = shifted_exp(z, m)  # (N, C); p = E / s, never divided out
+        s = E.sum(axis=1, keepdims=True)
+        lse = xp.log(s[:, 0])  # logsumexp(z) - m
+        loss = lse - (1.0 - label_smoothing) * (z[rows, tt] - m[:, 0])
         if label_smoothing:
-            loss -= label_smoothing * mean_z
+            loss -= label_smoothing * (z.mean(axis=1) - m[:, 0])
         loss *= valid
-        ctx.p, ctx.valid, ctx.tt, ctx.rows = p, valid, tt, rows
+        ctx.E, ctx.s, ctx.valid, ctx.tt, ctx.rows = E, s, valid, tt, rows
         ctx.eps, ctx.reduction = label_smoothing, reduction
         # M stays on the device (reading it would make the host wait for the forward)
         ctx.count = xp.maximum(valid.sum(), 1).astype(loss.dtype) if reduction == "mean" else 1
@@ -62,8 +64,8 @@ class CrossEntropyFn(Function):
         C = ctx.inputs[0].shape[-1]
         eps, valid, tt, rows = ctx.eps, ctx.valid, ctx.tt, ctx.rows
         w = g.data.reshape(-1) if ctx.reduction == "none" else g.data / ctx.count
-        w = (w * valid).astype(ctx.p.dtype, copy=False)[:, None]
-        dz = ctx.p * w
+        w = (w * valid).astype(ctx.E.dtype, copy=False)[:, None]
+        dz = ctx.E * (w / ctx.s)  # p w
         dz[rows, tt] -= (1.0 - eps) * w[:, 0]
         if eps:
             dz -= (eps / C) * w

@@ -181,3 +181,43 @@ def test_targets_that_are_not_class_indices_and_bad_smoothing_are_refused(
     logits = tl.tensor(np.zeros((2, 3)), requires_grad=True)
     with pytest.raises(error, match=words):
         F.cross_entropy(logits, targets, label_smoothing=smoothing)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize(
+    "reduction, eps", [("mean", 0.0), ("sum", 0.1), ("none", 0.0)], ids=["mean", "sum-eps", "none"]
+)
+def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypatch):
+    """On CuPy arrays the shifted exponentials exp(z - m) are one kernel (shifted_exp_kernel)
+    where the CPU form does a subtraction and an exp: on CuPy emulated by NumPy
+    (tests/fake_cupy.py) the loss and the logits' gradient are bitwise those of the CPU, with
+    an ignored target, in float32, float64 and bfloat16; and in float64 the GPU form passes
+    gradcheck."""
+    import fake_cupy
+
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((2, 6, 7)) * 3
+    t = rng.integers(0, 7, (2, 6))
+    t[1, 2] = -100
+    g = rng.standard_normal((2, 6)) if reduction == "none" else 0.7
+
+    def run(device):
+        logits = tl.tensor(z, device=device).astype(dtype).requires_grad_()
+        targets = tl.tensor(t, device=device)
+        loss = F.cross_entropy(logits, targets, label_smoothing=eps, reduction=reduction)
+        loss.backward(tl.tensor(g, device=device).astype(loss.dtype))
+        if dtype == "float64" and device == "cuda":
+            fn = lambda x: F.cross_entropy(x, targets, label_smoothing=eps, reduction=reduction)  # noqa: E731
+            tl.gradcheck(fn, [tl.tensor(z, device=device, requires_grad=True)])
+        return loss.numpy(), logits.grad.numpy()
+
+    cpu = run("cpu")
+    fake_cupy.install(monkeypatch)
+    fake_cupy.KERNELS.clear()
+    gpu = run("cuda")
+    assert fake_cupy.KERNELS["fused shifted_exp_kernel"] >= 1
+    for a, b in zip(gpu, cpu):
+        assert np.isfinite(a.astype(np.float64)).all()
+        np.testing.assert_array_equal(a, b)

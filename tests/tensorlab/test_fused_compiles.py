@@ -48,7 +48,7 @@ FORMS = {
     "normalize_kernel": ["aaaaa", "aaaas", "aaass", "asaas", "asass"],  # (μ, γ, β) or numbers
     "norm_grad_parts_kernel": ["aaa", "asa"],  # with a gain, without
     "norm_grad_kernel": ["aaaaa", "aaasa"],  # layer norm, RMS norm
-    "shifted_exp_kernel": ["aa"],  # attention
+    "shifted_exp_kernel": ["aa"],  # softmax, attention, cross-entropy
     "softmax_grad_kernel": ["aaaa"],
 }
 CASES = [(name, form) for name, forms in sorted(FORMS.items()) for form in forms]
