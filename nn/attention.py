@@ -145,9 +145,11 @@ class AttentionFn(Function):
             m = S.max(axis=-1, keepdims=True)
         else:  # no keys at all (T_k = 0): the output is empty or zero, as in PyTorch
             m = xp.zeros(S.shape[:-1] + (1,), S.dtype)
-        # A row with every key masked gets A = 0, not NaN. Only a mask, or a causal mask with
-        # more queries than keys, can mask a whole row (each query sees at least its own key).
-        maybe_empty = mask is not None or (causal and q.shape[-3] > k.shape[-3])
+        # A row with every key masked gets A = 0, not NaN. Only a mask, a causal mask with
+        # more queries than keys, or no keys at all can leave a row empty (each query sees at
+        # least its own key).
+        T_q, T_k = q.shape[-3], k.shape[-3]
+        maybe_empty = mask is not None or (causal and T_q > T_k) or T_k == 0
         if maybe_empty:
             m[m == -xp.inf] = 0
         E = shifted_exp(S, m, out=S)  # in place on the CPU
@@ -174,19 +176,24 @@ class AttentionFn(Function):
         if M is not None:
             dA *= M
         D = _heads_first(sum_last(g * ctx.Y))  # rowsum(dA ⊙ A) = rowsum(G ⊙ Y)
-        inv *= s  # s/l: the scale of dQ and dK goes in with 1/l
+        bias = ctx.inputs[3:]
+        dB_needed = bool(bias) and bias[0].requires_grad
+        if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
+            inv *= s
         if xp_of(dA) is np:
             dA -= D
             dA *= E
             dA *= inv
-            dSs = dA
+            dS = dA  # s dS without a bias gradient to return
         else:  # a GPU: one kernel
-            dSs = softmax_grad_kernel(dA, D, E, inv)
-        dq = _matmul_into(dSs, _heads_first(k), q.shape, q.dtype)  # s dS K
-        dk = _matmul_into(dSs.swapaxes(-1, -2), _heads_first(q), k.shape, k.dtype)  # s dSᵀ Q
-        bias = ctx.inputs[3:]
-        dbias = dSs * (1.0 / s) if bias and bias[0].requires_grad else None  # dB = dS
-        return dq, dk, dv, dbias
+            dS = softmax_grad_kernel(dA, D, E, inv)
+        dq = _matmul_into(dS, _heads_first(k), q.shape, q.dtype)  # s dS K
+        dk = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q), k.shape, k.dtype)  # s dSᵀ Q
+        if not dB_needed:
+            return dq, dk, dv, None
+        dq *= s
+        dk *= s
+        return dq, dk, dv, dS  # dB = dS
 
     @staticmethod
     def composed(q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
@@ -205,7 +212,8 @@ class AttentionFn(Function):
 
 @fused
 def softmax_grad_kernel(xp, dA, D, E, c):
-    """c dS = c A ⊙ (dA - D) with A = E/l, c = s/l and D = rowsum(dA ⊙ A)."""
+    """dS = A ⊙ (dA - D) with A = E/l and D = rowsum(dA ⊙ A), times s when c = s/l
+    (c = 1/l otherwise)."""
     return (dA - D) * E * c
 
 

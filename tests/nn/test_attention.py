@@ -331,6 +331,22 @@ def test_fully_masked_row_has_zero_second_order_gradients():
     tl.gradgradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask), [q, k, v])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_no_keys_give_zeros_as_in_pytorch(fused, causal):
+    """T_k = 0 (a cache or a source with no positions yet): the output is zeros, as PyTorch's
+    scaled_dot_product_attention gives, with zero gradients and no 0/0 on the way (a first
+    version of the unnormalized pattern divided the output by a row sum of 0: NaN)."""
+    rng = np.random.default_rng(0)
+    q = rand64(rng, 2, 3, 4)
+    k, v = rand64(rng, 2, 0, 4), rand64(rng, 2, 0, 4)
+    with np.errstate(all="raise"):
+        y = F.scaled_dot_product_attention(q, k, v, causal=causal, fused=fused)
+        y.backward(t64(rng.standard_normal(y.shape)))
+    np.testing.assert_array_equal(y.numpy(), np.zeros((2, 3, 4)))
+    np.testing.assert_array_equal(q.grad.numpy(), np.zeros((2, 3, 4)))
+
+
 def test_changing_the_attention_output_in_place_is_refused():
     """AttentionFn's backward reads its output Y (D = rowsum(G ⊙ Y)): changed in place
     before the backward, the gradients of q and k would be silently wrong, so it raises."""
