@@ -64,7 +64,8 @@ EOF"
     # The fused kernels compiled and compared with their CPU forms, and the tests marked cuda.
     step kernels 150 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
         tests/tensorlab/test_fused.py tests/tensorlab/test_fused_compiles.py \
-        tests/nn/test_activation.py tests/nn/test_norm.py tests/nn/test_optim.py
+        tests/nn/test_activation.py tests/nn/test_norm.py tests/nn/test_optim.py \
+        tests/nn/test_attention.py tests/nn/test_loss.py
     step tests_cuda 120 "$PY" -m pytest -q -m cuda -p no:cacheprovider -o addopts=""
     # The whole suite with the GPU as the default device, in four shards at once (16 cores).
     suite=(env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider --maxfail=300)
