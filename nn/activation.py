@@ -138,27 +138,26 @@ class GELUFn(Function):
         xp, (x, half) = xp_of(x), in_float32(x)
         if xp is not np:  # a GPU: one fused kernel; the backward recomputes Φ and φ from x
             return rounded(gelu_kernel(x), half)
-        y, cdf, pdf = (xp.empty(x.shape, x.dtype) for _ in range(3))
+        y, cdf, slope = (xp.empty(x.shape, x.dtype) for _ in range(3))
         rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 and x.size else x.reshape(-1)
-        views = [a.reshape(rows.shape) for a in (y, cdf, pdf)]  # blocks of whole rows
+        views = [a.reshape(rows.shape) for a in (y, cdf, slope)]  # blocks of whole rows
         for s in row_blocks(rows):  # one block at a time, to stay in cache (see row_blocks)
-            xs, ys, e, gauss = rows[s], views[0][s], views[1][s], views[2][s]
-            _erf_and_gauss(xs * _SQRT_HALF, out=e, gauss_out=gauss)
+            xs, ys, e, d = rows[s], views[0][s], views[1][s], views[2][s]
+            _erf_and_gauss(xs * _SQRT_HALF, out=e, gauss_out=d)
             e += 1.0
             e *= 0.5  # Φ(x)
-            gauss *= _INV_SQRT_2PI  # φ(x)
+            d *= _INV_SQRT_2PI  # φ(x)
             xp.multiply(xs, e, out=ys)
-        ctx.cdf, ctx.pdf = cdf, pdf
+            d *= xs
+            d += e  # Φ(x) + x φ(x), the slope the backward multiplies g by
+        ctx.slope = slope  # (Φ(x) itself is not kept)
         return rounded(y, half)
 
     def backward(ctx, g):
         x = ctx.inputs[0].data
         if xp_of(x) is not np:
             return gelu_grad_kernel(in_float32(x)[0], in_float32(g.data)[0])
-        d = x * ctx.pdf
-        d += ctx.cdf
-        d *= g.data
-        return d
+        return g.data * ctx.slope
 
     @staticmethod
     def composed(x):
