@@ -248,10 +248,11 @@ class Adam(Optimizer):
         weight_decay: float | None = None,
         fused: bool | None = None,
     ):
-        """``fused`` (PyTorch's flag): each parameter's update is one kernel,
-        :func:`adam_kernel`, instead of the CPU form's dozen in-place array operations. The
-        default is chosen here, once: fused when the parameters are on a GPU (on the CPU the
-        kernel runs through NumPy, slower than the CPU form but with the same numbers)."""
+        """``fused`` (PyTorch's flag): a step is one kernel, :func:`adam_kernel`, over all the
+        parameters of a group (``adam_kernel.each``: one launch on a GPU, where the CPU form is
+        a dozen in-place array operations per parameter). The default is chosen here, once:
+        fused when the parameters are on a GPU (on the CPU the kernel runs through NumPy one
+        parameter at a time, slower than the CPU form but with the same numbers)."""
         if weight_decay is None:
             weight_decay = self.default_weight_decay
         b1, b2 = betas
@@ -268,21 +269,45 @@ class Adam(Optimizer):
             fused = any(xp_of(p.data) is not np for g in self.param_groups for p in g["params"])
         self.fused = fused
 
+    def _next_state(self, p: Tensor) -> dict:
+        """``p``'s state with its step count advanced (zero moments at the first step)."""
+        state = self.state.get(p)
+        if state is None:
+            xp = xp_of(p.data)
+            zeros = xp.zeros_like
+            state = self.state[p] = {"step": 0, "m": zeros(p.data), "v": zeros(p.data)}
+        state["step"] += 1
+        return state
+
+    def step(self) -> None:
+        if not self.fused:
+            return super().step()  # update() below, parameter by parameter
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = (group[k] for k in ("lr", "betas", "eps", "weight_decay"))
+            decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)
+            by_step: dict[int, list[Tensor]] = {}  # one launch per step count (usually one)
+            for p in group["params"]:
+                if p.grad is not None:
+                    by_step.setdefault(self._next_state(p)["step"], []).append(p)
+            for t, params in by_step.items():
+                states = [self.state[p] for p in params]
+                arrays = (
+                    [p.data for p in params],
+                    [p.grad.data for p in params],
+                    [s["m"] for s in states],
+                    [s["v"] for s in states],
+                )
+                bias = lr / (1 - b1**t), math.sqrt(1 - b2**t)  # step size, √(1 − β2ᵗ)
+                adam_kernel.each(arrays, b1, 1 - b1, b2, 1 - b2, *bias, eps, decay, l2)
+                for p in params:
+                    p._vc[0] += 1  # the in-place update is a new version
+
     def update(self, p: Tensor, group: dict) -> None:
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         g, w = p.grad.data, p.data
         xp = xp_of(w)
-        state = self.state.get(p)
-        if state is None:
-            state = self.state[p] = {"step": 0, "m": xp.zeros_like(w), "v": xp.zeros_like(w)}
-        state["step"] = t = state["step"] + 1
-        m, v = state["m"], state["v"]
-        if self.fused:  # the whole update in one kernel (adam_kernel below)
-            decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)
-            step_size, bc2_sqrt = lr / (1 - b1**t), math.sqrt(1 - b2**t)
-            adam_kernel(w, g, m, v, b1, 1 - b1, b2, 1 - b2, step_size, bc2_sqrt, eps, decay, l2)
-            p._vc[0] += 1
-            return
+        state = self._next_state(p)
+        t, m, v = state["step"], state["m"], state["v"]
         if wd != 0:
             if self.decoupled:
                 w *= 1 - lr * wd  # p ← p − η·λ·p
@@ -364,32 +389,47 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
 
     Returns ``n``, the norm before clipping (useful to log). Gradients are scaled in place; the
     engine never lets two leaves share one gradient array, so each is scaled once. A NaN or
-    infinite norm leaves NaNs (or zeros) in the gradients: check the returned value.
-
-    The gradients are summed in groups of about :data:`CLIP_GROUP` numbers, each group copied
-    into one float64 vector and dotted with itself: two operations per group rather than three
-    per parameter, with a float64 copy of at most a group at a time. On a GPU each operation
-    is a kernel launch and a model has hundreds of parameter tensors, so groups are large; on
-    the CPU a group that stays in cache is faster.
+    infinite norm leaves NaNs (or zeros) in the gradients: check the returned value. The sum is
+    :func:`sum_of_squares`; the scaling is one :func:`scale_kernel` over all gradients (one
+    launch on a GPU).
     """
     if isinstance(params, Tensor):
         params = [params]
     grads = [p.grad.data for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    xp, total_sq = xp_of(grads[0]), 0.0
-    for group in _groups(grads, CLIP_GROUP[device_of(grads[0])]):
-        flat = xp.concatenate([g.ravel() for g in group], dtype=np.float64)  # serves CuPy too
-        total_sq = total_sq + flat @ flat  # stays on the device until float() below
-    norm = math.sqrt(float(total_sq))
+    norm = math.sqrt(float(sum_of_squares(grads)))
     scale = max_norm / (norm + eps)
     if scale < 1.0 or math.isnan(scale):
-        for g in grads:
-            g *= scale
+        scale_kernel.each((grads,), scale)
     return norm
 
 
-# Numbers per float64 group in clip_grad_norm_: 2 MiB on the CPU, where a group larger than the
+def sum_of_squares(grads: list) -> object:
+    """Σ g² over all the arrays, in float64, as a 0-d array on their device (read it with
+    ``float()``, one wait for the GPU). Not finite exactly when some entry is inf or NaN (a
+    float32 entry squared is at most 1.2e77: float64 does not overflow).
+
+    The arrays are summed in groups of about :data:`CLIP_GROUP` numbers, each group copied into
+    one float64 vector and dotted with itself: two operations per group rather than three per
+    array, with a float64 copy of at most a group at a time. On a GPU each operation is a
+    kernel launch and a model has hundreds of parameter tensors, so groups are large; on the
+    CPU a group that stays in cache is faster.
+    """
+    xp, total = xp_of(grads[0]), 0.0
+    for group in _groups(grads, CLIP_GROUP[device_of(grads[0])]):
+        flat = xp.concatenate([g.ravel() for g in group], dtype=np.float64)  # serves CuPy too
+        total = total + flat @ flat  # stays on the device
+    return total
+
+
+@fused
+def scale_kernel(xp, g, s):
+    """g ← s·g, in place: clipping's and the loss scaler's rescaling of every gradient."""
+    g *= s
+
+
+# Numbers per float64 group in sum_of_squares: 2 MiB on the CPU, where a group larger than the
 # cache is slower than one group per parameter; 128 MiB on a GPU, where each group costs two
 # kernel launches (GPT-2 small's 124M gradients in 8 groups). benchmarks/bench_kernels.py times
 # clipping against PyTorch's.
@@ -513,6 +553,7 @@ __all__ = [
     "AdamW",
     "param_groups_for_decay",
     "clip_grad_norm_",
+    "sum_of_squares",
     "cosine_with_warmup",
     "LRScheduler",
     "LambdaLR",

@@ -55,20 +55,11 @@ def placeholder(shape: tuple[int, ...], dtype) -> object:
 
 def trace(kernel, args: tuple):
     """CuPy's ``ElementwiseKernel`` for ``kernel`` (a :class:`tensorlab.fused.fused`) called
-    with ``args``: what ``cupy.fuse`` builds on the first call. Raises what CuPy's fusion
-    raises when it cannot trace the function."""
-    import cupy
-    from cupy._core import fusion
+    with ``args``: what ``cupy.fuse`` builds on the first call (:func:`tensorlab.fused.trace`).
+    Raises what CuPy's fusion raises when it cannot trace the function."""
+    from tensorlab.fused import trace
 
-    from tensorlab.fused import on_cupy
-
-    history = fusion._FusionHistory()
-    fusion._thread_local.history, fusion._thread_local.is_old_fusing = history, True
-    try:
-        elementwise, _ = history.get_fusion(on_cupy(kernel.math, cupy), args, kernel.__name__)
-    finally:
-        fusion._thread_local.history, fusion._thread_local.is_old_fusing = None, False
-    return elementwise
+    return trace(kernel.math, args, kernel.__name__)
 
 
 def source(elementwise, args: tuple) -> str:

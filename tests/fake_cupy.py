@@ -16,7 +16,9 @@ device. It keeps these rules of CuPy's, each one a way code that passes on NumPy
 - ``random.default_rng`` gives a generator laid out as CuPy's: its state is the device array
   ``bit_generator._state`` and ``bit_generator.state`` is a method.
 - ``fuse`` returns the function (CuPy compiles it; the arithmetic is the same), and
-  ``cupyx.scipy.special.erf`` is an elementwise erf.
+  ``cupyx.scipy.special.erf`` is an elementwise erf. A kernel's ``.each`` (many tensors, one
+  launch: tensorlab/fused.py) reads its table of addresses as the CUDA code does and runs the
+  function on the memory at those addresses.
 
 It cannot show what only a GPU shows: speed, float32 rounding of other summation orders,
 kernel compilation errors, memory limits. ``install()`` puts it in place (tests/conftest.py).
@@ -25,6 +27,7 @@ kernel compilation errors, memory limits. ``install()`` puts it in place (tests/
 from __future__ import annotations
 
 import collections
+import ctypes
 import functools
 import operator
 import sys
@@ -94,7 +97,10 @@ class ndarray:  # noqa: N801 - CuPy's name
     # ---------------------------------------------------------------- attributes
     # CuPy's arrays have these (tests/cupy_api.json: ndarray_attributes), NumPy's too; ``base``
     # is the device array a view was made from (the same object, as in CuPy: the engine tells
-    # views from copies by it). ``data``, ``device``, ``cstruct``, ``flat`` are not emulated.
+    # views from copies by it). ``data`` is only its ``ptr``, the address of the first element
+    # (the memory NumPy holds; a ``.each`` kernel's table carries it). ``device``, ``cstruct``,
+    # ``flat`` are not emulated.
+    data = property(lambda self: types.SimpleNamespace(ptr=self._a.__array_interface__["data"][0]))
     shape = property(lambda self: self._a.shape)
     dtype = property(lambda self: self._a.dtype)
     ndim = property(lambda self: self._a.ndim)
@@ -434,6 +440,43 @@ module.linalg = types.SimpleNamespace(
 )
 
 
+def _each_kernel(math, dtypes, scalar_types):
+    """A ``.each`` kernel (tensorlab/fused.py: ``_each_kernel``), which CuPy would compile from
+    the traced function: here each block reads its row of the table as the CUDA code does (its
+    tensor, its first element, the tensor's size and addresses), views those addresses' memory
+    as NumPy arrays, and runs the function on its elements. Counted as one launch."""
+    from tensorlab.fused import CHUNK, NUMPY
+
+    arrays = len(dtypes)
+
+    def launch(table, tensors, blocks, scalars):
+        _kernel(f"fused each {math.__name__}")
+        t = table._a
+        size = t[tensors * arrays :]  # then each block's tensor, then each block's first element
+        for b in range(blocks):
+            k, start = size[tensors + b], size[tensors + blocks + b]
+            end = min(start + CHUNK, size[k])
+            views = [
+                _at_address(t[k * arrays + j], size[k], dtype)[start:end]
+                for j, dtype in enumerate(dtypes)
+            ]
+            _FUSING[0] += 1
+            try:
+                if math(NUMPY, *views, *scalars) is not None:
+                    raise TypeError(f"{math.__name__}.each needs a kernel that returns nothing")
+            finally:
+                _FUSING[0] -= 1
+
+    return launch
+
+
+def _at_address(address, n, dtype) -> np.ndarray:
+    """The n elements of ``dtype`` at ``address`` as a NumPy array (writable, no copy)."""
+    dtype = np.dtype(dtype)
+    memory = (ctypes.c_char * (int(n) * dtype.itemsize)).from_address(int(address))
+    return np.frombuffer(memory, dtype=dtype)
+
+
 class _Device:
     def __init__(self, device_id=0):
         self.id = device_id
@@ -466,13 +509,15 @@ def install(monkeypatch=None) -> None:
     cupyx = types.ModuleType("cupyx")
     cupyx.scipy = scipy
     modules = {"cupy": module, "cupyx": cupyx, "cupyx.scipy": scipy, "cupyx.scipy.special": special}
-    from tensorlab import backend
+    from tensorlab import backend, fused
 
     if monkeypatch is None:
         sys.modules.update(modules)
         backend.cupy = module
+        fused._each_kernel = _each_kernel
         return
     for name, value in modules.items():
         monkeypatch.setitem(sys.modules, name, value)
     monkeypatch.setattr(backend, "cupy", module)
+    monkeypatch.setattr(fused, "_each_kernel", _each_kernel)
     monkeypatch.setattr(backend, "_generators", dict(backend._generators))

@@ -150,6 +150,32 @@ def test_scaler_skips_the_step_and_halves_on_overflow(bad):
     assert scaler.scale_value == 512.0 and scaler.good_steps == 0 and scaler.skipped == 1
 
 
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_on_a_gpu_unscaling_is_a_few_launches_for_all_gradients(bad, monkeypatch):
+    """Ten gradients on CuPy emulated by NumPy (tests/fake_cupy.py counts launches): divided by
+    S in one kernel over all of them (scale_kernel.each, plus its table), checked by one sum of
+    squares (a float64 copy, a dot, a sum), one read by the host; an inf or NaN in any entry of
+    any of them is found."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    params = [nn.Parameter(tl.zeros(n, device="cuda")) for n in (1, 5, 3000, 7, 2, 9, 4, 1, 6, 8)]
+    for p in params:
+        p.grad = tl.full(p.shape, 64.0, device="cuda")
+    if bad is not None:
+        params[2].grad.data[1234] = bad
+    scaler = GradScaler(init_scale=32.0)
+    opt = SGD(params, lr=1.0)
+    fake_cupy.KERNELS.clear()
+    fake_cupy.SYNCS.clear()
+    assert scaler.unscale_(opt) is (bad is not None)
+    assert sum(fake_cupy.KERNELS.values()) == 2 + 3, dict(fake_cupy.KERNELS)
+    assert sum(fake_cupy.SYNCS.values()) == 1
+    for p in params:
+        g = p.grad.data.get()
+        assert (g[np.isfinite(g)] == 2.0).all() and np.isfinite(g).sum() >= g.size - 1
+
+
 def test_scaler_grows_after_n_good_steps():
     scaler = GradScaler(init_scale=4.0, growth_interval=3, growth_factor=2.0)
     scales = []

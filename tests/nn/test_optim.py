@@ -179,6 +179,52 @@ def test_fused_update_matches_the_cpu_form(cls, dtype):
             np.testing.assert_allclose(ours, cpu, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_on_a_gpu_the_fused_step_is_one_launch_for_all_parameters(cls, monkeypatch):
+    """Parameters of several sizes (one below a GPU block, several blocks, empty), dtypes and
+    step counts (one has no gradient in some steps) on CuPy emulated by NumPy, which runs the
+    one-launch kernel as the CUDA code does (tests/fake_cupy.py): bitwise the CPU form's
+    numbers, updated one parameter at a time on NumPy, and one kernel (plus its table) for
+    each (dtypes, step count) group."""
+    import fake_cupy
+
+    from tensorlab.fused import CHUNK
+
+    fake_cupy.install(monkeypatch)
+    rng = np.random.default_rng(3)
+    shapes = [(3,), (2, CHUNK + 5), (0, 4), (7, 5), (CHUNK,)]
+    dtypes = ["float32", "float32", "float32", "float64", "float32"]
+    w0 = [rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
+    hyper = dict(lr=3e-2, betas=(0.9, 0.99), eps=1e-8)
+    gpu = [nn.Parameter(tl.tensor(w.copy(), device="cuda")) for w in w0]
+    cpu = [nn.Parameter(tl.tensor(w.copy(), device="cpu")) for w in w0]
+    opts = []
+    for params in (gpu, cpu):
+        groups = [{"params": params[:3], "weight_decay": 0.1}, {"params": params[3:]}]
+        opts.append(cls(groups, weight_decay=0.0, fused=params is gpu, **hyper))
+    assert opts[0].fused and not opts[1].fused
+    for step in range(4):
+        grads = [rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
+        for i, g in enumerate(grads):
+            skip = i == 0 and step == 1  # the first parameter misses a step: its t lags
+            gpu[i].grad = None if skip else tl.tensor(g.copy(), device="cuda")
+            cpu[i].grad = None if skip else tl.tensor(g.copy(), device="cpu")
+        fake_cupy.KERNELS.clear()
+        opts[0].step()
+        opts[1].step()
+        # group 0: one launch (float32), from step 2 on two (the first parameter's t lags);
+        # group 1: float64 and float32, a launch each. The first step also makes m and v.
+        launches = 3 if step < 2 else 4
+        want = {"fused each adam_kernel": launches, "asarray": launches}
+        assert fake_cupy.KERNELS == want | ({"zeros_like": 10} if step == 0 else {})
+    for p, q in zip(gpu, cpu):
+        np.testing.assert_array_equal(p.data.get(), q.data)
+        for k in "mv":
+            np.testing.assert_array_equal(opts[0].state[p][k].get(), opts[1].state[q][k])
+        assert opts[0].state[p]["step"] == opts[1].state[q]["step"]
+    assert opts[0].state[gpu[0]]["step"] == 3
+
+
 def test_fused_is_chosen_by_the_parameters_device():
     p = nn.Parameter(tl.tensor(np.zeros(3, np.float32)))
     assert AdamW([p]).fused is (tl.default_device() != "cpu")
@@ -398,8 +444,8 @@ def test_clip_grad_norm_in_groups_is_the_norm_of_all(sizes, group, seed):
 def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypatch):
     """Ten gradients on CuPy emulated by NumPy (tests/fake_cupy.py counts launches): their norm
     is one group, a concatenation into float64, a dot product and a sum (three launches, where
-    one float64 copy, dot and sum per tensor would be thirty); clipping adds one scaling per
-    tensor."""
+    one float64 copy, dot and sum per tensor would be thirty); clipping adds one scaling kernel
+    over all of them (scale_kernel.each) and the copy of its table of addresses."""
     import fake_cupy
 
     fake_cupy.install(monkeypatch)
@@ -411,7 +457,10 @@ def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypat
     assert norm == pytest.approx(math.sqrt(55)) and sum(fake_cupy.KERNELS.values()) == 3
     fake_cupy.KERNELS.clear()
     clip_grad_norm_(params, max_norm=1.0)
-    assert sum(fake_cupy.KERNELS.values()) == 3 + 10, dict(fake_cupy.KERNELS)
+    assert sum(fake_cupy.KERNELS.values()) == 3 + 2, dict(fake_cupy.KERNELS)
+    assert fake_cupy.KERNELS["fused each scale_kernel"] == 1
+    for p in params:  # every gradient scaled by 1/√55 (to float32 rounding of the factor)
+        np.testing.assert_allclose(p.grad.data.get(), 1 / math.sqrt(55), rtol=1e-6)
 
 
 def test_groups_keep_the_order_and_stay_near_their_size():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tensorlab as tl
-from tensorlab.backend import erf_exact
-from tensorlab.fused import fused
+from tensorlab.backend import erf_exact, to_device
+from tensorlab.fused import CHUNK, NUMPY, fused, pointer_table
 
 
 @fused
@@ -58,3 +58,99 @@ def test_erf_exact_is_math_erf_in_the_arrays_dtype():
     np.testing.assert_array_equal(erf_exact(x), np.vectorize(math.erf)(x))
     assert erf_exact(x.astype(np.float32)).dtype == np.float32
     assert erf_exact(np.zeros((0, 3))).shape == (0, 3)
+
+
+# ------------------------------------------------------------------ many tensors, one launch
+@fused
+def halve_plus(xp, x, y):
+    """Not in place: .each refuses it (what it returns would be lost)."""
+    return 0.5 * x + y
+
+
+def rows_of_momentum(seed: int):
+    """Buffers and gradients of sizes around CHUNK (a GPU block covers CHUNK elements: tensors
+    of one block, of several and of a partial last one, and an empty one) in two dtypes."""
+    rng = np.random.default_rng(seed)
+    shapes = [(3,), (CHUNK,), (2, CHUNK // 2 + 3), (0, 4), (3 * CHUNK - 7,), (5, 1)]
+    dtypes = ["float32", "float64", "float32", "float32", "float64", "float64"]
+    bufs = [rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
+    grads = [rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
+    return bufs, grads
+
+
+def test_each_is_the_kernel_on_every_row_of_the_lists():
+    """On the test device (a GPU: one launch per dtype) against the function run by NumPy on
+    each row in turn: the same numbers, bit for bit on NumPy and on the emulated GPU (and on a
+    GPU, where each element is the same arithmetic in the same order)."""
+    bufs, grads = rows_of_momentum(0)
+    want = [b.copy() for b in bufs]
+    for w, g in zip(want, grads):
+        momentum.math(NUMPY, w, g, 0.5)
+    on_device = [tl.tensor(b.copy()).data for b in bufs]
+    momentum.each((on_device, [tl.tensor(g).data for g in grads]), 0.5)
+    for got, w in zip(on_device, want):
+        np.testing.assert_array_equal(to_device(got, "cpu"), w)
+
+
+def test_on_a_gpu_each_is_one_launch_per_dtype(monkeypatch):
+    """On CuPy emulated by NumPy, which runs the kernel as the CUDA code does (each block reads
+    its tensor and first element from the table and works on the memory at the addresses)."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    bufs, grads = rows_of_momentum(1)
+    on_gpu = [tl.tensor(b.copy(), device="cuda").data for b in bufs]
+    grads_on_gpu = [tl.tensor(g, device="cuda").data for g in grads]
+    fake_cupy.KERNELS.clear()
+    momentum.each((on_gpu, grads_on_gpu), 0.5)
+    assert fake_cupy.KERNELS == {"fused each momentum": 2, "asarray": 2}  # kernel, table
+    for got, b, g in zip(on_gpu, bufs, grads):
+        np.testing.assert_array_equal(got.get(), b * 0.5 + g)
+
+
+def test_the_table_gives_each_block_its_tensor_and_first_element(monkeypatch):
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    rows = [(tl.zeros(n, device="cuda").data,) for n in (5, 0, 2 * CHUNK + 1, CHUNK)]
+    table, blocks = pointer_table(rows)
+    k = len(rows)
+    assert list(table[:k]) == [row[0].data.ptr for row in rows]
+    assert list(table[k : 2 * k]) == [5, 0, 2 * CHUNK + 1, CHUNK]
+    assert blocks == 1 + 3 + 1
+    assert list(table[2 * k :]) == [0, 2, 2, 2, 3] + [0, 0, CHUNK, 2 * CHUNK, 0]
+
+
+def test_on_a_gpu_a_row_with_a_strided_array_is_a_launch_of_its_own(monkeypatch):
+    """The table holds a tensor's first address and its size, so only contiguous arrays can go
+    in it; a row with a strided one runs through the kernel itself (which follows strides)."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    rng = np.random.default_rng(2)
+    base = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(3)]
+    g = rng.standard_normal((4, 6)).astype(np.float32)
+    bufs = [tl.tensor(b.copy(), device="cuda").data for b in base]
+    strided = tl.tensor(base[2].T.copy(), device="cuda").data.T  # (4, 6), not C-contiguous
+    grads = [tl.tensor(g, device="cuda").data for _ in range(3)]
+    fake_cupy.KERNELS.clear()
+    momentum.each(([bufs[0], bufs[1], strided], grads), 0.5)
+    assert fake_cupy.KERNELS == {"fused each momentum": 1, "asarray": 1, "fused momentum": 1}
+    for got, b in zip((bufs[0], bufs[1], strided), base):
+        np.testing.assert_array_equal(got.get(), b * np.float32(0.5) + g)
+
+
+def test_each_refuses_what_it_cannot_do(monkeypatch):
+    x = tl.tensor(np.ones((2, 3))).data
+    with pytest.raises(ValueError, match=r"momentum.each: the lists differ in length: \[2, 1\]"):
+        momentum.each(([x, x], [x]), 0.5)
+    with pytest.raises(TypeError, match="halve_plus.each needs a kernel that returns nothing"):
+        halve_plus.each(([x], [x]))
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    a = tl.ones((4, 6), device="cuda").data
+    with pytest.raises(ValueError, match=r"momentum.each: row 0 needs arrays of one size, not "):
+        momentum.each(([a], [a[:2]]), 0.5)
+    with pytest.raises(TypeError, match="halve_plus.each needs a kernel that returns nothing"):
+        halve_plus.each(([a], [a]))

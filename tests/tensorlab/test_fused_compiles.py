@@ -23,7 +23,7 @@ import pytest
 import gpt
 import nn
 import tensorlab
-from tensorlab.fused import NUMPY, fused
+from tensorlab.fused import NUMPY, each_source, fused
 
 WHY_NOT = (
     "the emulated GPU's cupy module is not CuPy"
@@ -43,6 +43,7 @@ FORMS = {
     "silu_kernel": ["a"],
     "silu_grad_kernel": ["aa"],
     "adam_kernel": ["aaaa" + "s" * 9],
+    "scale_kernel": ["as"],  # clipping, the loss scaler
     "centred_square_kernel": ["aa", "as"],  # layer norm, RMS norm
     "inverse_std_kernel": ["as"],
     "normalize_kernel": ["aaaaa", "aaaas", "aaass", "asaas", "asass"],  # (μ, γ, β) or numbers
@@ -113,6 +114,25 @@ def test_kernel_traces_keeps_its_dtype_and_compiles(name, form, dtype):
 
     cubin = cuda_compile.compile_cubin(cuda_compile.source(elementwise, args), name)
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file of GPU code
+
+
+# The kernels the library runs over lists of tensors with .each (one launch for all of them).
+EACH = {"adam_kernel": 4, "scale_kernel": 1}  # name: how many of its arguments are arrays
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(EACH))
+def test_a_kernel_over_many_tensors_compiles(name, dtype):
+    """A ``.each`` kernel: the traced function's code inside a loop over this block's chunk of
+    its tensor, whose addresses come from the table (tensorlab/fused.py: each_source)."""
+    n_arrays = EACH[name]
+    (form,) = FORMS[name]
+    assert form == "a" * n_arrays + "s" * (len(form) - n_arrays)  # arrays first, then numbers
+    elementwise = cuda_compile.trace(KERNELS[name], call_args(form, dtype, device=True))
+    code = each_source(elementwise, n_arrays)
+    assert f"_address[{n_arrays - 1}]" in code and f"_address[{n_arrays}]" not in code
+    cubin = cuda_compile.compile_cubin(code, f"{name}_each")
+    assert cubin[:4] == b"\x7fELF"
 
 
 @pytest.mark.parametrize(
