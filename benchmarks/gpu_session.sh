@@ -1,44 +1,66 @@
 #!/usr/bin/env bash
-# Everything issue 15 needs a GPU for, in three parts that each fit one call of the device
-# tool (10 minutes at most per call, 30 device-minutes per session; a machine stays warm for
-# only 30 s after a call, so plan on each call starting a fresh one):
+# Everything issue 15 needs a GPU for, in one call of the device tool. A session that draws a
+# GPU has 15 device-minutes in all, the machine's start (a minute or two) included, and a
+# machine stays warm only 30 s after a call: plan on one call, so `all` (the default) ends
+# by itself within BUDGET seconds (default 500) and the call's limit leaves a margin:
 #
-#   bash benchmarks/gpu_session.sh check   # the card and libraries; the kernel and cuda tests;
-#                                          # the whole suite on the GPU in 4 parallel shards
-#   bash benchmarks/gpu_session.sh bench   # bench_kernels.py and bench_train.py --device cuda
-#   bash benchmarks/gpu_session.sh train   # nanoGPT config, 2000 iterations, float32, bfloat16
-#                                          # and float16 side by side (val losses within 0.02?)
-#
-# `train` reads TEXT (default .data/tinyshakespeare.txt): ../shared does not travel to the GPU
-# machine, so copy the corpus into a folder that .git/info/exclude ignores and `carry` it:
 #   echo /.data/ >> .git/info/exclude; mkdir -p .data; cp ../shared/data/tinyshakespeare.txt .data/
-#   run(command="bash benchmarks/gpu_session.sh train", carry=[".data"], timeout_s=600)
+#   run(command="bash benchmarks/gpu_session.sh", carry=[".data"], timeout_s=560)
+#
+# `all`, in order, each step with its own time limit (a step that hangs is killed, logged, and
+# the script goes on; the limits shrink to what is left of BUDGET):
+#   1. the card and libraries (does CuPy take ml_dtypes' bfloat16?);
+#   2. alone on the card: bench_train.py --device cuda (tensorlab against PyTorch eager in
+#      turns, float32 and bfloat16: ms/step, tokens/s, MFU, and each phase of the step);
+#   3. the fused kernels and the ops that use them, compiled and compared with their CPU forms;
+#   4. side by side: the whole suite on the GPU in eight shards (pytest --shard K/8), and the
+#      nanoGPT config trained for 2000 iterations in float32, bfloat16 and float16 (the
+#      validation losses must agree within 0.02; the corpus comes from TEXT, default
+#      .data/tinyshakespeare.txt, since ../shared does not travel to the GPU machine);
+#   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
+# The parts can also run alone, each under the same BUDGET: `check` (1, 3 and the suite),
+# `train` (the three runs), `bench` (2 and 5).
 #
 # Logs go to $OUT (default out/gpu): summary.txt (also printed, so the reply's tail shows it)
-# and logs.tgz with every step's full log (the tool brings back at most 8 files). Each step has
-# its own time limit, so one that hangs does not take the others down; a failing step is
-# logged and the part goes on. Nothing is downloaded: the image has CuPy, PyTorch, NumPy,
-# hypothesis, pytest, safetensors, regex, tqdm and ml-dtypes; the graphviz Python package is
-# only needed by the drawing tests (they skip without it).
+# and logs.tgz with every step's full log (the tool brings back at most 8 files). Nothing is
+# downloaded: the image has CuPy, PyTorch, NumPy, hypothesis, pytest, safetensors, regex, tqdm
+# and ml-dtypes; the graphviz Python package is only needed by the drawing tests (they skip
+# without it).
 set -u
-part=${1:-check}
+part=${1:-all}
 OUT=${OUT:-out/gpu}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-python3}
+deadline=$((SECONDS + ${BUDGET:-500}))
 
 n=0
 step() {  # step NAME SECONDS COMMAND...: run, log to $LOGS/NAME.log, report the exit status
-    local name=$1 limit=$2 start=$SECONDS
-    shift 2
     n=$((n + 1))
+    _step "$(printf %02d $n)-$1" "$@"
+}
+
+step_aside() {  # the same, in the background (`wait` for it)
+    n=$((n + 1))
+    _step "$(printf %02d $n)-$1" "$@" &
+}
+
+_step() {
+    local summary=$LOGS/$1.summary name=$2 limit=$3 start=$SECONDS
+    shift 3
+    local left=$((deadline - SECONDS))
+    ((limit > left)) && limit=$left
+    if ((limit < 10)); then
+        echo "== $name: not run, the budget is spent" >"$summary"
+        return
+    fi
     timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
     local rc=$?
     {  # one file per step: steps may run side by side
         echo "== $name (limit ${limit}s): exit $rc after $((SECONDS - start)) s: $*"
         tail -n 3 "$LOGS/$name.log" | sed 's/^/   /'
-    } >"$LOGS/$(printf %02d $n)-$name.summary"
+    } >"$summary"
 }
 
 finish() {
@@ -48,8 +70,7 @@ finish() {
 }
 trap finish EXIT
 
-case $part in
-check)
+environment() {
     step environment 60 bash -c "nvidia-smi; $PY - <<'EOF'
 import cupy, numpy, torch
 print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__)
@@ -61,37 +82,82 @@ try:
 except Exception as e:
     print('bfloat16 on CuPy: no,', type(e).__name__, e)
 EOF"
-    # The fused kernels compiled and compared with their CPU forms, and the tests marked cuda.
-    step kernels 150 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
+}
+
+kernels() {  # the fused kernels, each op that uses one, and the tests marked cuda
+    step kernels 90 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
         tests/tensorlab/test_fused.py tests/tensorlab/test_fused_compiles.py \
         tests/nn/test_activation.py tests/nn/test_norm.py tests/nn/test_optim.py \
-        tests/nn/test_attention.py tests/nn/test_loss.py
-    step tests_cuda 120 "$PY" -m pytest -q -m cuda -p no:cacheprovider -o addopts=""
-    # The whole suite with the GPU as the default device, in four shards at once (16 cores).
-    suite=(env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider --maxfail=300)
-    step suite_tensorlab 330 "${suite[@]}" tests/tensorlab &
-    step suite_nn 330 "${suite[@]}" tests/nn &
-    step suite_gpt 330 "${suite[@]}" tests/gpt &
-    step suite_rest 330 "${suite[@]}" tests --ignore=tests/tensorlab --ignore=tests/nn \
-        --ignore=tests/gpt --deselect tests/test_notebooks.py &
+        tests/nn/test_amp.py tests/nn/test_attention.py tests/nn/test_loss.py
+}
+
+suite() {  # the whole suite with the GPU as the default device: eight shards at once
+    local k
+    for k in 1 2 3 4 5 6 7 8; do
+        step_aside "suite_$k" 300 env TENSORLAB_TEST_DEVICE=cuda OMP_NUM_THREADS=2 \
+            OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfE -p no:cacheprovider \
+            --maxfail=300 --shard "$k/8" --deselect tests/test_notebooks.py
+    done
+}
+
+train() {  # nanoGPT config, 2000 iterations, three dtypes side by side
+    local dtype
+    for dtype in float32 bfloat16 float16; do
+        step_aside "train_$dtype" 300 "$PY" -m gpt train --text "${TEXT:-.data/tinyshakespeare.txt}" \
+            --device cuda --dtype "$dtype" --out-dir "/tmp/gpu-runs/$dtype" --overwrite
+    done
+}
+
+suite_counts() {  # the shards' last lines added up (a shard killed at its limit has none)
+    tail -q -n 1 "$LOGS"/suite_*.log 2>/dev/null | grep -oE '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' |
+        awk '{ sum[$2] += $1 } END { printf "suite on the GPU, all shards:"; for (k in sum) printf " %d %s", sum[k], k; print "" }' \
+            >"$LOGS/97-suite-counts.summary"
+}
+
+val_losses() {  # the last evaluation of each run
+    for dtype in float32 bfloat16 float16; do
+        echo "$dtype: $(grep val_loss "/tmp/gpu-runs/$dtype/log.jsonl" 2>/dev/null | tail -n 1)"
+    done >"$LOGS/98-val-losses.summary"
+}
+
+bench_train() {
+    step bench_train 150 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
+}
+
+bench_kernels() {
+    step bench_kernels 120 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
+}
+
+case $part in
+all)
+    environment
+    bench_train
+    kernels
+    suite
+    train
     wait
+    suite_counts
+    val_losses
+    bench_kernels
     ;;
-bench)
-    step bench_kernels 150 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
-    step bench_train 400 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
+check)
+    environment
+    kernels
+    suite
+    wait
+    suite_counts
     ;;
 train)
-    for dtype in float32 bfloat16 float16; do
-        step "train_$dtype" 540 "$PY" -m gpt train --text "${TEXT:-.data/tinyshakespeare.txt}" \
-            --device cuda --dtype "$dtype" --out-dir "/tmp/gpu-runs/$dtype" --overwrite &
-    done
+    train
     wait
-    for dtype in float32 bfloat16 float16; do  # the last evaluation of each run
-        echo "$dtype: $(grep val_loss "/tmp/gpu-runs/$dtype/log.jsonl" | tail -n 1)"
-    done >"$LOGS/99-val-losses.summary"
+    val_losses
+    ;;
+bench)
+    bench_train
+    bench_kernels
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh check|bench|train" >&2
+    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench]" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@ orders, fused multiply-adds) stays within them or the test says why not.
 """
 
 import os
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -79,3 +80,29 @@ def device(request):
     if request.param == "cuda" and not _cuda_available():
         pytest.skip("no CUDA GPU with CuPy on this machine")
     return request.param
+
+
+# ------------------------------------------------------------------ shards
+# `pytest --shard 3/8` runs the third of eight disjoint parts of the collected tests (by a
+# hash of each test's id, so the parts are the same on every machine and about equal in
+# size): benchmarks/gpu_session.sh runs the suite on a GPU as eight processes side by side.
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, help="K/N: run only the K-th of N parts (1 ≤ K ≤ N)")
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--shard")
+    if shard is None:
+        return
+    try:
+        k, n = (int(s) for s in shard.split("/"))
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard {shard}: give K/N with 1 ≤ K ≤ N, e.g. --shard 1/8")
+    keep, drop = [], []
+    for item in items:
+        digest = zlib.crc32(item.nodeid.encode())
+        (keep if digest % n == k - 1 else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
