@@ -270,18 +270,27 @@ class Tokenizer:
         ``allowed_special`` chooses which special tokens are recognised: "all", "none" (special
         strings are then encoded as ordinary text), or a collection of them.
         """
+        return [i for _, _, ids, _ in self.segments(text, allowed_special) for i in ids]
+
+    def segments(
+        self, text: str, allowed_special: AllowedSpecial = "all"
+    ) -> list[tuple[int, int, list[int], bool]]:
+        """The text cut at its special tokens, as :meth:`encode` cuts it: ``(start, end, ids,
+        special)`` for each special token (its id alone) and each stretch of text between them
+        (the ids the model gives it), in order. Encoding is these ids one after another; the
+        offsets of ``offsets.py`` are looked for in each stretch apart."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
-        ids: list[int] = []
+        out: list[tuple[int, int, list[int], bool]] = []
+        pos = 0
         try:
             for chunk, special, first in self.split_special(text, allowed_special):
-                if special:
-                    ids.append(self.special[chunk])
-                else:
-                    ids.extend(self._encode_ordinary(chunk, first))
+                ids = [self.special[chunk]] if special else self._encode_ordinary(chunk, first)
+                out.append((pos, pos + len(chunk), ids, special))
+                pos += len(chunk)
         except PatternTimeoutError as e:
             raise TokenizerError(f"{self.source or type(self).__name__}: {e}") from None
-        return ids
+        return out
 
     def split_special(
         self, text: str, allowed_special: AllowedSpecial = "all"

@@ -12,6 +12,11 @@ Tokens are cut from the *normalized* text (lowercased, accents stripped, NFKC, .
 search runs there, and the spans found are carried back to the original characters by the
 normalizer's alignment (``alignment.py``). Tokens whose surface still cannot be found (and
 unknown tokens) are given the text between their neighbours.
+
+The search does not cross an added (special) token: the encoder cuts the text at those first
+(``segments``), so each one's span is where it was cut, and the tokens of each stretch between
+them are looked for in that stretch alone. An unknown token beside an added one that spells it
+("<unk>") therefore cannot be confused with it.
 """
 
 from __future__ import annotations
@@ -84,6 +89,47 @@ def encode_with_offsets(
         ids = tok.encode(text)
     original = text
     text, origin = normalized(tok, text)  # the search runs in the text the model saw
+    spans: list[Span | None] = []
+    for start, end, piece, added in _pieces(tok, original, text, ids):
+        if added:  # an added token is where the text was cut for it
+            spans.append((start, end))
+            continue
+        found = _search(tok, text[start:end], piece)
+        spans.extend(None if sp is None else (sp[0] + start, sp[1] + start) for sp in found)
+    if tok.spelling.trim_offsets:
+        _trim(tok, ids, spans)
+    out: list[tuple[int, Span | None]] = []
+    for i, sp in zip(ids, spans):
+        if sp is None:
+            out.append((i, None))
+        elif sp[1] > sp[0]:  # back to the characters of the original text
+            out.append((i, (origin[sp[0]][0], origin[sp[1] - 1][1])))
+        else:
+            at = origin[sp[0]][0] if sp[0] < len(origin) else len(original)
+            out.append((i, (at, at)))
+    return out
+
+
+def _pieces(
+    tok: Tokenizer, original: str, text: str, ids: list[int]
+) -> list[tuple[int, int, list[int], bool]]:
+    """The stretches of the normalized ``text`` whose tokens are looked for apart, with their
+    ids and whether they are an added (special) token: each such token and each stretch
+    between them as the encoder cut them (``segments``), when ``ids`` are those it gives (not
+    truncated or padded) and the segments' places are in ``text`` (a ``Pipeline`` gives them
+    in its normalized text; the others in the original, which is ``text`` unless the
+    tokenizer normalizes: WordPiece); else the whole text, searched as one."""
+    if isinstance(tok, Pipeline) or text == original:
+        segments = tok.segments(original)
+        if [i for _, _, piece, _ in segments for i in piece] == ids:
+            return segments
+    return [(0, len(text), ids, False)]
+
+
+def _search(tok: Tokenizer, text: str, ids: list[int]) -> list[Span | None]:
+    """Where each token of ``ids`` lies in ``text`` (the normalized text, or a stretch of it
+    that these tokens cover): found by its surface where the previous one ended, and the
+    tokens not found placed between their neighbours (``_fill_gaps``)."""
     data = text.encode("utf-8")
     lower = data.lower()  # ASCII only, so byte positions stay the same
     char_at = _char_index(text)
@@ -134,18 +180,47 @@ def encode_with_offsets(
         cursors.append(char_at[pos])
     unk_text = surface(tok, unk).decode("utf-8") if unk_whole else None
     _fill_gaps(tok, spans, cursors, text, unk_text)
-    if tok.spelling.trim_offsets:
-        _trim(tok, ids, spans)
-    out: list[tuple[int, Span | None]] = []
-    for i, sp in zip(ids, spans):
-        if sp is None:
-            out.append((i, None))
-        elif sp[1] > sp[0]:  # back to the characters of the original text
-            out.append((i, (origin[sp[0]][0], origin[sp[1] - 1][1])))
-        else:
-            at = origin[sp[0]][0] if sp[0] < len(origin) else len(original)
-            out.append((i, (at, at)))
-    return out
+    if unk is not None and _fuses_unknown(tok):
+        _widen_unknown(tok, ids, spans, cursors, text, unk)
+    return spans
+
+
+def _widen_unknown(
+    tok: Tokenizer,
+    ids: list[int],
+    spans: list[Span | None],
+    cursors: list[int],
+    text: str,
+    unk: int,
+) -> None:
+    """Where the model fuses a run of unknown characters into the unknown token, and that token
+    was found as its own text (the vocabulary's "<unk>" piece, which the model matches like any
+    other), the unknown characters beside it in the same word are part of the same token: its
+    span takes the characters of its word from where the search stood after the token before
+    it (a Metaspace "▁" put in front of the word covers no character, though its span is the
+    first) to the next token's span."""
+    words = None
+    for k, i in enumerate(ids):
+        if i != unk or spans[k] is None:
+            continue
+        if words is None:
+            words = _word_spans(tok, text) or []
+        start, end = spans[k]
+        word = next(((a, b) for a, b in words if a <= start and end <= b), None)
+        if word is None:
+            continue
+        before = cursors[k - 1] if k else 0
+        after = next((sp[0] for sp in spans[k + 1 :] if sp is not None), len(text))
+        spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))
+
+
+def _fuses_unknown(tok: Tokenizer) -> bool:
+    """Whether ``tok``'s model makes a run of unknown characters one unknown token (Unigram,
+    and BPE with ``fuse_unk``)."""
+    if isinstance(tok, Unigram):
+        return tok.fuse_unk
+    model = (getattr(tok, "file_data", None) or {}).get("model") or {}
+    return isinstance(tok, Pipeline) and (model.get("type") == "Unigram" or model.get("fuse_unk"))
 
 
 def _fill_gaps(

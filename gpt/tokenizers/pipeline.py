@@ -254,14 +254,27 @@ class Pipeline(Tokenizer):
         return ids if pair_ids is None else ids + pair_ids
 
     def _encode_one(self, text: str, allowed_special: AllowedSpecial) -> list[int]:
+        return [i for _, _, ids, _ in self.segments(text, allowed_special) for i in ids]
+
+    def segments(
+        self, text: str, allowed_special: AllowedSpecial = "all"
+    ) -> list[tuple[int, int, list[int], bool]]:
+        """The text cut as the model sees it: ``(start, end, ids, added)`` for each added token
+        (its id alone, ``added`` True) and each stretch of text between them (the ids the model
+        gives it), in order;
+        ``start`` and ``end`` index the text of :meth:`normalize_aligned` (added tokens as they
+        are, the rest normalized). Encoding is these ids one after another; the offsets of
+        ``offsets.py`` are looked for in each stretch apart."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
         allowed = self._allowed(allowed_special)
-        ids: list[int] = []
+        out: list[tuple[int, int, list[int], bool]] = []
+        pos = 0  # where this chunk starts in the normalized text
         try:
             for chunk, token, start in split_added(text, allowed(self._raw_added)):
                 if token is not None:
-                    ids.append(token.id)
+                    out.append((pos, pos + len(token.content), [token.id], True))
+                    pos += len(token.content)
                     continue
                 first = start == 0
                 if self.normalizer is not None:
@@ -270,14 +283,16 @@ class Pipeline(Tokenizer):
                     chunk = self.normalizer(chunk)
                 for part, token2, start2 in split_added(chunk, allowed(self._normalized_added)):
                     if token2 is not None:
-                        ids.append(token2.id)
+                        ids = [token2.id]
                     else:
-                        ids.extend(self._encode_ordinary(part, first and start2 == 0))
+                        ids = self._encode_ordinary(part, first and start2 == 0)
+                    out.append((pos + start2, pos + start2 + len(part), ids, token2 is not None))
+                pos += len(chunk)
         except TokenizerError as e:
             if self.source and not str(e).startswith(self.source):
                 raise TokenizerError(f"{self.source}: {e}") from None
             raise
-        return ids
+        return out
 
     def _keeps_first_character(self, text: str) -> bool:
         """Whether the normalized ``text`` still begins where ``text`` does. The library counts a

@@ -135,6 +135,18 @@ CASES = [
     ("unigram", "\t<unk>"),
     # after the added unknown token, the "▁" Metaspace puts before the next stretch of text
     ("unigram-nfkc", "<unk>w"),
+    # an unknown character right before the added unknown token: a stretch of its own
+    ("unigram", "Q<unk>,"),
+    ("unigram", "é<unk>中"),
+    ("unigram-nfkc", "中<unk>o"),
+    # not added, "<unk>" is the vocabulary's piece, and the unknown characters of its word
+    # beside it are fused into the same token (whitespace other than spaces included)
+    ("unigram-not-added", "<unk>\n"),
+    ("unigram-not-added", "b<unk>🤗"),
+    ("unigram-not-added", " <unk>. "),
+    ("unigram-not-added", "\t<unk>ﬁ"),
+    ("unigram-not-added", " \n<unk>lo"),
+    ("unigram-not-added", "y<unk>Ⅻee"),
 ]
 
 
@@ -159,7 +171,24 @@ def test_offsets_around_unknown_tokens_on_generated_text(data, tmp_path_factory)
 
 
 @settings(max_examples=100, deadline=None)
-@given(text=st.lists(st.sampled_from(PIECES), max_size=8).map("".join))
+@given(text=st.lists(st.sampled_from([*PIECES, "<unk>"]), max_size=8).map("".join))
 def test_unigram_offsets_around_unknown_tokens_on_generated_text(text, tmp_path_factory):
     for name in ("unigram", "unigram-nfkc", "unigram-not-added"):
         check(name, tmp_path_factory, text)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_segments_cut_the_text_the_model_sees_into_what_encode_gives(data, tmp_path_factory):
+    """``segments`` (what the offsets are looked for in, stretch by stretch): one after another
+    they cover the normalized text without gaps, and their ids are ``encode``'s."""
+    name = data.draw(st.sampled_from(sorted(BUILDERS)))
+    text = "".join(data.draw(st.lists(st.sampled_from([*PIECES, "<unk>", "[UNK]"]), max_size=8)))
+    _, ours = pair(name, tmp_path_factory)
+    segments = ours.segments(text)
+    seen = tk.offsets.normalized(ours, text)[0]
+    assert [(a, b) for a, b, _, _ in segments] == list(
+        zip([0] + [b for _, b, _, _ in segments[:-1]], [b for _, b, _, _ in segments])
+    )
+    assert (segments[-1][1] if segments else 0) == len(seen)
+    assert [i for _, _, ids, _ in segments for i in ids] == ours.encode(text)
