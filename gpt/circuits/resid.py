@@ -124,10 +124,11 @@ def _normed(stack: np.ndarray) -> NormedStack:
 
 
 def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False):
-    """The norm that reads the stream before ``layer`` and that stream (B, T, d): block
-    ``layer``'s ln1 and its ``hook_resid_pre``, or for None (and n_layer) the final norm and
-    the final stream; with ``mlp_input``, block ``layer``'s ln2 and its ``hook_resid_mid``
-    (the stream its MLP reads). TransformerLens's ``apply_ln_to_stack(layer, mlp_input)``."""
+    """The norm that reads the stream before ``layer``, that stream (B, T, d) and the norm's
+    name: block ``layer``'s ln1 and its ``hook_resid_pre``, or for None (and n_layer) the
+    final norm and the final stream; with ``mlp_input``, block ``layer``'s ln2 and its
+    ``hook_resid_mid`` (the stream its MLP reads). TransformerLens's
+    ``apply_ln_to_stack(layer, mlp_input)``."""
     _check_pre_norm(model)
     layer = _layer_range(model, layer)
     if mlp_input:
@@ -140,10 +141,11 @@ def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False
         if block.mlp is None or block.parallel:
             kind = "has no MLP" if block.mlp is None else "is parallel (its MLP reads resid_pre)"
             raise ValueError(f"mlp_input=True: block {layer} {kind}; there is no MLP input")
-        return block.ln2, _get(cache, f"blocks.{layer}.hook_resid_mid")
+        return block.ln2, _get(cache, f"blocks.{layer}.hook_resid_mid"), f"blocks.{layer}.ln2"
     if layer == len(model.blocks):
-        return model.ln_final, final_resid(model, cache)
-    return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre")
+        return model.ln_final, final_resid(model, cache), "ln_final"
+    name = f"blocks.{layer}.ln1"
+    return model.blocks[layer].ln1, _get(cache, f"blocks.{layer}.hook_resid_pre"), name
 
 
 def _check_cut(arg: str, value) -> None:
@@ -180,8 +182,10 @@ def apply_ln_to_stack(
     final norm for None (default) and n_layer, as in TransformerLens; with ``mlp_input``, block
     ``layer``'s ln2, which reads the stream between its attention and its MLP.
 
-    σ is that stream's (from ``cache``), the same for every component, so the results still sum
-    to the normalized stream: the frozen-scale linearization of the module docstring. A stack
+    σ is that stream's, the same for every component, so the results still sum to the
+    normalized stream: the frozen-scale linearization of the module docstring. It is the
+    norm's ``hook_scale`` where ``cache`` holds it (as TransformerLens reads it: a run that
+    patched σ is decomposed with the σ it used), else computed from the cached stream. A stack
     cut to some positions or batch entries needs the same cut of σ: ``pos_slice`` and
     ``batch_slice`` (an int, a slice or a list of indices, as applied to the stack's position
     and batch axes); the stack's middle axes must then match σ's, else a ValueError.
@@ -194,7 +198,7 @@ def apply_ln_to_stack(
             "stack made with apply_ln=False, or its norm would be applied twice"
         )
     stack = _arr(stack)
-    norm, resid = _reading_norm(model, cache, layer, mlp_input)
+    norm, resid, name = _reading_norm(model, cache, layer, mlp_input)
     if stack.ndim < 2 or stack.shape[-1] != resid.shape[-1]:
         raise ValueError(
             f"stack must be (components, ..., d_model={resid.shape[-1]}), got shape {stack.shape}"
@@ -211,6 +215,8 @@ def apply_ln_to_stack(
                 "stack was cut with"
             )
         scale = _norm_scale(norm, resid)
+        if scale is not None and f"{name}.hook_scale" in cache:  # σ as the run had it
+            scale = _arr(cache[f"{name}.hook_scale"])
         scale = None if scale is None else _slice_scale(scale, pos_slice, batch_slice)
     stack = _centre(norm, stack)
     return _normed(stack if scale is None else stack / scale)

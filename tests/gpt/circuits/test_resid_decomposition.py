@@ -339,3 +339,23 @@ def test_mlp_input_without_an_mlp_input_is_refused():
     _, cache = logits_and_cache(attn_only, TOKENS)
     with pytest.raises(ValueError, match="block 0 has no MLP"):
         C.apply_ln_to_stack(attn_only, cache, np.zeros((1, 3, 9, 16)), layer=0, mlp_input=True)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("where", ["ln_final", "blocks.1.ln1", "blocks.0.ln2"])
+def test_a_run_that_patched_sigma_is_decomposed_with_the_sigma_it_used(norm, where):
+    """A run whose norm's σ was replaced (here doubled through ``hook_scale``, as when norms are
+    frozen at a clean run's σ): the normalized decomposition sums to the ``hook_normalized``
+    that run computed, because σ is read from the cache (as TransformerLens does), not from
+    the stream (float32 forward against float64 sums: 1e-5). Without ``hook_scale`` in the
+    cache, σ is the stream's own."""
+    model = randomized(norm=norm, n_layer=2)
+    layer = {"ln_final": None, "blocks.1.ln1": 1, "blocks.0.ln2": 0}[where]
+    kw = dict(layer=layer, mlp_input=where.endswith("ln2"), apply_ln=True)
+    with C.hooks(model, [(f"{where}.hook_scale", lambda s: s * 2.0)]):
+        _, cache = logits_and_cache(model, TOKENS)
+    normed = C.decompose_resid(model, cache, **kw)
+    np.testing.assert_allclose(normed.sum(0), cache[f"{where}.hook_normalized"], atol=1e-5)
+    unpatched = {k: v for k, v in cache.items() if not k.endswith("hook_scale")}
+    stream_sigma = C.decompose_resid(model, unpatched, **kw)
+    np.testing.assert_allclose(stream_sigma.sum(0), 2 * normed.sum(0), rtol=1e-5, atol=1e-6)
