@@ -85,14 +85,27 @@ def matmul(a, b, out=None):
     result in their dtype whose products are summed in float32 and rounded once. NumPy is
     asked for a float32 product and rounds it (its own float16 matmul has no BLAS, so it is
     many times slower, and its bfloat16 matmul returns float32). cuBLAS does it by itself for
-    CuPy's half arrays (compute type CUBLAS_COMPUTE_32F, CuPy's default), on the tensor
-    cores, so there the product is taken as it is: widening first would run a float32 GEMM,
-    many times slower."""
+    CuPy's half arrays of two axes (compute type CUBLAS_COMPUTE_32F, CuPy's default), on the
+    tensor cores, so there the product is taken as it is: widening first would run a float32
+    GEMM, many times slower. With more axes CuPy 14 widens float16 to float32 itself but
+    sends bfloat16 to a kernel that sums in bfloat16 (cupy/cupy#10317), so a stack of
+    matrices times one matrix is taken as one product of two axes (the stack's rows one after
+    another), and other batched half products are widened here."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
-    if acc is None or xp is not np:
+    if acc is None or (xp is not np and a.ndim <= 2 and b.ndim <= 2):
         return xp.matmul(a, b, out=out)
-    product = xp.matmul(a, b, dtype=acc)
+    if xp is not np:
+        if b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
+            rows = xp.matmul(a.reshape(-1, a.shape[-1]), b)
+            y = rows.reshape(a.shape[:-1] + b.shape[-1:])
+            if out is None:
+                return y
+            out[...] = y
+            return out
+        product = xp.matmul(a.astype(acc), b.astype(acc))
+    else:
+        product = xp.matmul(a, b, dtype=acc)
     if out is None:
         return product.astype(a.dtype)
     out[...] = product

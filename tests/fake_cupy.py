@@ -15,6 +15,8 @@ device. It keeps these rules of CuPy's, each one a way code that passes on NumPy
   NumPy-only keyword raises TypeError, as CuPy does); ufuncs take only out/dtype/casting.
 - ``random.default_rng`` gives a generator laid out as CuPy's: its state is the device array
   ``bit_generator._state`` and ``bit_generator.state`` is a method.
+- A bfloat16 matrix product with more than two axes is refused: CuPy 14 sends it to a kernel
+  that sums in bfloat16 (see ``_refuse_batched_bfloat16``); two-axis products go to cuBLAS.
 - ``fuse`` returns the function (CuPy compiles it; the arithmetic is the same), and
   ``cupyx.scipy.special.erf`` is an elementwise erf. A kernel's ``.each`` (many tensors, one
   launch: tensorlab/fused.py) reads its table of addresses as the CUDA code does and runs the
@@ -210,7 +212,10 @@ def _binary(name: str, reflected: bool = False, inplace: bool = False):
             return self
         a, b = (other, self) if reflected else (self, other)
         a, b = _unwrap(a), _unwrap(b)
-        return _wrap(_product_dtype(op(a, b), a, b) if name == "matmul" else op(a, b))
+        if name == "matmul":
+            _refuse_batched_bfloat16(a, b)
+            return _wrap(_product_dtype(op(a, b), a, b))
+        return _wrap(op(a, b))
 
     return method
 
@@ -239,6 +244,19 @@ for _name in "neg pos abs invert".split():
 
 
 _WRAPPERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(array) -> wrapper
+
+
+def _refuse_batched_bfloat16(a, b):
+    """CuPy 14.2's matmul of bfloat16 arrays with more than two axes takes its integer path (a
+    hand-written kernel that sums the products in bfloat16, cupy/_core/_routines_linalg.pyx:
+    only 'efdFD' reach cuBLAS there; cupy/cupy#10317 is the fix, not released): the library
+    must not call it. Two-axis products go to cuBLAS (gemmEx, float32 sums) and are fine."""
+    a, b = (x._a if isinstance(x, ndarray) else np.asarray(x) for x in (a, b))
+    if max(a.ndim, b.ndim) > 2 and str(np.result_type(a.dtype, b.dtype)) == "bfloat16":
+        raise TypeError(
+            f"CuPy's matmul of bfloat16 arrays with more than two axes ({a.shape} @ {b.shape}) "
+            "sums in bfloat16 (its integer kernel), not with cuBLAS"
+        )
 
 
 def _product_dtype(y, a, b):
@@ -398,7 +416,14 @@ for _name, _entry in TABLE["functions"].items():
 module.ndarray = ndarray
 module.ufunc = ufunc
 _matmul = module.matmul
-module.matmul = lambda a, b, **kw: _wrap(_product_dtype(_unwrap(_matmul(a, b, **kw)), a, b))
+
+
+def _module_matmul(a, b, **kw):
+    _refuse_batched_bfloat16(a, b)
+    return _wrap(_product_dtype(_unwrap(_matmul(a, b, **kw)), a, b))
+
+
+module.matmul = _module_matmul
 for _name, _u in _UFUNCS.items():
     setattr(module, _name, _u)
 for _name in ("newaxis", "inf", "nan", "pi", "e", "dtype", "iinfo", "finfo"):

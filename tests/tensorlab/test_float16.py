@@ -137,6 +137,34 @@ def test_float16_sums_accumulate_in_float32():
     assert x.grad.dtype == np.float16
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "shapes",
+    [((2, 3, 4000), (4000, 2)), ((2, 3, 4000), (2, 4000, 2)), ((2, 1, 3, 4000), (5, 4000, 2))],
+)
+def test_batched_half_products_on_a_gpu_sum_in_float32(half, shapes, monkeypatch):
+    """Matrix products with more than two axes on CuPy emulated by NumPy, which refuses what
+    CuPy 14 gets wrong: a bfloat16 product with more than two axes goes to its integer kernel,
+    summing in bfloat16 (tests/fake_cupy.py). backend.matmul takes a stack times a matrix as one
+    two-axis product and widens the others, so every entry is 4000 × 0.1² summed in float32 and
+    rounded once, as on the CPU (bitwise), gradients included."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    dtype = tl.backend.as_dtype(half)
+    tenth = float(np.array(0.1, dtype).astype(np.float64))
+    want = np.array(tenth * tenth * 4000, np.float64).astype(dtype)
+    a, b = (tl.full(s, 0.1, dtype=half, device="cuda", requires_grad=True) for s in shapes)
+    y = a @ b
+    assert y.dtype == dtype and (y.data.get() == want).all()
+    y.float().sum().backward()
+    cpu = [tl.full(s, 0.1, dtype=half, device="cpu", requires_grad=True) for s in shapes]
+    (cpu[0] @ cpu[1]).float().sum().backward()
+    for t, c in zip((a, b), cpu):
+        assert t.grad.dtype == dtype
+        np.testing.assert_array_equal(t.grad.data.get(), c.grad.numpy())
+
+
 def test_integer_tensors_never_require_grad():
     with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
         tl.tensor([1, 2], requires_grad=True)
