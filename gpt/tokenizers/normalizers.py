@@ -11,10 +11,12 @@ gives it, so that files from there encode to the same ids here:
 * ``BertNormalizer``: BERT's cleanup (``pretokenize.bert_normalize``).
 * ``Replace``: every match of a literal string or a regex becomes ``content``.
 * ``Prepend``: put a string before non-empty text; ``Strip``: drop whitespace at either end.
+* ``Precompiled``: SentencePiece's compiled character map (T5, ALBERT, XLNet, ...), in
+  ``precompiled.py``.
 * ``Sequence``: the listed normalizers one after another.
 
-Anything else (``Precompiled``, SentencePiece's compiled character map; ``NMT``; ...) is
-refused with an error naming the type and where it sits in the file.
+Anything else (``NMT``, ...) is refused with an error naming the type and where it sits in
+the file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 import regex
 
-from . import alignment
+from . import alignment, precompiled
 from .alignment import Aligned
 from .base import TokenizerFileError
 from .fields import check, get, part_type
@@ -144,6 +146,10 @@ def build(
             return text
 
         return Normalizer(strip, alignment.stripped(_SPACE.fullmatch, left, right))
+    if kind == "Precompiled":
+        charsmap = get(spec, "precompiled_charsmap", "str", path, where)
+        table = precompiled.from_base64(charsmap, path, f"{where}.precompiled_charsmap")
+        return Normalizer(table, table.align)
     if kind == "Sequence":
         steps = get(spec, "normalizers", "list", path, where)
         parts = [
@@ -160,5 +166,5 @@ def build(
     raise TokenizerFileError(
         path,
         f"{where}: unsupported normalizer type {kind!r} (supported: NFC, NFD, NFKC, NFKD, "
-        "Lowercase, StripAccents, BertNormalizer, Replace, Prepend, Strip, Sequence)",
+        "Lowercase, StripAccents, BertNormalizer, Replace, Prepend, Strip, Precompiled, Sequence)",
     )

@@ -114,8 +114,8 @@ def write(path, text):
         (
             '{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]},'
             ' "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"},'
-            ' {"type": "Precompiled"}]}, "pre_tokenizer": {"type": "Metaspace"}}',
-            r"normalizer.normalizers\[1\]: unsupported normalizer type 'Precompiled'",
+            ' {"type": "Nmt"}]}, "pre_tokenizer": {"type": "Metaspace"}}',
+            r"normalizer.normalizers\[1\]: unsupported normalizer type 'Nmt'",
         ),
         ('{"a": 0, "b": 1}', "merges.txt is missing"),
     ],

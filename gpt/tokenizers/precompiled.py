@@ -1,0 +1,159 @@
+"""SentencePiece's compiled character map: the ``Precompiled`` normalizer of ``tokenizer.json``.
+
+A SentencePiece model normalizes text with a table of rewrites (its ``nmt_nfkc`` rule is NFKC
+plus some clean-up: "ﬁ" -> "fi", full-width "Ａ" -> "A", control characters dropped, ...),
+compiled into one blob, ``precompiled_charsmap``. Files converted from SentencePiece models (T5,
+mT5, ALBERT, XLNet, XLM-R, Marian, ...) carry that blob, base64-encoded, as their normalizer.
+
+The blob (SentencePiece's ``normalizer.cc``): a little-endian uint32, the size in bytes of a
+double-array trie (darts-clone's format: uint32 units), the trie, then the replacement strings,
+each ended by a NUL byte. The trie's keys are UTF-8 strings; a key's value is the offset of its
+replacement in the strings. Walking unit by unit (:meth:`CharsMap.prefixes`):
+
+    pos ^= offset(unit) at the root, then for each byte c:
+    pos ^= c; unit = trie[pos]; stop unless label(unit) == c;
+    pos ^= offset(unit); if has_leaf(unit): the key so far has the value value(trie[pos])
+
+    offset(u) = (u >> 10) << ((u & 2⁹) >> 6),  label(u) = u & (2³¹ | 0xFF),
+    has_leaf(u) = (u >> 8) & 1,  value(u) = u & (2³¹ - 1).
+
+How the text is rewritten follows the ``tokenizers`` library (its ``Precompiled`` normalizer),
+whose files these are, rather than SentencePiece's own longest-match loop: the text is cut into
+extended grapheme clusters (a character with its combining marks, an emoji sequence); a cluster
+of fewer than 6 UTF-8 bytes that begins with a key is replaced whole by the replacement of the
+*shortest* such key; any other cluster is rewritten character by character, each character that
+begins with a key by that key's replacement. Alignment (which original characters a rewritten
+one stands for, for offsets): the first characters of a replacement stand for the replaced
+ones one to one; extra characters share the span of the last one; when a replacement is
+shorter, the replaced characters left over are dropped with their spans.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import os
+import struct
+
+import regex
+
+from .alignment import Aligned, Span
+from .base import TokenizerFileError
+
+_CLUSTER = regex.compile(r"\X")
+_SHORT = 6  # clusters below this many UTF-8 bytes are looked up whole
+
+
+class CharsMap:
+    """A parsed ``precompiled_charsmap``: :meth:`lookup` gives the replacement a string starts
+    with, :meth:`align` rewrites a text (see the module docstring)."""
+
+    def __init__(self, blob: bytes, source: str | os.PathLike = "<memory>"):
+        if len(blob) < 4:
+            raise TokenizerFileError(source, "precompiled_charsmap is shorter than its header")
+        (size,) = struct.unpack_from("<I", blob)
+        if size % 4 or 4 + size > len(blob) or size == 0:
+            raise TokenizerFileError(
+                source,
+                f"precompiled_charsmap: a trie of {size} bytes does not fit its {len(blob)}-byte "
+                "blob in 4-byte units",
+            )
+        self.trie = struct.unpack_from(f"<{size // 4}I", blob, 4)
+        self.strings = blob[4 + size :]
+        self.lookup = functools.lru_cache(maxsize=1 << 16)(self._lookup)
+
+    def prefixes(self, key: bytes) -> list[int]:
+        """The values of the keys that are prefixes of ``key``, shortest first."""
+        found: list[int] = []
+        self._walk(key, found)
+        return found
+
+    def _walk(self, key: bytes, found: list[int]) -> bool:
+        """Walk ``key`` through the trie, adding the value of each key met on the way to
+        ``found``; True if the whole of ``key`` is on a path of the trie (a key may begin
+        with it)."""
+        trie = self.trie
+        pos = _offset(trie[0])
+        for c in key:
+            pos ^= c
+            if c == 0 or pos >= len(trie) or trie[pos] & 0x800000FF != c:
+                return False
+            unit = trie[pos]
+            pos ^= _offset(unit)
+            if (unit >> 8) & 1:
+                found.append(trie[pos] & 0x7FFFFFFF)
+        return True
+
+    def _lookup(self, piece: str) -> str | None:
+        """The replacement of the shortest key ``piece`` begins with, or None."""
+        values = self.prefixes(piece.encode("utf-8"))
+        if not values:
+            return None
+        start = values[0]
+        end = self.strings.find(b"\0", start)
+        return self.strings[start : len(self.strings) if end < 0 else end].decode("utf-8")
+
+    def rewrites(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, new)``: each stretch of ``text`` (a cluster, or a character of one)
+        that a key rewrites, in order. A cluster none of whose characters begins a key is left
+        as it is without a look-up (most text: keys begin with few characters)."""
+        live = {c for c in set(text) if self._walk(c.encode("utf-8"), [])}
+        if not live:
+            return []
+        out: list[tuple[int, int, str]] = []
+        a = 0
+        for cluster in _CLUSTER.findall(text):
+            b = a + len(cluster)
+            if not live.isdisjoint(cluster):
+                whole = None
+                if len(cluster.encode("utf-8")) < _SHORT:
+                    whole = self.lookup(cluster)
+                if whole is not None:
+                    out.append((a, b, whole))
+                else:
+                    for k in range(a, b):
+                        new = self.lookup(text[k]) if text[k] in live else None
+                        if new is not None:
+                            out.append((k, k + 1, new))
+            a = b
+        return out
+
+    def align(self, aligned: Aligned) -> Aligned:
+        """The rewritten text, and the original span of each of its characters: the first
+        characters of a replacement stand for the replaced ones one to one, extra ones share
+        the span of the last, leftover replaced characters are dropped with their spans."""
+        text, spans = aligned
+        out: list[str] = []
+        out_spans: list[Span] = []
+        pos = 0
+        for a, b, new in self.rewrites(text):
+            out.append(text[pos:a])
+            out_spans.extend(spans[pos:a])
+            out.append(new)
+            out_spans.extend(spans[min(a + k, b - 1)] for k in range(len(new)))
+            pos = b
+        out.append(text[pos:])
+        out_spans.extend(spans[pos:])
+        return "".join(out), out_spans
+
+    def __call__(self, text: str) -> str:
+        out, pos = [], 0
+        for a, b, new in self.rewrites(text):
+            out += (text[pos:a], new)
+            pos = b
+        out.append(text[pos:])
+        return "".join(out)
+
+
+def _offset(unit: int) -> int:
+    return (unit >> 10) << ((unit & (1 << 9)) >> 6)
+
+
+def from_base64(data: str, source: str | os.PathLike, where: str) -> CharsMap:
+    """The charsmap of a file's ``precompiled_charsmap`` field (base64)."""
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise TokenizerFileError(source, f"field {where} is not base64") from None
+    return CharsMap(blob, source)
