@@ -92,10 +92,13 @@ kernels() {  # the fused kernels, each op that uses one, and the tests marked cu
 }
 
 suite() {  # the whole suite with the GPU as the default device: eight shards at once
-    local k
+    local k hang=()
+    # a test that hangs fails alone (pytest-timeout, in the GPU image) instead of taking its
+    # shard's summary down when the shard's own limit kills it
+    "$PY" -c "import pytest_timeout" 2>/dev/null && hang=(-p timeout --timeout 120)
     for k in 1 2 3 4 5 6 7 8; do
         step_aside "suite_$k" 300 env TENSORLAB_TEST_DEVICE=cuda OMP_NUM_THREADS=2 \
-            OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfE -p no:cacheprovider \
+            OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfE -p no:cacheprovider "${hang[@]}" \
             --maxfail=300 --shard "$k/8" --deselect tests/test_notebooks.py
     done
 }
