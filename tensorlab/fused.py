@@ -99,6 +99,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         by_dtypes, strided = _rows_by_dtypes(self.__name__, lists)
         for dtypes, rows in by_dtypes.items():
             table, blocks = pointer_table(rows)
+            if not blocks:  # only empty tensors: nothing to do (CUDA refuses an empty grid)
+                continue
             launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars))
             launch(xp_of(rows[0][0]).asarray(table), len(rows), blocks, scalars)
         for row in strided:

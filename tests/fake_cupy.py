@@ -475,6 +475,8 @@ def _each_kernel(math, dtypes, scalar_types):
     arrays = len(dtypes)
 
     def launch(table, tensors, blocks, scalars):
+        if blocks < 1:  # CUDA: cudaErrorInvalidConfiguration
+            raise RuntimeError(f"fused each {math.__name__}: a launch of {blocks} thread blocks")
         _kernel(f"fused each {math.__name__}")
         t = table._a
         size = t[tensors * arrays :]  # then each block's tensor, then each block's first element

@@ -140,6 +140,20 @@ def test_on_a_gpu_a_row_with_a_strided_array_is_a_launch_of_its_own(monkeypatch)
         np.testing.assert_array_equal(got.get(), b * np.float32(0.5) + g)
 
 
+def test_on_a_gpu_only_empty_tensors_launch_nothing(monkeypatch):
+    """A set of dtypes whose tensors are all empty has no thread block: no launch (CUDA refuses
+    a grid of none; the emulation too), while the other dtypes still get theirs."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    empty = [tl.zeros((0, 3), device="cuda").data, tl.zeros(0, device="cuda").data]
+    full, grad = (tl.ones(5, dtype="float64", device="cuda").data for _ in range(2))
+    fake_cupy.KERNELS.clear()
+    momentum.each(([*empty, full], [*empty, grad]), 0.5)
+    assert fake_cupy.KERNELS == {"fused each momentum": 1, "asarray": 1}
+    np.testing.assert_array_equal(full.get(), np.full(5, 1.5))
+
+
 def test_each_refuses_what_it_cannot_do(monkeypatch):
     x = tl.tensor(np.ones((2, 3))).data
     with pytest.raises(ValueError, match=r"momentum.each: the lists differ in length: \[2, 1\]"):
