@@ -27,6 +27,24 @@ TESTS = {
     "nn/embedding.py": ["tests/nn/test_embedding.py", "tests/nn"],
     "nn/attention.py": ["tests/nn/test_attention.py", "tests/nn"],
     "nn/optim.py": ["tests/nn/test_optim.py", "tests/nn"],
+    "nn/amp.py": ["tests/nn/test_amp.py", "tests/nn"],
+    "tensorlab/fused.py": [
+        "tests/tensorlab/test_fused.py",
+        "tests/tensorlab tests/nn/test_optim.py",
+    ],
+    "tensorlab/backend.py": ["tests/tensorlab/test_float16.py", "tests/tensorlab"],
+    "gpt/tokenizers/offsets.py": [
+        "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/precompiled.py": [
+        "tests/gpt/tokenizers/test_pipeline_parity.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/circuits/resid.py": [
+        "tests/gpt/circuits/test_resid_decomposition.py",
+        "tests/gpt/circuits",
+    ],
     "nn/init.py": [
         "tests/nn/test_init.py",
         "tests/nn tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
@@ -62,6 +80,96 @@ TESTS = {
 }
 
 MUTANTS = {
+    "nn/amp.py": [
+        (
+            "unscale-not-divided",
+            "scale_kernel.each((grads,), 1.0 / self.scale_value)",
+            "scale_kernel.each((grads,), 1.0)",
+            "GradScaler: gradients left scaled by S",
+        ),
+        (
+            "found-inf-inverted",
+            "found = not math.isfinite(float(sum_of_squares(grads)))",
+            "found = math.isfinite(float(sum_of_squares(grads)))",
+            "GradScaler: skips the good steps and takes the overflowed ones",
+        ),
+    ],
+    "tensorlab/fused.py": [
+        (
+            "table-block-start",
+            "first_block[block_tensor]) * CHUNK",
+            "first_block[block_tensor]) * (CHUNK - 1)",
+            ".each: blocks overlap (each starts CHUNK - 1 after the last)",
+        ),
+        (
+            "table-blocks-floor",
+            "per_tensor = -(-sizes // CHUNK)",
+            "per_tensor = sizes // CHUNK",
+            ".each: a tensor's partial last chunk gets no block",
+        ),
+        (
+            "strided-in-table",
+            "if all(a.flags.c_contiguous for a in row):",
+            "if True:",
+            ".each: a strided array's first address and size put in the table",
+        ),
+    ],
+    "tensorlab/backend.py": [
+        (
+            "batched-half-not-widened",
+            "product = xp.matmul(a.astype(acc), b.astype(acc))",
+            "product = xp.matmul(a, b)",
+            "matmul: a batched bfloat16 product on CuPy summed in bfloat16",
+        ),
+    ],
+    "gpt/tokenizers/offsets.py": [
+        (
+            "added-span-searched",
+            "        if added:  # an added token is where the text was cut for it",
+            "        if False:  # an added token is where the text was cut for it",
+            "offsets: added tokens searched for, not given the place they were cut at",
+        ),
+        (
+            "widen-past-word",
+            "spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))",
+            "spans[k] = (min(before, start), max(after, end))",
+            "offsets: a fused unknown token widened past its word",
+        ),
+    ],
+    "gpt/tokenizers/precompiled.py": [
+        (
+            "label-mask",
+            "if c == 0 or pos >= len(trie) or trie[pos] & 0x800000FF != c:",
+            "if c == 0 or pos >= len(trie) or trie[pos] & 0xFF != c:",
+            "Precompiled trie: a unit's leaf flag ignored when matching its label",
+        ),
+        (
+            "longest-prefix",
+            "start = values[0]",
+            "start = values[-1]",
+            "Precompiled: the longest key's replacement (SentencePiece's rule, not the library's)",
+        ),
+        (
+            "cluster-size",
+            "_SHORT = 6  # clusters below this many UTF-8 bytes are looked up whole",
+            "_SHORT = 16  # clusters below this many UTF-8 bytes are looked up whole",
+            "Precompiled: longer clusters looked up whole",
+        ),
+        (
+            "extra-chars-span",
+            "out_spans.extend(spans[min(a + k, b - 1)] for k in range(len(new)))",
+            "out_spans.extend(spans[a] for k in range(len(new)))",
+            "Precompiled alignment: every rewritten character gets the first one's span",
+        ),
+    ],
+    "gpt/circuits/resid.py": [
+        (
+            "sigma-from-stream",
+            'if scale is not None and f"{name}.hook_scale" in cache:',
+            "if False:",
+            "apply_ln_to_stack: σ from the stream when the run patched it",
+        ),
+    ],
     "tensorlab/ops/elementwise.py": [
         (
             "pow-zero-base-nan",
@@ -324,8 +432,8 @@ MUTANTS = {
         ),
         (
             "linear-dw-scale",
-            "gW = matmul(x2.T, g2).reshape(Wa.shape)",
-            "gW = (matmul(x2.T, g2) / x2.shape[0]).reshape(Wa.shape)",
+            "matmul(x2.T, g2, out=gW.reshape(d_in, -1))",
+            "matmul(x2.T / x2.shape[0], g2, out=gW.reshape(d_in, -1))",
             "LinearFn: dW averaged over rows",
         ),
         (
@@ -368,7 +476,12 @@ MUTANTS = {
             "gauss = xp.multiply(a, a, out=a)\n    xp.positive(gauss, out=gauss)\n    xp.exp(",
             "erf (float32): e^(+z²) for e^(-z²)",
         ),
-        ("gelu-cdf-sign", "d += ctx.cdf", "d -= ctx.cdf", "GELU backward: -Φ(x)"),
+        (
+            "gelu-cdf-sign",
+            "d += e  # Φ(x) + x φ(x)",
+            "d -= e  # Φ(x) + x φ(x)",
+            "GELU backward slope: x φ(x) - Φ(x)",
+        ),
         (
             "gelu-tanh-3k",
             "du = x2 * (3 * _TANH_K * _TANH_C)",
@@ -417,8 +530,8 @@ MUTANTS = {
     "nn/loss.py": [
         (
             "ce-smoothing-sign",
-            "loss -= label_smoothing * mean_z",
-            "loss += label_smoothing * mean_z",
+            "loss -= label_smoothing * (z.mean(axis=1) - m[:, 0])",
+            "loss += label_smoothing * (z.mean(axis=1) - m[:, 0])",
             "cross-entropy: the smoothing term added",
         ),
         (
@@ -525,20 +638,20 @@ MUTANTS = {
         ),
         (
             "ds-drop-a",
-            "dS -= A * sum_last(dS)",
-            "dS -= sum_last(dS)",
-            "AttentionFn: rowsum(dA⊙A)·A",
+            "dA -= D\n            dA *= E",
+            "dA -= D * E\n            dA *= E",
+            "AttentionFn: (dA - D) ⊙ E with D weighted by E again",
         ),
         (
             "dk-no-transpose",
-            "dk = _matmul_into(dSs.swapaxes(-1, -2), qh, k.shape, k.dtype)",
-            "dk = _matmul_into(dSs, qh, k.shape, k.dtype)",
+            "dk = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q), k.shape, k.dtype)",
+            "dk = _matmul_into(dS, _heads_first(q), k.shape, k.dtype)",
             "AttentionFn: dK = dS Q",
         ),
         (
             "dv-no-dropout",
-            "dv = _matmul_into((A if M is None else A * M).swapaxes(-1, -2)",
-            "dv = _matmul_into(A.swapaxes(-1, -2)",
+            "P = E if M is None else E * M\n        G_l",
+            "P = E\n        G_l",
             "AttentionFn: dV ignores the dropout mask",
         ),
         (
@@ -642,9 +755,21 @@ MUTANTS = {
         ),
         (
             "clip-norm-sqrt",
-            "norm = math.sqrt(float(total_sq))",
-            "norm = float(total_sq)",
+            "norm = math.sqrt(float(sum_of_squares(grads)))",
+            "norm = float(sum_of_squares(grads))",
             "clip_grad_norm_: the squared norm",
+        ),
+        (
+            "adam-each-step-count",
+            "bias = lr / (1 - b1**t), math.sqrt(1 - b2**t)",
+            "bias = lr / (1 - b1 ** max(t, 2)), math.sqrt(1 - b2 ** max(t, 2))",
+            "fused Adam over many tensors: bias corrections of step 2 at step 1",
+        ),
+        (
+            "sum-of-squares-no-square",
+            "total = total + flat @ flat",
+            "total = total + flat.sum()",
+            "sum_of_squares: Σ g instead of Σ g²",
         ),
         (
             "warmup-from-zero",
