@@ -1027,4 +1027,9 @@ REVIEWED = {
         "under a node that topological_order never lists, so it is never read; trace_backward "
         "filters such inputs itself. Only wasted work (and detect_anomaly would check it)."
     ),
+    "offsets.added-span-searched": (
+        "equivalent so far: an added token's stretch is its own text, where the search finds "
+        "its surface whole (or, spelled otherwise, fills the whole stretch with it); the "
+        "explicit span does not depend on how the token is spelled."
+    ),
 }

@@ -139,6 +139,10 @@ PRECOMPILED_TEXTS = [
     "ﬁne ﬀ Ⅻ ① ㎏ ½ ™ … Ａｂｃ ｶﾞ\u3000ideographic",
     "soft\u00adhyphen, zero\u200bwidth, bom\ufeff, \x01control\x7f, crlf\r\nend",
     "e\u0301 é\u0301 ﬁ\u0301 가 \u1100\u1161 ß İ 👨\u200d👩\u200d👧 🇯🇵",
+    # two keys begin the cluster ("Ａ" and "Ａ" + accent): the shorter one's replacement wins
+    "Ａ\u0301 Ｅ\u0301 ｶﾞ",
+    # where a walk through the trie meets a unit holding a value, not a label (its bit 31)
+    "ॗ ᵫ ⩪ ⿹ \U0001d50c 🅶",
 ]
 
 
