@@ -109,8 +109,8 @@ MUTANTS = {
         ),
         (
             "strided-in-table",
-            "if all(a.flags.c_contiguous for a in row):",
-            "if True:",
+            "if on_device and all(a.flags.c_contiguous for a in row):",
+            "if on_device:",
             ".each: a strided array's first address and size put in the table",
         ),
     ],
@@ -165,8 +165,8 @@ MUTANTS = {
     "gpt/circuits/resid.py": [
         (
             "sigma-from-stream",
-            'if scale is not None and f"{name}.hook_scale" in cache:',
-            "if False:",
+            "scale = _norm_scale(norm, resid) if cached is None else _arr(cached)",
+            "scale = _norm_scale(norm, resid)",
             "apply_ln_to_stack: σ from the stream when the run patched it",
         ),
     ],

@@ -69,8 +69,8 @@ class GradScaler:
         if self._found_inf is not None:
             return self._found_inf
         found = False
-        grads = [p.grad.data for p in _params_with_grad(optimizer)]
-        if self.enabled and grads:
+        grads = [p.grad.data for p in _params_with_grad(optimizer)] if self.enabled else []
+        if grads:
             scale_kernel.each((grads,), 1.0 / self.scale_value)  # one launch on a GPU
             # inf or NaN somewhere exactly when Σ g² is not finite: summed in float64, the
             # squares of float32 gradients (≤ 1.2e77 each) cannot overflow

@@ -273,8 +273,7 @@ class Adam(Optimizer):
         """``p``'s state with its step count advanced (zero moments at the first step)."""
         state = self.state.get(p)
         if state is None:
-            xp = xp_of(p.data)
-            zeros = xp.zeros_like
+            zeros = xp_of(p.data).zeros_like
             state = self.state[p] = {"step": 0, "m": zeros(p.data), "v": zeros(p.data)}
         state["step"] += 1
         return state

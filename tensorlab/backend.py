@@ -95,19 +95,14 @@ def matmul(a, b, out=None):
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None or (xp is not np and a.ndim <= 2 and b.ndim <= 2):
         return xp.matmul(a, b, out=out)
-    if xp is not np:
-        if b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
-            rows = xp.matmul(a.reshape(-1, a.shape[-1]), b)
-            y = rows.reshape(a.shape[:-1] + b.shape[-1:])
-            if out is None:
-                return y
-            out[...] = y
-            return out
-        product = xp.matmul(a.astype(acc), b.astype(acc))
-    else:
+    if xp is np:
         product = xp.matmul(a, b, dtype=acc)
+    elif b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
+        product = xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
+    else:
+        product = xp.matmul(a.astype(acc), b.astype(acc))
     if out is None:
-        return product.astype(a.dtype)
+        return product.astype(a.dtype, copy=False)
     out[...] = product
     return out
 

@@ -91,19 +91,14 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
             raise ValueError(f"{self.__name__}.each: the lists differ in length: {lengths}")
         if n == 0:
             return
-        if xp_of(lists[0][0]) is np:
-            for row in zip(*lists):
-                if self.math(NUMPY, *row, *scalars) is not None:
-                    raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
-            return
-        by_dtypes, strided = _rows_by_dtypes(self.__name__, lists)
+        by_dtypes, alone = _rows_by_dtypes(self.__name__, lists, xp_of(lists[0][0]) is not np)
         for dtypes, rows in by_dtypes.items():
             table, blocks = pointer_table(rows)
             if not blocks:  # only empty tensors: nothing to do (CUDA refuses an empty grid)
                 continue
             launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars))
             launch(xp_of(rows[0][0]).asarray(table), len(rows), blocks, scalars)
-        for row in strided:
+        for row in alone:
             if self(*row, *scalars) is not None:
                 raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
 
@@ -125,21 +120,24 @@ CHUNK = 1 << 13  # elements per thread block of a kernel's .each (a tensor spans
 THREADS = 256  # threads per block: each thread takes every THREADS-th element of its chunk
 
 
-def _rows_by_dtypes(name: str, lists: list[list]) -> tuple[dict[tuple, list[tuple]], list]:
-    """The rows ``(arrays[0][i], arrays[1][i], ...)`` of contiguous arrays grouped by their
-    dtypes (one launch per group), and the rows with a strided array (a launch each). Every
-    array of a row must be as large as the row's first: the kernel does not broadcast."""
+def _rows_by_dtypes(
+    name: str, lists: list[list], on_device: bool
+) -> tuple[dict[tuple, list[tuple]], list]:
+    """The rows ``(arrays[0][i], arrays[1][i], ...)`` that go in a table, grouped by their
+    dtypes (one launch per group: device arrays, all contiguous), and the rows that run one
+    at a time (NumPy arrays; a device row with a strided array). Every array of a row must be
+    as large as the row's first: the kernel does not broadcast."""
     rows: dict[tuple, list[tuple]] = {}
-    strided = []
+    alone = []
     for i, row in enumerate(zip(*lists)):
         if any(a.size != row[0].size for a in row):
             shapes = [a.shape for a in row]
             raise ValueError(f"{name}.each: row {i} needs arrays of one size, not {shapes}")
-        if all(a.flags.c_contiguous for a in row):
+        if on_device and all(a.flags.c_contiguous for a in row):
             rows.setdefault(tuple(a.dtype.str for a in row), []).append(row)
         else:
-            strided.append(row)
-    return rows, strided
+            alone.append(row)
+    return rows, alone
 
 
 def pointer_table(rows: list[tuple]) -> tuple[np.ndarray, int]:

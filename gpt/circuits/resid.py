@@ -214,9 +214,8 @@ def apply_ln_to_stack(
                 f"batch_slice={batch_slice!r}, has {axes}; pass the pos_slice/batch_slice the "
                 "stack was cut with"
             )
-        scale = _norm_scale(norm, resid)
-        if scale is not None and f"{name}.hook_scale" in cache:  # σ as the run had it
-            scale = _arr(cache[f"{name}.hook_scale"])
+        cached = cache.get(f"{name}.hook_scale")  # σ as the run had it (none without a norm)
+        scale = _norm_scale(norm, resid) if cached is None else _arr(cached)
         scale = None if scale is None else _slice_scale(scale, pos_slice, batch_slice)
     stack = _centre(norm, stack)
     return _normed(stack if scale is None else stack / scale)

@@ -261,10 +261,9 @@ class Pipeline(Tokenizer):
     ) -> list[tuple[int, int, list[int], bool]]:
         """The text cut as the model sees it: ``(start, end, ids, added)`` for each added token
         (its id alone, ``added`` True) and each stretch of text between them (the ids the model
-        gives it), in order;
-        ``start`` and ``end`` index the text of :meth:`normalize_aligned` (added tokens as they
-        are, the rest normalized). Encoding is these ids one after another; the offsets of
-        ``offsets.py`` are looked for in each stretch apart."""
+        gives it), in order; ``start`` and ``end`` index the text of :meth:`normalize_aligned`
+        (added tokens as they are, the rest normalized). Encoding is these ids one after
+        another; the offsets of ``offsets.py`` are looked for in each stretch apart."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
         allowed = self._allowed(allowed_special)
