@@ -91,7 +91,12 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
             raise ValueError(f"{self.__name__}.each: the lists differ in length: {lengths}")
         if n == 0:
             return
-        by_dtypes, alone = _rows_by_dtypes(self.__name__, lists, xp_of(lists[0][0]) is not np)
+        if xp_of(lists[0][0]) is np:  # row by row, as written (lean: clipping calls it per step)
+            for row in zip(*lists):
+                if self.math(NUMPY, *row, *scalars) is not None:
+                    raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
+            return
+        by_dtypes, alone = _rows_by_dtypes(self.__name__, lists)
         for dtypes, rows in by_dtypes.items():
             table, blocks = pointer_table(rows)
             if not blocks:  # only empty tensors: nothing to do (CUDA refuses an empty grid)
@@ -120,20 +125,18 @@ CHUNK = 1 << 13  # elements per thread block of a kernel's .each (a tensor spans
 THREADS = 256  # threads per block: each thread takes every THREADS-th element of its chunk
 
 
-def _rows_by_dtypes(
-    name: str, lists: list[list], on_device: bool
-) -> tuple[dict[tuple, list[tuple]], list]:
-    """The rows ``(arrays[0][i], arrays[1][i], ...)`` that go in a table, grouped by their
-    dtypes (one launch per group: device arrays, all contiguous), and the rows that run one
-    at a time (NumPy arrays; a device row with a strided array). Every array of a row must be
-    as large as the row's first: the kernel does not broadcast."""
+def _rows_by_dtypes(name: str, lists: list[list]) -> tuple[dict[tuple, list[tuple]], list]:
+    """The rows ``(arrays[0][i], arrays[1][i], ...)`` of contiguous device arrays grouped by
+    their dtypes (one launch per group), and the rows with a strided array (a launch each).
+    Every array of a row must be as large as the row's first: the table's kernel does not
+    broadcast."""
     rows: dict[tuple, list[tuple]] = {}
     alone = []
     for i, row in enumerate(zip(*lists)):
         if any(a.size != row[0].size for a in row):
             shapes = [a.shape for a in row]
             raise ValueError(f"{name}.each: row {i} needs arrays of one size, not {shapes}")
-        if on_device and all(a.flags.c_contiguous for a in row):
+        if all(a.flags.c_contiguous for a in row):
             rows.setdefault(tuple(a.dtype.str for a in row), []).append(row)
         else:
             alone.append(row)
