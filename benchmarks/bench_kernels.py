@@ -10,7 +10,7 @@ Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 ro
 PyTorch's, ...), and prints the medians and their ratio (on the GPU each call ends with a
 synchronisation, so the time is the kernels' and not only their launch). Both then time
 ``clip_grad_norm_`` of a 6-layer model's random gradients (6×128 on the CPU, 6×384 on the
-GPU; the norm in float64 groups, nn/optim.py: CLIP_GROUP, and the scaling) against PyTorch's
+GPU; the float64 norm, nn/optim.py: sum_of_squares, and the scaling) against PyTorch's
 (``foreach``). The GPU also gets the AdamW update of the 6×384 model's parameters:
 ``fused=True`` (one kernel per parameter, nn/optim.py: adam_kernel), ``fused=False`` (the
 CPU form's dozen operations per parameter) and PyTorch's default (multi-tensor ``foreach``).
@@ -146,7 +146,7 @@ def gpt_parameters() -> list[np.ndarray]:
 
 def clip_cases(torch, device: str):
     """(name, our clip_grad_norm_, PyTorch's) over gpt_parameters() with random gradients:
-    the float64 norm in groups (nn/optim.py: CLIP_GROUP) and the scaling of every gradient."""
+    the float64 norm (nn/optim.py: sum_of_squares) and the scaling of every gradient."""
     arrays = gpt_parameters()
     rng = np.random.default_rng(0)
     ours = [nn.Parameter(tl.tensor(a, device=device)) for a in arrays]

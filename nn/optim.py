@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from tensorlab import Tensor
-from tensorlab.backend import device_of, to_device, xp_for, xp_of
+from tensorlab.backend import to_device, xp_for, xp_of
 from tensorlab.fused import fused
 
 ParamsArg = Iterable[Tensor] | Iterable[dict]
@@ -409,17 +409,25 @@ def sum_of_squares(grads: list) -> object:
     ``float()``, one wait for the GPU). Not finite exactly when some entry is inf or NaN (a
     float32 entry squared is at most 1.2e77: float64 does not overflow).
 
-    The arrays are summed in groups of about :data:`CLIP_GROUP` numbers, each group copied into
-    one float64 vector and dotted with itself: two operations per group rather than three per
-    array, with a float64 copy of at most a group at a time. On a GPU each operation is a
-    kernel launch and a model has hundreds of parameter tensors, so groups are large; on the
-    CPU a group that stays in cache is faster.
+    On a GPU it is :func:`square_kernel` summed over every gradient by one launch
+    (``fused.each_sum``), which reads each number once. On the CPU the arrays are summed in
+    groups of about :data:`CLIP_GROUP` numbers, each group copied into one float64 vector that
+    stays in cache and dotted with itself (a BLAS dot: faster than squaring array by array).
     """
     xp, total = xp_of(grads[0]), 0.0
-    for group in _groups(grads, CLIP_GROUP[device_of(grads[0])]):
-        flat = xp.concatenate([g.ravel() for g in group], dtype=np.float64)  # serves CuPy too
-        total = total + flat @ flat  # stays on the device
-    return total
+    if xp is not np:
+        return square_kernel.each_sum((grads,))
+    for group in _groups(grads, CLIP_GROUP):
+        flat = np.concatenate([g.ravel() for g in group], dtype=np.float64)
+        total = total + flat @ flat
+    return np.asarray(total)
+
+
+@fused
+def square_kernel(xp, g):
+    """g², computed in float64: a term of the gradients' sum of squares."""
+    g = g.astype(xp.float64)
+    return g * g
 
 
 @fused
@@ -428,11 +436,10 @@ def scale_kernel(xp, g, s):
     g *= s
 
 
-# Numbers per float64 group in sum_of_squares: 2 MiB on the CPU, where a group larger than the
-# cache is slower than one group per parameter; 128 MiB on a GPU, where each group costs two
-# kernel launches (GPT-2 small's 124M gradients in 8 groups). benchmarks/bench_kernels.py times
-# clipping against PyTorch's.
-CLIP_GROUP = {"cpu": 1 << 18, "cuda": 1 << 24}
+# Numbers per float64 group in sum_of_squares on the CPU (2 MiB: a group larger than the cache
+# is slower than one group per parameter). benchmarks/bench_kernels.py times clipping against
+# PyTorch's.
+CLIP_GROUP = 1 << 18
 
 
 def _groups(arrays: list, size: int) -> list[list]:

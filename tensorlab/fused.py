@@ -36,6 +36,9 @@ loop. On a GPU it is one kernel, made from the same traced function: the host wr
 (each tensor's addresses and size, and for each thread block the tensor and the first element
 it covers: :data:`CHUNK` elements a block) and the kernel's block reads its row of that table
 and runs the function's code on its elements. The kernel is written once, as the function.
+:meth:`fused.each_sum` does the same for a kernel that returns one value per element and sums
+them all, in float64 (clipping's sum of squares of every gradient, PyTorch's ``_foreach_norm``):
+each block adds up its chunk and writes one partial sum, and one reduction adds the partials.
 """
 
 from __future__ import annotations
@@ -96,16 +99,56 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
                 if self.math(NUMPY, *row, *scalars) is not None:
                     raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
             return
-        by_dtypes, alone = _rows_by_dtypes(self.__name__, lists)
+        by_dtypes, alone = _rows_by_dtypes(f"{self.__name__}.each", lists)
         for dtypes, rows in by_dtypes.items():
             table, blocks = pointer_table(rows)
             if not blocks:  # only empty tensors: nothing to do (CUDA refuses an empty grid)
                 continue
-            launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars))
+            launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars), False)
             launch(xp_of(rows[0][0]).asarray(table), len(rows), blocks, scalars)
         for row in alone:
             if self(*row, *scalars) is not None:
                 raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
+
+    def each_sum(self, arrays: Sequence[Sequence], *scalars):
+        """Σ_i Σ_j kernel(arrays[0][i], arrays[1][i], ..., *scalars)[j], summed in float64, as
+        a 0-d array on the arrays' device: the kernel on many tensors, as :meth:`each`, for a
+        kernel that returns one array and leaves its arguments alone. On a GPU, one launch for
+        all rows of contiguous arrays of the same dtypes, and one sum of its blocks' partial
+        sums; on NumPy, the kernel on each row in turn."""
+        lists = [list(a) for a in arrays]
+        n = len(lists[0])
+        if any(len(a) != n for a in lists):
+            lengths = [len(a) for a in lists]
+            raise ValueError(f"{self.__name__}.each_sum: the lists differ in length: {lengths}")
+        if n == 0:
+            raise ValueError(f"{self.__name__}.each_sum: no arrays to sum over")
+        xp, total = xp_of(lists[0][0]), None
+        by_dtypes, alone = (
+            ({}, list(zip(*lists)))
+            if xp is np
+            else _rows_by_dtypes(f"{self.__name__}.each_sum", lists)
+        )
+        for dtypes, rows in by_dtypes.items():
+            table, blocks = pointer_table(rows)
+            if not blocks:  # only empty tensors: they add nothing
+                continue
+            partial = xp.empty(blocks, np.float64)  # one sum per thread block
+            launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars), True)
+            launch(xp.asarray(table), len(rows), blocks, scalars, partial)
+            total = _plus(total, partial.sum())
+        for row in alone:
+            value = self.math(NUMPY, *row, *scalars) if xp is np else self(*row, *scalars)
+            if not hasattr(value, "dtype"):
+                raise TypeError(f"{self.__name__}.each_sum needs a kernel that returns one array")
+            total = _plus(total, value.sum(dtype=np.float64))
+        return xp.zeros((), np.float64) if total is None else total
+
+
+def _plus(total, value):
+    """total + value, where a total of None is nothing yet (no 0.0 + on the host: on a GPU the
+    sum stays on the device)."""
+    return value if total is None else total + value
 
 
 def on_cupy(math: Callable, cupy) -> Callable:
@@ -125,7 +168,7 @@ CHUNK = 1 << 13  # elements per thread block of a kernel's .each (a tensor spans
 THREADS = 256  # threads per block: each thread takes every THREADS-th element of its chunk
 
 
-def _rows_by_dtypes(name: str, lists: list[list]) -> tuple[dict[tuple, list[tuple]], list]:
+def _rows_by_dtypes(method: str, lists: list[list]) -> tuple[dict[tuple, list[tuple]], list]:
     """The rows ``(arrays[0][i], arrays[1][i], ...)`` of contiguous device arrays grouped by
     their dtypes (one launch per group), and the rows with a strided array (a launch each).
     Every array of a row must be as large as the row's first: the table's kernel does not
@@ -135,9 +178,9 @@ def _rows_by_dtypes(name: str, lists: list[list]) -> tuple[dict[tuple, list[tupl
     for i, row in enumerate(zip(*lists)):
         if any(a.size != row[0].size for a in row):
             shapes = [a.shape for a in row]
-            raise ValueError(f"{name}.each: row {i} needs arrays of one size, not {shapes}")
+            raise ValueError(f"{method}: row {i} needs arrays of one size, not {shapes}")
         if all(a.flags.c_contiguous for a in row):
-            rows.setdefault(tuple(a.dtype.str for a in row), []).append(row)
+            rows.setdefault(tuple(a.dtype for a in row), []).append(row)  # by dtype, not .str ("<V2" for bfloat16)
         else:
             alone.append(row)
     return rows, alone
@@ -161,13 +204,20 @@ def pointer_table(rows: list[tuple]) -> tuple[np.ndarray, int]:
     return table, len(block_tensor)
 
 
-def each_source(elementwise, n_arrays: int) -> str:
+def each_source(elementwise, n_arrays: int, total: bool = False) -> str:
     """The CUDA source of a ``.each`` kernel, from CuPy's ``ElementwiseKernel`` for the function
     (:func:`trace`): its first ``n_arrays`` parameters are bound to element ``i`` of this
-    block's tensor through the table (:func:`pointer_table`), the rest are numbers by value."""
-    from cupy._core import core
+    block's tensor through the table (:func:`pointer_table`), the rest are numbers by value.
+
+    With ``total``, the source of ``.each_sum``: the function's one output is a local variable,
+    each thread adds its elements' values in a double, the block adds its threads' sums (a tree
+    in shared memory, always in the same order) and writes it to ``_partial[blockIdx.x]``."""
+    from cupy._core import _scalar, core
 
     params, binds = ["const long long* _table", "long long _tensors"], []
+    if total:
+        params.append("double* _partial")
+        binds += [f"    {p.ctype} {p.name};" for p in elementwise.out_params]
     for j, p in enumerate(elementwise.in_params):
         if j < n_arrays:
             const = "const " if p.is_const else ""
@@ -175,7 +225,11 @@ def each_source(elementwise, n_arrays: int) -> str:
         else:
             params.append(f"{p.ctype} {p.name}")
     headers = "".join(f"#include <{h}>\n" for h in core._cupy_header_list)
-    return (
+    types: set = set()  # the headers of the types CuPy's own kernels include as needed (bfloat16)
+    for p in (*elementwise.in_params, *elementwise.out_params):
+        _scalar.get_typename(p.dtype, types)
+    headers += _scalar.format_type_decls(types)
+    source = (
         f"{headers}{elementwise.preamble}\n"
         f'extern "C" __global__ void {elementwise.name}_each({", ".join(params)}) {{\n'
         f"  const long long* _size = _table + _tensors * {n_arrays};  // then blocks' k, start\n"
@@ -183,9 +237,24 @@ def each_source(elementwise, n_arrays: int) -> str:
         "  const long long _start = _size[_tensors + gridDim.x + blockIdx.x];\n"
         f"  const long long _end = _start + {CHUNK} < _size[_k] ? _start + {CHUNK} : _size[_k];\n"
         f"  const long long* _address = _table + _k * {n_arrays};\n"
-        "  for (long long i = _start + threadIdx.x; i < _end; i += blockDim.x) {\n"
+        + ("  double _sum = 0;\n" if total else "")
+        + "  for (long long i = _start + threadIdx.x; i < _end; i += blockDim.x) {\n"
         + "\n".join(binds)
-        + f"\n{elementwise.operation}\n  }}\n}}\n"
+        + f"\n{elementwise.operation}\n"
+    )
+    if not total:
+        return source + "  }\n}\n"
+    (out,) = elementwise.out_params
+    return source + (
+        f"    _sum += (double){out.name};\n  }}\n"
+        f"  __shared__ double _sums[{THREADS}];\n"
+        "  _sums[threadIdx.x] = _sum;\n"
+        "  __syncthreads();\n"
+        f"  for (int s = {THREADS // 2}; s > 0; s >>= 1) {{\n"
+        "    if (threadIdx.x < s) _sums[threadIdx.x] += _sums[threadIdx.x + s];\n"
+        "    __syncthreads();\n"
+        "  }\n"
+        "  if (threadIdx.x == 0) _partial[blockIdx.x] = _sums[0];\n}\n"
     )
 
 
@@ -207,19 +276,24 @@ def trace(math: Callable, args: tuple, name: str):
 
 
 @functools.cache
-def _each_kernel(math: Callable, dtypes: tuple, scalar_types: tuple):  # pragma: no cover - GPU
-    """``launch(table, n_tensors, blocks, scalars)`` running ``math``'s ``.each`` kernel for rows
-    of arrays of these dtypes (tests/fake_cupy.py puts an emulation of it in its place)."""
+def _each_kernel(math: Callable, dtypes: tuple, scalars: tuple, total: bool):  # pragma: no cover
+    """``launch(table, n_tensors, blocks, scalars, partial=None)`` running ``math``'s ``.each``
+    kernel (``total``: its ``.each_sum`` kernel, writing each block's sum into ``partial``) for
+    rows of arrays of these dtypes (tests/fake_cupy.py puts an emulation of it in its place)."""
     cupy = backend.cupy
-    args = tuple(cupy.empty(1, np.dtype(d)) for d in dtypes) + tuple(t(0) for t in scalar_types)
+    args = tuple(cupy.empty(1, np.dtype(d)) for d in dtypes) + tuple(t(0) for t in scalars)
     elementwise = trace(math, args, math.__name__)
-    if elementwise.out_params:
+    if total and len(elementwise.out_params) != 1:
+        raise TypeError(f"{math.__name__}.each_sum needs a kernel that returns one array")
+    if not total and elementwise.out_params:
         raise TypeError(f"{math.__name__}.each needs a kernel that returns nothing")
-    kernel = cupy.RawKernel(each_source(elementwise, len(dtypes)), f"{math.__name__}_each")
+    source = each_source(elementwise, len(dtypes), total)
+    kernel = cupy.RawKernel(source, f"{math.__name__}_each")
     kinds = [np.dtype(p.dtype).type for p in elementwise.in_params[len(dtypes) :]]
 
-    def launch(table, n_tensors, blocks, scalars):
+    def launch(table, n_tensors, blocks, scalars, partial=None):
         values = tuple(kind(s) for kind, s in zip(kinds, scalars))
-        kernel((blocks,), (THREADS,), (table, np.int64(n_tensors), *values))
+        head = (table, np.int64(n_tensors)) + ((partial,) if total else ())
+        kernel((blocks,), (THREADS,), (*head, *values))
 
     return launch

@@ -18,9 +18,9 @@ device. It keeps these rules of CuPy's, each one a way code that passes on NumPy
 - A bfloat16 matrix product with more than two axes is refused: CuPy 14 sends it to a kernel
   that sums in bfloat16 (see ``_refuse_batched_bfloat16``); two-axis products go to cuBLAS.
 - ``fuse`` returns the function (CuPy compiles it; the arithmetic is the same), and
-  ``cupyx.scipy.special.erf`` is an elementwise erf. A kernel's ``.each`` (many tensors, one
-  launch: tensorlab/fused.py) reads its table of addresses as the CUDA code does and runs the
-  function on the memory at those addresses.
+  ``cupyx.scipy.special.erf`` is an elementwise erf. A kernel's ``.each`` and ``.each_sum``
+  (many tensors, one launch: tensorlab/fused.py) read their table of addresses as the CUDA
+  code does and run the function on the memory at those addresses.
 
 It cannot show what only a GPU shows: speed, float32 rounding of other summation orders,
 kernel compilation errors, memory limits. ``install()`` puts it in place (tests/conftest.py).
@@ -465,19 +465,24 @@ module.linalg = types.SimpleNamespace(
 )
 
 
-def _each_kernel(math, dtypes, scalar_types):
+def _each_kernel(math, dtypes, scalar_types, total):
     """A ``.each`` kernel (tensorlab/fused.py: ``_each_kernel``), which CuPy would compile from
     the traced function: here each block reads its row of the table as the CUDA code does (its
     tensor, its first element, the tensor's size and addresses), views those addresses' memory
-    as NumPy arrays, and runs the function on its elements. Counted as one launch."""
+    as NumPy arrays, and runs the function on its elements; with ``total`` (``.each_sum``) it
+    writes the float64 sum of the function's values into its entry of ``partial``. Counted as
+    one launch."""
     from tensorlab.fused import CHUNK, NUMPY
 
     arrays = len(dtypes)
+    method = f"{math.__name__}.each_sum" if total else f"{math.__name__}.each"
 
-    def launch(table, tensors, blocks, scalars):
+    def launch(table, tensors, blocks, scalars, partial=None):
         if blocks < 1:  # CUDA: cudaErrorInvalidConfiguration
             raise RuntimeError(f"fused each {math.__name__}: a launch of {blocks} thread blocks")
-        _kernel(f"fused each {math.__name__}")
+        if total != (partial is not None):
+            raise TypeError(f"{method}: partial sums given to the wrong kernel")
+        _kernel(f"fused each{'_sum' if total else ''} {math.__name__}")
         t = table._a
         size = t[tensors * arrays :]  # then each block's tensor, then each block's first element
         for b in range(blocks):
@@ -489,10 +494,15 @@ def _each_kernel(math, dtypes, scalar_types):
             ]
             _FUSING[0] += 1
             try:
-                if math(NUMPY, *views, *scalars) is not None:
-                    raise TypeError(f"{math.__name__}.each needs a kernel that returns nothing")
+                value = math(NUMPY, *views, *scalars)
             finally:
                 _FUSING[0] -= 1
+            if not total and value is not None:
+                raise TypeError(f"{method} needs a kernel that returns nothing")
+            if total and not hasattr(value, "dtype"):
+                raise TypeError(f"{method} needs a kernel that returns one array")
+            if total:
+                partial._a[b] = value.sum(dtype=np.float64)
 
     return launch
 

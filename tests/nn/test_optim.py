@@ -432,7 +432,7 @@ def test_clip_grad_norm_in_groups_is_the_norm_of_all(sizes, group, seed):
     values = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
     for p, v in zip(params, values):
         p.grad = tl.tensor(v.copy())  # scaled in place below; v keeps the values
-    with mock.patch.dict(optim.CLIP_GROUP, {"cpu": group, "cuda": group}):
+    with mock.patch.object(optim, "CLIP_GROUP", group):
         norm = clip_grad_norm_(params, max_norm=0.5)
     flat = np.concatenate([v.ravel() for v in values]).astype(np.float64)
     assert norm == pytest.approx(math.sqrt(flat @ flat), rel=1e-12, abs=1e-300)
@@ -443,9 +443,10 @@ def test_clip_grad_norm_in_groups_is_the_norm_of_all(sizes, group, seed):
 
 def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypatch):
     """Ten gradients on CuPy emulated by NumPy (tests/fake_cupy.py counts launches): their norm
-    is one group, a concatenation into float64, a dot product and a sum (three launches, where
-    one float64 copy, dot and sum per tensor would be thirty); clipping adds one scaling kernel
-    over all of them (scale_kernel.each) and the copy of its table of addresses."""
+    is one square_kernel.each_sum over all of them (the copy of its table of addresses, the
+    kernel, the sum of its blocks' partial sums: three launches, where a float64 copy, a dot
+    and a sum per tensor would be thirty); clipping adds one scaling kernel over all of them
+    (scale_kernel.each) and the copy of its table."""
     import fake_cupy
 
     fake_cupy.install(monkeypatch)
@@ -455,12 +456,42 @@ def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypat
     fake_cupy.KERNELS.clear()
     norm = clip_grad_norm_(params, max_norm=100.0)
     assert norm == pytest.approx(math.sqrt(55)) and sum(fake_cupy.KERNELS.values()) == 3
+    assert fake_cupy.KERNELS["fused each_sum square_kernel"] == 1
     fake_cupy.KERNELS.clear()
     clip_grad_norm_(params, max_norm=1.0)
     assert sum(fake_cupy.KERNELS.values()) == 3 + 2, dict(fake_cupy.KERNELS)
     assert fake_cupy.KERNELS["fused each scale_kernel"] == 1
     for p in params:  # every gradient scaled by 1/√55 (to float32 rounding of the factor)
         np.testing.assert_allclose(p.grad.data.get(), 1 / math.sqrt(55), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_on_a_gpu_the_sum_of_squares_is_the_float64_sum_of_every_square(dtype, monkeypatch):
+    """Gradients of sizes around the GPU's block of CHUNK numbers (empty, 0-d, one block, a
+    partial last block, several), the sum of squares of the one-launch kernel against the CPU's
+    float64 dot product: the same to 1e-12 (the float64 sums differ in order only). Entries of
+    2e19 overflow a float32 square (3.4e38) but not the float64 one. A strided gradient is
+    summed on its own; an inf anywhere makes the total inf."""
+    import fake_cupy
+
+    from tensorlab.fused import CHUNK
+
+    rng = np.random.default_rng(0)
+    sizes = [(0,), (), (3,), (CHUNK,), (2, CHUNK // 2 + 3), (3 * CHUNK - 7,), (5, 7)]
+    values = [rng.standard_normal(s).astype(dtype) for s in sizes]
+    if dtype != "float16":
+        values[2][1] = 2e19
+    want = float(optim.sum_of_squares(values))
+    fake_cupy.install(monkeypatch)
+    on_gpu = [tl.tensor(v, device="cuda").data for v in values]
+    on_gpu[-1] = tl.tensor(values[-1].T.copy(), device="cuda").data.T  # (5, 7), strided
+    fake_cupy.KERNELS.clear()
+    got = optim.sum_of_squares(on_gpu)
+    assert got.shape == () and got.dtype == np.float64
+    assert float(got) == pytest.approx(want, rel=1e-12)
+    assert fake_cupy.KERNELS["fused each_sum square_kernel"] == 1
+    on_gpu[4].ravel()[CHUNK + 5] = np.inf
+    assert float(optim.sum_of_squares(on_gpu)) == np.inf
 
 
 def test_groups_keep_the_order_and_stay_near_their_size():

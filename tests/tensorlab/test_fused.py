@@ -168,3 +168,94 @@ def test_each_refuses_what_it_cannot_do(monkeypatch):
         momentum.each(([a], [a[:2]]), 0.5)
     with pytest.raises(TypeError, match="halve_plus.each needs a kernel that returns nothing"):
         halve_plus.each(([a], [a]))
+
+
+def test_each_runs_bfloat16_rows_on_a_gpu(monkeypatch):
+    """Rows are grouped by their dtypes themselves: bfloat16's ``dtype.str`` is a bare "<V2",
+    which once turned a bfloat16 launch into one on raw 2-byte records."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    base = np.arange(-3, 4, dtype=np.float32).astype("bfloat16")
+    buf = tl.tensor(base.copy(), device="cuda").data
+    momentum.each(([buf], [tl.tensor(base.copy(), device="cuda").data]), 0.5)
+    assert buf.dtype == np.dtype("bfloat16")
+    np.testing.assert_array_equal(buf.get().astype(np.float32), 1.5 * np.arange(-3, 4))
+
+
+@fused
+def weighted_square(xp, x, w, a):
+    """One value per element, in float64: a·w·x²."""
+    x = x.astype(xp.float64)
+    return a * w * x * x
+
+
+def test_each_sum_is_the_float64_sum_of_the_kernel_on_every_row():
+    """On the test device (a GPU: one launch per dtype, each block summing its chunk) against
+    the function run by NumPy on each row and summed in float64: equal to 1e-13 relative (the
+    same float64 terms, added in another order)."""
+    bufs, grads = rows_of_momentum(3)
+    want = sum(weighted_square.math(NUMPY, x, w, 0.5).sum() for x, w in zip(bufs, grads))
+    got = weighted_square.each_sum(
+        ([tl.tensor(b).data for b in bufs], [tl.tensor(g).data for g in grads]), 0.5
+    )
+    assert got.shape == () and got.dtype == np.float64
+    assert float(to_device(got, "cpu")) == pytest.approx(want, rel=1e-13)
+
+
+def test_on_a_gpu_each_sum_is_one_launch_and_one_sum_per_dtype(monkeypatch):
+    """On CuPy emulated by NumPy (each block reads its tensor from the table and writes its
+    chunk's sum): per dtype the table's copy, the kernel and the sum of the partial sums, and
+    one addition of the two dtypes' totals. A strided row is summed by the kernel on its own."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    bufs, grads = rows_of_momentum(4)
+    want = sum(weighted_square.math(NUMPY, x, w, 2.0).sum() for x, w in zip(bufs, grads))
+    xs = [tl.tensor(b, device="cuda").data for b in bufs]
+    ws = [tl.tensor(g, device="cuda").data for g in grads]
+    fake_cupy.KERNELS.clear()
+    got = weighted_square.each_sum((xs, ws), 2.0)
+    assert fake_cupy.KERNELS == {
+        "fused each_sum weighted_square": 2,
+        "asarray": 2,
+        "ndarray.sum": 2,
+        "add": 1,
+    }
+    assert float(got.get()) == pytest.approx(want, rel=1e-13)
+    xs[1] = tl.tensor(bufs[1][::-1].copy(), device="cuda").data[::-1]  # strided, same values
+    fake_cupy.KERNELS.clear()
+    assert float(weighted_square.each_sum((xs, ws), 2.0).get()) == pytest.approx(want, rel=1e-13)
+    assert fake_cupy.KERNELS["fused weighted_square"] == 1
+
+
+def test_each_sum_of_empty_tensors_is_zero(monkeypatch):
+    """Only empty tensors: no launch (CUDA refuses an empty grid) and a total of 0."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    empty = [tl.zeros((0, 3), device="cuda").data, tl.zeros(0, device="cuda").data]
+    fake_cupy.KERNELS.clear()
+    total = weighted_square.each_sum((empty, empty), 1.0)
+    assert float(total.get()) == 0.0 and total.dtype == np.float64
+    assert "fused each_sum weighted_square" not in fake_cupy.KERNELS
+
+
+def test_each_sum_refuses_what_it_cannot_do(monkeypatch):
+    x = tl.tensor(np.ones((2, 3))).data
+    with pytest.raises(ValueError, match=r"weighted_square.each_sum: the lists differ in len"):
+        weighted_square.each_sum(([x, x], [x]), 1.0)
+    with pytest.raises(ValueError, match="weighted_square.each_sum: no arrays to sum over"):
+        weighted_square.each_sum(([], []), 1.0)
+    with pytest.raises(TypeError, match="momentum.each_sum needs a kernel that returns one arr"):
+        momentum.each_sum(([x], [x]), 0.5)
+    with pytest.raises(TypeError, match="scaled_erf_and_square.each_sum needs a kernel that "):
+        scaled_erf_and_square.each_sum(([x],), 0.5)
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    a = tl.ones((4, 6), device="cuda").data
+    with pytest.raises(ValueError, match=r"weighted_square.each_sum: row 0 needs arrays of one "):
+        weighted_square.each_sum(([a], [a[:2]]), 1.0)
+    with pytest.raises(TypeError, match="momentum.each_sum needs a kernel that returns one arr"):
+        momentum.each_sum(([a], [a]), 0.5)

@@ -44,6 +44,7 @@ FORMS = {
     "silu_grad_kernel": ["aa"],
     "adam_kernel": ["aaaa" + "s" * 9],
     "scale_kernel": ["as"],  # clipping, the loss scaler
+    "square_kernel": ["a"],  # their sum of squares
     "centred_square_kernel": ["aa", "as"],  # layer norm, RMS norm
     "inverse_std_kernel": ["as"],
     "normalize_kernel": ["aaaaa", "aaaas", "aaass", "asaas", "asass"],  # (μ, γ, β) or numbers
@@ -53,6 +54,7 @@ FORMS = {
     "softmax_grad_kernel": ["aaaa"],
 }
 CASES = [(name, form) for name, forms in sorted(FORMS.items()) for form in forms]
+WIDENS = {"square_kernel": "float64"}  # kernels whose output is not in their inputs' dtype
 
 
 def library_kernels() -> dict[str, fused]:
@@ -99,7 +101,8 @@ def test_kernel_traces_keeps_its_dtype_and_compiles(name, form, dtype):
 
     arrays = [p for p, kind in zip(elementwise.in_params, form) if kind == "a"]
     assert [p.dtype for p in arrays] == [np.dtype(dtype)] * len(arrays)
-    assert all(p.dtype == np.dtype(dtype) for p in elementwise.out_params), (
+    out = np.dtype(WIDENS.get(name, dtype))
+    assert all(p.dtype == out for p in elementwise.out_params), (
         f"{name} returns {[p.dtype for p in elementwise.out_params]} for {dtype} inputs"
     )
 
@@ -116,21 +119,25 @@ def test_kernel_traces_keeps_its_dtype_and_compiles(name, form, dtype):
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file of GPU code
 
 
-# The kernels the library runs over lists of tensors with .each (one launch for all of them).
-EACH = {"adam_kernel": 4, "scale_kernel": 1}  # name: how many of its arguments are arrays
+# The kernels the library runs over lists of tensors with .each (one launch for all of them) or
+# .each_sum: name: (how many of its arguments are arrays, summed).
+EACH = {"adam_kernel": (4, False), "scale_kernel": (1, False), "square_kernel": (1, True)}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(EACH))
 def test_a_kernel_over_many_tensors_compiles(name, dtype):
     """A ``.each`` kernel: the traced function's code inside a loop over this block's chunk of
-    its tensor, whose addresses come from the table (tensorlab/fused.py: each_source)."""
-    n_arrays = EACH[name]
+    its tensor, whose addresses come from the table (tensorlab/fused.py: each_source); for
+    ``.each_sum``, each thread's double sum and the block's sum of them. Half dtypes too (a
+    model in float16 or bfloat16 has gradients in them): bfloat16 needs CuPy's header for it."""
+    n_arrays, total = EACH[name]
     (form,) = FORMS[name]
     assert form == "a" * n_arrays + "s" * (len(form) - n_arrays)  # arrays first, then numbers
     elementwise = cuda_compile.trace(KERNELS[name], call_args(form, dtype, device=True))
-    code = each_source(elementwise, n_arrays)
+    code = each_source(elementwise, n_arrays, total)
     assert f"_address[{n_arrays - 1}]" in code and f"_address[{n_arrays}]" not in code
+    assert ("_partial[blockIdx.x] = _sums[0]" in code) is total
     cubin = cuda_compile.compile_cubin(code, f"{name}_each")
     assert cubin[:4] == b"\x7fELF"
 
