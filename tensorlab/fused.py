@@ -87,28 +87,25 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         (the kernel must return nothing). On a GPU, one launch for all rows of contiguous
         arrays of the same dtypes (see the module docstring); a row with a strided array runs
         as its own launch of the kernel. On NumPy, a loop."""
-        lists = [list(a) for a in arrays]
-        n = len(lists[0])
-        if any(len(a) != n for a in lists):
-            lengths = [len(a) for a in lists]
-            raise ValueError(f"{self.__name__}.each: the lists differ in length: {lengths}")
-        if n == 0:
+        method = f"{self.__name__}.each"
+        rows = _rows(method, arrays)
+        if not rows:
             return
-        if xp_of(lists[0][0]) is np:  # row by row, as written (lean: clipping calls it per step)
-            for row in zip(*lists):
+        if xp_of(rows[0][0]) is np:  # row by row, as written (lean: clipping calls it per step)
+            for row in rows:
                 if self.math(NUMPY, *row, *scalars) is not None:
-                    raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
+                    raise TypeError(f"{method} needs a kernel that returns nothing")
             return
-        by_dtypes, alone = _rows_by_dtypes(f"{self.__name__}.each", lists)
-        for dtypes, rows in by_dtypes.items():
-            table, blocks = pointer_table(rows)
+        by_dtypes, alone = _rows_by_dtypes(method, rows)
+        for dtypes, same in by_dtypes.items():
+            table, blocks = pointer_table(same)
             if not blocks:  # only empty tensors: nothing to do (CUDA refuses an empty grid)
                 continue
             launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars), False)
-            launch(xp_of(rows[0][0]).asarray(table), len(rows), blocks, scalars)
+            launch(xp_of(same[0][0]).asarray(table), len(same), blocks, scalars)
         for row in alone:
             if self(*row, *scalars) is not None:
-                raise TypeError(f"{self.__name__}.each needs a kernel that returns nothing")
+                raise TypeError(f"{method} needs a kernel that returns nothing")
 
     def each_sum(self, arrays: Sequence[Sequence], *scalars):
         """Σ_i Σ_j kernel(arrays[0][i], arrays[1][i], ..., *scalars)[j], summed in float64, as
@@ -116,33 +113,35 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         kernel that returns one array and leaves its arguments alone. On a GPU, one launch for
         all rows of contiguous arrays of the same dtypes, and one sum of its blocks' partial
         sums; on NumPy, the kernel on each row in turn."""
-        lists = [list(a) for a in arrays]
-        n = len(lists[0])
-        if any(len(a) != n for a in lists):
-            lengths = [len(a) for a in lists]
-            raise ValueError(f"{self.__name__}.each_sum: the lists differ in length: {lengths}")
-        if n == 0:
-            raise ValueError(f"{self.__name__}.each_sum: no arrays to sum over")
-        xp, total = xp_of(lists[0][0]), None
-        by_dtypes, alone = (
-            ({}, list(zip(*lists)))
-            if xp is np
-            else _rows_by_dtypes(f"{self.__name__}.each_sum", lists)
-        )
-        for dtypes, rows in by_dtypes.items():
-            table, blocks = pointer_table(rows)
+        method = f"{self.__name__}.each_sum"
+        rows = _rows(method, arrays)
+        if not rows:
+            raise ValueError(f"{method}: no arrays to sum over")
+        xp, total = xp_of(rows[0][0]), None
+        by_dtypes, alone = ({}, rows) if xp is np else _rows_by_dtypes(method, rows)
+        for dtypes, same in by_dtypes.items():
+            table, blocks = pointer_table(same)
             if not blocks:  # only empty tensors: they add nothing
                 continue
             partial = xp.empty(blocks, np.float64)  # one sum per thread block
             launch = _each_kernel(self.math, dtypes, tuple(type(s) for s in scalars), True)
-            launch(xp.asarray(table), len(rows), blocks, scalars, partial)
+            launch(xp.asarray(table), len(same), blocks, scalars, partial)
             total = _plus(total, partial.sum())
         for row in alone:
             value = self.math(NUMPY, *row, *scalars) if xp is np else self(*row, *scalars)
             if not hasattr(value, "dtype"):
-                raise TypeError(f"{self.__name__}.each_sum needs a kernel that returns one array")
+                raise TypeError(f"{method} needs a kernel that returns one array")
             total = _plus(total, value.sum(dtype=np.float64))
         return xp.zeros((), np.float64) if total is None else total
+
+
+def _rows(method: str, arrays: Sequence[Sequence]) -> list[tuple]:
+    """``arrays`` (one list per array argument) as rows ``(arrays[0][i], arrays[1][i], ...)``;
+    the lists must be of one length."""
+    lists = [list(a) for a in arrays]
+    if any(len(a) != len(lists[0]) for a in lists):
+        raise ValueError(f"{method}: the lists differ in length: {[len(a) for a in lists]}")
+    return list(zip(*lists))
 
 
 def _plus(total, value):
@@ -168,22 +167,21 @@ CHUNK = 1 << 13  # elements per thread block of a kernel's .each (a tensor spans
 THREADS = 256  # threads per block: each thread takes every THREADS-th element of its chunk
 
 
-def _rows_by_dtypes(method: str, lists: list[list]) -> tuple[dict[tuple, list[tuple]], list]:
-    """The rows ``(arrays[0][i], arrays[1][i], ...)`` of contiguous device arrays grouped by
-    their dtypes (one launch per group), and the rows with a strided array (a launch each).
-    Every array of a row must be as large as the row's first: the table's kernel does not
-    broadcast."""
-    rows: dict[tuple, list[tuple]] = {}
+def _rows_by_dtypes(method: str, rows: list[tuple]) -> tuple[dict[tuple, list[tuple]], list]:
+    """The rows of contiguous device arrays grouped by their dtypes (one launch per group), and
+    the rows with a strided array (a launch each). Every array of a row must be as large as the
+    row's first: the table's kernel does not broadcast."""
+    by_dtypes: dict[tuple, list[tuple]] = {}
     alone = []
-    for i, row in enumerate(zip(*lists)):
+    for i, row in enumerate(rows):
         if any(a.size != row[0].size for a in row):
             shapes = [a.shape for a in row]
             raise ValueError(f"{method}: row {i} needs arrays of one size, not {shapes}")
-        if all(a.flags.c_contiguous for a in row):
-            rows.setdefault(tuple(a.dtype for a in row), []).append(row)  # by dtype, not .str ("<V2" for bfloat16)
+        if all(a.flags.c_contiguous for a in row):  # by dtype, not .str ("<V2" for bfloat16)
+            by_dtypes.setdefault(tuple(a.dtype for a in row), []).append(row)
         else:
             alone.append(row)
-    return rows, alone
+    return by_dtypes, alone
 
 
 def pointer_table(rows: list[tuple]) -> tuple[np.ndarray, int]:
