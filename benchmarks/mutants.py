@@ -113,6 +113,30 @@ MUTANTS = {
             "if True:",
             ".each: a strided array's first address and size put in the table",
         ),
+        (
+            "rows-by-dtype-str",
+            "by_dtypes.setdefault(tuple(a.dtype for a in row), []).append(row)",
+            "by_dtypes.setdefault(tuple(a.dtype.str for a in row), []).append(row)",
+            ".each: rows grouped by dtype.str, bfloat16's bare <V2",
+        ),
+        (
+            "each-sum-one-partial",
+            "total = _plus(total, partial.sum())",
+            "total = _plus(total, partial[0])",
+            ".each_sum: only the first block's partial sum counted",
+        ),
+        (
+            "each-sum-strided-dropped",
+            "            total = _plus(total, value.sum(dtype=np.float64))",
+            "            total = total",
+            ".each_sum: rows summed on their own (strided, or NumPy's) left out",
+        ),
+        (
+            "each-sum-no-type-header",
+            "    headers += _scalar.format_type_decls(types)",
+            '    headers += ""',
+            ".each sources: no header for bfloat16 (does not compile)",
+        ),
     ],
     "tensorlab/backend.py": [
         (
@@ -770,6 +794,12 @@ MUTANTS = {
             "total = total + flat @ flat",
             "total = total + flat.sum()",
             "sum_of_squares: Σ g instead of Σ g²",
+        ),
+        (
+            "square-kernel-float32",
+            "    g = g.astype(xp.float64)\n    return g * g",
+            "    g = g.astype(xp.float32)\n    return g * g",
+            "sum_of_squares on a GPU: squares in float32 (overflow above 1.8e19)",
         ),
         (
             "warmup-from-zero",
