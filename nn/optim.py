@@ -414,13 +414,13 @@ def sum_of_squares(grads: list) -> object:
     groups of about :data:`CLIP_GROUP` numbers, each group copied into one float64 vector that
     stays in cache and dotted with itself (a BLAS dot: faster than squaring array by array).
     """
-    xp, total = xp_of(grads[0]), 0.0
-    if xp is not np:
+    if xp_of(grads[0]) is not np:
         return square_kernel.each_sum((grads,))
+    total = 0.0
     for group in _groups(grads, CLIP_GROUP):
-        flat = np.concatenate([g.ravel() for g in group], dtype=np.float64)
+        flat = np.concatenate([g.ravel() for g in group], dtype=np.float64)  # host: CPU branch
         total = total + flat @ flat
-    return np.asarray(total)
+    return np.asarray(total)  # host: CPU branch
 
 
 @fused
