@@ -1,7 +1,8 @@
 """Benchmark: training and encoding speed of gpt.tokenizers beside Hugging Face ``tokenizers``.
 
     python benchmarks/bench_tokenizers.py [--text FILE] [--vocab-size 4096] [--repeat 3]
-        [--clock wall|cpu] [--section table|patterns|backtracking|unigram-metaspace]
+        [--clock wall|cpu]
+        [--section table|patterns|backtracking|unigram-metaspace|precompiled]
 
 ``--section table`` (the default) measures, on one text (default: tinyshakespeare, 1.1 MB):
 
@@ -35,6 +36,7 @@ there.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -175,6 +177,29 @@ def section_unigram_metaspace(text: str, vocab_size: int) -> None:
         print(f"  {what}: {t:.2f} s, {n:,} tokens")
 
 
+def section_precompiled(text: str, repeat: int) -> None:
+    """SentencePiece's nmt_nfkc character map as a ``Precompiled`` normalizer: MB/s of ours and
+    of the library's, on the text and on text dense in characters the map rewrites."""
+    sys.path.insert(0, str(REPO / "tests" / "gpt" / "tokenizers"))
+    from hf_training import sentencepiece_charsmap
+
+    from gpt.tokenizers.precompiled import CharsMap
+
+    blob = sentencepiece_charsmap("nmt_nfkc")
+    hf = hf_library()
+    dense = "Ｈｅｌｌｏ ﬁne café naïve e\u0301 \r\n Ⅻ ① ™ 東京 " * (len(text) // 200)
+    for what, subject in (("the text", text), ("dense in rewrites", dense)):
+        mb = len(subject.encode("utf-8")) / 1e6
+        t_ours, normalized = median_time(functools.partial(CharsMap(blob), subject), repeat)
+        line = f"Precompiled (nmt_nfkc), {what} ({mb:.2f} MB): ours {mb / t_ours:.2f} MB/s"
+        if hf is not None:
+            theirs = hf.normalizers.Precompiled(blob)
+            t_hf, same = median_time(functools.partial(theirs.normalize_str, subject), repeat)
+            assert same == normalized, "the library normalizes the text otherwise"
+            line += f", tokenizers {mb / t_hf:.2f} MB/s (ours {t_hf / t_ours:.2f}x as fast)"
+        print(line)
+
+
 def hf_library():
     try:
         import tokenizers
@@ -197,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--section",
-        choices=("table", "patterns", "backtracking", "unigram-metaspace"),
+        choices=("table", "patterns", "backtracking", "unigram-metaspace", "precompiled"),
         default="table",
         help="what to measure (see the module docstring); table: the Speed table",
     )
@@ -216,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.section == "unigram-metaspace":
         section_unigram_metaspace(text, args.vocab_size)
+        return 0
+    if args.section == "precompiled":
+        section_precompiled(text, args.repeat)
         return 0
     mb = len(text.encode("utf-8")) / 1e6
     V, R = args.vocab_size, args.repeat

@@ -43,6 +43,9 @@ from .base import TokenizerFileError
 
 _CLUSTER = regex.compile(r"\X")
 _SHORT = 6  # clusters below this many UTF-8 bytes are looked up whole
+# Runs of ASCII without CR (see CharsMap.rewrites), of 32 characters or more: a shorter one
+# costs more to take apart from the cluster loop than it saves.
+_PLAIN = regex.compile(r"[\x00-\x0c\x0e-\x7f]{32,}")
 
 
 class CharsMap:
@@ -62,6 +65,7 @@ class CharsMap:
         self.trie = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.strings = blob[4 + size :]
         self.lookup = functools.lru_cache(maxsize=1 << 16)(self._lookup)
+        self._ascii: dict[frozenset, tuple | None] = {}  # _ascii_keys, per set of characters
 
     def prefixes(self, key: bytes) -> list[int]:
         """The values of the keys that are prefixes of ``key``, shortest first."""
@@ -94,16 +98,43 @@ class CharsMap:
         end = self.strings.find(b"\0", start)
         return self.strings[start : len(self.strings) if end < 0 else end].decode("utf-8")
 
-    def rewrites(self, text: str) -> list[tuple[int, int, str]]:
+    def rewrites(self, text: str, plain_runs: bool = True) -> list[tuple[int, int, str]]:
         """``(start, end, new)``: each stretch of ``text`` (a cluster, or a character of one)
-        that a key rewrites, in order. A cluster none of whose characters begins a key is left
-        as it is without a look-up (most text: keys begin with few characters)."""
+        that a key rewrites, in order: :meth:`cluster_rewrites` over the whole text, or with
+        ``plain_runs`` (the default, same result) faster where the text is plain ASCII
+        (:data:`_PLAIN`). Inside such a run each character is a grapheme cluster of its own (no
+        ASCII character but CR joins a cluster with a neighbour; the run's first and last
+        characters may join the text around it, so they are left to the cluster rule), and a
+        cluster of one character is rewritten by that character's replacement: the run's
+        rewrites are its characters that are keys, found by one regex search."""
         live = {c for c in set(text) if self._walk(c.encode("utf-8"), [])}
         if not live:
             return []
+        if not plain_runs:
+            return self.cluster_rewrites(text, live, 0, len(text))
+        keys = self._ascii_keys(frozenset(c for c in live if c < "\x80"))
         out: list[tuple[int, int, str]] = []
-        a = 0
-        for cluster in _CLUSTER.findall(text):
+        done = 0  # the text before this is rewritten
+        for run in _PLAIN.finditer(text):
+            a, b = run.span()
+            if a > 0 and not (text[a - 1] == "\r" and text[a] != "\n"):
+                a += 1  # its first character may end the cluster before it (CR LF, a Prepend)
+            if b < len(text) and text[b] != "\r":
+                b -= 1  # its last character may begin a cluster with combining marks
+            out += self.cluster_rewrites(text, live, done, a)
+            if keys is not None:
+                out += [(m.start(), m.end(), keys[1][m[0]]) for m in keys[0].finditer(text, a, b)]
+            done = b
+        return out + self.cluster_rewrites(text, live, done, len(text))
+
+    def cluster_rewrites(self, text: str, live: set, start: int, end: int) -> list:
+        """The rewrites of ``text[start:end]`` (which begins and ends at cluster boundaries),
+        cluster by cluster: a cluster of fewer than 6 UTF-8 bytes that begins with a key is
+        replaced whole; any other cluster character by character. ``live``: the characters
+        that begin some key; a cluster with none is left as it is without a look-up."""
+        out: list[tuple[int, int, str]] = []
+        a = start
+        for cluster in _CLUSTER.findall(text, start, end):
             b = a + len(cluster)
             if not live.isdisjoint(cluster):
                 whole = None
@@ -118,6 +149,15 @@ class CharsMap:
                             out.append((k, k + 1, new))
             a = b
         return out
+
+    def _ascii_keys(self, chars: frozenset) -> tuple | None:
+        """(a pattern matching any of ``chars`` that is a key itself, {character: its
+        replacement}), or None when none is; kept per set of characters."""
+        if chars not in self._ascii:
+            keys = {c: new for c in sorted(chars) if (new := self.lookup(c)) is not None}
+            pattern = "[" + "".join(regex.escape(c) for c in keys) + "]"
+            self._ascii[chars] = (regex.compile(pattern), keys) if keys else None
+        return self._ascii[chars]
 
     def align(self, aligned: Aligned) -> Aligned:
         """The rewritten text, and the original span of each of its characters: the first

@@ -14,7 +14,7 @@ import random
 import pytest
 from hf_training import hf_trained
 from hypothesis import example, given, settings
-from tokenizer_strategies import unicode_text
+from tokenizer_strategies import cluster_edge_text, unicode_text
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,6 +194,22 @@ def test_precompiled_normalizer_on_generated_text(text, charsmaps):
 
     ours, theirs = CharsMap(charsmaps["nmt_nfkc"]), normalizers.Precompiled(charsmaps["nmt_nfkc"])
     assert ours(text) == theirs.normalize_str(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=cluster_edge_text)
+@example(text="xA\u0301 \r\nA\rA\u0600A\tZ\u200d👨")
+def test_precompiled_plain_runs_rewrite_as_clusters_do(text, charsmaps):
+    """The fast path through runs of plain ASCII gives the rewrites of the cluster rule over the
+    whole text, where ASCII meets marks that join it into a cluster: under nfkc_cf
+    "A\u0301" is one cluster, replaced whole by "a" (its shortest key's replacement), which
+    a character-by-character rewrite of the run would make "a\u0301"; under nmt_nfkc "\r\n" is
+    one cluster made one space."""
+    from gpt.tokenizers.precompiled import CharsMap
+
+    for rule in ("nmt_nfkc", "nfkc_cf"):
+        charsmap = CharsMap(charsmaps[rule])
+        assert charsmap.rewrites(text) == charsmap.rewrites(text, plain_runs=False), rule
 
 
 # ----- pre-tokenizers (each with a BPE model and byte fallback-free vocab) ----------------------
