@@ -38,24 +38,6 @@ TESTS = {
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/precompiled.py": [
-        (
-            "plain-run-start-kept",
-            "                a += 1  # its first character may end the cluster before it",
-            "                a += 0  # its first character may end the cluster before it",
-            "Precompiled: a plain run's first character rewritten alone (LF after CR)",
-        ),
-        (
-            "plain-run-end-kept",
-            "                b -= 1  # its last character may begin a cluster",
-            "                b -= 0  # its last character may begin a cluster",
-            "Precompiled: a plain run's last character rewritten without its combining marks",
-        ),
-        (
-            "plain-run-with-cr",
-            '_PLAIN = regex.compile(r"[\\x00-\\x0c\\x0e-\\x7f]{32,}")',
-            '_PLAIN = regex.compile(r"[\\x00-\\x7f]{32,}")',
-            "Precompiled: CR inside plain runs (CR LF is one cluster)",
-        ),
         "tests/gpt/tokenizers/test_pipeline_parity.py",
         "tests/gpt/tokenizers",
     ],
@@ -179,6 +161,24 @@ MUTANTS = {
         ),
     ],
     "gpt/tokenizers/precompiled.py": [
+        (
+            "plain-run-start-kept",
+            "                a += 1  # its first character may end the cluster before it",
+            "                a += 0  # its first character may end the cluster before it",
+            "Precompiled: a plain run's first character rewritten alone (LF after CR)",
+        ),
+        (
+            "plain-run-end-kept",
+            "                b -= 1  # its last character may begin a cluster",
+            "                b -= 0  # its last character may begin a cluster",
+            "Precompiled: a plain run's last character rewritten without its combining marks",
+        ),
+        (
+            "plain-run-with-cr",
+            '_PLAIN = regex.compile(r"[\\x00-\\x0c\\x0e-\\x7f]{32,}")',
+            '_PLAIN = regex.compile(r"[\\x00-\\x7f]{32,}")',
+            "Precompiled: CR inside plain runs (CR LF is one cluster)",
+        ),
         (
             "label-mask",
             "if c == 0 or pos >= len(trie) or trie[pos] & 0x800000FF != c:",
