@@ -199,6 +199,7 @@ def test_precompiled_normalizer_on_generated_text(text, charsmaps):
 @settings(max_examples=150, deadline=None)
 @given(text=cluster_edge_text)
 @example(text="xA\u0301 \r\nA\rA\u0600A\tZ\u200d👨")
+@example(text="\r\nLF first, then more than thirty-two ASCII characters, and Z\u0301")
 def test_precompiled_plain_runs_rewrite_as_clusters_do(text, charsmaps):
     """The fast path through runs of plain ASCII gives the rewrites of the cluster rule over the
     whole text, where ASCII meets marks that join it into a cluster: under nfkc_cf
