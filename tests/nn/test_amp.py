@@ -154,8 +154,8 @@ def test_scaler_skips_the_step_and_halves_on_overflow(bad):
 def test_on_a_gpu_unscaling_is_a_few_launches_for_all_gradients(bad, monkeypatch):
     """Ten gradients on CuPy emulated by NumPy (tests/fake_cupy.py counts launches): divided by
     S in one kernel over all of them (scale_kernel.each, plus its table), checked by one sum of
-    squares (a float64 copy, a dot, a sum), one read by the host; an inf or NaN in any entry of
-    any of them is found."""
+    squares (square_kernel.each_sum: its table, the kernel, the sum of the blocks' partial
+    sums), one read by the host; an inf or NaN in any entry of any of them is found."""
     import fake_cupy
 
     fake_cupy.install(monkeypatch)
