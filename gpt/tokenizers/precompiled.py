@@ -65,7 +65,8 @@ class CharsMap:
         self.trie = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.strings = blob[4 + size :]
         self.lookup = functools.lru_cache(maxsize=1 << 16)(self._lookup)
-        self._ascii: dict[frozenset, tuple | None] = {}  # _ascii_keys, per set of characters
+        # the ASCII characters that are keys themselves and their replacements (rewrites)
+        self._ascii = {c: new for c in map(chr, range(128)) if (new := self.lookup(c)) is not None}
 
     def prefixes(self, key: bytes) -> list[int]:
         """The values of the keys that are prefixes of ``key``, shortest first."""
@@ -112,7 +113,10 @@ class CharsMap:
             return []
         if not plain_runs:
             return self.cluster_rewrites(text, live, 0, len(text))
-        keys = self._ascii_keys(frozenset(c for c in live if c < "\x80"))
+        # the text's ASCII characters that are keys (a class of the few present searches
+        # faster than one of all; the regex module keeps the compiled patterns it has seen)
+        keys = "".join(regex.escape(c) for c in self._ascii if c in live)
+        found = regex.compile(f"[{keys}]").finditer if keys else None
         out: list[tuple[int, int, str]] = []
         done = 0  # the text before this is rewritten
         for run in _PLAIN.finditer(text):
@@ -122,8 +126,8 @@ class CharsMap:
             if b < len(text) and text[b] != "\r":
                 b -= 1  # its last character may begin a cluster with combining marks
             out += self.cluster_rewrites(text, live, done, a)
-            if keys is not None:
-                out += [(m.start(), m.end(), keys[1][m[0]]) for m in keys[0].finditer(text, a, b)]
+            if found is not None:
+                out += [(m.start(), m.end(), self._ascii[m[0]]) for m in found(text, a, b)]
             done = b
         return out + self.cluster_rewrites(text, live, done, len(text))
 
@@ -149,15 +153,6 @@ class CharsMap:
                             out.append((k, k + 1, new))
             a = b
         return out
-
-    def _ascii_keys(self, chars: frozenset) -> tuple | None:
-        """(a pattern matching any of ``chars`` that is a key itself, {character: its
-        replacement}), or None when none is; kept per set of characters."""
-        if chars not in self._ascii:
-            keys = {c: new for c in sorted(chars) if (new := self.lookup(c)) is not None}
-            pattern = "[" + "".join(regex.escape(c) for c in keys) + "]"
-            self._ascii[chars] = (regex.compile(pattern), keys) if keys else None
-        return self._ascii[chars]
 
     def align(self, aligned: Aligned) -> Aligned:
         """The rewritten text, and the original span of each of its characters: the first
