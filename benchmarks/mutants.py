@@ -175,9 +175,15 @@ MUTANTS = {
         ),
         (
             "plain-run-with-cr",
-            '_PLAIN = regex.compile(r"[\\x00-\\x0c\\x0e-\\x7f]{32,}")',
-            '_PLAIN = regex.compile(r"[\\x00-\\x7f]{32,}")',
+            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}]{32,}")',
+            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}\\r]{32,}")',
             "Precompiled: CR inside plain runs (CR LF is one cluster)",
+        ),
+        (
+            "plain-run-with-marks",
+            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}]{32,}")',
+            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}\\p{GCB=Extend}]{32,}")',
+            "Precompiled: combining marks inside plain runs (a mark joins the character before)",
         ),
         (
             "label-mask",

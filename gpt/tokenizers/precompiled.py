@@ -43,9 +43,11 @@ from .base import TokenizerFileError
 
 _CLUSTER = regex.compile(r"\X")
 _SHORT = 6  # clusters below this many UTF-8 bytes are looked up whole
-# Runs of ASCII without CR (see CharsMap.rewrites), of 32 characters or more: a shorter one
-# costs more to take apart from the cluster loop than it saves.
-_PLAIN = regex.compile(r"[\x00-\x0c\x0e-\x7f]{32,}")
+# Runs of characters that never join a grapheme cluster with a neighbour (Grapheme_Cluster_Break
+# Other, Control or LF: no combining or spacing mark, ZWJ, Prepend mark, CR, regional indicator
+# or Hangul jamo or syllable), of 32 characters or more: a shorter run costs more to take apart
+# from the cluster loop than it saves (see CharsMap.rewrites).
+_PLAIN = regex.compile(r"[\p{GCB=Other}\p{GCB=Control}\p{GCB=LF}]{32,}")
 
 
 class CharsMap:
@@ -65,8 +67,6 @@ class CharsMap:
         self.trie = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.strings = blob[4 + size :]
         self.lookup = functools.lru_cache(maxsize=1 << 16)(self._lookup)
-        # the ASCII characters that are keys themselves and their replacements (rewrites)
-        self._ascii = {c: new for c in map(chr, range(128)) if (new := self.lookup(c)) is not None}
 
     def prefixes(self, key: bytes) -> list[int]:
         """The values of the keys that are prefixes of ``key``, shortest first."""
@@ -102,21 +102,21 @@ class CharsMap:
     def rewrites(self, text: str, plain_runs: bool = True) -> list[tuple[int, int, str]]:
         """``(start, end, new)``: each stretch of ``text`` (a cluster, or a character of one)
         that a key rewrites, in order: :meth:`cluster_rewrites` over the whole text, or with
-        ``plain_runs`` (the default, same result) faster where the text is plain ASCII
-        (:data:`_PLAIN`). Inside such a run each character is a grapheme cluster of its own (no
-        ASCII character but CR joins a cluster with a neighbour; the run's first and last
-        characters may join the text around it, so they are left to the cluster rule), and a
-        cluster of one character is rewritten by that character's replacement: the run's
+        ``plain_runs`` (the default, same result) faster through long runs of characters that
+        never join a cluster with a neighbour (:data:`_PLAIN`: most text in most scripts).
+        Inside such a run each character is a grapheme cluster of its own (the run's first and
+        last characters may join the text around it, so they are left to the cluster rule), and
+        a cluster of one character is rewritten by that character's replacement: the run's
         rewrites are its characters that are keys, found by one regex search."""
         live = {c for c in set(text) if self._walk(c.encode("utf-8"), [])}
         if not live:
             return []
         if not plain_runs:
             return self.cluster_rewrites(text, live, 0, len(text))
-        # the text's ASCII characters that are keys (a class of the few present searches
-        # faster than one of all; the regex module keeps the compiled patterns it has seen)
-        keys = "".join(regex.escape(c) for c in self._ascii if c in live)
-        found = regex.compile(f"[{keys}]").finditer if keys else None
+        # the text's characters that are keys themselves (the regex module keeps the patterns
+        # it has compiled, so a text with the same ones compiles nothing)
+        keys = {c: new for c in sorted(live) if (new := self.lookup(c)) is not None}
+        found = regex.compile(f"[{''.join(map(regex.escape, keys))}]").finditer if keys else None
         out: list[tuple[int, int, str]] = []
         done = 0  # the text before this is rewritten
         for run in _PLAIN.finditer(text):
@@ -127,7 +127,7 @@ class CharsMap:
                 b -= 1  # its last character may begin a cluster with combining marks
             out += self.cluster_rewrites(text, live, done, a)
             if found is not None:
-                out += [(m.start(), m.end(), self._ascii[m[0]]) for m in found(text, a, b)]
+                out += [(m.start(), m.end(), keys[m[0]]) for m in found(text, a, b)]
             done = b
         return out + self.cluster_rewrites(text, live, done, len(text))
 

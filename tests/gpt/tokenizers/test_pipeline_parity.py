@@ -200,12 +200,13 @@ def test_precompiled_normalizer_on_generated_text(text, charsmaps):
 @given(text=cluster_edge_text)
 @example(text="xA\u0301 \r\nA\rA\u0600A\tZ\u200d👨")
 @example(text="\r\nLF first, then more than thirty-two ASCII characters, and Z\u0301")
+@example(text="\u0301Ａ東京は日本の首都です。ＡＢＣ and ligatures ﬂ ﬁ end with ﬁ\u0301")
 def test_precompiled_plain_runs_rewrite_as_clusters_do(text, charsmaps):
-    """The fast path through runs of plain ASCII gives the rewrites of the cluster rule over the
-    whole text, where ASCII meets marks that join it into a cluster: under nfkc_cf
-    "A\u0301" is one cluster, replaced whole by "a" (its shortest key's replacement), which
-    a character-by-character rewrite of the run would make "a\u0301"; under nmt_nfkc "\r\n" is
-    one cluster made one space."""
+    """The fast path through long runs of characters that join no cluster gives the rewrites of
+    the cluster rule over the whole text, where a run meets marks that join its ends into a
+    cluster: under nfkc_cf "A\u0301" is one cluster, replaced whole by "a" (its shortest key's
+    replacement), which a character-by-character rewrite of the run would make "a\u0301"
+    ("ﬁ\u0301" likewise "fi"); under nmt_nfkc "\r\n" is one cluster made one space."""
     from gpt.tokenizers.precompiled import CharsMap
 
     for rule in ("nmt_nfkc", "nfkc_cf"):

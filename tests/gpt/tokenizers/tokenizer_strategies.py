@@ -15,17 +15,21 @@ tricky_char = st.sampled_from(
     )
 )
 
-#: text where runs of plain ASCII meet what joins their ends into one grapheme cluster:
-#: combining marks after (U+0301, U+0300), a Prepend mark before (U+0600), ZWJ, CR LF,
-#: regional indicators and emoji; the runs (long enough for the Precompiled normalizer's fast
-#: path) begin and end with characters that character maps rewrite (SentencePiece's nmt_nfkc
-#: makes tabs and newlines spaces and drops controls; nfkc_cf lower-cases A-Z)
+#: text where long runs of characters that join no grapheme cluster meet what joins their ends
+#: into one: combining and spacing marks after (U+0301, U+0300, U+0903), a Prepend mark before
+#: (U+0600), ZWJ, CR LF, regional indicators, Hangul jamo and syllables, a virama between
+#: consonants; the runs (long enough for the Precompiled normalizer's fast path, in ASCII and
+#: in other scripts) begin and end with characters that character maps rewrite (SentencePiece's
+#: nmt_nfkc makes tabs and newlines spaces, drops controls, maps full-width forms and ligatures;
+#: nfkc_cf also lower-cases)
 cluster_edge_text = st.lists(
     st.sampled_from(
         [
-            *"aZ \t\n\r\x01\x7f.\u0301\u0300\u0600\u200d\u0915\u093f👨🇯🇵Ａﬁ가\u1100\u1161é",
+            *"aZ \t\n\r\x01\x7f.\u0301\u0300\u0903\u0600\u200d\u0915\u094d\u093f👨🇯🇵Ａﬁ가",
+            *"\u1100\u1161\u11a8é東。\ufeff",
             "Apples and Oranges\tare Fruit\nof Trees, says Z",
             "\nLF first, then more than thirty-two ASCII characters\t",
+            "Ａ東京は日本の首都です。ＡＢＣ and ligatures ﬂ ﬁ end with ﬁ",
         ]
     ),
     max_size=30,
