@@ -182,7 +182,7 @@ MUTANTS = {
         (
             "plain-run-with-marks",
             '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}]{32,}")',
-            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}\\p{GCB=Extend}]{32,}")',
+            '_PLAIN = regex.compile(r"[\\p{GCB=Other}\\p{GCB=Control}\\p{GCB=LF}\\p{GCB=Extend}]{32,}")',  # noqa: E501
             "Precompiled: combining marks inside plain runs (a mark joins the character before)",
         ),
         (
