@@ -187,8 +187,14 @@ def section_precompiled(text: str, repeat: int) -> None:
 
     blob = sentencepiece_charsmap("nmt_nfkc")
     hf = hf_library()
-    dense = "Ｈｅｌｌｏ ﬁne café naïve e\u0301 \r\n Ⅻ ① ™ 東京 " * (len(text) // 200)
-    for what, subject in (("the text", text), ("dense in rewrites", dense)):
+    n = len(text) // 100  # repeats of each ~100-byte sentence below: about the text's size
+    texts = {
+        "the text": text,
+        "Japanese": "東京は日本の首都です。人口は約千四百万人で、世界で最大の都市圏です。" * n,
+        "Russian": "Москва — столица России, крупнейший по населению город страны. " * n,
+        "dense in rewrites": "Ｈｅｌｌｏ ﬁne café naïve e\u0301 \r\n Ⅻ ① ™ 東京 " * n,
+    }
+    for what, subject in texts.items():
         mb = len(subject.encode("utf-8")) / 1e6
         t_ours, normalized = median_time(functools.partial(CharsMap(blob), subject), repeat)
         line = f"Precompiled (nmt_nfkc), {what} ({mb:.2f} MB): ours {mb / t_ours:.2f} MB/s"
