@@ -41,6 +41,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_pipeline_parity.py",
         "tests/gpt/tokenizers",
     ],
+    "gpt/tokenizers/pre_tokenizers.py": [
+        "tests/gpt/tokenizers/test_pre_tokenizers.py",
+        "tests/gpt/tokenizers",
+    ],
     "gpt/circuits/resid.py": [
         "tests/gpt/circuits/test_resid_decomposition.py",
         "tests/gpt/circuits",
@@ -158,6 +162,26 @@ MUTANTS = {
             "spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))",
             "spans[k] = (min(before, start), max(after, end))",
             "offsets: a fused unknown token widened past its word",
+        ),
+    ],
+    "gpt/tokenizers/pre_tokenizers.py": [
+        (
+            "char-merged-next-greedy",
+            '"MergedWithNext": "{C}?{N}+|{C}",',
+            '"MergedWithNext": "{C}*{N}+|{C}",',
+            "char_splitting: MergedWithNext glues a run of matches to the next piece",
+        ),
+        (
+            "char-contiguous-single",
+            '"Contiguous": "{C}+|{N}+",',
+            '"Contiguous": "{C}|{N}+",',
+            "char_splitting: Contiguous keeps neighbouring matches apart",
+        ),
+        (
+            "char-at-start-kept",
+            "out += [(m[0], at_start and m.start() == 0) for m in find(text)]",
+            "out += [(m[0], at_start) for m in find(text)]",
+            "char_splitting: every piece of the first piece marked as the text's start",
         ),
     ],
     "gpt/tokenizers/precompiled.py": [

@@ -5,8 +5,9 @@ piece further. Here a piece is ``(text, at_start)``, where ``at_start`` says whe
 begins the original text (``Metaspace`` with ``prepend_scheme="first"`` needs to know).
 
 Most steps are one operation, "split on what a pattern matches", with a *behaviour* for the
-matched parts (``split_pieces``). The pattern is a regex (its matches), or a test on single
-characters (each matching character is one match). The behaviours, on "a-b--c" split at "-":
+matched parts (``splitting``). The pattern is a regex (its matches), or a character class
+(each matching character is one match: ``char_splitting``, the same cut as one regex). The
+behaviours, on "a-b--c" split at "-":
 
 * ``Removed``: drop the matches: "a", "b", "c".
 * ``Isolated``: keep each match as a piece of its own: "a", "-", "b", "-", "-", "c".
@@ -60,12 +61,6 @@ def regex_matcher(pattern: str, trusted: bool = False) -> Matcher:
         compiled = regex.compile(pattern)
         return lambda text: [m.span() for m in compiled.finditer(text)]
     return lambda text: find_spans(pattern, text)
-
-
-def char_matcher(char_class: str) -> Matcher:
-    """Each single character of a regex character class (e.g. ``[\\s]``) is one match."""
-    compiled = regex.compile(char_class)
-    return lambda text: [m.span() for m in compiled.finditer(text)]
 
 
 def segments(
@@ -132,6 +127,36 @@ def splitting(matcher: Matcher, behaviour: str, invert: bool = False) -> PreToke
     return split
 
 
+# The pieces each behaviour makes where every match is one character of a class C, as one regex
+# (N: any character not in C): a match glues only to a neighbour that is not a match itself, so
+# MergedWithNext makes "-b" of "-b" but "-", "-c" of "--c".
+_CHAR_PIECES = {
+    "Removed": "{N}+",
+    "Isolated": "{C}|{N}+",
+    "MergedWithPrevious": "{N}+{C}?|{C}",
+    "MergedWithNext": "{C}?{N}+|{C}",
+    "Contiguous": "{C}+|{N}+",
+}
+
+
+def char_splitting(char_class: str, behaviour: str) -> PreTokenizer:
+    """:func:`splitting` at each character of a regex character class (``[\\s]``), as one regex
+    search per piece (:data:`_CHAR_PIECES`) instead of a Python loop over the matches: the
+    same pieces (tests/gpt/tokenizers/test_pre_tokenizers.py holds the two together)."""
+    if not char_class.startswith("[") or char_class.startswith("[^"):
+        raise ValueError(f"char_splitting needs a character class [...], got {char_class!r}")
+    pattern = _CHAR_PIECES[behaviour].format(C=char_class, N="[^" + char_class[1:])
+    find = regex.compile(pattern).finditer
+
+    def split(pieces: list[Piece]) -> list[Piece]:
+        out = []
+        for text, at_start in pieces:
+            out += [(m[0], at_start and m.start() == 0) for m in find(text)]
+        return out
+
+    return split
+
+
 def words_of(split: Callable[[str], list[str]]) -> PreTokenizer:
     """A step cutting each piece with ``split``, a function that returns the words in order."""
 
@@ -177,7 +202,7 @@ def metaspace_step(replacement: str, prepend_scheme: str, split: bool) -> PreTok
     then optionally cut before each ``replacement``."""
     steps = [per_piece(lambda t, first: metaspace(t, replacement, prepend_scheme, first))]
     if split:
-        steps.append(splitting(char_matcher(regex.escape(replacement)), "MergedWithNext"))
+        steps.append(char_splitting(f"[{regex.escape(replacement)}]", "MergedWithNext"))
     return sequence(steps)
 
 
@@ -215,23 +240,23 @@ def build(
     if kind == "Whitespace":
         return splitting(regex_matcher(WHITESPACE_PATTERN, True), "Removed", invert=True)
     if kind == "WhitespaceSplit":
-        return splitting(char_matcher(SPACE), "Removed")
+        return char_splitting(SPACE, "Removed")
     if kind == "BertPreTokenizer":
         # split at whitespace (Removed), then around punctuation (Isolated): the same cut as
         # ``pretokenize.bert_pretokenize``, which the WordPiece class uses, so that one runs
         return words_of(bert_pretokenize)
     if kind == "Punctuation":
-        return splitting(char_matcher(PUNCT), _behaviour(spec, path, where, "Isolated"))
+        return char_splitting(PUNCT, _behaviour(spec, path, where, "Isolated"))
     if kind == "Digits":
         individual = get(spec, "individual_digits", "bool", path, where, False)
-        return splitting(char_matcher(NUMERIC), "Isolated" if individual else "Contiguous")
+        return char_splitting(NUMERIC, "Isolated" if individual else "Contiguous")
     if kind == "CharDelimiterSplit":
         delimiter = get(spec, "delimiter", "str", path, where)
         if len(delimiter) != 1:
             raise TokenizerFileError(
                 path, f"field {where}.delimiter must be one character, got {delimiter!r}"
             )
-        return splitting(char_matcher(regex.escape(delimiter)), "Removed")
+        return char_splitting(f"[{regex.escape(delimiter)}]", "Removed")
     if kind == "Split":
         pattern = pattern_field(spec, path, where)
         if "Regex" in pattern:

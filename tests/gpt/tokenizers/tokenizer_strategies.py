@@ -35,6 +35,13 @@ cluster_edge_text = st.lists(
     max_size=30,
 ).map("".join)
 
+#: text of characters in and out of the classes the pre-tokenizers split at: whitespace (ASCII,
+#: ideographic, no-break), punctuation (ASCII and Unicode P*), digits and other numbers (ASCII,
+#: Arabic-Indic, fractions), SentencePiece's "▁", letters
+split_text = st.text(
+    alphabet=st.sampled_from(list(" \t\n\u3000\u00a0-.!_¿、«1٢½Ⅻ▁ax中é")), max_size=24
+)
+
 #: text mixing both
 unicode_text = st.text(alphabet=st.one_of(any_char, tricky_char), max_size=120)
 

@@ -1,0 +1,49 @@
+"""gpt/tokenizers/pre_tokenizers.py: a split at a character class as one regex
+(``char_splitting``) makes the pieces that the general split (``splitting``, a loop over the
+matches and ``apply_behaviour``) makes, for every behaviour and every class the pre-tokenizers
+split at. (Against the ``tokenizers`` library: test_pipeline_parity.py::test_pre_tokenizers.)"""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from tokenizer_strategies import split_text
+
+from gpt.tokenizers.pre_tokenizers import (
+    BEHAVIOURS,
+    NUMERIC,
+    PUNCT,
+    SPACE,
+    char_splitting,
+    regex_matcher,
+    splitting,
+)
+
+CLASSES = {"whitespace": SPACE, "punctuation": PUNCT, "digits": NUMERIC, "metaspace": "[▁]"}
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+@pytest.mark.parametrize("name", sorted(CLASSES))
+@given(pieces=st.lists(st.tuples(split_text, st.booleans()), max_size=4))
+@example(pieces=[("a-b--c", True), ("--", False), ("", True), ("▁▁x▁ 1½٢.", True)])
+def test_a_split_at_a_character_class_is_the_general_split(name, behaviour, pieces):
+    cls = CLASSES[name]
+    general = splitting(regex_matcher(cls, trusted=True), behaviour)
+    assert char_splitting(cls, behaviour)(pieces) == general(pieces)
+
+
+def test_the_behaviours_on_the_module_docstrings_example():
+    cut = {b: [p for p, _ in char_splitting("[-]", b)([("a-b--c", True)])] for b in BEHAVIOURS}
+    assert cut == {
+        "Removed": ["a", "b", "c"],
+        "Isolated": ["a", "-", "b", "-", "-", "c"],
+        "MergedWithPrevious": ["a-", "b-", "-", "c"],
+        "MergedWithNext": ["a", "-b", "-", "-c"],
+        "Contiguous": ["a", "-", "b", "--", "c"],
+    }
+
+
+def test_only_a_plain_character_class_is_taken():
+    with pytest.raises(ValueError, match=r"char_splitting needs a character class \[\.\.\.\]"):
+        char_splitting("-", "Removed")
+    with pytest.raises(ValueError, match="char_splitting needs a character class"):
+        char_splitting("[^-]", "Removed")
