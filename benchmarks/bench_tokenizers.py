@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tokenizers.py [--text FILE] [--vocab-size 4096] [--repeat 3]
         [--clock wall|cpu]
-        [--section table|patterns|backtracking|unigram-metaspace|precompiled]
+        [--section table|patterns|backtracking|unigram-metaspace|precompiled|llama2]
 
 ``--section table`` (the default) measures, on one text (default: tinyshakespeare, 1.1 MB):
 
@@ -231,6 +231,44 @@ def section_precompiled(text: str, repeat: int) -> None:
     )
 
 
+def section_llama2(text: str, repeat: int) -> None:
+    """A Llama-2-style file (SentencePiece BPE, vocab 4096, trained on the text as Llama 2's
+    was, then converted) encoding the text: MB/s of ours, the library's and SentencePiece's,
+    each from a fresh tokenizer (an empty word cache), on the whole text as one string and on
+    the text in 1000-character pieces."""
+    sys.path.insert(0, str(REPO / "tests" / "gpt" / "tokenizers"))
+    from hf_training import sentencepiece_bpe
+
+    hf = hf_library()
+    sp, data = sentencepiece_bpe(text, 4096)
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/tokenizer.json"
+        Path(path).write_text(json.dumps(data), encoding="utf-8")
+
+        def fresh(name: str):  # an encoder read anew: every run starts with empty caches
+            if name == "ours":
+                return tk.load(path).encode
+            if name == "tokenizers":
+                theirs = hf.Tokenizer.from_file(path)
+                return lambda t: theirs.encode(t, add_special_tokens=False).ids
+            return sp.encode
+
+        mb = len(text.encode("utf-8")) / 1e6
+        pieces = [text[k : k + 1000] for k in range(0, len(text), 1000)]
+        for what, subject in (("as one string", [text]), ("in 1000-character pieces", pieces)):
+            line, ids = [], {}
+            for name in ["ours"] + (["tokenizers"] if hf else []) + ["sentencepiece"]:
+                times = []
+                for _ in range(repeat):
+                    encode = fresh(name)
+                    t0 = CLOCK()
+                    ids[name] = [encode(t) for t in subject]
+                    times.append(CLOCK() - t0)
+                line.append(f"{name} {mb / statistics.median(times):.2f} MB/s")
+            assert all(v == ids["ours"] for v in ids.values()), "the encoders disagree"
+            print(f"Llama-2-style tokenizer.json (BPE 4096), the text {what}: " + ", ".join(line))
+
+
 def hf_library():
     try:
         import tokenizers
@@ -253,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--section",
-        choices=("table", "patterns", "backtracking", "unigram-metaspace", "precompiled"),
+        choices=("table", "patterns", "backtracking", "unigram-metaspace", "precompiled", "llama2"),
         default="table",
         help="what to measure (see the module docstring); table: the Speed table",
     )
@@ -275,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.section == "precompiled":
         section_precompiled(text, args.repeat)
+        return 0
+    if args.section == "llama2":
+        section_llama2(text, args.repeat)
         return 0
     mb = len(text.encode("utf-8")) / 1e6
     V, R = args.vocab_size, args.repeat

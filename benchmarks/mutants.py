@@ -41,6 +41,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_pipeline_parity.py",
         "tests/gpt/tokenizers",
     ],
+    "gpt/tokenizers/hf_models.py": [
+        "tests/gpt/tokenizers/test_hf_models.py",
+        "tests/gpt/tokenizers",
+    ],
     "gpt/tokenizers/pre_tokenizers.py": [
         "tests/gpt/tokenizers/test_pre_tokenizers.py",
         "tests/gpt/tokenizers",
@@ -162,6 +166,44 @@ MUTANTS = {
             "spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))",
             "spans[k] = (min(before, start), max(after, end))",
             "offsets: a fused unknown token widened past its word",
+        ),
+    ],
+    "gpt/tokenizers/hf_models.py": [
+        (
+            "cut-joins-first-char",
+            "            for x, y in zip(merged, merged[1:]):",
+            "            for x, y in zip(merged[1:], merged[2:]):",
+            "MergeModel._cutter: a merge's first two characters not counted as joined",
+        ),
+        (
+            "cut-after-dropped",
+            "        if self.unk_token is not None:\n            tails =",
+            "        if True:\n            tails =",
+            "MergeModel._cutter: cuts after an unknown character that may be dropped",
+        ),
+        (
+            "cut-byte-tail",
+            '({">"} if self.byte_fallback else set())',
+            "set()",
+            "MergeModel._cutter: a merge after a byte token does not stop a cut",
+        ),
+        (
+            "cut-not-before-unknown-y",
+            "        for y in sorted(known):\n            xs = joins[y]",
+            "        for y in sorted(known | {'d', 'x', 'é'}):\n            xs = joins[y]",
+            "MergeModel._cutter: cuts before an unknown character too",
+        ),
+        (
+            "cut-with-suffix",
+            "        if self.prefix or self.suffix or self.ignore_merges:",
+            "        if self.prefix or self.ignore_merges:",
+            "MergeModel._cutter: cuts a word whose last character is spelled with a suffix",
+        ),
+        (
+            "cut-ignore-merges",
+            "        if self.prefix or self.suffix or self.ignore_merges:",
+            "        if self.prefix or self.suffix:",
+            "MergeModel._cutter: cuts words that ignore_merges takes whole",
         ),
     ],
     "gpt/tokenizers/pre_tokenizers.py": [

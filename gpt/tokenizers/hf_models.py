@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +35,15 @@ from .wordpiece import WordPiece
 
 @dataclass
 class Model:
-    """What a pipeline needs from its model: token -> id, and a word's ids."""
+    """What a pipeline needs from its model: token -> id, and a word's ids. ``parts``, where
+    the model has it, cuts a word into pieces that encode independently (the word's ids are the
+    pieces' ids one after another), so that the pipeline can encode a long word piece by piece
+    through its word cache (``MergeModel.parts``)."""
 
     vocab: dict[str, int]
     encode_word: Callable[[str], list[int]]
     unk_token: str | None
+    parts: Callable[[str], list[str]] | None = None
 
 
 def byte_token(b: int) -> str:
@@ -80,6 +86,66 @@ class MergeModel:
                 if t not in vocab:
                     raise TokenizerError(f"merge {rank} ({a!r}, {b!r}) needs {t!r}, not in vocab")
             self.ranks.setdefault((vocab[a], vocab[b]), (rank, vocab[merged]))
+        self._cut = self._cutter(merges)
+
+    def _cutter(self, merges: list[tuple[str, str]]) -> re.Pattern | None:
+        """The pattern that finds the places :meth:`parts` cuts a word at.
+
+        A token that covers two neighbouring characters x|y of a word is a merge's result, and
+        its spelling has x's last symbol followed by y's first in it: "xy" for characters that
+        are tokens; for an unknown x, a byte token ("<0xE2>", under byte fallback) or the
+        unknown token. So if no merge's result has such a pair in it, no merge ever joins
+        across x|y, and encoding the two sides apart gives the same ids: the merges on each
+        side, and their order, are the same, for the lowest-ranked pair of the whole word is
+        also the lowest of its side. (A run of unknown characters fused into one unknown token
+        ends where a known character starts, so it is never cut either.)
+
+        Cut before a character y that is a token, after an x that no merge's result puts in
+        front of y: a token, or an unknown character when neither ">" nor the unknown token's
+        last character is put in front of y. Without an unknown token an unknown character may
+        become nothing (no byte tokens for it), and its neighbours meet: no cut after one then.
+        The cut characters are those with at most :data:`CUT_JOINS` characters put in front of
+        them (SentencePiece's "▁": its BPE keeps whitespace at a piece's start, so a text cuts
+        into its words; more cut characters give the pattern more alternatives to try for
+        little more caching). None where the model cannot be cut: with a prefix or suffix the
+        first and last characters are spelled apart, and ``ignore_merges`` takes a whole word
+        that is a token without merging it.
+        """
+        if self.prefix or self.suffix or self.ignore_merges:
+            return None
+        joins = defaultdict(set)  # y -> the characters x that some merge's result has "xy" in
+        for a, b in merges:
+            merged = a + b
+            for x, y in zip(merged, merged[1:]):
+                joins[y].add(x)
+        known = {t for t in self.vocab if len(t) == 1}
+        tails = None  # the last characters of what an unknown character becomes
+        if self.unk_token is not None:
+            tails = {self.unk_token[-1]} | ({">"} if self.byte_fallback else set())
+
+        def chars(cs) -> str:
+            return "".join(re.escape(c) for c in sorted(cs))
+
+        by_before = defaultdict(list)  # what may stand before a cut -> the cut characters
+        for y in sorted(known):
+            xs = joins[y]
+            if len(xs) > CUT_JOINS:
+                continue
+            if tails is not None and not tails & xs:
+                by_before[f"[^{chars(xs)}]" if xs else "."].append(y)
+            elif known - xs:
+                by_before[f"[{chars(known - xs)}]"].append(y)
+        if not by_before:
+            return None
+        # the cut characters first: a lookahead for one character fails fast at most places
+        cut_at = [f"(?=[{chars(ys)}])(?<={before})" for before, ys in by_before.items()]
+        every_y = [y for ys in by_before.values() for y in ys]
+        return re.compile(f"(?=[{chars(every_y)}])(?:{'|'.join(cut_at)})", re.DOTALL)
+
+    def parts(self, word: str) -> list[str]:
+        """The word cut where no merge can join its neighbours (see ``_cutter``): encoding each
+        part and putting the ids one after another is encoding the word."""
+        return [word] if self._cut is None else self._cut.split(word)
 
     def _unk_id(self) -> int:
         if self.unk_token not in self.vocab:
@@ -152,6 +218,11 @@ class MergeModel:
         return [i for i in ids if i is not None]
 
 
+#: Cut a word before a character only if at most this many characters ever join it from the
+#: left in a merge (``MergeModel._cutter``): the speed of finding the cuts, not their truth.
+CUT_JOINS = 4
+
+
 def _vocab(spec: dict, path, where: str) -> dict[str, int]:
     return dict(items(get(spec, "vocab", "object", path, where), "int", path, f"{where}.vocab"))
 
@@ -187,7 +258,7 @@ def build(
             get(spec, "byte_fallback", "bool", path, where, False),
             get(spec, "ignore_merges", "bool", path, where, False),
         )
-        return Model(vocab, model.encode_word, unk)
+        return Model(vocab, model.encode_word, unk, model.parts if model._cut else None)
     if kind == "WordPiece":
         vocab = _vocab(spec, path, where)
         unk = get(spec, "unk_token", "str", path, where, "[UNK]")

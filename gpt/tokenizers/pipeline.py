@@ -185,6 +185,10 @@ class Pipeline(Tokenizer):
         self._raw_added = [t for t in shown if not t.normalized]
         self._normalized_added = [t for t in shown if t.normalized]
         self._cache: dict[str, list[int]] = {}
+        # a word the model can cut (hf_models.Model.parts) is encoded part by part, each part
+        # through the word cache: a file with no pre-tokenizer (Llama 2's) hands the model the
+        # whole text as one word, whose parts are its words again
+        self._encode_word = model.encode_word if model.parts is None else self._encode_parts
 
     @classmethod
     def from_hf(cls, data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Pipeline:
@@ -329,7 +333,10 @@ class Pipeline(Tokenizer):
         pieces = [(text, first)]
         if self.pre_tokenizer is not None:
             pieces = self.pre_tokenizer(pieces)
-        return self._encode_words((w for w, _ in pieces), self.model.encode_word)
+        return self._encode_words((w for w, _ in pieces), self._encode_word)
+
+    def _encode_parts(self, word: str) -> list[int]:
+        return self._encode_words(self.model.parts(word), self.model.encode_word)
 
     def encode_batch(
         self,

@@ -74,3 +74,76 @@ def _field(message: bytes, number: int) -> bytes:
         else:
             raise ValueError(f"protobuf wire type {kind} is not read here")
     raise KeyError(f"field {number} is not in the message")
+
+
+def sentencepiece_bpe(corpus: str, vocab_size: int) -> tuple[object, dict]:
+    """A SentencePiece BPE model trained on ``corpus`` as Llama 2's was (byte fallback, digits
+    split, whitespace-only pieces allowed, no normalization), and the ``tokenizer.json`` that
+    Llama 2's converted file has the shape of: "▁" put in by the normalizer, no pre-tokenizer,
+    BPE with fused unknowns and byte fallback. Returns (the SentencePiece processor, the file's
+    data). The merges are read off the pieces, the converters' way: every split of a piece into
+    two pieces is a merge, ranked by the piece's score (best first), then by the two halves'
+    ids."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus.splitlines()),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    merges = []
+    for piece in sorted(vocab, key=lambda piece: -sp.get_score(vocab[piece])):
+        halves = [(piece[:k], piece[k:]) for k in range(1, len(piece))]
+        halves = [(a, b) for a, b in halves if a in vocab and b in vocab]
+        merges += sorted(halves, key=lambda ab: (vocab[ab[0]], vocab[ab[1]]))
+    specials = [sp.id_to_piece(i) for i in (sp.unk_id(), sp.bos_id(), sp.eos_id())]
+    added = [
+        {"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+        for t in specials
+    ]
+    replace_space = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    decoders = [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"},
+        {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+    ]
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [{"type": "Prepend", "prepend": "▁"}, replace_space],
+        },
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": specials[0],
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [list(m) for m in merges],
+        },
+    }
+    return sp, data

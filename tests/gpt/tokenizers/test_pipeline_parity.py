@@ -12,7 +12,7 @@ import os
 import random
 
 import pytest
-from hf_training import hf_trained
+from hf_training import hf_trained, sentencepiece_bpe
 from hypothesis import example, given, settings
 from tokenizer_strategies import cluster_edge_text, unicode_text
 
@@ -704,6 +704,43 @@ def test_llama2_style_file(tmp_path):
         ),
     )
     compare(theirs, tmp_path, [t for t in STRESS if t.strip()] + ["ÿ unseen ☃ ⛄ 𝄞"], pair=True)
+
+
+@pytest.fixture(scope="module")
+def llama2_from_sentencepiece(tmp_path_factory):
+    """A SentencePiece BPE model trained as Llama 2's was, its converted tokenizer.json, the
+    library's reading of that file and ours."""
+    pytest.importorskip("sentencepiece", reason="SentencePiece trains the reference model")
+    sp, data = sentencepiece_bpe(CORPUS + corpus(seed=1), 700)
+    path = tmp_path_factory.mktemp("llama2") / "tokenizer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return sp, hf.Tokenizer.from_file(str(path)), tk.load(path)
+
+
+def test_llama2_file_converted_from_sentencepiece(llama2_from_sentencepiece, tmp_path):
+    """Llama 2's shape as the converters write it, from a model SentencePiece trained: no
+    pre-tokenizer, so the model gets the whole text as one word, and ours cuts it where no merge
+    reaches across (before a "▁" that SentencePiece's pieces never have inside). Ids as
+    SentencePiece's own and the library's; the cuts make the text's words."""
+    sp, theirs, ours = llama2_from_sentencepiece
+    text = corpus(seed=2)
+    assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+    words = text.split("\n" + STRESS[0])[0]  # (SentencePiece has no added tokens to cut out)
+    assert ours.encode(words) == sp.encode(words)
+    parts = ours.model.parts(ours.normalizer(text))
+    assert len(parts) > len(text.split()) // 2, "the text was not cut into its words"
+    compare(theirs, tmp_path, [t for t in STRESS if t.strip()] + ["ÿ unseen ☃ ⛄ 𝄞", "a  b\n\n c"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=unicode_text)
+@example(text="a  b ▁c")  # spaces and the space sign itself
+def test_llama2_file_on_generated_text(llama2_from_sentencepiece, text):
+    sp, theirs, ours = llama2_from_sentencepiece
+    encoding = theirs.encode(text, add_special_tokens=False)
+    assert ours.encode(text) == encoding.ids
+    offsets = list(zip(encoding.ids, map(tuple, encoding.offsets)))
+    assert tk.encode_with_offsets(ours, text) == offsets
 
 
 def test_bert_style_file(tmp_path):

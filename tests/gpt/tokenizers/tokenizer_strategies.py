@@ -52,3 +52,31 @@ small_corpus = st.text(alphabet=st.sampled_from(list("abcde \n.")), min_size=1, 
 def text_over(alphabet: str, max_size: int = 80) -> st.SearchStrategy[str]:
     """Text drawn only from the given characters."""
     return st.text(alphabet=st.sampled_from(sorted(set(alphabet))), max_size=max_size)
+
+
+@st.composite
+def bpe_merges(draw) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A small character-level BPE vocabulary and its ranked merges: "a", "b", "c", "▁", "."
+    (not always all of them, so some characters are unknown), then up to 14 merges of two tokens
+    each, drawn so that "▁" mostly starts what it is merged into (as SentencePiece's pieces do)
+    but not always: some characters are then joined from the left by a few others, some by
+    none. ``<unk>`` and the byte tokens of "é" (0xC3 0xA9) and "d" (0x64) come first; the
+    last of them may be merged too."""
+    chars = draw(st.lists(st.sampled_from("abc▁."), min_size=1, max_size=5, unique=True))
+    specials = ["<unk>", "<0xC3>", "<0xA9>", "<0x64>"]
+    tokens = specials + sorted(chars)
+    merges: list[tuple[str, str]] = []
+    for _ in range(draw(st.integers(0, 14))):
+        a = draw(st.sampled_from(tokens[len(specials) - 1 :]))  # "<0x64>" may merge too
+        b = draw(st.sampled_from(tokens[len(specials) - 1 :]))
+        if b.startswith("▁") and not draw(st.integers(0, 4)) == 0:
+            continue  # mostly no merge puts "▁" after something
+        merges.append((a, b))
+        if a + b not in tokens:
+            tokens.append(a + b)
+    return {t: i for i, t in enumerate(tokens)}, merges
+
+
+#: words for the models of ``bpe_merges``: their characters, and "d", "é", "x", none of which
+#: is ever a token ("d" and "é" have byte tokens, "x" has none)
+bpe_words = st.text(alphabet=st.sampled_from("abc▁.dxé"), max_size=40)

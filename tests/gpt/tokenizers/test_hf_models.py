@@ -1,0 +1,74 @@
+"""The models a ``tokenizer.json`` names (``gpt/tokenizers/hf_models.py``), on their own; the
+whole pipelines are held to the ``tokenizers`` library in ``test_pipeline_parity.py``."""
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from tokenizer_strategies import bpe_merges, bpe_words
+
+from gpt.tokenizers.hf_models import MergeModel
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    model=bpe_merges(),
+    word=bpe_words,
+    unk=st.booleans(),
+    fuse_unk=st.booleans(),
+    byte_fallback=st.booleans(),
+)
+@example(  # "▁" joined by "a" alone: the word cuts before the 2nd "▁" and the 3rd, not the 1st
+    model=({"<unk>": 0, "a": 1, "b": 2, "▁": 3, "a▁": 4, "▁b": 5}, [("a", "▁"), ("▁", "b")]),
+    word="a▁b▁b▁b",
+    unk=True,
+    fuse_unk=False,
+    byte_fallback=False,
+).via("a cut after an unjoined character")
+@example(  # unknown characters before a "▁" that nothing joins: no cut without an <unk> (an
+    # "x" is dropped, and "a▁" merges), a cut with one
+    model=({"<unk>": 0, "<0x64>": 1, "▁": 2, "a": 3, "a▁": 4}, [("a", "▁")]),
+    word="▁ax▁adx▁a",
+    unk=False,
+    fuse_unk=False,
+    byte_fallback=True,
+).via("no cut after a dropped character")
+@example(  # a merge puts a byte token before "▁": no cut after an unknown character then
+    model=({"<unk>": 0, "<0x64>": 1, "▁": 2, "a": 3, "<0x64>▁": 4}, [("<0x64>", "▁")]),
+    word="▁ad▁a▁ax▁a",
+    unk=True,
+    fuse_unk=True,
+    byte_fallback=True,
+).via("no cut after a byte token that merges")
+def test_a_merge_model_encodes_a_word_as_its_parts(model, word, unk, fuse_unk, byte_fallback):
+    """Cutting a word where no merge's result joins the two characters (``MergeModel.parts``)
+    changes no id: the word's ids are its parts' ids one after another. Every cut is before a
+    token y, after a token x with no merge's result holding "xy", or after an unknown character
+    when there is an unknown token and no result holds ">y" or "<unk>"'s ">" before y."""
+    vocab, merges = model
+    bpe = MergeModel(vocab, merges, "<unk>" if unk else None, "", "", fuse_unk, byte_fallback)
+    parts = bpe.parts(word)
+    assert "".join(parts) == word and (word == "" or all(parts))
+    assert [i for p in parts for i in bpe.encode_word(p)] == bpe.encode_word(word)
+    joined = {m[0] + m[1] for m in merges}
+    end = 0
+    for part in parts[:-1]:
+        end += len(part)
+        x, y = word[end - 1], word[end]
+        assert y in vocab and (x in vocab or unk), (x, y)
+        tail = x if x in vocab else ">"  # the end of "<0x64>" and of "<unk>"
+        assert not any(tail + y in t for t in joined), (x, y)
+
+
+def test_where_a_merge_model_cuts_a_word():
+    """Between two characters that are tokens and that no merge's result has side by side;
+    nowhere where the model decorates characters or takes words whole."""
+    vocab = {c: i for i, c in enumerate(["<unk>", "a", "b", "▁", "▁a", "b▁", "▁ab"])}
+    merges = [("▁", "a"), ("b", "▁"), ("▁a", "b")]
+    bpe = MergeModel(vocab, merges, "<unk>")
+    # "a|▁": nothing has "a▁"; "▁|b": nothing has "▁b" ("▁ab" has "ab"); "b▁" and "▁a" are kept
+    assert bpe.parts("▁a▁ab▁b▁a") == ["▁a", "▁ab▁", "b▁a"]
+    assert bpe.parts("a") == ["a"] and bpe.parts("") == [""]
+    assert bpe.parts("▁a?▁a") == ["▁a?", "▁a"]  # "?" becomes "<unk>", and no "><unk>" merges
+    assert MergeModel(vocab, merges).parts("▁a?▁a") == ["▁a?▁a"]  # "?" is dropped: "a▁" meet
+    assert MergeModel(vocab, merges, "<unk>", ignore_merges=True).parts("▁a▁a") == ["▁a▁a"]
+    suffixed = {**vocab, "a</w>": 7, "b</w>": 8, "▁</w>": 9}
+    assert MergeModel(suffixed, merges, "<unk>", suffix="</w>").parts("▁a▁a") == ["▁a▁a"]
