@@ -69,6 +69,12 @@ def test_where_a_merge_model_cuts_a_word():
     assert bpe.parts("a") == ["a"] and bpe.parts("") == [""]
     assert bpe.parts("▁a?▁a") == ["▁a?", "▁a"]  # "?" becomes "<unk>", and no "><unk>" merges
     assert MergeModel(vocab, merges).parts("▁a?▁a") == ["▁a?▁a"]  # "?" is dropped: "a▁" meet
+    # a byte token merged before "▁": no cut after an unknown character ("d" has byte tokens;
+    # "?" becomes "[UNK]", which might have been one), but before "a", which nothing joins
+    fallback = {"[UNK]": 0, "<0x64>": 1, "▁": 2, "a": 3, "<0x64>▁": 4}
+    bytes_merge = MergeModel(fallback, [("<0x64>", "▁")], "[UNK]", byte_fallback=True)
+    assert bytes_merge.parts("▁ad▁a?▁a") == ["▁", "ad▁", "a?▁", "a"]
+    assert bytes_merge.encode_word("▁ad▁a") == [2, 3, 4, 3]
     assert MergeModel(vocab, merges, "<unk>", ignore_merges=True).parts("▁a▁a") == ["▁a▁a"]
     suffixed = {**vocab, "a</w>": 7, "b</w>": 8, "▁</w>": 9}
     assert MergeModel(suffixed, merges, "<unk>", suffix="</w>").parts("▁a▁a") == ["▁a▁a"]
