@@ -8,7 +8,9 @@ The four model types of the ``tokenizers`` library, as ``build`` reads them from
   ``end_of_word_suffix`` (decorate non-first / last characters), ``unk_token`` and ``fuse_unk``
   (characters outside the vocabulary), ``byte_fallback`` (such characters become ``<0xXX>``
   byte tokens instead), ``ignore_merges`` (a word that is a token is taken whole). ``dropout``
-  (random merges, a training device) must be null or 0: encoding must be deterministic.
+  (random merges, a training device) must be null or 0: encoding must be deterministic. A word
+  falls apart where no merge reaches across (``MergeModel.parts``): a file with no
+  pre-tokenizer (Llama 2's) gives the whole text as one word, and its parts are cached.
 * ``WordPiece``: greedy longest match, the ``WordPiece`` class's own word encoder.
 * ``Unigram``: the most probable segmentation, the ``Unigram`` class's own Viterbi search
   (``unk_id`` may be null: then a character no piece covers alone is an error when encoding).
