@@ -170,10 +170,10 @@ MUTANTS = {
     ],
     "gpt/tokenizers/hf_models.py": [
         (
-            "cut-joins-first-char",
-            "            for x, y in zip(merged, merged[1:]):",
-            "            for x, y in zip(merged[1:], merged[2:]):",
-            "MergeModel._cutter: a merge's first two characters not counted as joined",
+            "cut-junction-first-char",
+            "                joins[b[0]].add(a[-1])",
+            "                joins[b[0]].add(a[0])",
+            "MergeModel._cutter: a merge's junction read from its left part's first character",
         ),
         (
             "cut-after-dropped",
@@ -188,10 +188,16 @@ MUTANTS = {
             "MergeModel._cutter: a merge after a byte token does not stop a cut",
         ),
         (
-            "cut-not-before-unknown-y",
-            "        for y in sorted(known):\n            xs = joins[y]",
-            "        for y in sorted(known | {'d', 'x', 'é'}):\n            xs = joins[y]",
-            "MergeModel._cutter: cuts before an unknown character too",
+            "cut-before-superset",
+            "        cut_before = [y for y in known if joins[y] <= J]",
+            "        cut_before = [y for y in known if joins[y] >= J]",
+            "MergeModel._cutter: cuts before characters that more than J is merged in front of",
+        ),
+        (
+            "cut-after-any-token",
+            '            cut_after = f"[{chars(known - J)}]"',
+            '            cut_after = f"[{chars(known)}]"',
+            "MergeModel._cutter: cuts after a token that is merged in front of the cut character",
         ),
         (
             "cut-with-suffix",

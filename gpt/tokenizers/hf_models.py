@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,34 +93,42 @@ class MergeModel:
     def _cutter(self, merges: list[tuple[str, str]]) -> re.Pattern | None:
         """The pattern that finds the places :meth:`parts` cuts a word at.
 
-        A token that covers two neighbouring characters x|y of a word is a merge's result, and
-        its spelling has x's last symbol followed by y's first in it: "xy" for characters that
-        are tokens; for an unknown x, a byte token ("<0xE2>", under byte fallback) or the
-        unknown token. So if no merge's result has such a pair in it, no merge ever joins
-        across x|y, and encoding the two sides apart gives the same ids: the merges on each
-        side, and their order, are the same, for the lowest-ranked pair of the whole word is
-        also the lowest of its side. (A run of unknown characters fused into one unknown token
-        ends where a known character starts, so it is never cut either.)
+        Only a merge joins two symbols, so a token that covers two neighbouring characters x|y
+        of a word was made, at some step, by a merge (a, b) that joined exactly there: a ends
+        with x's last symbol and b starts with y's first. For characters that are tokens those
+        are x and y themselves; an unknown x becomes a byte token ("<0xE2>", under byte
+        fallback) or the unknown token. So if no merge (a, b) has a ending in x and b starting
+        with y, nothing ever joins across x|y, and encoding the two sides apart gives the same
+        ids: the merges on each side, and their order, are the same, for the lowest-ranked
+        pair of the whole word is also the lowest of its side. (A run of unknown characters
+        fused into one unknown token ends where a known character starts, so it is never cut
+        either.)
 
-        Cut before a character y that is a token, after an x that no merge's result puts in
-        front of y: a token, or an unknown character when neither ">" nor the unknown token's
-        last character is put in front of y. Without an unknown token an unknown character may
-        become nothing (no byte tokens for it), and its neighbours meet: no cut after one then.
-        The cut characters are those with at most :data:`CUT_JOINS` characters put in front of
-        them (SentencePiece's "▁": its BPE keeps whitespace at a piece's start, so a text cuts
-        into its words; more cut characters give the pattern more alternatives to try for
-        little more caching). None where the model cannot be cut: with a prefix or suffix the
-        first and last characters are spelled apart, and ``ignore_merges`` takes a whole word
-        that is a token without merging it.
+        The cuts this finds are those of one rule, so that one pattern of two character classes
+        finds them: take the character that the most tokens start with (SentencePiece's "▁",
+        whose BPE keeps whitespace at a piece's start; GPT-2's "Ġ") and J, the characters any
+        merge puts in front of it; cut before every token y that nothing outside J is put in
+        front of (that character, and the many that nothing joins from the left), after every
+        character outside J. An unknown character (x above) counts as outside J only when
+        neither ">" nor the unknown token's last character is in J, and never without an
+        unknown token: then it may become nothing (no byte tokens for it), and its neighbours
+        meet. With SentencePiece's "▁" (J holds at most "▁") a text cuts into its words. None
+        where the model cannot be cut: with a prefix or suffix the first and last characters
+        are spelled apart, and ``ignore_merges`` takes a whole word that is a token without
+        merging it.
         """
         if self.prefix or self.suffix or self.ignore_merges:
             return None
-        joins = defaultdict(set)  # y -> the characters x that some merge's result has "xy" in
+        joins = defaultdict(set)  # y -> every x with a merge (a, b), a ending in x, b in y
         for a, b in merges:
-            merged = a + b
-            for x, y in zip(merged, merged[1:]):
-                joins[y].add(x)
+            if a and b:
+                joins[b[0]].add(a[-1])
         known = {t for t in self.vocab if len(t) == 1}
+        starts = Counter(t[0] for t in self.vocab if len(t) > 1 and t[0] in known)
+        if not starts:
+            return None
+        J = joins[max(sorted(starts), key=starts.__getitem__)]  # (sorted: ties go to the first)
+        cut_before = [y for y in known if joins[y] <= J]
         tails = None  # the last characters of what an unknown character becomes
         if self.unk_token is not None:
             tails = {self.unk_token[-1]} | ({">"} if self.byte_fallback else set())
@@ -128,21 +136,14 @@ class MergeModel:
         def chars(cs) -> str:
             return "".join(re.escape(c) for c in sorted(cs))
 
-        by_before = defaultdict(list)  # what may stand before a cut -> the cut characters
-        for y in sorted(known):
-            xs = joins[y]
-            if len(xs) > CUT_JOINS:
-                continue
-            if tails is not None and not tails & xs:
-                by_before[f"[^{chars(xs)}]" if xs else "."].append(y)
-            elif known - xs:
-                by_before[f"[{chars(known - xs)}]"].append(y)
-        if not by_before:
+        if tails is not None and not tails & J:  # after any character outside J
+            cut_after = f"[^{chars(J)}]" if J else "."
+        elif known - J:  # after a token outside J
+            cut_after = f"[{chars(known - J)}]"
+        else:
             return None
-        # the cut characters first: a lookahead for one character fails fast at most places
-        cut_at = [f"(?=[{chars(ys)}])(?<={before})" for before, ys in by_before.items()]
-        every_y = [y for ys in by_before.values() for y in ys]
-        return re.compile(f"(?=[{chars(every_y)}])(?:{'|'.join(cut_at)})", re.DOTALL)
+        # the lookahead first: it fails fast at most places
+        return re.compile(f"(?=[{chars(cut_before)}])(?<={cut_after})", re.DOTALL)
 
     def parts(self, word: str) -> list[str]:
         """The word cut where no merge can join its neighbours (see ``_cutter``): encoding each
@@ -218,11 +219,6 @@ class MergeModel:
                 if r is not None:
                     heapq.heappush(heap, (r[0], pos, r[1]))
         return [i for i in ids if i is not None]
-
-
-#: Cut a word before a character only if at most this many characters ever join it from the
-#: left in a merge (``MergeModel._cutter``): the speed of finding the cuts, not their truth.
-CUT_JOINS = 4
 
 
 def _vocab(spec: dict, path, where: str) -> dict[str, int]:

@@ -39,42 +39,45 @@ from gpt.tokenizers.hf_models import MergeModel
     byte_fallback=True,
 ).via("no cut after a byte token that merges")
 def test_a_merge_model_encodes_a_word_as_its_parts(model, word, unk, fuse_unk, byte_fallback):
-    """Cutting a word where no merge's result joins the two characters (``MergeModel.parts``)
-    changes no id: the word's ids are its parts' ids one after another. Every cut is before a
-    token y, after a token x with no merge's result holding "xy", or after an unknown character
-    when there is an unknown token and no result holds ">y" or "<unk>"'s ">" before y."""
+    """Cutting a word where no merge joins the two characters (``MergeModel.parts``) changes
+    no id: the word's ids are its parts' ids one after another. Every cut is before a token y,
+    after a token x when no merge (a, b) has a ending in x and b starting with y, or after an
+    unknown character when there is an unknown token and no merge puts ">" (the end of "<unk>"
+    and of byte tokens) before y."""
     vocab, merges = model
     bpe = MergeModel(vocab, merges, "<unk>" if unk else None, "", "", fuse_unk, byte_fallback)
     parts = bpe.parts(word)
     assert "".join(parts) == word and (word == "" or all(parts))
     assert [i for p in parts for i in bpe.encode_word(p)] == bpe.encode_word(word)
-    joined = {m[0] + m[1] for m in merges}
+    junctions = {(a[-1], b[0]) for a, b in merges}
     end = 0
     for part in parts[:-1]:
         end += len(part)
         x, y = word[end - 1], word[end]
         assert y in vocab and (x in vocab or unk), (x, y)
         tail = x if x in vocab else ">"  # the end of "<0x64>" and of "<unk>"
-        assert not any(tail + y in t for t in joined), (x, y)
+        assert (tail, y) not in junctions, (x, y)
 
 
 def test_where_a_merge_model_cuts_a_word():
-    """Between two characters that are tokens and that no merge's result has side by side;
-    nowhere where the model decorates characters or takes words whole."""
+    """Before the character most tokens start with, after any that no merge puts in front of
+    it (and before characters that nothing else is put in front of); nowhere where the model
+    decorates characters or takes words whole."""
     vocab = {c: i for i, c in enumerate(["<unk>", "a", "b", "▁", "▁a", "b▁", "▁ab"])}
     merges = [("▁", "a"), ("b", "▁"), ("▁a", "b")]
     bpe = MergeModel(vocab, merges, "<unk>")
-    # "a|▁": nothing has "a▁"; "▁|b": nothing has "▁b" ("▁ab" has "ab"); "b▁" and "▁a" are kept
-    assert bpe.parts("▁a▁ab▁b▁a") == ["▁a", "▁ab▁", "b▁a"]
+    # "▁" starts two tokens; only "b" is merged in front of it
+    assert bpe.parts("▁a▁ab▁b▁a") == ["▁a", "▁ab▁b▁a"]
     assert bpe.parts("a") == ["a"] and bpe.parts("") == [""]
-    assert bpe.parts("▁a?▁a") == ["▁a?", "▁a"]  # "?" becomes "<unk>", and no "><unk>" merges
+    assert bpe.parts("▁a?▁a") == ["▁a?", "▁a"]  # "?" becomes "<unk>", never merged
     assert MergeModel(vocab, merges).parts("▁a?▁a") == ["▁a?▁a"]  # "?" is dropped: "a▁" meet
-    # a byte token merged before "▁": no cut after an unknown character ("d" has byte tokens;
-    # "?" becomes "[UNK]", which might have been one), but before "a", which nothing joins
-    fallback = {"[UNK]": 0, "<0x64>": 1, "▁": 2, "a": 3, "<0x64>▁": 4}
-    bytes_merge = MergeModel(fallback, [("<0x64>", "▁")], "[UNK]", byte_fallback=True)
-    assert bytes_merge.parts("▁ad▁a?▁a") == ["▁", "ad▁", "a?▁", "a"]
-    assert bytes_merge.encode_word("▁ad▁a") == [2, 3, 4, 3]
+    # a byte token merged in front of "▁": no cut after an unknown character ("d" has byte
+    # tokens; "?" becomes "[UNK]", which might have been one), only after a token
+    fallback = {"[UNK]": 0, "<0x64>": 1, "▁": 2, "a": 3, "<0x64>▁": 4, "▁a": 5}
+    fallback_merges = [("<0x64>", "▁"), ("▁", "a")]
+    bytes_merge = MergeModel(fallback, fallback_merges, "[UNK]", byte_fallback=True)
+    assert bytes_merge.parts("▁ad▁a?▁a▁a") == ["▁ad▁a?▁a", "▁a"]
+    assert bytes_merge.encode_word("▁ad▁a") == [5, 4, 3]
     assert MergeModel(vocab, merges, "<unk>", ignore_merges=True).parts("▁a▁a") == ["▁a▁a"]
     suffixed = {**vocab, "a</w>": 7, "b</w>": 8, "▁</w>": 9}
     assert MergeModel(suffixed, merges, "<unk>", suffix="</w>").parts("▁a▁a") == ["▁a▁a"]
