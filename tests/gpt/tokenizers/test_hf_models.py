@@ -23,6 +23,16 @@ from gpt.tokenizers.hf_models import MergeModel
     fuse_unk=False,
     byte_fallback=False,
 ).via("a cut after an unjoined character")
+@example(  # "b" is merged in front of "▁" (which starts the most tokens): no cut after it
+    model=(
+        {"<unk>": 0, "a": 1, "b": 2, "▁": 3, "▁a": 4, "b▁": 5, "▁ab": 6},
+        [("▁", "a"), ("b", "▁"), ("▁a", "b")],
+    ),
+    word="▁ab▁b▁a",
+    unk=False,
+    fuse_unk=False,
+    byte_fallback=False,
+).via("no cut after what is merged in front")
 @example(  # unknown characters before a "▁" that nothing joins: no cut without an <unk> (an
     # "x" is dropped, and "a▁" merges), a cut with one
     model=({"<unk>": 0, "<0x64>": 1, "▁": 2, "a": 3, "a▁": 4}, [("a", "▁")]),
