@@ -243,8 +243,11 @@ class Tokenizer:
             raise TokenizerError(f"token {token!r} is not in the vocabulary")
         return i
 
-    # Distinct pre-tokens whose encoding is remembered before the cache is cleared.
+    # Distinct pre-tokens whose encoding is remembered before the cache is cleared, and the
+    # longest one remembered: a whole text handed over as one word (a file with no
+    # pre-tokenizer) is not kept, its parts are (``Pipeline``).
     CACHE_LIMIT: ClassVar[int] = 1 << 18
+    CACHE_WORD_CHARS: ClassVar[int] = 256
 
     def _encode_words(self, words: Iterable[str], encode_word) -> list[int]:
         """Concatenate ``encode_word(w)`` over the pre-tokens, remembering each distinct
@@ -256,9 +259,10 @@ class Tokenizer:
                 ids.extend(cache[word])
             except KeyError:
                 word_ids = encode_word(word)
-                if len(cache) >= self.CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = word_ids
+                if len(word) <= self.CACHE_WORD_CHARS:
+                    if len(cache) >= self.CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = word_ids
                 ids.extend(word_ids)
         return ids
 

@@ -729,6 +729,8 @@ def test_llama2_file_converted_from_sentencepiece(llama2_from_sentencepiece, tmp
     assert ours.encode(words) == sp.encode(words)
     parts = ours.model.parts(ours.normalizer(text))
     assert len(parts) > len(text.split()) // 2, "the text was not cut into its words"
+    # the word cache keeps the parts, not the whole text (one word of 30 thousand characters)
+    assert ours._cache and max(map(len, ours._cache)) <= ours.CACHE_WORD_CHARS
     compare(theirs, tmp_path, [t for t in STRESS if t.strip()] + ["ÿ unseen ☃ ⛄ 𝄞", "a  b\n\n c"])
 
 
