@@ -41,6 +41,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_pipeline_parity.py",
         "tests/gpt/tokenizers",
     ],
+    "gpt/tokenizers/base.py": [
+        "tests/gpt/tokenizers/test_byte_bpe.py",
+        "tests/gpt/tokenizers",
+    ],
     "gpt/tokenizers/hf_models.py": [
         "tests/gpt/tokenizers/test_hf_models.py",
         "tests/gpt/tokenizers",
@@ -166,6 +170,32 @@ MUTANTS = {
             "spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))",
             "spans[k] = (min(before, start), max(after, end))",
             "offsets: a fused unknown token widened past its word",
+        ),
+    ],
+    "gpt/tokenizers/base.py": [
+        (
+            "merges-stale-kept",
+            "        if current is None or current[1] != new_id:",
+            "        if current is None:",
+            "apply_merges: a stale heap entry merges whatever pair now stands at its place",
+        ),
+        (
+            "merges-rightmost-tie",
+            "            heap.append((r[0], pos, r[1]))",
+            "            heap.append((r[0], -pos, r[1]))",
+            "apply_merges: ties between equal pairs go to the rightmost (negative positions)",
+        ),
+        (
+            "merges-left-at-pos",
+            "                heapq.heappush(heap, (r[0], left, r[1]))",
+            "                heapq.heappush(heap, (r[0], pos, r[1]))",
+            "apply_merges: the new pair on the left is pushed at the merged position",
+        ),
+        (
+            "merges-no-right-push",
+            "            r = ranks.get((new_id, ids[after]))",
+            "            r = None",
+            "apply_merges: the new pair on the right of a merge is never considered",
         ),
     ],
     "gpt/tokenizers/hf_models.py": [

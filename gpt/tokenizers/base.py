@@ -11,7 +11,9 @@ they share lives in this file:
 * saving and loading (the formats themselves live in ``files.py`` and ``hf_format.py``),
 * the steps the trainers have in common: counting the pre-tokens of the training text
   (``count_words``), and for the two that merge pairs, BPE and WordPiece, counting adjacent pairs
-  (``count_pairs``) and replacing a pair by its new token (``merge_pair``).
+  (``count_pairs``) and replacing a pair by its new token (``merge_pair``),
+* BPE encoding of a word by its ranked merges (``apply_merges``: ``ByteBPE`` and the BPE
+  model of ``tokenizer.json`` files).
 
 A subclass implements ``_encode_ordinary`` (text that holds no special token) and
 ``_decode_pieces`` (ids of ordinary tokens back to text), plus ``train``.
@@ -19,6 +21,7 @@ A subclass implements ``_encode_ordinary`` (text that holds no special token) an
 
 from __future__ import annotations
 
+import heapq
 import operator
 import os
 import re
@@ -154,6 +157,50 @@ def merge_pair(
             out.append(ids[i])
             i += 1
     return out
+
+
+def apply_merges(ids: list[int], ranks: dict[Pair, tuple[int, int]]) -> list[int]:
+    """BPE encoding of one word: ``ids`` after merging, again and again, the adjacent pair with
+    the lowest rank (ties: the leftmost) into its token, until no adjacent pair has a merge.
+    ``ranks[(a, b)]`` is ``(rank, id of the merged token)``. ``ids`` is consumed.
+
+    A merge may make a pair that ranks below pairs already waiting, so the merges do not run in
+    the list's order. The pairs wait in a heap by (rank, position) and the word is a doubly
+    linked list, so a word of n symbols takes O(n log n), not the O(n²) of rescanning the word
+    for its best pair after every merge (a 16,000-letter word: 0.55 s that way). A heap entry
+    whose pair has changed since it was pushed (a neighbour was merged into one side) is
+    skipped when it comes up; the new pairs a merge makes are pushed then.
+    """
+    n = len(ids)
+    nxt = list(range(1, n + 1))  # the next live position; a merged-away one gets ids[pos] = None
+    prv = list(range(-1, n - 1))
+    heap = []
+    for pos in range(n - 1):
+        r = ranks.get((ids[pos], ids[pos + 1]))
+        if r is not None:
+            heap.append((r[0], pos, r[1]))
+    heapq.heapify(heap)
+    while heap:
+        _, pos, new_id = heapq.heappop(heap)
+        right = nxt[pos]
+        if ids[pos] is None or right >= n:
+            continue
+        current = ranks.get((ids[pos], ids[right]))
+        if current is None or current[1] != new_id:
+            continue  # stale: one side was merged since this entry was pushed
+        ids[pos], ids[right] = new_id, None
+        after = nxt[pos] = nxt[right]
+        if after < n:
+            prv[after] = pos
+            r = ranks.get((new_id, ids[after]))
+            if r is not None:
+                heapq.heappush(heap, (r[0], pos, r[1]))
+        left = prv[pos]
+        if left >= 0:
+            r = ranks.get((ids[left], new_id))
+            if r is not None:
+                heapq.heappush(heap, (r[0], left, r[1]))
+    return [i for i in ids if i is not None]
 
 
 def check_special_tokens(special_tokens: Iterable[str]) -> list[str]:

@@ -42,6 +42,7 @@ from .base import (
     Pair,
     Tokenizer,
     TokenizerError,
+    apply_merges,
     check_special_tokens,
     count_pairs,
     count_words,
@@ -149,7 +150,7 @@ class ByteBPE(Tokenizer):
         return self._encode_words(self._split(text), self._encode_word)
 
     def _encode_word(self, word: str) -> list[int]:
-        """Bytes of one pre-token, then apply merges by rank until none applies."""
+        """Bytes of one pre-token, then its merges by rank until none applies."""
         if self.ignore_merges:
             whole = self.bytes_to_id.get(word.encode("utf-8"))
             if whole is not None:
@@ -157,18 +158,7 @@ class ByteBPE(Tokenizer):
         byte_ids = self.byte_ids
         # a byte without a one-byte token (possible only in foreign files) is dropped
         ids = [i for i in (byte_ids[b] for b in word.encode("utf-8")) if i is not None]
-        ranks = self.ranks
-        while len(ids) >= 2:
-            best = None
-            for pair in zip(ids, ids[1:]):
-                r = ranks.get(pair)
-                if r is not None and (best is None or r < best):
-                    best = r
-            if best is None:
-                break
-            rank, new_id = best
-            ids = merge_pair(ids, self.merges[rank], new_id)
-        return ids
+        return apply_merges(ids, self.ranks)
 
     # ----- decoding and lookups ----------------------------------------------------------------
 

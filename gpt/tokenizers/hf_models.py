@@ -21,7 +21,6 @@ The four model types of the ``tokenizers`` library, as ``build`` reads them from
 
 from __future__ import annotations
 
-import heapq
 import os
 import re
 from collections import Counter, defaultdict
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import TokenizerError, TokenizerFileError
+from .base import TokenizerError, TokenizerFileError, apply_merges
 from .fields import check, get, items, pair
 from .unigram import Unigram
 from .wordpiece import WordPiece
@@ -58,9 +57,7 @@ class MergeModel:
 
     A word starts as its characters (looked up with the prefix/suffix decorations). Then,
     repeatedly, the adjacent pair with the lowest merge rank is merged (ties: the leftmost),
-    until no adjacent pair has a merge. A merge may create a pair that ranks lower than pairs
-    still waiting, which is why this keeps a heap of candidates rather than replaying the
-    merge list in order.
+    until no adjacent pair has a merge (``base.apply_merges``, as ``ByteBPE`` encodes).
     """
 
     def __init__(
@@ -185,40 +182,7 @@ class MergeModel:
     def encode_word(self, word: str) -> list[int]:
         if self.ignore_merges and word in self.vocab:
             return [self.vocab[word]]
-        ids = self.symbols(word)
-        ranks = self.ranks
-        # a doubly linked list over positions; a merged-away position gets ids[pos] = None
-        nxt = list(range(1, len(ids) + 1))
-        prv = list(range(-1, len(ids) - 1))
-        heap = []
-        for pos in range(len(ids) - 1):
-            r = ranks.get((ids[pos], ids[pos + 1]))
-            if r is not None:
-                heap.append((r[0], pos, r[1]))
-        heapq.heapify(heap)
-        n = len(ids)
-        while heap:
-            rank, pos, new_id = heapq.heappop(heap)
-            right = nxt[pos]
-            if ids[pos] is None or right >= n:
-                continue
-            current = ranks.get((ids[pos], ids[right]))
-            if current is None or current[1] != new_id:
-                continue  # stale: one side was merged since this entry was pushed
-            ids[pos], ids[right] = new_id, None
-            nxt[pos] = nxt[right]
-            if nxt[pos] < n:
-                prv[nxt[pos]] = pos
-            left = prv[pos]
-            if left >= 0:
-                r = ranks.get((ids[left], new_id))
-                if r is not None:
-                    heapq.heappush(heap, (r[0], left, r[1]))
-            if nxt[pos] < n:
-                r = ranks.get((new_id, ids[nxt[pos]]))
-                if r is not None:
-                    heapq.heappush(heap, (r[0], pos, r[1]))
-        return [i for i in ids if i is not None]
+        return apply_merges(self.symbols(word), self.ranks)
 
 
 def _vocab(spec: dict, path, where: str) -> dict[str, int]:

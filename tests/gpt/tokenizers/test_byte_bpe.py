@@ -3,9 +3,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizer_strategies import small_corpus, unicode_text
+from tokenizer_strategies import bpe_merges, small_corpus, unicode_text
 
 from gpt.tokenizers import ByteBPE, TokenizerError
+from gpt.tokenizers.base import apply_merges, merge_pair
 from gpt.tokenizers.pretokenize import GPT2_PATTERN, pretokenize
 
 
@@ -212,3 +213,23 @@ def test_a_merge_listed_twice_takes_its_later_rank():
     tok = ByteBPE(vocab, [(a, b), (b, c), (a, b)])
     assert tok.encode("abc") == [a, 257]
     assert tok.encode("abd") == [256, ord("d")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(model=bpe_merges(), word=st.text(alphabet=st.sampled_from("abc▁."), max_size=60))
+def test_apply_merges_is_the_rescanning_rule(model, word):
+    """``apply_merges`` (a heap over a linked list) gives what the rule says, done the slow way:
+    find the lowest-ranked adjacent pair, merge its occurrences left to right, look again."""
+    vocab, merges = model
+    ranks = {}
+    for rank, (a, b) in enumerate(merges):
+        ranks.setdefault((vocab[a], vocab[b]), (rank, vocab[a + b]))
+    ids = [vocab[c] for c in word if c in vocab]
+    expected = list(ids)
+    while True:
+        pairs = [ranks[p] for p in zip(expected, expected[1:]) if p in ranks]
+        if not pairs:
+            break
+        rank, new_id = min(pairs)
+        expected = merge_pair(expected, next(p for p in ranks if ranks[p][0] == rank), new_id)
+    assert apply_merges(list(ids), ranks) == expected
