@@ -19,7 +19,10 @@
 #      .data/tinyshakespeare.txt, since ../shared does not travel to the GPU machine);
 #   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
 # The parts can also run alone, each under the same BUDGET: `check` (1, 3 and the suite),
-# `train` (the three runs), `bench` (2 and 5).
+# `train` (the three runs), `bench` (2 and 5). Not yet measured: how long CuPy takes to compile
+# the suite's kernels (each op, dtypes and layout compiles once, on first use, into a cache
+# on disk that the shards share); if the shards end at their limits, give `check` a call
+# of its own.
 #
 # Logs go to $OUT (default out/gpu): summary.txt (also printed, so the reply's tail shows it)
 # and logs.tgz with every step's full log (the tool brings back at most 8 files). Nothing is
