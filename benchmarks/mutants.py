@@ -180,6 +180,12 @@ MUTANTS = {
             "apply_merges: a stale heap entry merges whatever pair now stands at its place",
         ),
         (
+            "merges-latest-first",
+            "            heap.append((r[0], pos, r[1]))",
+            "            heap.append((-r[0], pos, r[1]))",
+            "apply_merges: the latest-learned merge first (was bpe.encode-priority, issue 21)",
+        ),
+        (
             "merges-rightmost-tie",
             "            heap.append((r[0], pos, r[1]))",
             "            heap.append((r[0], -pos, r[1]))",
@@ -1011,12 +1017,6 @@ MUTANTS = {
         ),
     ],
     "gpt/tokenizers/bpe.py": [
-        (
-            "encode-priority",
-            "if r is not None and (best is None or r < best):",
-            "if r is not None and (best is None or r > best):",
-            "encode: latest merge first (issue 21)",
-        ),
         ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
         (
             "duplicate-merge-rank",
