@@ -89,9 +89,438 @@ TESTS = {
         "tests/nn/test_serialization.py",
         "tests/nn tests/gpt/test_train.py tests/gpt/test_hf.py",
     ],
+    "tensorlab/gradcheck.py": ["tests/tensorlab/test_gradcheck.py", "tests/tensorlab"],
+    "tensorlab/transforms.py": ["tests/tensorlab/test_transforms.py", "tests/tensorlab"],
+    "tensorlab/checkpoint.py": [
+        "tests/tensorlab/test_checkpoint.py",
+        "tests/tensorlab tests/gpt/test_model.py",
+    ],
+    "nn/dropout.py": ["tests/nn/test_dropout.py", "tests/nn"],
+    "gpt/model.py": [
+        "tests/gpt/test_model.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/seq2seq.py": ["tests/gpt/test_seq2seq.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/generate_seq2seq.py": [
+        "tests/gpt/test_seq2seq.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/train.py": [
+        "tests/gpt/test_train.py tests/gpt/test_run_trust.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/run_folder.py": [
+        "tests/gpt/test_run_trust.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/token_files.py": [
+        "tests/gpt/test_token_files.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/circuits/qk_ov.py": ["tests/gpt/circuits/test_qk_ov_circuits.py", "tests/gpt/circuits"],
+    "gpt/circuits/induction.py": [
+        "tests/gpt/circuits/test_induction_scores.py",
+        "tests/gpt/circuits",
+    ],
+    "gpt/circuits/patching.py": ["tests/gpt/circuits/test_patching.py", "tests/gpt/circuits"],
 }
 
 MUTANTS = {
+    "tensorlab/gradcheck.py": [
+        (
+            "one-sided",
+            "jac[:, i] = (plus - minus) / (2 * eps)",
+            "jac[:, i] = (plus - minus) / eps",
+            "gradcheck: the central difference not halved",
+        ),
+        (
+            "nan-passes",
+            "bad = ~(err <= atol + rtol * np.abs(n))",
+            "bad = err > atol + rtol * np.abs(n)",
+            "gradcheck: a NaN gradient compares False, so it passes",
+        ),
+        (
+            "first-input-only",
+            "for x, a in zip(wrt, analytic):",
+            "for x, a in zip(wrt[:1], analytic):",
+            "gradcheck: only the first input's Jacobian is compared",
+        ),
+        (
+            "float32-accepted",
+            "x.requires_grad and x.dtype != np.float64:",
+            "x.requires_grad and x.dtype == np.float16:",
+            "gradcheck: float32 inputs checked (rounding swamps the differences)",
+        ),
+        (
+            "gradgrad-inputs-detached",
+            "inputs + list(grad_outputs),",
+            "[x.detach() if isinstance(x, Tensor) else x for x in inputs] + list(grad_outputs),",
+            "gradgradcheck: the second derivative in x never checked, only the one in v",
+        ),
+    ],
+    "tensorlab/transforms.py": [
+        (
+            "jacobian-transposed",
+            "block = stack(rows[j]).reshape(o.shape + x.shape)",
+            "block = stack(rows[j]).T.reshape(o.shape + x.shape)",
+            "jacobian: rows and columns swapped (J transposed for a square Jacobian)",
+        ),
+        (
+            "vhp-first-not-graph",
+            'first = _fill(_vjp_of(outs, xs, [one], True), xs, strict, "vhp", "input")',
+            'first = _fill(_vjp_of(outs, xs, [one], False), xs, strict, "vhp", "input")',
+            "vhp: the gradient is not recorded, so its derivative is zero",
+        ),
+        (
+            "default-v-two",
+            "return (Tensor._wrap(like[0].data * 0 + 1),)",
+            "return (Tensor._wrap(like[0].data * 0 + 2),)",
+            "vjp: the default v of a one-entry output is 2, not 1",
+        ),
+        (
+            "strict-ignored",
+            '            if strict:\n                raise RuntimeError(f"{fn}: {what} {i}',
+            '            if False:\n                raise RuntimeError(f"{fn}: {what} {i}',
+            "strict=True: an input the function ignores gets zeros without an error",
+        ),
+        (
+            "create-graph-detached",
+            "return tuple(ts) if create_graph else tuple(t.detach() for t in ts)",
+            "return tuple(t.detach() for t in ts)",
+            "create_graph=True: the results come back detached",
+        ),
+    ],
+    "tensorlab/checkpoint.py": [
+        (
+            "rng-not-rewound",
+            "for device, state in self.states.items():\n"
+            "            backend.set_generator_state(state, device)",
+            "for device, state in self.states.items():\n            pass",
+            "checkpoint: the recomputation draws a different dropout mask",
+        ),
+        (
+            "rng-consumed",
+            "for device, state in self.before.items():\n"
+            "            backend.set_generator_state(state, device)",
+            "for device, state in self.before.items():\n            pass",
+            "checkpoint: the recomputation advances the generators (later draws change)",
+        ),
+        (
+            "outside-missed",
+            "            if id(t) not in args:\n                found.append(t)",
+            "            if False:\n                found.append(t)",
+            "checkpoint: parameters read inside fn get no gradient",
+        ),
+    ],
+    "nn/dropout.py": [
+        (
+            "mask-not-scaled",
+            "return keep * like.dtype.type(1.0 / (1.0 - p))",
+            "return keep * like.dtype.type(1.0)",
+            "dropout: kept entries not scaled by 1/(1 - p)",
+        ),
+        (
+            "keep-inverted",
+            "keep = generator(device_of(like)).random(shape, dtype=draw) >= p",
+            "keep = generator(device_of(like)).random(shape, dtype=draw) < p",
+            "dropout: entries kept with probability p instead of 1 - p",
+        ),
+        (
+            "eval-drops",
+            "if not training or p == 0.0:",
+            "if p == 0.0:",
+            "dropout: still drops in eval mode",
+        ),
+    ],
+    "gpt/model.py": [
+        (
+            "post-norm-inside",
+            "return norm(resid + hook(f(resid)))",
+            "return resid + hook(norm(f(resid)))",
+            "post-norm: the norm on the sublayer's output, not on the sum",
+        ),
+        (
+            "sandwich-out-dropped",
+            "return resid + hook(norm_out(f(norm(resid))))",
+            "return resid + hook(f(norm(resid)))",
+            "sandwich: the sublayer's output norm never applied",
+        ),
+        (
+            "parallel-sequential",
+            "m = self.hook_mlp_out(self.ln2_out(self.mlp(self.ln2(resid))))",
+            "m = self.hook_mlp_out(self.ln2_out(self.mlp(self.ln2(resid + a))))",
+            "parallel (GPT-J): the MLP reads the stream after attention",
+        ),
+        (
+            "residual-init-unscaled",
+            "gpt2_residual_init_(block.attn.W_O, max(cfg.n_layer, 1), cfg.init_std)",
+            "gpt2_residual_init_(block.attn.W_O, 1, cfg.init_std)",
+            "init: W_O not scaled by 1/sqrt(2 n_layer)",
+        ),
+        (
+            "cache-length-set",
+            "cache.length += T",
+            "cache.length = T",
+            "cached generation: positions restart after each new token",
+        ),
+        (
+            "pos-offset-zero",
+            "resid = resid + self.hook_pos_embed(self.pos(resid, offset=offset))",
+            "resid = resid + self.hook_pos_embed(self.pos(resid, offset=0))",
+            "cached generation: new tokens get position 0",
+        ),
+        (
+            "block-size-strict",
+            "if offset + T > cfg.block_size:",
+            "if offset + T >= cfg.block_size:",
+            "a full block_size sequence refused",
+        ),
+        (
+            "checkpoint-ignored",
+            "resid = tl.checkpoint(block, resid)",
+            "resid = block(resid)",
+            "checkpoint_activations=True keeps every activation (the flag does nothing)",
+        ),
+    ],
+    "gpt/seq2seq.py": [
+        (
+            "embed-scale-d",
+            "self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0",
+            "self.scale = cfg.d_model if cfg.scale_embeddings else 1.0",
+            "embeddings scaled by d_model, not sqrt(d_model)",
+        ),
+        (
+            "reorder-keys-kept",
+            "c.k, c.v = Tensor._wrap(c.k.data[r]), Tensor._wrap(c.v.data[r])",
+            "c.k, c.v = Tensor._wrap(c.k.data), Tensor._wrap(c.v.data[r])",
+            "beam search: the self-attention keys not reordered with the beams",
+        ),
+        (
+            "pad-counted",
+            "ignore_index=self.config.pad_id,",
+            "ignore_index=-100,",
+            "the loss counts padding targets",
+        ),
+        (
+            "decoder-offset-zero",
+            "resid = self.embed_tokens(tgt, offset=cache.length if cache is not None else 0)",
+            "resid = self.embed_tokens(tgt, offset=0)",
+            "cached decoding: every new token gets position 0",
+        ),
+        (
+            "glorot-half",
+            "a = math.sqrt(6.0 / (fan_in + fan_out))",
+            "a = math.sqrt(3.0 / (fan_in + fan_out))",
+            "init: the Glorot bound sqrt(3/(fan_in+fan_out))",
+        ),
+    ],
+    "gpt/generate_seq2seq.py": [
+        (
+            "lp-over-five",
+            "return ((5.0 + length) / 6.0) ** alpha",
+            "return ((5.0 + length) / 5.0) ** alpha",
+            "length penalty: (5 + |Y|)/5, not /6",
+        ),
+        (
+            "eos-beyond-k",
+            "if rank < k:",
+            "if rank < 2 * k:",
+            "beam search: an eos ranked past the beam still ends a hypothesis",
+        ),
+        (
+            "exhaustive-ignored",
+            "reach /= max_lp if exhaustive else lp_now",
+            "reach /= lp_now",
+            "beam search: exhaustive=True stops by the current length penalty",
+        ),
+        (
+            "eos-dropped",
+            "        out.append(int(t))\n        if t == eos:\n            break",
+            "        if t == eos:\n            break\n        out.append(int(t))",
+            "greedy/beam output: the eos left out",
+        ),
+        (
+            "logprob-shifted",
+            "tgt_in = np.array([[cfg.bos_id, *hyp[:-1]]])",
+            "tgt_in = np.array([[cfg.bos_id, *hyp[1:]]])",
+            "sequence_logprob: the decoder input is not the hypothesis shifted right",
+        ),
+    ],
+    "gpt/train.py": [
+        (
+            "accum-unscaled",
+            "self.scaler.scale(loss if k == 1 else loss * (1.0 / k)).backward()",
+            "self.scaler.scale(loss).backward()",
+            "gradient accumulation: K micro-batches add up K times the gradient",
+        ),
+        (
+            "best-any",
+            'best = self.history and self.history[-1]["iter"] == self.iter and val < self.best_val',
+            'best = self.history and self.history[-1]["iter"] == self.iter',
+            "best.safetensors replaced by a worse evaluation",
+        ),
+        (
+            "resume-decay-kept",
+            'decay["weight_decay"] = self.cfg.weight_decay',
+            'decay["weight_decay"] = decay["weight_decay"]',
+            "resume: the checkpoint's weight decay wins over the run's config",
+        ),
+        (
+            "log-tail-duplicated",
+            'if r.get("iter", math.inf) < since]',
+            'if r.get("iter", math.inf) <= since]',
+            "resume: a log record kept twice",
+        ),
+        (
+            "eval-batches-fixed",
+            "rng = np.random.default_rng([cfg.seed, it, len(name)])",
+            "rng = np.random.default_rng([cfg.seed, len(name)])",
+            "evaluation: the same batches at every iteration",
+        ),
+        (
+            "lr-one-ahead",
+            "lr = learning_rate(self.iter, cfg)",
+            "lr = learning_rate(self.iter + 1, cfg)",
+            "the schedule's learning rate one step ahead",
+        ),
+    ],
+    "gpt/run_folder.py": [
+        (
+            "stale-any-tmp",
+            'if any(p.name.lstrip(".").startswith(name + ".") for name in RUN_FILES)',
+            "if True",
+            "a new run deletes every .tmp file in the folder, not only its own",
+        ),
+        (
+            "overwrite-keeps-old",
+            "            for name in RUN_FILES:\n"
+            "                (self.path / name).unlink(missing_ok=True)",
+            "            for name in RUN_FILES:\n                pass",
+            "--overwrite leaves the old run's files (an old best.safetensors)",
+        ),
+        (
+            "unlock-anyones",
+            'if self._read_lock() == {"pid": os.getpid(), "host": socket.gethostname()}:',
+            "if True:",
+            "unlock removes another process's lock",
+        ),
+        (
+            "other-host-gone",
+            'if os.name != "posix" or not owner or owner["host"] != socket.gethostname():',
+            'if os.name != "posix" or not owner:',
+            "a lock from another machine is taken over when its pid is free here",
+        ),
+        (
+            "stale-live-removed",
+            "if self._read_lock(aside) == owner:",
+            "if True:",
+            "a live lock, renamed aside in a race, is deleted",
+        ),
+        (
+            "load-vocab-unchecked",
+            "if tokenizer.vocab_size != config.vocab_size:",
+            "if False:",
+            "gpt.load pairs a model with a tokenizer of another vocabulary",
+        ),
+    ],
+    "gpt/token_files.py": [
+        (
+            "uint16-overflow",
+            'dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 16 else np.dtype("<u4")',
+            'dtype = np.dtype("<u2") if tok.vocab_size <= 1 << 17 else np.dtype("<u4")',
+            "prepare: ids past 65535 stored in uint16 (wrapped)",
+        ),
+        (
+            "block-mid-line",
+            "block += f.readline()",
+            'block += ""',
+            "prepare: blocks cut mid-line (a word encoded in two pieces)",
+        ),
+        (
+            "count-unchecked",
+            'if len(ids) != meta[f"{name}_tokens"]:',
+            "if False:",
+            "load: a truncated token file accepted",
+        ),
+        (
+            "split-val-first",
+            "split_at = int(chars * (1 - val_fraction))",
+            "split_at = int(chars * val_fraction)",
+            "prepare: the split point at val_fraction (train and val sizes swapped)",
+        ),
+    ],
+    "gpt/circuits/qk_ov.py": [
+        (
+            "post-norm-folded",
+            "g = _gain(block.ln1) if fold_ln and not block.post else None",
+            "g = _gain(block.ln1) if fold_ln else None",
+            "post-norm models: ln1's gain folded into the head's input",
+        ),
+        (
+            "k-comp-untransposed",
+            'out["k"][l1, h1, l0, h0] = (q @ o.T).norm() / (n_q * n_o)',
+            'out["k"][l1, h1, l0, h0] = (q @ o).norm() / (n_q * n_o)',
+            "K-composition: W_QK W_OV instead of W_QK W_OV^T",
+        ),
+        (
+            "v-comp-norm",
+            'out["v"][l1, h1, l0, h0] = (o @ ov[l1, h1]).norm() / (n_o * n_v)',
+            'out["v"][l1, h1, l0, h0] = (o @ ov[l1, h1]).norm() / (n_o * n_q)',
+            "V-composition normalized by the later head's W_QK norm",
+        ),
+        (
+            "unembed-unfolded",
+            "return WU if g is None else g[:, None] * WU",
+            "return WU",
+            "OV circuit: the final norm's gain not folded into W_U",
+        ),
+        (
+            "qk-scale-divided",
+            "A = A * _attn(model, layer).attn.scale",
+            "A = A / _attn(model, layer).attn.scale",
+            "QK circuit scale=True: multiplied by sqrt(d_head)",
+        ),
+    ],
+    "gpt/circuits/induction.py": [
+        (
+            "key-the-copy",
+            "return pat[:, :, :, q, q - seq_len + 1].mean(axis=(1, 3))",
+            "return pat[:, :, :, q, q - seq_len].mean(axis=(1, 3))",
+            "induction score: attention to the earlier copy itself (a duplicate-token head)",
+        ),
+        (
+            "second-half-from-boundary",
+            "second = per_pos[offset + seq_len :].mean()",
+            "second = per_pos[offset + seq_len - 1 :].mean()",
+            "second-half loss includes the unpredictable first token of the copy",
+        ),
+    ],
+    "gpt/circuits/patching.py": [
+        (
+            "pattern-axes-swapped",
+            "    if last in HEAD_FIRST:\n        return 2, 1",
+            "    if last in HEAD_FIRST:\n        return 1, 2",
+            "patching the pattern by position patches heads (and the reverse)",
+        ),
+        (
+            "attribution-sign",
+            "diff = np.subtract(clean_act, act, out=np.zeros_like(act), where=~same)",
+            "diff = np.subtract(act, clean_act, out=np.zeros_like(act), where=~same)",
+            "attribution patching: corrupted minus clean",
+        ),
+        (
+            "attribution-untransposed",
+            "out[layer] = kept.T if keep != sorted(keep) else kept",
+            "out[layer] = kept",
+            "attribution patching of the pattern by pos_head: (head, pos) stored as (pos, head)",
+        ),
+        (
+            "kv-heads-ignored",
+            'heads = getattr(model.config, "n_kv_head", None) if kv else None',
+            "heads = None",
+            "GQA: keys and values swept over the query heads",
+        ),
+    ],
     "nn/amp.py": [
         (
             "unscale-not-divided",
