@@ -9,6 +9,8 @@ import nn
 import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.model import GPT
+from tensorlab.autograd import topological_order
+from tensorlab.checkpoint import Checkpoint
 
 VARIANTS = {
     "default": {},
@@ -299,10 +301,54 @@ def test_checkpoint_activations_gives_the_same_loss_and_gradients(dropout):
         model = GPT(cfg)
         idx = np.random.default_rng(0).integers(0, 11, (3, 8))
         _, loss = model(tl.tensor(idx), tl.tensor(np.roll(idx, -1, axis=1)))
+        nodes = topological_order([loss._ctx])
+        checkpoints = sum(isinstance(n, Checkpoint) for n in nodes)
+        assert checkpoints == (cfg.n_layer if flag else 0)  # one node per block, or none
         loss.backward()
         grads.append([loss.item()] + [p.grad.numpy().copy() for p in model.parameters()])
     for a, b in zip(*grads):
         np.testing.assert_array_equal(a, b)
+
+
+def _block_by_hand(block, x, placement: str, parallel: bool):
+    """The block's output from its own parts, as gpt/model.py's docstrings write it."""
+    attn, mlp = block.attn, block.mlp
+    if parallel:  # GPT-J: both read x (with pre-norm through one shared norm)
+        a, m = attn(block.ln1(x)), mlp(block.ln2(x))
+        if placement == "sandwich":
+            a, m = block.ln1_out(a), block.ln2_out(m)
+        return x + a + m
+    if placement == "post":
+        mid = block.ln1(x + attn(x))
+        return block.ln2(mid + mlp(mid))
+    if placement == "sandwich":
+        mid = x + block.ln1_out(attn(block.ln1(x)))
+        return mid + block.ln2_out(mlp(block.ln2(mid)))
+    mid = x + attn(block.ln1(x))
+    return mid + mlp(block.ln2(mid))
+
+
+@pytest.mark.parametrize(
+    "placement, parallel",
+    [("pre", False), ("post", False), ("sandwich", False), ("pre", True), ("sandwich", True)],
+)
+def test_each_norm_placement_is_its_formula(placement, parallel):
+    """pre: x + f(norm(x)); post: norm(x + f(x)); sandwich: x + norm_out(f(norm(x)));
+    parallel: attention and MLP both read the block's input. Norm gains and biases are drawn
+    at random so that no norm is the identity by accident."""
+    cfg = small(norm_placement=placement, parallel=parallel, n_layer=1)
+    model = GPT(cfg).eval()
+    rng = np.random.default_rng(3)
+    for name, p in model.named_parameters():
+        if ".ln" in name:
+            p.data[...] = rng.uniform(0.5, 1.5, p.shape) if name.endswith(".w") else 0.1
+    if parallel and placement == "pre":
+        assert model.blocks[0].ln2 is model.blocks[0].ln1
+    x = tl.tensor(rng.standard_normal((2, 5, cfg.d_model)).astype(np.float32))
+    with tl.no_grad():
+        got = model.blocks[0](x).numpy()
+        want = _block_by_hand(model.blocks[0], x, placement, parallel).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_a_training_step_waits_for_the_gpu_three_times(monkeypatch):

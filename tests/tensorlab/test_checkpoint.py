@@ -71,6 +71,19 @@ def test_gradients_are_identical_to_no_checkpoint(p):
         np.testing.assert_array_equal(a, b)  # the same arithmetic: equal to the bit
 
 
+def test_the_recomputation_leaves_the_random_stream_where_the_forward_left_it():
+    """The backward's second forward redraws the same dropout masks from the saved state
+    and then puts the generator back: what the program draws next (the next step's masks, a
+    batch) is the same with checkpointing as without."""
+    blocks = [Block(p=0.3) for _ in range(2)]
+    x = t64(RNG.standard_normal((2, 3, 6)))
+    after = {}
+    for ck in (False, True):
+        run(blocks, x, ck).backward()
+        after[ck] = tl.rand(8).numpy()  # the next draw from the default device's generator
+    np.testing.assert_array_equal(after[False], after[True])
+
+
 def test_saved_activations_are_dropped_until_backward():
     """Without checkpointing every block's hidden activation stays alive (saved by the next
     op) until backward; with it none does, and backward rebuilds them one block at a time."""
