@@ -123,9 +123,108 @@ TESTS = {
         "tests/gpt/circuits",
     ],
     "gpt/circuits/patching.py": ["tests/gpt/circuits/test_patching.py", "tests/gpt/circuits"],
+    "gpt/circuits/factored.py": [
+        "tests/gpt/circuits/test_factored_matrix.py",
+        "tests/gpt/circuits",
+    ],
+    "gpt/circuits/detectors.py": ["tests/gpt/circuits/test_detectors.py", "tests/gpt/circuits"],
+    "gpt/circuits/bigram.py": [
+        "tests/gpt/circuits/test_bigram_circuits.py",
+        "tests/gpt/circuits",
+    ],
+    "nn/distributed.py": [
+        "tests/nn/test_distributed.py",
+        "tests/nn tests/gpt/test_train.py",
+    ],
 }
 
 MUTANTS = {
+    "gpt/circuits/factored.py": [
+        (
+            "core-untransposed",
+            "return Qa, Ra @ Rb.T, Qb",
+            "return Qa, Ra @ Rb, Qb",
+            "FactoredMatrix: the core R_A R_B instead of R_A R_B^T (wrong SVD and norm)",
+        ),
+        (
+            "copying-abs",
+            "return float(ev.sum().real / denom) if denom > 0 else 0.0",
+            "return float(np.abs(ev).sum() / denom) if denom > 0 else 0.0",
+            "copying score: |lambda| summed on top too, so always 1",
+        ),
+        (
+            "trace-sums-all",
+            'return float(np.einsum("ij,ji->", self.A, self.B))',
+            'return float(np.einsum("ij,jk->", self.A, self.B))',
+            "trace: the sum of every entry of AB, not of its diagonal",
+        ),
+        (
+            "scalar-both-factors",
+            "return FactoredMatrix(self.A * float(c), self.B)",
+            "return FactoredMatrix(self.A * float(c), self.B * float(c))",
+            "F * c scales by c squared",
+        ),
+    ],
+    "gpt/circuits/detectors.py": [
+        (
+            "induction-shift-back",
+            "out[:, 1:] = dup[:, :-1]",
+            "out[:, :-1] = dup[:, 1:]",
+            "induction pattern: the token before the earlier copy, not after",
+        ),
+        (
+            "duplicate-includes-self",
+            "return np.tril(t[:, None] == t[None, :], k=-1).astype(np.float64)",
+            "return np.tril(t[:, None] == t[None, :], k=0).astype(np.float64)",
+            "duplicate-token pattern counts the query itself",
+        ),
+        (
+            "mean-over-every-query",
+            "scores[i] = mass.transpose(1, 0, 2)[:, rows].mean(-1)",
+            "scores[i] = mass.transpose(1, 0, 2).reshape(mass.shape[1], -1).mean(-1)",
+            "detect_head: averaged over every query, not those with a target",
+        ),
+        (
+            "not-renormalized",
+            "mass = np.divide(on_target, total, out=np.zeros_like(total), where=total > 0)",
+            "mass = on_target",
+            "exclude_bos / exclude_current_token: what is left not renormalized",
+        ),
+    ],
+    "gpt/circuits/bigram.py": [
+        (
+            "pairs-cross-sequences",
+            "np.add.at(table, (ids[..., :-1].ravel(), ids[..., 1:].ravel()), 1)",
+            "np.add.at(table, (ids.ravel()[:-1], ids.ravel()[1:]), 1)",
+            "bigram_table: a pair from one sequence's end to the next one's start",
+        ),
+        (
+            "entropy-unweighted",
+            "return float(-(p_a[:, None] * cond * logc).sum())",
+            "return float(-(cond * logc).sum())",
+            "conditional entropy: rows not weighted by p(a)",
+        ),
+        (
+            "kl-reversed",
+            "return float((p_a[:, None] * cond * (logc - logq)).sum())",
+            "return float((p_a[:, None] * cond * (logq - logc)).sum())",
+            "bigram_kl: the sign of the log ratio flipped",
+        ),
+    ],
+    "nn/distributed.py": [
+        (
+            "summed",
+            "MPI, scale = self.MPI, 1.0 / self.size",
+            "MPI, scale = self.MPI, 1.0",
+            "gradients summed over the ranks, not averaged",
+        ),
+        (
+            "missing-grad-stale",
+            "                if p.grad is None:\n                    view[...] = 0.0",
+            "                if p.grad is None:\n                    pass",
+            "a parameter without a gradient sends the bucket's last step's numbers",
+        ),
+    ],
     "tensorlab/gradcheck.py": [
         (
             "one-sided",
@@ -1611,6 +1710,12 @@ REVIEWED = {
         "equivalent: a gradient sent to a tensor that does not require grad waits in `pending` "
         "under a node that topological_order never lists, so it is never read; trace_backward "
         "filters such inputs itself. Only wasted work (and detect_anomaly would check it)."
+    ),
+    "generate_seq2seq.eos-beyond-k": (
+        "equivalent: the loop over the 2k best extensions stops at the k-th live one, so it "
+        "reaches rank k only past an eos of a better rank at the same step (same length, same "
+        "length penalty); the extra hypothesis scores below that one and never changes the "
+        "best ended score or the result."
     ),
     "offsets.added-span-searched": (
         "equivalent so far: an added token's stretch is its own text, where the search finds "

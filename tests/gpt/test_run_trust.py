@@ -280,6 +280,36 @@ def test_a_lock_alone_is_not_a_run(tmp_path, text_file):
     assert (tmp_path / "run" / "ckpt.safetensors").exists()
 
 
+def test_unlock_leaves_another_processs_lock_alone(tmp_path):
+    """unlock() removes this process's lock only: a lock naming another process id, or our
+    own id on another host, stays as it was (that run still holds the folder)."""
+    folder = RunFolder(tmp_path / "run")
+    for pid, host in ((_dead_pid(), None), (os.getpid(), "another-machine")):
+        _lock(tmp_path / "run", pid, host=host)
+        before = (tmp_path / "run" / LOCK).read_text()
+        folder.unlock()
+        assert (tmp_path / "run" / LOCK).read_text() == before
+    _lock(tmp_path / "run", os.getpid())
+    folder.unlock()
+    assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_removing_a_stale_lock_puts_back_a_live_one(tmp_path):
+    """Two runs race over a stale lock: one removed it and created its own, live lock, which
+    the other then renamed aside; that run finds a lock other than the stale one it read, so
+    it puts it back and reports False. The stale lock itself is removed."""
+    folder = RunFolder(tmp_path / "run")
+    stale = {"pid": _dead_pid(), "host": socket.gethostname()}
+    _lock(tmp_path / "run", os.getpid())  # the live lock the other run has just created
+    live = (tmp_path / "run" / LOCK).read_text()
+    assert folder._remove_stale(stale) is False
+    assert (tmp_path / "run" / LOCK).read_text() == live
+    assert sorted(os.listdir(tmp_path / "run")) == [LOCK]  # no run.lock.*.stale left
+    _lock(tmp_path / "run", stale["pid"])
+    assert folder._remove_stale(stale) is True
+    assert os.listdir(tmp_path / "run") == []
+
+
 def test_cli_refuses_a_locked_folder_in_one_line(tmp_path, text_file, capsys):
     _lock(tmp_path / "run", os.getpid())
     args = ["train", "--text", str(text_file), "--out-dir", str(tmp_path / "run"), *SMALL]

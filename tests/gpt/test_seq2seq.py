@@ -93,6 +93,24 @@ def test_defaults_follow_the_paper():
     assert Seq2SeqConfig(norm_placement="pre").final_norm
 
 
+def test_initialization_is_glorot_uniform_and_scaled_normal_embeddings():
+    """reset_parameters: embeddings N(0, 1/d_model); every other matrix U[-a, a] with Glorot's
+    a = √(6 / (fan_in + fan_out)), an attention matrix counted as the d_model -> d_model map it
+    is part of. With 1024+ entries the largest |w| is above 0.9 a (all below: 0.9^1024)."""
+    d = 64
+    model = Transformer(Seq2SeqConfig(d_model=d, tie_weights=False))
+    V = model.config.tgt_vocab_size
+    for name, p in model.named_parameters():
+        w = p.numpy()
+        if name.endswith("embed.W"):
+            assert float(w.std()) == pytest.approx(d**-0.5, rel=0.1), name
+        elif p.ndim >= 2:
+            fan_in, fan_out = (d, d) if "attn." in name else p.shape  # (self_, cross_)
+            a = np.sqrt(6.0 / (fan_in + fan_out))
+            assert 0.9 * a < float(np.abs(w).max()) <= a * (1 + 1e-6), name
+    assert model.W_U.shape == (d, V)
+
+
 def test_shared_embeddings_are_one_parameter():
     model = small(share_embeddings=True)
     assert model.encoder.embed is model.decoder.embed
@@ -378,6 +396,59 @@ def test_beam_never_scores_below_greedy(alpha, exhaustive):
             assert b_score >= g_score - 1e-4, (seed, i, g, b)
             better += b_score > g_score + 1e-4
     assert better > 0  # the search does find better sequences than greedy, sometimes
+
+
+class Scripted(nn.Module):
+    """A decoder whose next-token probabilities are a table of the prefix (bos left out):
+    ``script(prefix) -> {token: probability}``, the rest spread evenly over the other tokens.
+    It decodes without a cache (``use_cache=False``: every call sees the whole prefix)."""
+
+    def __init__(self, script, vocab: int = 6, max_len: int = 8):
+        super().__init__()
+        self.script, self.vocab = script, vocab
+        self.config = Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, max_len=max_len)
+
+    def encode(self, src):
+        return tl.tensor(np.zeros((len(src), 1, 1), dtype=np.float32))
+
+    def padding_mask(self, src):
+        return np.zeros(np.shape(src), dtype=bool)
+
+    def decode(self, memory, src_mask, tgt_in, cache=None):
+        assert cache is None
+        rows = []
+        for prefix in np.asarray(tgt_in)[:, 1:].tolist():
+            given = self.script(tuple(prefix))
+            rest = (1.0 - sum(given.values())) / (self.vocab - len(given))
+            rows.append([given.get(tok, rest) for tok in range(self.vocab)])
+        logp = np.log(np.array(rows))[:, None, :]  # only the last position is read
+        return tl.tensor(np.repeat(logp, np.shape(tgt_in)[1], axis=1))
+
+
+EOS, A, B = 2, 3, 4  # (Seq2SeqConfig's default pad 0, bos 1, eos 2)
+
+
+def test_exhaustive_search_goes_on_while_a_live_prefix_could_still_win():
+    """alpha = 2: an early eos scores log 0.5 / lp(1); the prefix A (log 0.3) scores worse if
+    it ended now, but could reach log 0.3 / lp(max) > log 0.5 at the longest length. The
+    default rule stops with [eos]; exhaustive=True goes on and finds A A A eos, which scores
+    log(0.3 · 0.999³) / lp(4) > log 0.5 (lp(n) = ((5 + n) / 6)²)."""
+
+    def script(prefix):
+        if prefix == ():
+            return {EOS: 0.5, A: 0.3, B: 0.15}
+        if prefix[0] == A:
+            return {A: 0.999} if len(prefix) < 3 else {EOS: 0.999}
+        return {}
+
+    model = Scripted(script)
+    kw = dict(beam_size=2, max_new_tokens=7, alpha=2.0, use_cache=False, return_scores=True)
+    stopped = beam_search(model, [A], **kw)
+    assert stopped == ([EOS], pytest.approx(np.log(0.5)))
+    hyp, score = beam_search(model, [A], exhaustive=True, **kw)
+    assert hyp == [A, A, A, EOS]
+    assert score == pytest.approx(np.log(0.3 * 0.999**3) / length_penalty(4, 2.0))
+    assert score > np.log(0.5)
 
 
 def test_beam_search_batch_equals_one_by_one():

@@ -42,6 +42,19 @@ def test_a_subword_tokenizer_is_trained_on_the_sample(corpus, tmp_path):
     np.testing.assert_array_equal(splits["val"], tok.encode(TEXT[int(len(TEXT) * 0.9) :]))
 
 
+def test_blocks_of_a_subword_tokenizer_end_at_line_ends(corpus, tmp_path, monkeypatch):
+    """Blocks of a size that ends inside a word: each is read on to its line's end, so the
+    subword ids are those of the whole text (a word cut in two encodes as two pieces)."""
+    assert not any(line.startswith(" ") for line in TEXT.splitlines())  # no "\n " merges
+    monkeypatch.setattr(token_files, "BLOCK_CHARS", 97)  # not a multiple of any line's length
+    token_files.prepare(corpus, tmp_path / "d", tokenizer="bpe", vocab_size=300, val_fraction=0.3)
+    tok, splits, _ = token_files.load(tmp_path / "d")
+    cut = int(len(TEXT) * (1 - 0.3))
+    np.testing.assert_array_equal(splits["train"], tok.encode(TEXT[:cut]))
+    np.testing.assert_array_equal(splits["val"], tok.encode(TEXT[cut:]))
+    assert tok.decode(list(splits["train"]) + list(splits["val"])) == TEXT
+
+
 def test_vocabularies_past_65536_use_uint32(tmp_path):
     text = "".join(map(chr, range(0x10000, 0x20000))) + "".join(map(chr, range(0x4E00, 0x5000)))
     path = tmp_path / "wide.txt"

@@ -11,7 +11,14 @@ import nn
 from gpt.config import ConfigError, GPTConfig
 from gpt.data import get_batch
 from gpt.run_folder import RunError, RunFolder
-from gpt.train import Diverged, Interrupted, TrainConfig, Trainer, learning_rate
+from gpt.train import (
+    Diverged,
+    Interrupted,
+    TrainConfig,
+    Trainer,
+    estimate_loss,
+    learning_rate,
+)
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40
@@ -35,6 +42,32 @@ def test_learning_rate_schedule_warms_up_then_decays():
     assert lrs[0] < lrs[5] < lrs[9] < lrs[10] == pytest.approx(1e-3)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert lrs[100] == pytest.approx(1e-4)
+
+
+def test_each_step_takes_the_rate_of_the_iteration_it_starts_from(tmp_path):
+    """The step from iteration i to i + 1 trains with the schedule's rate at i (nanoGPT's
+    get_lr(iter_num)): the first step warms up from lr / (warmup + 1), not from the second
+    step's rate. The log records the rate each step used, and the optimizer holds it."""
+    t = trainer(tmp_path, max_iters=6, warmup_iters=3)
+    t.run()
+    steps = [r for r in t.run_folder.read_log() if "loss" in r]
+    assert [r["iter"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    for r in steps:
+        assert r["lr"] == learning_rate(r["iter"] - 1, t.cfg)
+    assert steps[0]["lr"] == pytest.approx(t.cfg.learning_rate / 4)
+    assert all(g["lr"] == steps[-1]["lr"] for g in t.optimizer.param_groups)
+
+
+def test_evaluation_batches_depend_on_the_iteration_not_on_training(tmp_path):
+    """estimate_loss draws its batches from a generator seeded by (seed, iteration): the same
+    iteration gives the same estimate, another iteration other batches (so a run's validation
+    curve is not one fixed sample), and evaluating leaves the training batches' stream alone."""
+    t = trainer(tmp_path, eval_iters=3)
+    before = t.rng.bit_generator.state
+    at_10, again, at_20 = (estimate_loss(t.model, t.splits, t.cfg, 16, it) for it in (10, 10, 20))
+    assert again == at_10
+    assert at_10["val"] != at_20["val"] and at_10["train"] != at_20["train"]
+    assert t.rng.bit_generator.state == before
 
 
 def test_loss_goes_down(tmp_path):
