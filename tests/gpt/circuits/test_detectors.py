@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model, set_param
+from circuit_models import hand_built_induction_model, randomized, set_param
 
 from gpt import circuits as C
 from gpt.config import GPTConfig
@@ -109,3 +109,45 @@ def test_a_users_pattern_must_be_square_and_causal():
         C.detect_head(model, prompt, np.eye(9, k=1))
     with pytest.raises(ValueError, match=r"pattern must be \(T, T\) = \(9, 9\) .* got \(9,\)"):
         C.detect_head(model, prompt, np.ones(9))
+
+
+def test_exclusions_renormalize_the_attention_left_by_hand():
+    """On a random model with large weights (heads that put real mass on key 0 and on the
+    query itself), each score equals the module docstring's recipe done by hand with loops
+    over the cached patterns: drop key 0 (exclude_bos) and/or the diagonal
+    (exclude_current_token) from both the pattern and the detection pattern, divide each
+    query's attention on its targets by what is left of its row, and average over the
+    queries (of every prompt) that still have a target. The patterns are float32 model
+    outputs (detect_head's own run may round them differently): rtol 1e-5. Without the
+    division the hand scores would differ by more than 0.01 (far above that tolerance), so
+    the renormalization is what is checked."""
+    model = randomized(0, std=1.0, n_layer=2, attn_only=True)
+    tokens = np.array([[3, 1, 4, 1, 5, 3, 1, 4, 2, 5, 3, 1], [0, 2, 2, 7, 0, 2, 7, 7, 9, 0, 2, 6]])
+    B, T = tokens.shape
+    L, H = 2, model.config.n_head
+    _, cache = C.run_with_cache(model, tokens)
+    patterns = [cache[f"blocks.{i}.attn.hook_pattern"].astype(np.float64) for i in range(L)]
+    assert np.mean([p[:, :, 1:, 0].mean() for p in patterns]) > 0.1  # real mass on key 0
+    named = {
+        "previous_token": C.previous_token_pattern,
+        "duplicate_token": C.duplicate_token_pattern,
+        "induction": C.induction_pattern,
+    }
+    for name, make in named.items():
+        detection = [make(t) for t in tokens]
+        for bos, cur in ((True, False), (False, True), (True, True)):
+            expect, unnormalized = np.zeros((L, H)), np.zeros((L, H))
+            for layer, h in np.ndindex(L, H):
+                masses, raw = [], []
+                for b, i in np.ndindex(B, T):
+                    keys = [j for j in range(T) if not (bos and j == 0) and not (cur and j == i)]
+                    targets = [j for j in keys if detection[b][i, j]]
+                    if not targets:
+                        continue
+                    row = patterns[layer][b, h, i]
+                    masses.append(row[targets].sum() / row[keys].sum())
+                    raw.append(row[targets].sum())
+                expect[layer, h], unnormalized[layer, h] = np.mean(masses), np.mean(raw)
+            assert np.abs(expect - unnormalized).max() > 0.01, (name, bos, cur)
+            got = C.detect_head(model, tokens, name, exclude_bos=bos, exclude_current_token=cur)
+            np.testing.assert_allclose(got, expect, rtol=1e-5, err_msg=f"{name} {bos} {cur}")

@@ -197,3 +197,40 @@ def test_a_metric_returning_more_than_one_number_is_named():
         ValueError, match=r"metric\(logits\) must return one number, got shape \(4,\)"
     ):
         C.activation_patching(model, corrupted, cache, per_seq, "attn.hook_z", by="head")
+
+
+def test_sweeps_over_key_and_value_heads_of_a_grouped_query_model():
+    """n_head=4 query heads sharing n_kv_head=2 key/value heads: by="head" on attn.hook_k and
+    attn.hook_v is (n_layer, n_kv_head) (by="pos_head" (n_layer, T, n_kv_head)), each entry
+    the metric with that one key/value head patched (the same forward passes: exact);
+    attribution patching has the same shape, each entry Σ (clean - corrupted) · ∂metric/∂act
+    over that key/value head's slice, computed by hand from the caches (float32 sums:
+    rtol 1e-5); hook_z still counts the query heads."""
+    model = randomized(3, n_layer=2, n_head=4, n_kv_head=2, d_model=16)
+    L, H, KV = 2, 4, 2
+    rng = np.random.default_rng(3)
+    clean, corrupted = rng.integers(0, 11, (2, 2, 6))
+    metric = lambda logits: logits[:, -1, 3].sum() - logits[:, -1, 5].sum()  # noqa: E731
+    _, clean_cache = C.run_with_cache(model, clean)
+    for hook in ("attn.hook_k", "attn.hook_v"):
+        names = [f"blocks.{i}.{hook}" for i in range(L)]
+        assert clean_cache[names[0]].shape[2] == KV
+        grid = C.activation_patching(model, corrupted, clean_cache, metric, hook, by="head")
+        assert grid.shape == (L, KV)
+        for layer, kv in np.ndindex(L, KV):
+            one = C.patch_activation(model, corrupted, clean_cache, names[layer], head=kv)
+            assert grid[layer, kv] == metric(one).item()
+        by_pos = C.activation_patching(model, corrupted, clean_cache, metric, hook, "pos_head")
+        assert by_pos.shape == (L, 6, KV)
+        approx = C.attribution_patching(model, clean, corrupted, metric, hook, by="head")
+        assert approx.shape == (L, KV)
+        _, cache = C.run_with_cache(model, corrupted, names=names, incl_bwd=True, metric=metric)
+        for layer, name in enumerate(names):
+            diff = clean_cache[name].astype(np.float64) - cache[name].astype(np.float64)
+            expect = (diff * cache[name + "_grad"]).sum(axis=(0, 1, 3))
+            np.testing.assert_allclose(approx[layer], expect, rtol=1e-5, atol=1e-6)
+        assert np.abs(approx).max() > 1e-3
+        approx_pos = C.attribution_patching(model, clean, corrupted, metric, hook, "pos_head")
+        assert approx_pos.shape == (L, 6, KV)
+    by_z = C.activation_patching(model, corrupted, clean_cache, metric, "attn.hook_z", by="head")
+    assert by_z.shape == (L, H)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import exact_model, sigma, small
+from circuit_models import exact_model, randomized, sigma, small
 
 import tensorlab as tl
 from gpt import circuits as C
@@ -179,3 +179,61 @@ def test_qk_circuit_of_a_post_norm_model_leaves_out_the_norm_after_attention():
         attn = model.blocks[0].attn
         WV, WO = attn.W_V.numpy()[h].astype(np.float64), attn.W_O.numpy()[h]
         np.testing.assert_allclose(C.W_OV(model, 0, h).full(), WV @ WO, rtol=1e-6)
+
+
+def test_composition_scores_equal_the_dense_formulas_for_every_pair():
+    """Every Q-, K- and V-composition score of a three-layer model with random gains, against
+    the dense W_OV and W_QK matrices: Q ‖W_OV^{h0} W_QK^{h1}‖ / (‖W_OV^{h0}‖ ‖W_QK^{h1}‖),
+    K ‖W_QK^{h1} (W_OV^{h0})ᵀ‖ / (‖W_QK^{h1}‖ ‖W_OV^{h0}‖), V ‖W_OV^{h0} W_OV^{h1}‖ /
+    (‖W_OV^{h0}‖ ‖W_OV^{h1}‖) (Frobenius), for every l0 < l1, zero elsewhere. float64 math
+    on both sides: rtol 1e-10."""
+    model = randomized(6, n_layer=3, attn_only=True)
+    L, H = 3, model.config.n_head
+    ov = {(l, h): C.W_OV(model, l, h).full() for l in range(L) for h in range(H)}
+    qk = {(l, h): C.W_QK(model, l, h).full() for l in range(L) for h in range(H)}
+    # the W_QK and W_OV norms differ, so a score divided by the wrong one is off
+    assert abs(np.linalg.norm(qk[1, 0]) / np.linalg.norm(ov[1, 0]) - 1) > 0.1
+    comp = C.composition_scores(model)
+    nrm = np.linalg.norm
+    for l1, h1, l0, h0 in np.ndindex(L, H, L, H):
+        if l0 >= l1:
+            for kind in "qkv":
+                assert comp[kind][l1, h1, l0, h0] == 0
+            continue
+        o, q, v = ov[l0, h0], qk[l1, h1], ov[l1, h1]
+        expect = {
+            "q": nrm(o @ q) / (nrm(o) * nrm(q)),
+            "k": nrm(q @ o.T) / (nrm(q) * nrm(o)),
+            "v": nrm(o @ v) / (nrm(o) * nrm(v)),
+        }
+        for kind, e in expect.items():
+            np.testing.assert_allclose(
+                comp[kind][l1, h1, l0, h0], e, rtol=1e-10, err_msg=f"{kind} {l1, h1, l0, h0}"
+            )
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_ov_circuit_folds_the_final_norm_gain_into_the_unembedding(norm):
+    """With a final norm whose gain g is far from 1: ov_circuit(fold_ln=True) is
+    W_E (g₁ ⊙ W_V^h) W_O^h diag(g) W_U (g₁ the block's ln1 gain, folded into W_V), and
+    fold_ln=False leaves both gains out, W_E W_V^h W_O^h W_U; computed densely from the
+    parameters in float64 (rtol 1e-10)."""
+    model = randomized(7, n_layer=2, norm=norm, final_norm=True, tie_weights=False)
+    g = model.ln_final.w.numpy().astype(np.float64)
+    assert np.abs(g - 1).max() > 0.3
+    WE = model.W_E.numpy().astype(np.float64)
+    WU = model.W_U.numpy().astype(np.float64)
+    for layer in range(2):
+        block = model.blocks[layer]
+        g1 = block.ln1.w.numpy().astype(np.float64)
+        for h in range(model.config.n_head):
+            WV = block.attn.W_V.numpy()[h].astype(np.float64)
+            WO = block.attn.W_O.numpy()[h].astype(np.float64)
+            folded = WE @ (g1[:, None] * WV) @ WO @ (g[:, None] * WU)
+            raw = WE @ WV @ WO @ WU
+            np.testing.assert_allclose(
+                C.ov_circuit(model, layer, h).full(), folded, rtol=1e-10, atol=1e-12
+            )
+            np.testing.assert_allclose(
+                C.ov_circuit(model, layer, h, fold_ln=False).full(), raw, rtol=1e-10, atol=1e-12
+            )
