@@ -136,9 +136,30 @@ TESTS = {
         "tests/nn/test_distributed.py",
         "tests/nn tests/gpt/test_train.py",
     ],
+    "gpt/circuits/hooks.py": ["tests/gpt/circuits/test_circuit_hooks.py", "tests/gpt/circuits"],
 }
 
 MUTANTS = {
+    "gpt/circuits/hooks.py": [
+        (
+            "defaults-count-as-positional",
+            "p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty",
+            "p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)",
+            "a hook fn(x, scale=2.0) is called with the hook's name as its scale",
+        ),
+        (
+            "token-loss-unshifted",
+            "return nn.functional.cross_entropy(logits[:, :-1], tok[:, 1:])",
+            "return nn.functional.cross_entropy(logits, tok)",
+            "incl_bwd's default metric: position t scored on token t, not t + 1",
+        ),
+        (
+            "constant-not-a-leaf",
+            "return act if act.requires_grad else act.detach().requires_grad_()",
+            "return act",
+            "incl_bwd: the gradient at a constant activation (sinusoidal positions) given as 0",
+        ),
+    ],
     "gpt/circuits/factored.py": [
         (
             "core-untransposed",

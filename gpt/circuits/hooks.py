@@ -86,7 +86,9 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     through it, and may return a replacement gradient. They are attached (``register_hook``)
     to the activations of the forward passes made inside the block, so they fire on a
     backward from those passes' outputs, also one called after the block; the model needs a
-    graph (``nn.evaluating(model, grad=True)`` or ``run_with_hooks(..., grad=True)``).
+    graph (``nn.evaluating(model, grad=True)`` or ``run_with_hooks(..., grad=True)``). An
+    activation that depends on no parameter (sinusoidal positions) is made a leaf of its own
+    value for this, so the gradient reaches it too (:func:`_differentiable`).
 
     Three kinds of hook point are closed on the default (training) path and opened here for
     the block, only when hooked (:data:`_OPENERS`): ``hook_attn_scores`` and ``hook_pattern``
@@ -171,13 +173,22 @@ def _backward_hook(fn: Callable, name: str):
     call = _caller(fn, name)
 
     def hook(module, inputs, output):
-        if not output.requires_grad:
+        if not tl.is_grad_enabled():
             raise RuntimeError(
                 f"backward hook on {name}: the activation records no graph; run with grad=True"
             )
+        output = _differentiable(output)
         output.register_hook(call)
+        return output
 
     return hook
+
+
+def _differentiable(act: Tensor) -> Tensor:
+    """``act``, or, where it depends on no parameter (sinusoidal positions: a constant, so no
+    graph records it), a leaf of the same value, so that the gradient reaches it too: the
+    loss depends on a constant activation as much as on any other."""
+    return act if act.requires_grad else act.detach().requires_grad_()
 
 
 def run_with_cache(
@@ -217,7 +228,8 @@ def run_with_cache(
         def fn(act):
             cache[name] = _to_numpy(act)
             if incl_bwd:
-                acts[name] = act
+                acts[name] = act = _differentiable(act)
+                return act
 
         return fn
 
@@ -230,12 +242,9 @@ def run_with_cache(
                 out = mean_token_loss(logits, tokens) if metric is None else metric(logits)
                 if out.size != 1:
                     raise ValueError(f"incl_bwd: the metric must be a scalar, got {out.shape}")
-                wanted = [n for n in acts if acts[n].requires_grad]
-                grads = tl.grad(out, [acts[n] for n in wanted], allow_unused=True)
-                for n, g in zip(wanted, grads):
+                grads = tl.grad(out, list(acts.values()), allow_unused=True)
+                for n, g in zip(acts, grads):  # None: the metric does not depend on it
                     cache[n + "_grad"] = np.zeros_like(cache[n]) if g is None else _to_numpy(g)
-                for n in acts.keys() - set(wanted):  # no path from the parameters: zero
-                    cache[n + "_grad"] = np.zeros_like(cache[n])
     return logits, cache
 
 

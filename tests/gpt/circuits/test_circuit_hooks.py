@@ -163,6 +163,35 @@ def test_gradient_cache_equals_the_gradient_at_a_substituted_leaf():
         C.run_with_cache(model, tokens, incl_bwd=True, metric=lambda logits: logits)
 
 
+def test_the_default_metric_is_the_models_own_next_token_loss():
+    """mean_token_loss scores position t on token t + 1: the loss the model itself reports for
+    inputs tokens[:, :-1] and targets tokens[:, 1:] (causal: the first T - 1 positions'
+    logits do not see the last token)."""
+    model = GPT(small())
+    tokens = np.random.default_rng(5).integers(0, 11, (2, 7))
+    logits, _ = C.run_with_cache(model, tokens, names=[])
+    with tl.no_grad():
+        _, loss = model.eval()(tl.tensor(tokens[:, :-1]), tl.tensor(tokens[:, 1:]))
+    assert C.mean_token_loss(logits, tokens).item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_the_gradient_reaches_activations_that_depend_on_no_parameter(positional):
+    """resid = embed + pos, so the gradient at hook_pos_embed is the gradient at hook_embed,
+    also where the positions are a constant (sinusoidal: no parameter, so no graph records
+    them; they are made a leaf of their own), in the cache and for a backward hook."""
+    model = GPT(small(positional=positional))
+    tokens = np.random.default_rng(6).integers(0, 11, (2, 6))
+    names = ["hook_embed", "hook_pos_embed"]
+    _, cache = C.run_with_cache(model, tokens, names=names, incl_bwd=True)
+    assert np.abs(cache["hook_embed_grad"]).max() > 1e-4
+    np.testing.assert_array_equal(cache["hook_pos_embed_grad"], cache["hook_embed_grad"])
+    seen = []
+    logits = C.run_with_hooks(model, tokens, bwd_hooks=[("hook_pos_embed", seen.append)])
+    C.mean_token_loss(logits, tokens).backward()
+    np.testing.assert_allclose(seen[0].numpy(), cache["hook_embed_grad"], rtol=1e-6, atol=1e-9)
+
+
 def test_no_norm_final_gradient_is_the_unembedding_column():
     """In a model without a final norm, d logit[b, t, j] / d resid_final is W_U[:, j] at
     position t and zero elsewhere."""
