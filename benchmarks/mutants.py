@@ -869,6 +869,31 @@ MUTANTS = {
     ],
     "gpt/circuits/resid.py": [
         (
+            "scale-without-eps",
+            "return np.sqrt(resid.var(-1, keepdims=True) + norm.eps)",
+            "return np.sqrt(resid.var(-1, keepdims=True))",
+            "apply_ln_to_stack: the layer norm's eps left out of the scale",
+        ),
+        (
+            "not-centred",
+            "return stack - stack.mean(-1, keepdims=True) if isinstance(norm, nn.LayerNorm) "
+            "else stack",
+            "return stack",
+            "apply_ln_to_stack: a LayerNorm's components not centred",
+        ),
+        (
+            "unembed-gain-unfolded",
+            "return (W_U if w is None else _arr(w)[:, None] * W_U), b_U",
+            "return W_U, b_U",
+            "folded_unembed: the final norm's gain not folded into W_U",
+        ),
+        (
+            "incorrect-added",
+            "dirs = dirs - residual_directions(model, incorrect)",
+            "dirs = dirs + residual_directions(model, incorrect)",
+            "logit_attrs: the incorrect token's direction added, not subtracted",
+        ),
+        (
             "sigma-from-stream",
             "scale = _norm_scale(norm, resid) if cached is None else _arr(cached)",
             "scale = _norm_scale(norm, resid)",
