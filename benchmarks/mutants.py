@@ -137,9 +137,36 @@ TESTS = {
         "tests/nn tests/gpt/test_train.py",
     ],
     "gpt/circuits/hooks.py": ["tests/gpt/circuits/test_circuit_hooks.py", "tests/gpt/circuits"],
+    "nn/exercises.py": ["tests/nn/test_exercises.py", "tests/nn"],
 }
 
 MUTANTS = {
+    "nn/exercises.py": [
+        (
+            "first-input-only",
+            "for name, yours, w, num in zip(ex.inputs, grads, want, numeric):",
+            "for name, yours, w, num in zip(ex.inputs[:1], grads, want, numeric):",
+            "the grader checks only the first input's gradient (a wrong dW passes)",
+        ),
+        (
+            "forward-unchecked",
+            "        ok = _close(y_out, y_ref)\n        if not ok.all():",
+            "        ok = _close(y_out, y_ref)\n        if False:",
+            "the grader passes a wrong forward",
+        ),
+        (
+            "broadcast-axis-unshifted",
+            "            axes.append(lead + i)",
+            "            axes.append(i)",
+            "the broadcast hint names the wrong axis when a leading axis was added too",
+        ),
+        (
+            "numeric-one-sided",
+            "d[i] = (plus - minus) / (2 * EPS)",
+            "d[i] = (plus - minus) / EPS",
+            "the grader's finite differences not halved (every right answer fails)",
+        ),
+    ],
     "gpt/circuits/hooks.py": [
         (
             "defaults-count-as-positional",

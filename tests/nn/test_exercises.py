@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tensorlab as tl
-from nn.exercises import EXERCISES, check
+from nn.exercises import EXERCISES, _broadcast_axes, check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +71,28 @@ def test_missing_broadcast_reduction_is_named():
     assert "with that sum it would be right" in v.message
     v = check("add_broadcast", lambda g, a, b: (g, g[:1] * 0))  # (1, 3): broadcast, wrong values
     assert v.mistake == "broadcast" and "even summed it differs" in v.message
+
+
+@pytest.mark.parametrize(
+    "big, small, axes",
+    [
+        ((4, 3), (3,), (0,)),
+        ((4, 3), (1, 3), (0,)),
+        ((2, 4, 3), (4, 1), (0, 2)),  # a new leading axis and a kept one of length 1
+        ((2, 4, 3), (1, 4, 1), (0, 2)),
+        ((4, 3), (4,), None),  # (4,) does not broadcast to (4, 3)
+        ((3,), (2, 3), None),
+    ],
+)
+def test_the_broadcast_hint_names_the_axes_to_sum(big, small, axes):
+    """A gradient of the broadcast shape ``big`` for an input of shape ``small`` becomes the
+    right one summed over the axes the hint names: those added in front and those of length
+    1 in ``small`` (counted in ``big``'s axes)."""
+    assert _broadcast_axes(big, small) == axes
+    if axes is not None:
+        g = np.random.default_rng(0).standard_normal(big)
+        want = tl.tensor(g).sum_to(small).numpy()
+        np.testing.assert_allclose(g.sum(axis=axes).reshape(small), want, rtol=1e-12)
 
 
 def test_wrong_sign_is_named():
