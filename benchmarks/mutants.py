@@ -138,9 +138,72 @@ TESTS = {
     ],
     "gpt/circuits/hooks.py": ["tests/gpt/circuits/test_circuit_hooks.py", "tests/gpt/circuits"],
     "nn/exercises.py": ["tests/nn/test_exercises.py", "tests/nn"],
+    "tensorlab/numpy_protocol.py": [
+        "tests/tensorlab/test_numpy_protocol.py",
+        "tests/tensorlab",
+    ],
+    "tensorlab/trace.py": ["tests/tensorlab/test_trace.py", "tests/tensorlab"],
+    "gpt/circuits/watch.py": [
+        "tests/gpt/circuits/test_views_and_watch.py",
+        "tests/gpt/circuits",
+    ],
 }
 
 MUTANTS = {
+    "tensorlab/numpy_protocol.py": [
+        (
+            "reflected-operands-swapped",
+            "        return op.apply(_lift(a, b), b)",
+            "        return op.apply(b, _lift(a, b))",
+            "array - x computes x - array (the reflected operands swapped)",
+        ),
+        (
+            "reduce-over-all",
+            'kwargs.get("axis", 0), kwargs.get("keepdims", False)',
+            'kwargs.get("axis", None), kwargs.get("keepdims", False)',
+            "np.add.reduce(x) sums every axis, not axis 0",
+        ),
+        (
+            "sort-descending",
+            "return a.sort(axis)[0]",
+            "return a.sort(axis, True)[0]",
+            "np.sort of a Tensor sorts in descending order",
+        ),
+    ],
+    "tensorlab/trace.py": [
+        (
+            "norm-squared",
+            "return float(np.sqrt((np.asarray(t.numpy(), dtype=np.float64) ** 2).sum()))",
+            "return float((np.asarray(t.numpy(), dtype=np.float64) ** 2).sum())",
+            "trace_backward: the squared norm printed as the norm",
+        ),
+        (
+            "constant-inputs-sent",
+            "None if gi is None or not t.requires_grad else (tuple(gi.shape), _norm(gi))",
+            "None if gi is None else (tuple(gi.shape), _norm(gi))",
+            "trace_backward: gradients to inputs that need none listed as sent",
+        ),
+    ],
+    "gpt/circuits/watch.py": [
+        (
+            "k-comp-mean",
+            '"k_composition": k.max(-1) if k.size else np.zeros((L, H)),',
+            '"k_composition": k.mean(-1) if k.size else np.zeros((L, H)),',
+            "circuit_scores: the mean K-composition over earlier heads, not the largest",
+        ),
+        (
+            "repeat-loss-first-half",
+            '"repeat_loss": rep["second_half"],',
+            '"repeat_loss": rep["first_half"],',
+            "circuit_scores: repeat_loss from the first copy",
+        ),
+        (
+            "first-step-skipped",
+            "if step % self.every and not (self.first and step == 1) and not force:",
+            "if step % self.every and not force:",
+            "CircuitWatcher: first=True does not record step 1",
+        ),
+    ],
     "nn/exercises.py": [
         (
             "first-input-only",
