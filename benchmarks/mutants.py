@@ -177,12 +177,6 @@ MUTANTS = {
             "return float((np.asarray(t.numpy(), dtype=np.float64) ** 2).sum())",
             "trace_backward: the squared norm printed as the norm",
         ),
-        (
-            "constant-inputs-sent",
-            "None if gi is None or not t.requires_grad else (tuple(gi.shape), _norm(gi))",
-            "None if gi is None else (tuple(gi.shape), _norm(gi))",
-            "trace_backward: gradients to inputs that need none listed as sent",
-        ),
     ],
     "gpt/circuits/watch.py": [
         (

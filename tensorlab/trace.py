@@ -59,10 +59,8 @@ class trace_backward(Switch):
 
     def _record(self, node, g, grads) -> None:
         inputs = node.inputs
-        sent = [
-            None if gi is None or not t.requires_grad else (tuple(gi.shape), _norm(gi))
-            for t, gi in zip(inputs, grads)
-        ]
+        # (the engine has already put None where an input needs no gradient)
+        sent = [None if gi is None else (tuple(gi.shape), _norm(gi)) for gi in grads]
         step = Step(node.name, [tuple(t.shape) for t in inputs], tuple(g.shape), _norm(g), sent)
         self.steps.append(step)
         if not self.quiet:

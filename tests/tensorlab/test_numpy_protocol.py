@@ -95,6 +95,18 @@ def test_numpy_calls_dispatch_with_gradients(np_call, tl_call):
     np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("ufunc", [np.add, np.multiply, np.maximum, np.minimum])
+def test_ufunc_reduce_takes_numpys_default_axis(ufunc):
+    """np.<ufunc>.reduce(x) reduces axis 0 only (NumPy's default), not every axis; the
+    result is the engine op's, in the graph."""
+    a = np.random.default_rng(1).standard_normal((3, 4))
+    x = tl.tensor(a, requires_grad=True)
+    for kw in ({}, {"axis": 1}, {"axis": 0, "keepdims": True}):
+        got = ufunc.reduce(x, **kw)
+        assert isinstance(got, tl.Tensor) and got.requires_grad
+        np.testing.assert_allclose(got.numpy(), ufunc.reduce(a, **kw), rtol=1e-12)
+
+
 def test_asarray_still_reads_the_values():
     x = _x()
     a = np.asarray(x)

@@ -44,6 +44,12 @@ def test_steps_record_shapes_and_norms():
     assert mul_step.input_shapes == [(1, 2), ()]
     assert mul_step.sent[0] == ((1, 2), np.sqrt(18.0))  # 3 * ones, norm √(9+9)
     assert mul_step.sent[1] is None  # the constant 3 needs no gradient
+    w = tl.tensor(np.ones((2, 3)), requires_grad=True)
+    with tl.trace_backward(quiet=True) as trace:
+        (tl.tensor(np.ones((4, 2))) @ w).sum().backward()
+    matmul_step = trace.steps[-1]
+    assert matmul_step.op == "MatMul" and matmul_step.sent[1] == ((2, 3), np.sqrt(96.0))
+    assert matmul_step.sent[0] is None  # a constant left operand: no gradient is sent to it
 
 
 def test_tracing_is_off_outside_the_block():

@@ -104,6 +104,11 @@ def test_watcher_records_every_n_steps_and_reads_the_hand_built_circuit(tmp_path
     assert rec["repeat_loss"] < 0.1
     assert rec["ov_copying"][1, 0] == pytest.approx(1.0, abs=1e-6)
     assert rec["k_composition"][0, 0] == 0 and rec["k_composition"][1, 0] > 0.1
+    k = C.composition_scores(model)["k"]  # each head's largest K-composition with an earlier one
+    L, H = rec["k_composition"].shape
+    for layer, h in np.ndindex(L, H):
+        earlier = [k[layer, h, l0, h0] for l0 in range(layer) for h0 in range(H)]
+        assert rec["k_composition"][layer, h] == max(earlier, default=0.0)
     steps, loss = watcher.series("loss")
     np.testing.assert_array_equal(steps, [1, 3, 6])
     np.testing.assert_allclose(loss, [10, 10 / 3, 10 / 6])
