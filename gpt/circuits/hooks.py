@@ -80,6 +80,9 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
     array) or None to leave the activation as it is. A function with two required positional
     parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
+    An array replacement is a constant: in a run with a graph, no gradient flows back through
+    that hook point to anything before it; a Tensor computed from the activation (``act *
+    keep``) keeps the graph for the entries it keeps.
 
     ``bwd_hooks``: pairs ``(name, fn)`` as well, but ``fn(grad)`` (or ``fn(grad, name)``)
     sees the gradient arriving at that hook point's activation when a backward pass runs
