@@ -1259,6 +1259,12 @@ MUTANTS = {
     ],
     "nn/norm.py": [
         (
+            "gpu-backward-uncentred",
+            "mean_gh = mean_last(gh) if centred else 0.0",
+            "mean_gh = 0.0",
+            "layer norm's GPU backward leaves out -mean(g)",
+        ),
+        (
             "centred-inverted",
             "        if centred:\n",
             "        if not centred:\n",
@@ -1284,6 +1290,12 @@ MUTANTS = {
         ),
     ],
     "nn/activation.py": [
+        (
+            "gpu-grad-arguments-swapped",
+            "return gelu_grad_kernel(in_float32(x)[0], in_float32(g.data)[0])",
+            "return gelu_grad_kernel(in_float32(g.data)[0], in_float32(x)[0])",
+            "GELU's GPU backward called with g and x swapped",
+        ),
         (
             "erf-gauss-sign",
             "gauss = xp.multiply(a, a, out=a)\n    xp.negative(gauss, out=gauss)\n    xp.exp(",
@@ -1444,6 +1456,12 @@ MUTANTS = {
         ),
     ],
     "nn/attention.py": [
+        (
+            "gpu-softmax-grad-no-rowsum",
+            "dS = softmax_grad_kernel(dA, D, E, inv)",
+            "dS = softmax_grad_kernel(dA, 0.0, E, inv)",
+            "attention's GPU backward drops rowsum(G ⊙ Y) from the softmax gradient",
+        ),
         (
             "causal-diagonal",
             "keep = xp.tri(T_q, T_k, T_k - T_q, dtype=bool)",
