@@ -13,11 +13,15 @@ printed as NOT REVIEWED.
     python -m benchmarks.mutation -k optim -k bpe # only mutants whose id contains a pattern
     python -m benchmarks.mutation --list          # check the snippets, run nothing
     python -m benchmarks.mutation --json out.json # also write the results
+    python -m benchmarks.mutation --worktree -k x # the checkout as it is, uncommitted edits too
 
 How it stays honest:
 
 - The copy is ``git archive`` of one commit (``--rev``, default HEAD), so the files being
   edited in the checkout are never touched, and the commit is printed with the result.
+  ``--worktree`` copies the checkout's files as they are instead (tracked and untracked, not
+  ignored): for trying a new test against a mutant before committing it; the result then
+  names the commit with "+ working tree".
 - Python must import the copy's packages: this is checked before anything runs, and bytecode
   caching is off (a mutant of the same length could otherwise reuse a stale ``.pyc``).
 - Each test stage is run once on the unmutated copy first. A test that fails there would
@@ -101,6 +105,29 @@ def snapshot(rev: str, work: Path, shared: Path | None) -> tuple[Path, str]:
     if shared is not None and shared.is_dir():
         (work / "shared").symlink_to(shared.resolve())
     return tree, commit
+
+
+def snapshot_worktree(work: Path, shared: Path | None) -> tuple[Path, str]:
+    """The checkout's files as they are now (tracked and untracked, not ignored) copied into
+    ``work/tree``, and ``shared`` linked as in ``snapshot``; returns the tree and a label."""
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\0")
+    tree = work / "tree"
+    for name in filter(None, files):
+        source = REPO / name
+        if source.is_file():  # a tracked file deleted in the checkout is left out
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / name)
+    if shared is not None and shared.is_dir():
+        (work / "shared").symlink_to(shared.resolve())
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return tree, f"{head} + working tree"
 
 
 def environment(tree: Path) -> dict[str, str]:
@@ -231,6 +258,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", action="append", default=[], help="only ids containing this")
     parser.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
+    parser.add_argument(
+        "--worktree", action="store_true", help="mutate the checkout's files as they are"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test stage")
     parser.add_argument("--list", action="store_true", help="check the snippets; run no test")
     parser.add_argument("--json", type=Path, help="write every mutant's result here")
@@ -240,13 +270,18 @@ def main(argv=None) -> int:
         "--workdir", type=Path, help="where to unpack the copy (default: a temp dir)"
     )
     args = parser.parse_args(argv)
+    if args.worktree and args.rev != "HEAD":
+        parser.error("--worktree copies the checkout as it is; it takes no --rev")
 
     mutants = [
         m for m in load_mutants(args.mutants) if not args.k or any(k in m.id for k in args.k)
     ]
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tensorlab-mutation-"))
     try:
-        tree, commit = snapshot(args.rev, work, args.shared)
+        if args.worktree:
+            tree, commit = snapshot_worktree(work, args.shared)
+        else:
+            tree, commit = snapshot(args.rev, work, args.shared)
         return run(args, mutants, tree, commit)
     finally:
         if args.workdir is None:
