@@ -65,6 +65,19 @@ def test_matmul_gradient_formula():
     np.testing.assert_allclose(b.grad.numpy(), a_np.T @ g_np, rtol=1e-12)
 
 
+def test_a_constant_on_the_left_of_at():
+    """``list @ x`` reaches ``Tensor.__rmatmul__`` (a list has no ``@``): the constant stays
+    on the left, and the gradient of x is Cᵀ g."""
+    c = [[1.0, 2.0, 0.0], [-1.0, 0.5, 3.0]]
+    x_np = np.arange(12.0).reshape(3, 4) / 5
+    x = leaf(x_np)
+    y = c @ x
+    np.testing.assert_allclose(y.numpy(), np.array(c) @ x_np, rtol=1e-12)
+    g = np.ones((2, 4))
+    y.backward(tl.tensor(g))
+    np.testing.assert_allclose(x.grad.numpy(), np.array(c).T @ g, rtol=1e-12)
+
+
 def test_matmul_shape_mismatch_names_the_op():
     with pytest.raises(ValueError, match=r"MatMul.*\(2, 3\).*\(4, 2\)"):
         tl.ones(2, 3) @ tl.ones(4, 2)

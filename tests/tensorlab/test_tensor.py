@@ -228,6 +228,19 @@ def test_argmax_argmin():
     assert not x.argmax().requires_grad and x.argmax().item() == 3
 
 
+# ---------------------------------------------------------------- in place
+def test_in_place_arithmetic_changes_the_memory():
+    x = tl.tensor(np.array([1.0, 2.0, 3.0]))
+    view = x.data
+    x.add_(tl.tensor(np.array([1.0, 1.0, 2.0])), alpha=-0.5)
+    np.testing.assert_array_equal(x.numpy(), [0.5, 1.5, 2.0])
+    x.add_(2.0)
+    x.sub_(tl.tensor(np.array([0.5, 0.5, 0.0])))
+    x.mul_(np.array([2.0, 1.0, -1.0]))
+    np.testing.assert_array_equal(x.numpy(), [4.0, 3.0, -4.0])
+    assert x.data is view  # in place: the same array, changed
+
+
 # ---------------------------------------------------------------- devices
 def test_cuda_without_a_gpu_gives_a_clear_error():
     if tl.cuda_available():
