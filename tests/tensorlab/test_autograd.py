@@ -595,8 +595,9 @@ def _exp_then(change):
         lambda y: y.reshape(3).add_(100.0),
         lambda y: y.detach().add_(100.0),
         lambda y: y[1:].add_(100.0),
+        lambda y: y.reshape(1, 3)[0, 1:].add_(100.0),  # NumPy's base: y's array, not the reshape
     ],
-    ids=["itself", "a reshape", "detach()", "a slice"],
+    ids=["itself", "a reshape", "detach()", "a slice", "a slice of a reshape"],
 )
 def test_changing_a_saved_output_in_place_is_refused(change):
     """Exp's backward reads its output: changed in place (through itself, a view or a
