@@ -354,6 +354,40 @@ def test_unknown_tensors_strict(tmp_path):
     from_pretrained(tmp_path, strict=False)
 
 
+# What GPT2Config gives a field config.json leaves out (the Hub's own gpt2/config.json has no
+# tie_word_embeddings): tied, gelu_new, layer_norm_epsilon 1e-5, n_inner 4 * n_embd.
+HF_GPT2_DEFAULTS = {"tie_weights": True, "activation": "gelu_tanh", "norm_eps": 1e-5, "d_ff": 4 * D}
+
+
+def _minimal_config() -> dict:
+    shape = ("model_type", "n_embd", "n_layer", "n_head", "n_positions", "vocab_size")
+    return {k: hf_config()[k] for k in shape}
+
+
+def test_fields_left_out_of_config_json_take_gpt2s_defaults(tmp_path):
+    cfg = config_from_hf(_minimal_config())
+    assert {k: getattr(cfg, k) for k in HF_GPT2_DEFAULTS} == HF_GPT2_DEFAULTS
+    # and the tied checkpoint of that config loads (no lm_head.weight asked for)
+    state = hf_state(hf_config())
+    model = from_pretrained(write_checkpoint(tmp_path, _minimal_config(), state))
+    np.testing.assert_allclose(
+        ours(model, TOKENS), reference_logits(state, hf_config(), TOKENS), atol=ATOL
+    )
+
+
+def test_the_defaults_are_transformers_own():
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is a test-only extra", exc_type=ImportError
+    )
+    ref = transformers.GPT2Config(
+        **{k: v for k, v in _minimal_config().items() if k != "model_type"}
+    )
+    assert ref.tie_word_embeddings == HF_GPT2_DEFAULTS["tie_weights"]
+    assert ref.activation_function == "gelu_new"
+    assert ref.layer_norm_epsilon == HF_GPT2_DEFAULTS["norm_eps"]
+    assert (ref.n_inner or 4 * ref.n_embd) == HF_GPT2_DEFAULTS["d_ff"]
+
+
 def test_save_rejects_non_gpt2_shapes(tmp_path):
     model = GPT(GPTConfig(vocab_size=V, block_size=NPOS, n_layer=1, d_model=D, norm="rmsnorm"))
     with pytest.raises(ValueError, match="norm='rmsnorm'"):

@@ -47,3 +47,17 @@ def test_everything_made_without_a_device_goes_to_the_default(device, restore_de
     logits, _ = model([[1, 2, 3]])  # a list of ids goes to the model's device
     assert logits.device == device
     assert tl.tensor([1.0], device="cpu").device == "cpu"  # a named device still wins
+
+
+def test_the_default_device_on_cupy_emulated_by_numpy(monkeypatch, restore_default):
+    """The "cuda" case of the test above on CuPy emulated by NumPy (tests/fake_cupy.py), so
+    that CI's CPU machines run it too; and the ``*_like`` functions follow their tensor, not
+    the default."""
+    import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    test_everything_made_without_a_device_goes_to_the_default("cuda", None)
+    x = tl.zeros(2, 3)
+    tl.set_default_device("cpu")
+    likes = [tl.randn_like(x), tl.rand_like(x), tl.zeros_like(x), tl.full_like(x, 2.0)]
+    assert {t.device for t in likes} == {"cuda"}
