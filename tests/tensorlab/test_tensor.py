@@ -236,7 +236,7 @@ def test_in_place_arithmetic_changes_the_memory():
     np.testing.assert_array_equal(x.numpy(), [0.5, 1.5, 2.0])
     x.add_(2.0)
     x.sub_(tl.tensor(np.array([0.5, 0.5, 0.0])))
-    x.mul_(np.array([2.0, 1.0, -1.0]))
+    x.mul_(tl.tensor([2.0, 1.0, -1.0]))
     np.testing.assert_array_equal(x.numpy(), [4.0, 3.0, -4.0])
     assert x.data is view  # in place: the same array, changed
 
