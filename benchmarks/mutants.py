@@ -82,7 +82,9 @@ TESTS = {
         "tests/gpt/tokenizers tests/gpt/test_cli.py",
     ],
     "tensorlab/tensor.py": [
-        "tests/tensorlab/test_reduce.py tests/tensorlab/test_shape.py",
+        "tests/tensorlab/test_tensor.py tests/tensorlab/test_reduce.py "
+        "tests/tensorlab/test_shape.py tests/tensorlab/test_index.py "
+        "tests/tensorlab/test_linalg.py",
         "tests/tensorlab",
     ],
     "nn/serialization.py": [
@@ -147,6 +149,12 @@ TESTS = {
         "tests/gpt/circuits/test_views_and_watch.py",
         "tests/gpt/circuits",
     ],
+    "tensorlab/creation.py": [
+        "tests/tensorlab/test_tensor.py tests/tensorlab/test_default_device.py",
+        "tests/tensorlab",
+    ],
+    "tensorlab/function.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
+    "tensorlab/functions.py": ["tests/tensorlab/test_functions.py", "tests/tensorlab"],
 }
 
 MUTANTS = {
@@ -1841,6 +1849,150 @@ MUTANTS = {
             "    if not -ndim <= axis < ndim and False:\n        valid",
             "axis_index: an axis out of range wraps around to another axis",
         ),
+        (
+            "lift-int-beside-bool",
+            'numeric = isinstance(x, bool) or like.data.dtype.kind != "b"',
+            'numeric = isinstance(x, bool) and like.data.dtype.kind != "b"',
+            "mask + 1 stays boolean (an int beside a boolean tensor takes its dtype)",
+        ),
+        (
+            "lift-float-into-int",
+            "dtype = like.data.dtype if floating else DEFAULT_DTYPE",
+            "dtype = like.data.dtype",
+            "an integer tensor times 0.5 truncates the 0.5 to the tensor's integer dtype",
+        ),
+        (
+            "axis-one-past-end",
+            "if not -ndim <= axis < ndim:",
+            "if not -ndim <= axis <= ndim:",
+            "axis == ndim is accepted and wraps around to axis 0",
+        ),
+        (
+            "rsub-swapped",
+            "        return Sub.apply(_lift(other, self), self)",
+            "        return Sub.apply(self, _lift(other, self))",
+            "2 - x computes x - 2",
+        ),
+        (
+            "rtruediv-swapped",
+            "        return Div.apply(_lift(other, self), self)",
+            "        return Div.apply(self, _lift(other, self))",
+            "2 / x computes x / 2",
+        ),
+        (
+            "rmatmul-swapped",
+            "return _lift(other, self).__matmul__(self)",
+            "return self.__matmul__(_lift(other, self))",
+            "array @ x computes x @ array",
+        ),
+        (
+            "le-strict",
+            "return self._compare(other, np.less_equal)",
+            "return self._compare(other, np.less)",
+            "x <= y is x < y",
+        ),
+        (
+            "T-identity",
+            "axes=tuple(range(self.ndim - 1, -1, -1))",
+            "axes=tuple(range(self.ndim))",
+            ".T leaves the axes in place",
+        ),
+        (
+            "detach-own-counter",
+            "        t._vc = self._vc\n        return t",
+            "        t._vc = [0]\n        return t",
+            "detach() gets its own version counter: an in-place change through it goes unnoticed",
+        ),
+        (
+            "inplace-not-counted",
+            "        self._vc[0] += 1",
+            "        self._vc[0] += 0",
+            "in-place changes do not bump the version counter",
+        ),
+        (
+            "add-alpha-ignored",
+            "self.data += o if alpha == 1.0 else alpha * o",
+            "self.data += o",
+            "add_(other, alpha) ignores alpha",
+        ),
+        (
+            "argsort-desc-n-axis0",
+            "n = a.shape[axis] if a.ndim else 1",
+            "n = a.shape[0] if a.ndim else 1",
+            "descending argsort maps indices back with axis 0's length, not the sorted axis's",
+        ),
+        (
+            "topk-smallest",
+            "idx = self.argsort(ax, descending=largest).data",
+            "idx = self.argsort(ax, descending=not largest).data",
+            "topk returns the smallest entries (largest inverted)",
+        ),
+        (
+            "topk-k-equals-n-refused",
+            "if not 0 <= k <= n:",
+            "if not 0 <= k < n:",
+            "topk refuses k equal to the axis length",
+        ),
+        (
+            "flatten-end-kept",
+            "return self.reshape(s[:start] + (-1,) + s[end + 1 :])",
+            "return self.reshape(s[:start] + (-1,) + s[end:])",
+            "flatten keeps the end axis as a separate axis",
+        ),
+        (
+            "expand-minus-one-unaligned",
+            "s if s != -1 else self.shape[i - len(shape) + self.ndim]",
+            "s if s != -1 else self.shape[i]",
+            "expand's -1 reads the size at its own position, not right-aligned with the new axes",
+        ),
+        (
+            "tile-reps-left-aligned",
+            "reps = (1,) * (n - len(reps)) + tuple(reps)",
+            "reps = tuple(reps) + (1,) * (n - len(reps))",
+            "missing tile reps are padded on the right, not the left",
+        ),
+        (
+            "unsqueeze-range",
+            'axis = axis_index("unsqueeze", axis, self.ndim + 1)',
+            'axis = axis_index("unsqueeze", axis, self.ndim)',
+            "unsqueeze(-1) inserts before the last axis (its range has one position too few)",
+        ),
+        (
+            "chunk-floor",
+            "return split(self, -(-n // chunks) if n else [0] * chunks, axis)",
+            "return split(self, n // chunks or 1 if n else [0] * chunks, axis)",
+            "chunk's piece size rounds down, giving more pieces than asked",
+        ),
+        (
+            "index-add-alpha-dropped",
+            "        if alpha != 1.0:\n            source = source * alpha",
+            "        if alpha == 1.0:\n            source = source * alpha",
+            "index_add ignores alpha",
+        ),
+        (
+            "masked-fill-inverted",
+            "return where(mask, value, self)",
+            "return where(mask, self, value)",
+            "masked_fill fills where the mask is false",
+        ),
+        (
+            "split-start-fixed",
+            "        start += s\n",
+            "        start = s\n",
+            "split's third piece on start at the previous piece's size, not the running sum",
+        ),
+        (
+            "init-float64-array-narrowed",
+            "if dtype is None and not was_array and data.dtype == np.float64:",
+            "if dtype is None and data.dtype == np.float64:",
+            "a float64 NumPy array becomes float32 in Tensor(): float64 gradchecks run in float32",
+        ),
+        (
+            "gather-index-larger-allowed",
+            "k > m for i, (k, m) in enumerate(zip(idx.shape, self.shape)) if i != axis",
+            "k > m + 1 for i, (k, m) in enumerate(zip(idx.shape, self.shape)) if i != axis",
+            "gather accepts an index one larger than self on another axis",
+        ),
     ],
     "gpt/tokenizers/cli.py": [
         (
@@ -1848,6 +2000,145 @@ MUTANTS = {
             "if Path(args.out).exists() and not args.overwrite:",
             "if Path(args.out).exists() and args.overwrite:",
             "tokenizer-train: an existing --out is replaced without --overwrite",
+        ),
+    ],
+    "tensorlab/creation.py": [
+        (
+            "arange-int-if-any",
+            "is_int = all(isinstance(v, int | np.integer) for v in (start, stop, step))",
+            "is_int = any(isinstance(v, int | np.integer) for v in (start, stop, step))",
+            "arange(0, 1.5, 0.5) is made int64 because one bound is an int",
+        ),
+        (
+            "randint-high-inclusive",
+            "integers(low, high, size=_shape((shape,)))",
+            "integers(low, high + 1, size=_shape((shape,)))",
+            "randint draws from [low, high], high included",
+        ),
+        (
+            "like-dtype-ignored",
+            "return _make(getattr(xp, fn)(t.data, *args, dtype=dtype or t.dtype), requires_grad)",
+            "return _make(getattr(xp, fn)(t.data, *args, dtype=t.dtype), requires_grad)",
+            "zeros_like/ones_like/full_like ignore dtype",
+        ),
+        (
+            "tensor-default-device-ignored",
+            "device = device or default_device()",
+            "device = device",
+            "tl.tensor ignores the default device",
+        ),
+        (
+            "dlpack-device-type",
+            "if device_type == 1:  # kDLCPU",
+            "if device_type == 2:  # kDLCPU",
+            "from_dlpack sends a CPU producer to CuPy",
+        ),
+        (
+            "randn-like-device",
+            "return randn(*t.shape, dtype=dtype or t.dtype, device=t.device,",
+            "return randn(*t.shape, dtype=dtype or t.dtype, device=None,",
+            "randn_like ignores the tensor's device",
+        ),
+        (
+            "eye-m-dropped",
+            "return _make(xp_for(device).eye(n, m, dtype=dtype), requires_grad)",
+            "return _make(xp_for(device).eye(n, n, dtype=dtype), requires_grad)",
+            "eye(n, m) is square",
+        ),
+    ],
+    "tensorlab/function.py": [
+        (
+            "view-of-view-own-counter",
+            "if data is src or (base is not None and (base is src or base is src.base)):",
+            "if data is src or (base is not None and base is src):",
+            "a view of a view gets its own version counter: changes through it go unnoticed",
+        ),
+        (
+            "scope-outermost",
+            "ctx.scope = modes.scope_stack[-1]",
+            "ctx.scope = modes.scope_stack[0]",
+            "a node records the outermost named_scope, not the innermost",
+        ),
+        (
+            "scope-not-nested",
+            'stack.append(f"{outer}.{self.name}" if outer else self.name)',
+            "stack.append(self.name)",
+            "nested named_scopes do not join with a dot",
+        ),
+        (
+            "switch-shared-on-recursion",
+            "        return copy.copy(self)",
+            "        return self",
+            "a recursive call of a no_grad-decorated function overwrites the saved mode",
+        ),
+        (
+            "forward-error-always-devices",
+            "if len(devices) > 1:",
+            "if len(devices) >= 1:",
+            "every forward error is reported as tensors on different devices",
+        ),
+        (
+            "anomaly-any-finite",
+            "not bool(xp_of(data).isfinite(data).all())",
+            "not bool(xp_of(data).isfinite(data).any())",
+            "detect_anomaly misses a NaN unless every entry is non-finite",
+        ),
+        (
+            "creation-site-outermost",
+            "frame = (user or stack)[-1]",
+            "frame = (user or stack)[0]",
+            "the anomaly's creation site is the outermost user frame, not the line making the op",
+        ),
+        (
+            "versions-of-first-input",
+            "ctx._versions = tuple([t._vc[0] for t in inputs])",
+            "ctx._versions = tuple([inputs[0]._vc[0] for t in inputs])",
+            "every input's saved version is the first input's: changes to others go unnoticed",
+        ),
+    ],
+    "tensorlab/functions.py": [
+        (
+            "var-ddof-dropped",
+            "return x.var(axis, keepdims, ddof)",
+            "return x.var(axis, keepdims)",
+            "tl.var ignores ddof",
+        ),
+        (
+            "std-ddof-dropped",
+            "return x.std(axis, keepdims, ddof)",
+            "return x.std(axis, keepdims)",
+            "tl.std ignores ddof",
+        ),
+        (
+            "clip-swapped",
+            "return x.clip(min, max)",
+            "return x.clip(max, min)",
+            "tl.clip swaps its bounds",
+        ),
+        (
+            "topk-largest-dropped",
+            "return x.topk(k, axis, largest)",
+            "return x.topk(k, axis)",
+            "tl.topk ignores largest=False",
+        ),
+        (
+            "argsort-descending-dropped",
+            "return x.argsort(axis, descending)",
+            "return x.argsort(axis)",
+            "tl.argsort ignores descending",
+        ),
+        (
+            "index-add-alpha-dropped",
+            "return x.index_add(axis, index, source, alpha)",
+            "return x.index_add(axis, index, source)",
+            "tl.index_add ignores alpha",
+        ),
+        ("triu-k-dropped", "return x.triu(k)", "return x.triu()", "tl.triu ignores k"),
+        (
+            "roll-axis-dropped",
+            "return x.roll(shifts, axis)",
+            "return x.roll(shifts)",
+            "tl.roll rolls the flattened tensor whatever the axis",
         ),
     ],
 }
