@@ -155,6 +155,26 @@ TESTS = {
     ],
     "tensorlab/function.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
     "tensorlab/functions.py": ["tests/tensorlab/test_functions.py", "tests/tensorlab"],
+    "gpt/tokenizers/char.py": [
+        "tests/gpt/tokenizers/test_char_tokenizer.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/metrics.py": [
+        "tests/gpt/tokenizers/test_tokenizer_metrics.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/spelling.py": ["tests/gpt/tokenizers/test_spelling.py", "tests/gpt/tokenizers"],
+    "gpt/tokenizers/unigram.py": [
+        "tests/gpt/tokenizers/test_unigram.py tests/gpt/tokenizers/test_unigram_without_unk.py "
+        "tests/gpt/tokenizers/test_unigram_definitions.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/wordpiece.py": [
+        "tests/gpt/tokenizers/test_wordpiece.py "
+        "tests/gpt/tokenizers/test_wordpiece_decoding.py "
+        "tests/gpt/tokenizers/test_wordpiece_definitions.py",
+        "tests/gpt/tokenizers",
+    ],
 }
 
 MUTANTS = {
@@ -2141,6 +2161,215 @@ MUTANTS = {
             "tl.roll rolls the flattened tensor whatever the axis",
         ),
     ],
+    "gpt/tokenizers/char.py": [
+        (
+            "unk-special-twice",
+            '        if unknown == "replace" and CHAR_UNK not in specials:',
+            '        if unknown == "replace":',
+            "CharTokenizer: <unk> added again when the special tokens already name it",
+        ),
+        (
+            "train-unk-counted-twice",
+            '(unknown == "replace" and CHAR_UNK not in specials)',
+            '(unknown == "replace")',
+            "CharTokenizer.train: room for <unk> kept even when it is among the special tokens",
+        ),
+        (
+            "tie-first-seen",
+            "            keep = sorted(counts, key=lambda c: (-counts[c], c))[:n_chars]",
+            "            keep = sorted(counts, key=lambda c: -counts[c])[:n_chars]",
+            "CharTokenizer.train: equally frequent characters kept in order of first appearance",
+        ),
+        (
+            "exact-size-refused",
+            "            if n_chars > len(counts):",
+            "            if n_chars >= len(counts):",
+            "CharTokenizer.train: a vocab_size that takes every character is refused",
+        ),
+        (
+            "skip-raises",
+            '            elif self.unknown == "error":',
+            "            else:",
+            "CharTokenizer: unknown='skip' raises like 'error'",
+        ),
+    ],
+    "gpt/tokenizers/metrics.py": [
+        (
+            "rare-inclusive",
+            "rare_share=sum(1 for c in counts.values() if c < rare_below)",
+            "rare_share=sum(1 for c in counts.values() if c <= rare_below)",
+            "report: a token seen exactly rare_below times counts as rare",
+        ),
+        (
+            "sample-six-strict",
+            "if len(line.split()) >= 6]",
+            "if len(line.split()) > 6]",
+            "sample_line: a line of exactly six words is passed over",
+        ),
+        (
+            "sample-cut-first-space",
+            '        line = line[: line.rfind(" ", 0, max_chars) if',
+            '        line = line[: line.find(" ", 0, max_chars) if',
+            "sample_line: a long line cut at its first space, not its last before max_chars",
+        ),
+        (
+            "empty-text-divides",
+            "    n = max(len(ids), 1)",
+            "    n = len(ids)",
+            "report: empty text divides by zero tokens",
+        ),
+    ],
+    "gpt/tokenizers/spelling.py": [
+        (
+            "prefix-space-key",
+            '            added_prefix_space=any(s.get("add_prefix_space", True) is True',
+            '            added_prefix_space=any(s.get("trim_offsets", True) is True',
+            "Spelling.of: added_prefix_space read from the trim_offsets field",
+        ),
+        (
+            "sequence-not-entered",
+            '    steps = (post.get("processors") or []) if _type(post) == "Sequence" else [post]',
+            "    steps = [post]",
+            "Spelling.of: a ByteLevel post-processor inside a Sequence is not seen",
+        ),
+        (
+            "find-key-shallow",
+            "        spec = list(spec.values())",
+            "        return None",
+            "_find_key: a Metaspace nested in a Sequence keeps the default replacement",
+        ),
+    ],
+    "gpt/tokenizers/unigram.py": [
+        (
+            "viterbi-tie-shorter",
+            "                if base + s > best[j]:",
+            "                if base + s >= best[j]:",
+            "Unigram._viterbi: ties go to the later cut (the shorter last piece), not the longer",
+        ),
+        (
+            "edges-window-short",
+            "for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):",
+            "for j in range(i + 1, min(len(word), i + self.max_piece_chars - 1) + 1):",
+            "Unigram._edges_from: the longest pieces of the vocabulary are never lattice edges",
+        ),
+        (
+            "unk-score-bonus",
+            "        self.unk_score = self.min_score - UNK_PENALTY",
+            "        self.unk_score = self.min_score + UNK_PENALTY",
+            "Unigram: an unknown character scores above the least likely piece, not below",
+        ),
+        (
+            "unk-edge-if-any-piece",
+            "                has_single = has_single or j == i + 1",
+            "                has_single = True",
+            "Unigram._edges_from: no unknown edge where a longer piece starts at the character",
+        ),
+        (
+            "sample-alpha-ignored",
+            "                into[j].append((i, alpha * s))",
+            "                into[j].append((i, s))",
+            "Unigram.encode_sample: alpha never sharpens or flattens the distribution",
+        ),
+        (
+            "sample-weight-no-edge",
+            "            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]",
+            "            weights = [math.exp(logf[i] - logf[j]) for i, s in options]",
+            "Unigram._sample_word: the backward walk weighs a cut by the mass before it, not "
+            "the edge",
+        ),
+        (
+            "sample-forward-max",
+            "            logf[j] = _logsumexp([logf[i] + s for i, s in into[j]])",
+            "            logf[j] = max([logf[i] + s for i, s in into[j]])",
+            "Unigram._sample_word: forward pass takes the best path, not the sum over paths",
+        ),
+        (
+            "decode-strip-after-special",
+            "self._join(part, at_start=not out)",
+            "self._join(part, at_start=True)",
+            "Unigram.decode: the leading space stripped after every special token too",
+        ),
+        (
+            "prune-alt-total-sign",
+            "            log_total_alt = np.log(total + freq * (n_alt - 1))",
+            "            log_total_alt = np.log(total + freq * (n_alt + 1))",
+            "_prune: the total count after removing a piece grows by n_alt + 1 times its uses",
+        ),
+        (
+            "prune-alt-own-count",
+            "            alt_terms = np.log(freq[alts] + freq[owners])",
+            "            alt_terms = np.log(freq[alts])",
+            "_prune: an alternative piece's count does not take over the removed piece's uses",
+        ),
+        (
+            "fit-prune-at-once",
+            "            keep = max(target, int(n_alive * shrink))",
+            "            keep = min(target, int(n_alive * shrink))",
+            "Unigram.fit: one pruning round goes straight to the target size",
+        ),
+        (
+            "seed-singletons",
+            "        score[(self.sid_freq < 2) & ~required] = -np.inf",
+            "        score[(self.sid_freq < 1) & ~required] = -np.inf",
+            "Unigram.fit: substrings seen only once enter the seed vocabulary",
+        ),
+        (
+            "np-viterbi-tie-last",
+            "        first = is_max[np.concatenate([[True], group[1:] != group[:-1]])]",
+            "        first = is_max[np.concatenate([group[1:] != group[:-1], [True]])]",
+            "_viterbi (training): ties go to the last edge into a node (the shortest piece)",
+        ),
+        (
+            "em-backward-from-start",
+            "alpha[start] + w + beta[end]",
+            "alpha[start] + w + beta[start]",
+            "_em_step: an edge's posterior reads the backward sum at its start node",
+        ),
+    ],
+    "gpt/tokenizers/wordpiece.py": [
+        (
+            "max-word-inclusive",
+            "        if len(word) > self.max_word_chars:",
+            "        if len(word) >= self.max_word_chars:",
+            "WordPiece: a word of exactly max_word_chars characters becomes [UNK]",
+        ),
+        (
+            "window-short",
+            "            end = min(n, start + self.max_piece_chars)",
+            "            end = min(n, start + self.max_piece_chars - 1)",
+            "WordPiece: the longest vocabulary entry never matched at a word start",
+        ),
+        (
+            "decode-first-prefix-stripped",
+            "            if out and t.startswith(self.prefix) and i not in self._special_by_id:",
+            "            if t.startswith(self.prefix) and i not in self._special_by_id:",
+            "WordPiece.decode: a ## piece at the very start loses its ##",
+        ),
+        (
+            "tokcount-new-reset",
+            "        tok_count[c] = tok_count.get(c, 0) + n_ab",
+            "        tok_count[c] = n_ab",
+            "WordPiece likelihood: a token spelled by two merges counts only the latest merge",
+        ),
+        (
+            "tokcount-b-after-del",
+            "        tok_count[b] -= n_ab",
+            "        tok_count[b] -= pair_count.get(pair, 0)",
+            "WordPiece likelihood: the right part's count read after the pair was deleted (0)",
+        ),
+        (
+            "repush-without-b",
+            "pairs_of.get(a, set()) | pairs_of.get(b, set()) | pairs_of.get(c, set())",
+            "pairs_of.get(a, set()) | pairs_of.get(c, set())",
+            "WordPiece likelihood: pairs with the right part keep the score from before the merge",
+        ),
+        (
+            "stale-entry-used",
+            "        if pair_count.get(pair, 0) <= 0 or -neg != score(pair):",
+            "        if pair_count.get(pair, 0) <= 0:",
+            "WordPiece training: a heap entry with an outdated score is merged",
+        ),
+    ],
 }
 
 # Survivors that have been looked at, and the verdict. They still count as survived.
@@ -2160,5 +2389,10 @@ REVIEWED = {
         "equivalent so far: an added token's stretch is its own text, where the search finds "
         "its surface whole (or, spelled otherwise, fills the whole stretch with it); the "
         "explicit span does not depend on how the token is spelled."
+    ),
+    "wordpiece.tokcount-new-reset": (
+        "equivalent: a merge rewrites every occurrence of its pair at once, so no later merge "
+        "spells a token an earlier merge made (none in 20,000 random trainings, prefix '##' or "
+        "''), and a merged text that is a special token's has count 0, so get(c, 0) is always 0"
     ),
 }

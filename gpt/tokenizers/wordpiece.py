@@ -248,12 +248,14 @@ def _learn_merges(
         if c is None:
             c = stoi[text] = len(itos)
             itos.append(text)
-        n_ab = pair_count[pair]
+        n_ab = 0  # merges made: fewer than the pair's count where occurrences overlap ("a a a")
         touched.clear()
         for wi in where.pop(pair):
             f = freqs[wi]
             changes.clear()
+            n = len(words[wi])
             words[wi] = merge_pair(words[wi], pair, c, changes)
+            n_ab += f * (n - len(words[wi]))
             for old, new in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, c)
                 bump(old, -f, wi)
                 bump(new, f, wi)

@@ -4,7 +4,7 @@ import pytest
 
 import gpt.tokenizers as tk
 from gpt.tokenizers.cli import main
-from gpt.tokenizers.metrics import first_difference
+from gpt.tokenizers.metrics import first_difference, sample_line
 
 
 def test_first_difference():
@@ -23,6 +23,30 @@ def test_report_on_a_char_tokenizer_by_hand():
     assert r.unk_rate == 1 / 4
     assert not r.reversible and r.first_difference == 3
     assert "unk" in tk.format_reports([r])
+
+
+def test_rare_means_seen_fewer_than_rare_below_times():
+    tok = tk.CharTokenizer.train("abc")
+    r = tk.report(tok, "aaabbc")  # a 3 times, b twice, c once
+    assert r.rare_below == 3 and r.rare_share == 2 / 3
+    assert tk.report(tok, "aaabbc", rare_below=2).rare_share == 1 / 3
+    assert tk.report(tok, "aaabbc", rare_below=4).rare_share == 3 / 3
+
+
+def test_report_on_empty_text():
+    r = tk.report(tk.CharTokenizer.train("abc"), "")
+    assert r.n_tokens == r.n_bytes == r.n_chars == 0
+    assert r.bytes_per_token == r.chars_per_token == r.used_share == r.unk_rate == 0
+    assert r.reversible and r.first_difference is None
+
+
+def test_sample_line_is_the_first_of_six_words_or_more_cut_at_a_word_end():
+    text = "one two three four five\nsix words on this line here\nthe next line has seven words"
+    assert sample_line(text) == "six words on this line here"
+    assert sample_line("aaaa bbbb cccc dddd eeee ffff", max_chars=12) == "aaaa bbbb"
+    assert sample_line("aaaa bbbb cccc dddd eeee ffff", max_chars=15) == "aaaa bbbb cccc"
+    # a first word longer than max_chars is cut where it must be
+    assert sample_line("x" * 100 + " y z w v u") == "x" * 70
 
 
 def test_report_bpe_is_reversible(train_text, heldout_text):

@@ -36,6 +36,17 @@ def test_merges_by_frequency_worked_by_hand():
         WordPiece.train(text, vocab_size=8, score="best")
 
 
+def test_likelihood_counts_a_merge_of_overlapping_pairs_once_worked_by_hand():
+    # words "a" x2, "aa", "aaaa": a: 4, ##a: 4; (a, ##a) = 2 and (##a, ##a) = 2 (the two
+    # overlapping pairs of "aaaa"): both score 2 / 16, the smaller ids win: ##a ##a -> "##aa".
+    # "aaaa" becomes a ##aa ##a: that was ONE merge, so ##a: 2, ##aa: 1 (counting it twice, as
+    # the pair count, left ##a at 0 and the next score divided by zero). Now (a, ##a) = 1 / 8,
+    # (a, ##aa) = 1 / 4, (##aa, ##a) = 1 / 2: "##aaa". Then (a, ##a) and (a, ##aaa) both score
+    # 1 / 4: "aa" (smaller ids), then "aaaa".
+    tok = WordPiece.train("a a aa aaaa", vocab_size=7, score="likelihood")
+    assert tok.itos == ["[UNK]", "##a", "a", "##aa", "##aaa", "aa", "aaaa"]
+
+
 def hand_vocab() -> WordPiece:
     return WordPiece(["[UNK]", "un", "##aff", "##able", "aff", "##a", "##b", "able", "u", "##n"])
 
