@@ -200,3 +200,66 @@ def check_fused_op(fused, composed, inputs, atol: float = 1e-10, seed: int = 0) 
 edge_btd = st.tuples(
     st.sampled_from([0, 1, 2]), st.sampled_from([0, 1, 3]), st.sampled_from([1, 4])
 )
+
+
+# ---------------------------------------------------------------- model configurations
+@st.composite
+def gpt_configs(draw, max_layers: int = 2):
+    """A small GPTConfig with every architectural switch drawn (norm, its placement, parallel
+    blocks, attention-only, activation, positions, heads and key/value heads, biases, tying)."""
+    from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, GPTConfig
+
+    n_head = draw(st.sampled_from([1, 2, 4]))
+    attn_only = draw(st.booleans())
+    parallel = not attn_only and draw(st.booleans())
+    placements = [p for p in PLACEMENTS if not (parallel and p == "post")]
+    positional = draw(st.sampled_from(POSITIONAL))
+    d_heads = [2] if positional == "rope" else [None, 2]  # RoPE rotates pairs: d_head even
+    return GPTConfig(
+        vocab_size=draw(st.integers(2, 9)),
+        block_size=draw(st.integers(1, 6)),
+        n_layer=draw(st.integers(0, max_layers)),
+        n_head=n_head,
+        n_kv_head=draw(st.sampled_from([k for k in (1, 2, 4) if n_head % k == 0])),
+        d_model=4 * draw(st.integers(1, 3)),
+        d_head=draw(st.sampled_from(d_heads)),
+        d_ff=draw(st.sampled_from([None, 5])),
+        activation=draw(st.sampled_from(ACTIVATIONS)),
+        norm=draw(st.sampled_from(NORMS)),
+        norm_placement=draw(st.sampled_from(placements)),
+        parallel=parallel,
+        attn_only=attn_only,
+        positional=positional,
+        max_relative_distance=draw(st.integers(1, 3)),
+        bias=draw(st.booleans()),
+        qkv_bias=draw(st.sampled_from([None, True, False])),
+        tie_weights=draw(st.booleans()),
+        final_norm=draw(st.booleans()),
+    )
+
+
+@st.composite
+def seq2seq_configs(draw):
+    """A small Seq2SeqConfig with every switch that changes the parameter count drawn."""
+    from gpt.config import GATED, PLACEMENTS, Seq2SeqConfig
+
+    vocab = draw(st.integers(3, 9))
+    share = draw(st.booleans())
+    return Seq2SeqConfig(
+        src_vocab_size=vocab if share else draw(st.integers(3, 9)),
+        tgt_vocab_size=vocab,
+        max_len=draw(st.integers(1, 6)),
+        n_encoder_layer=draw(st.integers(1, 2)),
+        n_decoder_layer=draw(st.integers(1, 2)),
+        n_head=2,
+        d_model=4,
+        d_ff=draw(st.sampled_from([None, 3])),
+        activation=draw(st.sampled_from(["relu", *GATED])),
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        norm_placement=draw(st.sampled_from(PLACEMENTS)),
+        final_norm=draw(st.sampled_from([None, True, False])),
+        positional=draw(st.sampled_from(["sinusoidal", "learned"])),
+        bias=draw(st.booleans()),
+        tie_weights=draw(st.booleans()),
+        share_embeddings=share,
+    )

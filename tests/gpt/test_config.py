@@ -3,8 +3,13 @@
 import warnings
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from strategies import gpt_configs, seq2seq_configs
 
-from gpt.config import ConfigError, ConfigNote, GPTConfig, Seq2SeqConfig, preset
+from gpt.config import GATED, ConfigError, ConfigNote, GPTConfig, Seq2SeqConfig, preset
+from gpt.model import GPT
+from gpt.seq2seq import Transformer
 
 
 def test_rules_fill_in_defaults():
@@ -141,3 +146,57 @@ def test_grouped_query_parameter_count_by_hand():
         tie_weights=True,
     )
     assert c.num_parameters() == 176 + (512 + 128 + 16 + 8) + 1152 + 32 + 16
+
+
+@given(d_model=st.integers(1, 4096), activation=st.sampled_from(GATED))
+def test_a_gated_mlps_width_is_eight_thirds_rounded_up_to_a_multiple_of_8(d_model, activation):
+    """Shazeer's 8/3 · d_model keeps a gated MLP's three matrices at the parameter count of a
+    plain 4 · d_model MLP's two; rounded up (never below 8/3 · d_model) to a multiple of 8."""
+    d_ff = GPTConfig(d_model=d_model, n_head=1, activation=activation).d_ff
+    assert d_ff % 8 == 0
+    assert 8 * d_model / 3 - 1 < d_ff < 8 * d_model / 3 + 8  # (int() may drop one fraction)
+
+
+PARALLEL = dict(vocab_size=5, block_size=4, n_layer=1, n_head=2, d_model=32, parallel=True)
+
+
+@given(gpt_configs())
+@example(GPTConfig(**PARALLEL, norm_placement="pre"))  # one norm shared by both branches
+@example(GPTConfig(**PARALLEL, norm_placement="sandwich"))  # two in, two out
+def test_num_parameters_is_the_models_count(cfg):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigNote)
+        assert GPT(cfg).num_parameters() == cfg.num_parameters()
+
+
+@given(seq2seq_configs())
+def test_seq2seq_num_parameters_is_the_models_count(cfg):
+    assert sum(p.size for p in Transformer(cfg).parameters()) == cfg.num_parameters()
+
+
+def test_flops_count_the_attention_a_sliding_window_allows():
+    """Per token, a layer's scores and mix cost 2 · span · n_head · d_head in the forward pass,
+    where span = min(block_size, sliding_window); ×3 with the backward."""
+    full = GPTConfig(block_size=64)
+    window = GPTConfig(block_size=64, sliding_window=16)
+    per_position = 3 * 2 * full.n_layer * full.n_head * full.d_head
+    assert full.flops_per_token() - window.flops_per_token() == per_position * (64 - 16)
+    assert GPTConfig(block_size=64, sliding_window=100).flops_per_token() == full.flops_per_token()
+
+
+def test_seq2seq_pad_id_must_be_a_source_id_too():
+    kw = dict(src_vocab_size=4, tgt_vocab_size=8, bos_id=5, eos_id=6)
+    with pytest.raises(ConfigError, match="pad_id=4 is outside the source vocabulary"):
+        Seq2SeqConfig(pad_id=4, **kw)
+    assert Seq2SeqConfig(pad_id=3, **kw).pad_id == 3
+
+
+def test_seq2seq_final_norm_follows_the_placement_unless_given():
+    """Post-norm ends each sublayer with a norm already; pre-norm and sandwich need one after
+    each stack."""
+    assert [Seq2SeqConfig(norm_placement=p).final_norm for p in ("post", "pre", "sandwich")] == [
+        False,
+        True,
+        True,
+    ]
+    assert Seq2SeqConfig(norm_placement="post", final_norm=True).final_norm
