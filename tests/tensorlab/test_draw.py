@@ -59,6 +59,40 @@ def test_named_scopes_become_nested_clusters_and_can_collapse():
     assert sorted(op_labels(collapsed)) == ["Mul", "Sum"]
 
 
+def test_collapse_takes_whole_scope_names_and_depth_counts_parts():
+    w = tl.randn(3, 3, requires_grad=True)
+    h = w
+    for i in (1, 10):
+        with tl.named_scope(f"blocks.{i}"):
+            h = (h @ w).tanh()
+    y = h.sum()
+    # "blocks.1" is not a prefix of the scope "blocks.10": that block stays drawn op by op
+    src = tl.draw(y, collapse=["blocks.1"]).source
+    assert "blocks.1\n(2 ops)" in src and "blocks.10\n" not in src
+    assert sorted(op_labels(src)) == ["MatMul", "Sum", "Tanh"]
+    # collapse_depth=2 collapses every scope of two or more parts to its first two
+    src = tl.draw(y, collapse_depth=2).source
+    assert "blocks.1\n(2 ops)" in src and "blocks.10\n(2 ops)" in src
+    assert op_labels(src) == ["Sum"]
+    assert op_labels(tl.draw(y, collapse_depth=3).source).count("Tanh") == 2  # none that deep
+
+
+def test_only_tensors_a_gradient_reaches_are_drawn():
+    """The constant operand x of x @ w is no leaf of the gradient's graph: not drawn."""
+    w, y = small_graph()
+    src = tl.draw(y).source
+    assert src.count("shape=ellipse") == 2  # w and the output
+    assert "(4, 3) float32" not in src
+
+
+def test_a_summary_lists_the_entries_of_small_tensors_only():
+    from tensorlab.draw import summary
+
+    assert summary(np.full(6, 2.0), "g") == "|g| = 4.9  [2, 2, 2, 2, 2, 2]"
+    assert summary(np.full(7, 2.0), "g") == "|g| = 5.29"
+    assert summary(np.zeros(0)) == "norm 0"
+
+
 def test_backward_view_reverses_edges_and_renames_ops():
     w, y = small_graph()
     src = tl.draw(y, backward=True).source
@@ -178,6 +212,17 @@ def test_step_through_page_has_one_frame_per_backward_node():
     assert page_html.startswith("<!DOCTYPE html>") and "<svg" in page_html
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)", page_html)
     assert "<link" not in page_html and page._repr_html_() in page_html
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_a_name_holding_a_closing_script_tag_does_not_end_the_pages_script():
+    from tensorlab.draw import backward_steps
+
+    w, y = small_graph()
+    w.name = "</script><b>w"
+    page = backward_steps(y)
+    assert page.html.count("</script>") == 1  # the page's own
+    assert any(s["to"] == "</script><b>w" for f in page.frames for s in f["sends"])
 
 
 BROWSER = next(
