@@ -1,5 +1,6 @@
 """gpt/plots.py: the attention heatmap says what its ticks are (token ids, token text or
-positions), and a pattern that is not one head's (T_q, T_k) is refused by name."""
+positions), its colour scale spans the pattern, and a pattern that is not one head's (T_q, T_k)
+is refused by name; the score-per-head figures put each score in its head's place."""
 
 from __future__ import annotations
 
@@ -53,3 +54,56 @@ def test_too_many_tokens_to_name_are_positions(drawn):
 def test_a_pattern_of_several_heads_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"one head's pattern \(T_q, T_k\), got shape \(2, 4, 4\)"):
         plots.attention_pattern(np.zeros((2, 4, 4)), tmp_path / "p.png")
+
+
+@pytest.fixture
+def figure(monkeypatch):
+    """The figure of the last plot drawn (read before it is saved and closed)."""
+    seen = {}
+    save = plots._save
+
+    def keep(fig, path):
+        seen["fig"] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return lambda: seen["fig"]
+
+
+def test_a_rectangular_pattern_names_the_last_positions(figure, tmp_path):
+    """With a cache the queries are the last T_q positions of T_k: given the labels of all
+    positions, the keys take the last T_k and the queries the last T_q."""
+    labels = ["a", "b", "c", "d", "e"]
+    plots.attention_pattern(np.full((2, 3), 1 / 3), tmp_path / "p.png", labels=labels)
+    ax = figure().axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["c", "d", "e"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["d", "e"]
+
+
+def test_the_colour_scale_spans_the_pattern(figure, tmp_path):
+    pattern = np.tril(np.full((4, 4), 0.25))
+    plots.attention_pattern(pattern, tmp_path / "p.png")
+    assert figure().axes[0].images[0].get_clim() == (0.0, 0.25)
+
+
+SCORES = np.array([[0.1, 0.9, 0.3], [0.5, 0.2, 0.7]])  # (layers, heads)
+
+
+def test_head_scores_heatmap_writes_each_score_in_its_cell(figure, tmp_path):
+    plots.head_scores(SCORES, tmp_path / "s.png", title="induction")
+    ax = figure().axes[0]
+    cells = {t.get_position(): t.get_text() for t in ax.texts}
+    want = {(h, layer): f"{SCORES[layer, h]:.2f}" for layer in range(2) for h in range(3)}
+    assert cells == want
+    np.testing.assert_array_equal(ax.images[0].get_array(), SCORES)
+
+
+def test_head_scores_bars_stand_side_by_side(figure, tmp_path):
+    plots.head_scores(SCORES, tmp_path / "s.png", kind="bar")
+    ax = figure().axes[0]
+    assert len(ax.containers) == 2  # one group of bars per layer
+    for layer, bars in enumerate(ax.containers):
+        np.testing.assert_allclose([b.get_height() for b in bars], SCORES[layer])
+        np.testing.assert_allclose(
+            [b.get_x() + b.get_width() / 2 for b in bars], np.arange(3) + 0.4 * layer
+        )  # width 0.8 / 2 layers

@@ -64,6 +64,8 @@ def test_attention_html_is_self_contained_and_carries_the_pattern(tmp_path):
         C.attention_html(pattern, tokens[:4])
     with pytest.raises(ValueError, match="expected a pattern"):
         C.attention_html(pattern[0, 0], tokens)
+    with pytest.raises(ValueError, match=r"expected a pattern .* got shape \(2, 3, 5\)"):
+        C.attention_html(pattern[:, 2:], tokens)  # queries and keys must be the same tokens
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs the page's script")
