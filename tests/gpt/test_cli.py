@@ -297,3 +297,49 @@ def test_grouped_query_and_sliding_window_flags_reach_the_model(tmp_path, capsys
     bad = ["--n-head", "4", "--n-kv-head", "3", "--out-dir", str(tmp_path / "x")]
     assert main(small_run(tmp_path, *bad)) == 2
     assert "error: --n-kv-head 3: must divide n_head=4" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- flags to configs, no training
+def test_no_tie_unties_the_unembedding():
+    from gpt.__main__ import build_parser, resolve_configs
+
+    model, _ = resolve_configs(build_parser().parse_args(["train", "--no-tie"]))
+    assert model.tie_weights is False
+    model, _ = resolve_configs(build_parser().parse_args(["train"]))
+    assert model.tie_weights is True
+
+
+def test_a_moved_run_folder_resumes_where_it_is(tmp_path, monkeypatch):
+    """A run trained in runs/a and then moved to ./out: its config still names runs/a, but
+    `train --resume` continues (and writes) in ./out, the folder it was read from."""
+    from gpt.__main__ import build_parser, resolve_configs
+    from gpt.config import GPTConfig
+    from gpt.run_folder import RunFolder
+    from gpt.train import TrainConfig, recorded
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    saved = recorded(TrainConfig(out_dir="runs/a", max_iters=2))
+    RunFolder("out").write_config({"model": GPTConfig().to_dict(), "train": saved})
+    _, train = resolve_configs(build_parser().parse_args(["train", "--resume", "--max-iters", "4"]))
+    assert train.out_dir == TrainConfig.out_dir == "out"
+    assert train.max_iters == 4
+
+
+def test_sample_reads_the_checkpoint_asked_for(monkeypatch):
+    import gpt
+
+    class Stop(Exception):
+        pass
+
+    asked = []
+
+    def load(out_dir, which, device):
+        asked.append((out_dir, which))
+        raise Stop
+
+    monkeypatch.setattr(gpt, "load", load)
+    for flags in ([], ["--best"]):
+        with pytest.raises(Stop):
+            main(["sample", "--out-dir", "r", *flags])
+    assert asked == [("r", "ckpt"), ("r", "best")]
