@@ -175,6 +175,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_wordpiece_definitions.py",
         "tests/gpt/tokenizers",
     ],
+    "gpt/__main__.py": ["tests/gpt/test_cli.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/circuits/views.py": ["tests/gpt/circuits/test_views_and_watch.py", "tests/gpt/circuits"],
+    "gpt/plots.py": ["tests/gpt/test_plots.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "tensorlab/draw.py": ["tests/tensorlab/test_draw.py", "tests/tensorlab tests/nn"],
 }
 
 MUTANTS = {
@@ -1832,6 +1836,85 @@ MUTANTS = {
             "attn = 2 * d * hd + 2 * d * hd +",
             "num_parameters: W_k and W_v counted with n_head heads",
         ),
+        (
+            "check-int-lo-exclusive",
+            "if not _is_int(v) or v < lo or",
+            "if not _is_int(v) or v <= lo or",
+            "check_int refuses its lower bound (n_layer=0, vocab_size=1)",
+        ),
+        (
+            "open-lo-closed",
+            "ok = (v > lo if open_lo else v >= lo) and",
+            "ok = (v >= lo) and",
+            "an open lower end accepts the bound itself (norm_eps=0, rope_base=0)",
+        ),
+        (
+            "open-hi-closed",
+            "(v < hi if open_hi else v <= hi)",
+            "(v <= hi)",
+            "an open upper end accepts the bound itself (dropout=1)",
+        ),
+        (
+            "kv-divides-unchecked",
+            "if self.n_head % self.n_kv_head:",
+            "if self.n_head % self.n_kv_head > 1:",
+            "n_kv_head that leaves a remainder of 1 (n_head=4, n_kv_head=3) is accepted",
+        ),
+        (
+            "gated-dff-floor",
+            "return -(-int(8 * d_model / 3) // 8) * 8",
+            "return int(8 * d_model / 3) // 8 * 8",
+            "a gated MLP's d_ff rounds down to a multiple of 8, not up",
+        ),
+        (
+            "num-params-rmsnorm-bias",
+            '0 if self.norm == "none" else d * (2 if self.norm == "layernorm" and self.bias '
+            "else 1)",
+            '0 if self.norm == "none" else d * (2 if self.norm == "layernorm" or self.bias else 1)',
+            "num_parameters counts a bias in RMSNorm",
+        ),
+        (
+            "parallel-sandwich-norms",
+            'if self.parallel and not self.attn_only and self.norm_placement == "pre":',
+            "if self.parallel and not self.attn_only:",
+            "num_parameters: a parallel sandwich block counted with one norm",
+        ),
+        (
+            "flops-window-ignored",
+            "span = min(self.block_size, self.sliding_window or self.block_size)",
+            "span = self.block_size",
+            "flops_per_token ignores the sliding window",
+        ),
+        (
+            "flops-tied-head-dropped",
+            "n += self.vocab_size * self.d_model if self.tie_weights else 0",
+            "n += 0",
+            "flops_per_token leaves out a tied unembedding's product",
+        ),
+        (
+            "flops-backward-once",
+            "return 3 * fwd if training else fwd",
+            "return 2 * fwd if training else fwd",
+            "flops_per_token counts the backward as one forward, not two",
+        ),
+        (
+            "s2s-final-norm-inverted",
+            'self.final_norm = self.norm_placement != "post"',
+            'self.final_norm = self.norm_placement == "post"',
+            "Seq2SeqConfig's automatic final norm is on for post-norm and off for pre-norm",
+        ),
+        (
+            "s2s-dec-norms",
+            "dec_block = 2 * attn + mlp + 3 * per_norm * norm",
+            "dec_block = 2 * attn + mlp + 2 * per_norm * norm",
+            "Seq2SeqConfig.num_parameters: a decoder block counted with two norms, not three",
+        ),
+        (
+            "s2s-pad-at-src-vocab",
+            "if self.pad_id >= self.src_vocab_size:",
+            "if self.pad_id > self.src_vocab_size:",
+            "pad_id equal to src_vocab_size is accepted",
+        ),
     ],
     "gpt/hf.py": [
         (
@@ -1839,6 +1922,62 @@ MUTANTS = {
             '_check_tied(hf, "lm_head.weight", out["embed.W"], used, where, "model.embed_tokens")',
             'used.add("lm_head.weight")',
             "from_pretrained: a tied Llama's stored lm_head is taken without comparing it",
+        ),
+        (
+            "c-attn-qk-swapped",
+            'for j, name in enumerate("qkv"):',
+            'for j, name in enumerate("kqv"):',
+            "c_attn's query and key columns read in the wrong order",
+        ),
+        (
+            "tie-default-false",
+            'tie_weights=bool(hf.get("tie_word_embeddings", True)),',
+            'tie_weights=bool(hf.get("tie_word_embeddings", False)),',
+            "a GPT-2 config.json without tie_word_embeddings is read as untied (HF's default "
+            "is tied)",
+        ),
+        (
+            "eps-default",
+            'norm_eps=float(field("layer_norm_epsilon", default=1e-5)),',
+            'norm_eps=float(field("layer_norm_epsilon", default=1e-6)),',
+            "a GPT-2 config.json without layer_norm_epsilon gets 1e-6, not HF's 1e-5",
+        ),
+        (
+            "gpt2model-refused",
+            'allowed = (wanted, "GPT2Model") if model_type == "gpt2" else (wanted,)',
+            "allowed = (wanted,)",
+            "a GPT2Model checkpoint (no LM head prefix) is refused",
+        ),
+        (
+            "strict-ignored",
+            "if strict and unused:",
+            "if unused:",
+            "strict=False still refuses unused tensors",
+        ),
+        (
+            "save-lm-head-untransposed",
+            'arrays["lm_head.weight"] = sd["W_U"].T',
+            'arrays["lm_head.weight"] = sd["W_U"]',
+            "save_hf_gpt2 writes an untied lm_head as (d, V), not (V, d)",
+        ),
+        (
+            "export-over-run-partial",
+            "if run.ckpt.exists() or run.log.exists():",
+            "if run.ckpt.exists() and run.log.exists():",
+            "an export replaces the config.json of a run folder that has a log but no "
+            "checkpoint yet",
+        ),
+        (
+            "bf16-refused",
+            'return dtype.kind == "f" or dtype.name == "bfloat16"',
+            'return dtype.kind == "f"',
+            "a bfloat16 checkpoint is refused",
+        ),
+        (
+            "unsupported-inverted",
+            "if name in hf and bool(hf[name]) != wanted:",
+            "if name in hf and bool(hf[name]) == wanted:",
+            "the supported value of scale_attn_weights etc. is refused, the unsupported one taken",
         ),
     ],
     "gpt/hf_llama.py": [
@@ -2368,6 +2507,152 @@ MUTANTS = {
             "        if pair_count.get(pair, 0) <= 0 or -neg != score(pair):",
             "        if pair_count.get(pair, 0) <= 0:",
             "WordPiece training: a heap entry with an outdated score is merged",
+        ),
+    ],
+    "gpt/__main__.py": [
+        (
+            "file-over-flags",
+            "wanted = {**from_file, **given}",
+            "wanted = {**given, **from_file}",
+            "train --config FILE --flag: the file's value wins over the flag",
+        ),
+        (
+            "no-tie-ignored",
+            'given["tie_weights"] = False',
+            'given["tie_weights"] = True',
+            "--no-tie keeps the unembedding tied",
+        ),
+        (
+            "resume-flags-ignored",
+            "tcfg = TrainConfig.from_dict({**base_train, **train})",
+            "tcfg = TrainConfig.from_dict({**train, **base_train})",
+            "--resume --max-iters N: the saved max_iters wins, so the run is not extended",
+        ),
+        (
+            "resume-old-out-dir",
+            'skip = ("resume", "overwrite", "out_dir")',
+            'skip = ("resume", "overwrite")',
+            "a moved run folder resumes (and writes) at the folder its config names",
+        ),
+        (
+            "sample-best-inverted",
+            '"best" if args.best else "ckpt"',
+            '"ckpt" if args.best else "best"',
+            "sample --best reads the newest checkpoint and plain sample the best one",
+        ),
+        (
+            "exit-code-1",
+            "        return error(e, _one_line(e), 2)",
+            "        return error(e, _one_line(e), 1)",
+            "a bad flag exits with 1, not argparse's usage code 2",
+        ),
+    ],
+    "gpt/circuits/views.py": [
+        (
+            "script-close-unescaped",
+            'payload = json.dumps(data).replace("</", "<\\\\/")',
+            "payload = json.dumps(data)",
+            "a token holding </script> ends the page's script early",
+        ),
+        (
+            "nonsquare-accepted",
+            "if pat.ndim != 3 or pat.shape[1] != pat.shape[2]:",
+            "if pat.ndim != 3:",
+            "a non-square pattern is accepted",
+        ),
+        (
+            "weights-rounded-coarse",
+            '"patterns": np.round(pat, 4).tolist()',
+            '"patterns": np.round(pat, 1).tolist()',
+            "attention weights rounded to 1 decimal, not 4",
+        ),
+        (
+            "title-unescaped",
+            "page = _PAGE.format(title=html.escape(title), data=payload)",
+            "page = _PAGE.format(title=title, data=payload)",
+            "the title is put in the page unescaped",
+        ),
+    ],
+    "gpt/plots.py": [
+        (
+            "xy-labels-swapped",
+            "ax.set_xticks(range(Tk), labels[-Tk:], rotation=90, fontsize=fs)",
+            "ax.set_xticks(range(Tk), labels[:Tk], rotation=90, fontsize=fs)",
+            "a rectangular pattern's key ticks name the first Tk tokens, not the last",
+        ),
+        (
+            "heatmap-text-transposed",
+            'ax.text(h, layer, f"{s[layer, h]:.2f}", ha="center", va="center", color="w")',
+            'ax.text(layer, h, f"{s[layer, h]:.2f}", ha="center", va="center", color="w")',
+            "head_scores writes each score in the transposed cell",
+        ),
+        (
+            "bar-offset-dropped",
+            'ax.bar(np.arange(H) + layer * w, s[layer], width=w, label=f"layer {layer}")',
+            'ax.bar(np.arange(H), s[layer], width=w, label=f"layer {layer}")',
+            "head_scores' bars of every layer are drawn on top of each other",
+        ),
+        (
+            "vmax-unclipped",
+            "vmin=0.0, vmax=max(1e-9, float(pat.max()))",
+            "vmin=0.0, vmax=1.0",
+            "an attention heatmap's colour scale ignores the pattern's maximum",
+        ),
+    ],
+    "tensorlab/draw.py": [
+        (
+            "summary-squared",
+            "norm = float(np.sqrt((a**2).sum()))",
+            "norm = float((a**2).sum())",
+            "a node's summary prints the squared norm as the norm",
+        ),
+        (
+            "summary-entries-off-by-one",
+            "if 0 < a.size <= entries:",
+            "if 0 < a.size < entries:",
+            "a tensor of exactly `entries` entries is summarized without them",
+        ),
+        (
+            "walk-constants-drawn",
+            "                for t in ctx.inputs\n                if t.requires_grad\n",
+            "                for t in ctx.inputs\n                if True\n",
+            "constant inputs (no gradient) are drawn as leaves",
+        ),
+        (
+            "collapse-prefix-unanchored",
+            'if scope == prefix or scope.startswith(prefix + "."):',
+            "if scope.startswith(prefix):",
+            "collapse=['blocks.1'] also swallows blocks.10, blocks.11 ...",
+        ),
+        (
+            "collapse-depth-off-by-one",
+            "if len(parts) >= depth:",
+            "if len(parts) > depth:",
+            "collapse_depth=d leaves the scopes of exactly d parts uncollapsed",
+        ),
+        (
+            "backward-edges-forward",
+            "g.edge(*((b, a) if backward else (a, b)), label=label",
+            "g.edge(*((a, b) if backward else (a, b)), label=label",
+            "the backward drawing's edges point the way of the forward pass",
+        ),
+        (
+            "collapsed-op-count",
+            "boxes[k[1:]] += 1",
+            "boxes[k[1:]] = 1",
+            "a collapsed module's box says (1 ops) whatever it holds",
+        ),
+        (
+            "steps-edge-id-reversed",
+            '"edge": f"e_{target}_{me}",',
+            '"edge": f"e_{me}_{target}",',
+            "the step-through page highlights an edge id that does not exist (direction reversed)",
+        ),
+        (
+            "frames-script-unescaped",
+            'data = json.dumps(self.frames).replace("</", "<\\\\/")',
+            "data = json.dumps(self.frames)",
+            "a tensor name holding </script> ends the page's script early",
         ),
     ],
 }
