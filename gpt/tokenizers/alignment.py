@@ -18,6 +18,7 @@ keeps its alignments:
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Callable
 
@@ -77,6 +78,13 @@ def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]
     stripped accent takes its span with it); otherwise characters were combined, and
     ``_match_up`` pairs output and input characters ("e" + accent -> "é": the span of "e")."""
 
+    @functools.lru_cache(maxsize=4096)
+    def joins(c: str) -> bool:
+        """Whether ``c`` belongs to the cluster before it: a combining mark, or a character
+        that normalizes to one (NFKC makes the half-width voiced mark "ﾞ" the combining U+3099,
+        which composes with the "ｶ" before it into "ガ")."""
+        return not _starts_cluster(c) or not _starts_cluster(normalize(c)[:1] or c)
+
     def align(aligned: Aligned) -> Aligned:
         text, spans = aligned
         out_text: list[str] = []
@@ -84,7 +92,7 @@ def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]
         k = 0
         while k < len(text):
             end = k + 1
-            while end < len(text) and not _starts_cluster(text[end]):
+            while end < len(text) and joins(text[end]):
                 end += 1
             piece = normalize(text[k:end])
             singles = [normalize(c) for c in text[k:end]] if len(piece) != end - k else []

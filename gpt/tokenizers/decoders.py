@@ -8,7 +8,8 @@ Without a decoder the tokens are joined with spaces. The types ``build`` reads:
   bytes of all tokens decoded as UTF-8 together (invalid bytes become "�").
 * ``WordPiece``: a token starting with the prefix ("##") glues to the one before it, others get
   a space before them; ``cleanup`` then removes spaces before punctuation and contractions.
-* ``Metaspace``: "▁" back to a space, and the space the pre-tokenizer put first removed.
+* ``Metaspace``: "▁" back to a space; in the first token, where the pre-tokenizer put one, every
+  "▁" is removed instead (unless ``prepend_scheme`` is "never").
 * ``BPEDecoder``: the end-of-word suffix ("</w>") becomes a space (nothing after the last token).
 * ``ByteFallback``: runs of "<0xXX>" tokens become the text their bytes spell.
 * ``Fuse``: all tokens into one string. ``Strip``: remove up to ``start``/``stop`` copies of a
@@ -31,7 +32,9 @@ from .pretokenize import unicode_to_bytes
 
 Decoder = Callable[[list[str]], list[str]]
 
-_BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")
+#: a byte token: "<0x" two hex digits ">", read as the library reads them (Rust's
+#: ``u8::from_str_radix``: lowercase digits too, and a "+" sign before a single digit)
+_BYTE_TOKEN = regex.compile(r"<0x(\+[0-9A-Fa-f]|[0-9A-Fa-f]{2})>")
 
 
 def byte_level(tokens: list[str]) -> list[str]:
@@ -81,13 +84,12 @@ def wordpiece(prefix: str, clean: bool) -> Decoder:
 
 def metaspace(replacement: str, prepend_scheme: str) -> Decoder:
     def decode(tokens: list[str]) -> list[str]:
-        out = []
-        for k, t in enumerate(tokens):
-            t = t.replace(replacement, " ")
-            if k == 0 and prepend_scheme != "never" and t.startswith(" "):
-                t = t[1:]
-            out.append(t)
-        return out
+        # as the library does it: the first token loses every "▁" (not only a leading one),
+        # and a space that was a space already stays
+        return [
+            t.replace(replacement, "" if k == 0 and prepend_scheme != "never" else " ")
+            for k, t in enumerate(tokens)
+        ]
 
     return decode
 
