@@ -179,6 +179,53 @@ TESTS = {
     "gpt/circuits/views.py": ["tests/gpt/circuits/test_views_and_watch.py", "tests/gpt/circuits"],
     "gpt/plots.py": ["tests/gpt/test_plots.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "tensorlab/draw.py": ["tests/tensorlab/test_draw.py", "tests/tensorlab tests/nn"],
+    "gpt/tokenizers/alignment.py": [
+        "tests/gpt/tokenizers/test_normalizer_alignment.py "
+        "tests/gpt/tokenizers/test_offsets_and_visualizer.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/batching.py": [
+        "tests/gpt/tokenizers/test_post_processors_and_batching.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/decoders.py": [
+        "tests/gpt/tokenizers/test_normalizers_and_decoders.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/fields.py": [
+        "tests/gpt/tokenizers/test_files_and_fields.py tests/gpt/tokenizers/test_bad_input.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/files.py": [
+        "tests/gpt/tokenizers/test_files_and_fields.py "
+        "tests/gpt/tokenizers/test_tokenizer_files.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/hf_format.py": [
+        "tests/gpt/tokenizers/test_hf_format_writing.py tests/gpt/tokenizers/test_hf_parity.py "
+        "tests/gpt/tokenizers/test_tokenizer_files.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/normalizers.py": [
+        "tests/gpt/tokenizers/test_normalizers_and_decoders.py "
+        "tests/gpt/tokenizers/test_normalizer_alignment.py "
+        "tests/gpt/tokenizers/test_pipeline_parity.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/pipeline.py": [
+        "tests/gpt/tokenizers/test_pipeline_added_tokens.py "
+        "tests/gpt/tokenizers/test_post_processors_and_batching.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/post_processors.py": [
+        "tests/gpt/tokenizers/test_post_processors_and_batching.py",
+        "tests/gpt/tokenizers",
+    ],
+    "gpt/tokenizers/pretokenize.py": [
+        "tests/gpt/tokenizers/test_normalizers_and_decoders.py "
+        "tests/gpt/tokenizers/test_wordpiece.py",
+        "tests/gpt/tokenizers",
+    ],
 }
 
 MUTANTS = {
@@ -2653,6 +2700,340 @@ MUTANTS = {
             'data = json.dumps(self.frames).replace("</", "<\\\\/")',
             "data = json.dumps(self.frames)",
             "a tensor name holding </script> ends the page's script early",
+        ),
+    ],
+    "gpt/tokenizers/alignment.py": [
+        (
+            "cluster-by-mark-only",
+            "            while end < len(text) and joins(text[end]):",
+            "            while end < len(text) and not _starts_cluster(text[end]):",
+            "by_clusters: 'ﾞ', which NFKC makes a combining mark, starts a cluster of its own",
+        ),
+        (
+            "replaced-span-first-char",
+            "                where = spans[end - 1]",
+            "                where = spans[start]",
+            "replaced: a replacement aligned with the match's first character, not its last",
+        ),
+        (
+            "prepended-span-last",
+            "return prefix + text, [spans[0]] * len(prefix) + spans",
+            "return prefix + text, [spans[-1]] * len(prefix) + spans",
+            "prepended: the prefix aligned with the text's last character",
+        ),
+        (
+            "match-up-from-start",
+            "        k = before.rfind(c, 0, j)",
+            "        k = before.find(c, 0, j)",
+            "_match_up: an unchanged character matched with its first copy, not its last",
+        ),
+        (
+            "stripped-left-needs-right",
+            "        while left and start < end and is_space(text[start]):",
+            "        while left and right and start < end and is_space(text[start]):",
+            "stripped: strip_left ignored unless strip_right is set too",
+        ),
+    ],
+    "gpt/tokenizers/batching.py": [
+        (
+            "longest-first-tie-to-pair",
+            "keep1, keep2 = (short_keep, long_keep) if n1 <= n2 else (long_keep, short_keep)",
+            "keep1, keep2 = (short_keep, long_keep) if n1 < n2 else (long_keep, short_keep)",
+            "truncate longest_first: equal lengths give the odd extra id to the first text",
+        ),
+        (
+            "longest-first-no-max",
+            "long_keep = short if short > limit else max(short, limit - short)",
+            "long_keep = short if short > limit else limit - short",
+            "truncate longest_first: the longer text may end up shorter than the shorter one",
+        ),
+        (
+            "cut-left-off-by-one",
+            'return ids[:n] if direction == "right" else ids[len(ids) - n :]',
+            'return ids[:n] if direction == "right" else ids[len(ids) - n + 1 :]',
+            "truncate direction=left: keeps one id too few",
+        ),
+        (
+            "multiple-of-adds-whole",
+            "length += params.multiple_of - length % params.multiple_of",
+            "length += params.multiple_of",
+            "pad: a length not a multiple grows by a whole multiple, not to the next multiple",
+        ),
+        (
+            "left-pad-mask-on-right",
+            "masks.append([0] * n + [1] * len(ids))",
+            "masks.append([1] * len(ids) + [0] * n)",
+            "pad direction=left: the attention mask still marks the padding on the right",
+        ),
+        (
+            "truncation-json-strategies-swapped",
+            'strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlyFirst", "OnlySecond")))',
+            'strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlySecond", "OnlyFirst")))',
+            "truncation_json: only_first written as OnlySecond and back",
+        ),
+        (
+            "padding-json-no-multiple",
+            '"pad_to_multiple_of": params.multiple_of,',
+            '"pad_to_multiple_of": None,',
+            "padding_json: pad_to_multiple_of not written",
+        ),
+    ],
+    "gpt/tokenizers/decoders.py": [
+        (
+            "byte-level-drop-invalid",
+            'return [data.decode("utf-8", errors="replace")]',
+            'return [data.decode("utf-8", errors="ignore")]',
+            "ByteLevel decoder: invalid UTF-8 dropped instead of becoming U+FFFD",
+        ),
+        (
+            "byte-level-any-char",
+            "        if all(c in table for c in t):",
+            "        if any(c in table for c in t):",
+            "ByteLevel decoder: a token with one byte-alphabet character read as byte-level",
+        ),
+        (
+            "cleanup-do-not",
+            '(" do not", " don\'t"),',
+            '(" do not", "don\'t"),',
+            "WordPiece cleanup: ' do not' loses the space before it",
+        ),
+        (
+            "cleanup-order",
+            '    (" \' ", "\'"),\n    (" n\'t", "n\'t"),',
+            '    (" n\'t", "n\'t"),\n    (" \' ", "\'"),',
+            "WordPiece cleanup: two replacements applied in another order than the library's",
+        ),
+        (
+            "metaspace-never-strips",
+            't.replace(replacement, "" if k == 0 and prepend_scheme != "never" else " ")',
+            't.replace(replacement, "" if k == 0 else " ")',
+            "Metaspace decoder: prepend_scheme='never' still drops the first token's spaces",
+        ),
+        (
+            "byte-token-uppercase-only",
+            '_BYTE_TOKEN = regex.compile(r"<0x(\\+[0-9A-Fa-f]|[0-9A-Fa-f]{2})>")',
+            '_BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")',
+            "ByteFallback: '<0x6a>' not read as a byte (the library reads hex digits either case)",
+        ),
+        (
+            "byte-fallback-one-replacement",
+            'out.extend("\\ufffd" for _ in range(count))',
+            'out.append("\\ufffd")',
+            "ByteFallback: an invalid run gives one U+FFFD, not one per byte token",
+        ),
+        (
+            "strip-stop-by-start",
+            "        for _ in range(stop):",
+            "        for _ in range(start):",
+            "Strip decoder: the end stripped start times instead of stop times",
+        ),
+        (
+            "bpe-suffix-last-space",
+            '[t.replace(suffix, "" if k == last else " ") for k, t in enumerate(tokens)]',
+            '[t.replace(suffix, " ") for k, t in enumerate(tokens)]',
+            "BPEDecoder: the last token's suffix becomes a trailing space",
+        ),
+    ],
+    "gpt/tokenizers/fields.py": [
+        (
+            "int-accepts-bool",
+            '"int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),',
+            '"int": (lambda v: isinstance(v, int), "an integer"),',
+            "check: true/false accepted as an integer",
+        ),
+        (
+            "null-not-missing",
+            'if value is None and "null" not in kinds.split("|"):',
+            'if value is None and "null" in kinds.split("|"):',
+            "get: a null field refused instead of taking its default, and null-able ones lose it",
+        ),
+        (
+            "nesting-off-by-one",
+            "    if depth > MAX_NESTING:",
+            "    if depth > MAX_NESTING + 1:",
+            "part_type: one level deeper than MAX_NESTING accepted",
+        ),
+    ],
+    "gpt/tokenizers/files.py": [
+        (
+            "pipeline-as-tensorlab",
+            'if format == "huggingface" or (format == "tensorlab" and tok.kind == "pipeline"):',
+            'if format == "huggingface":',
+            "save: a Pipeline in our format, which has no form for it",
+        ),
+        (
+            "write-not-atomic",
+            'atomic_write(path, lambda f: f.write(text.encode("utf-8")))',
+            'open(path, "wb").write(text.encode("utf-8"))',
+            "atomic_write_text: writes the target in place (a crash leaves half a file)",
+        ),
+        (
+            "specials-by-name",
+            "specials = sorted(tok.special.items(), key=lambda kv: kv[1])",
+            "specials = sorted(tok.special.items(), key=lambda kv: kv[0])",
+            "to_json: special tokens listed by name, so a list-form reader gives other ids",
+        ),
+    ],
+    "gpt/tokenizers/hf_format.py": [
+        (
+            "writer-bpe-prefix-space",
+            '"add_prefix_space": tok.add_prefix_space,\n            "trim_offsets": '
+            'True,\n            "use_regex": True,\n        }\n    elif',
+            '"add_prefix_space": False,\n            "trim_offsets": True,\n            '
+            '"use_regex": True,\n        }\n    elif',
+            "to_hf_json: a ByteBPE's add_prefix_space not written",
+        ),
+        (
+            "writer-unigram-decoder-scheme",
+            '"decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme,',
+            '"decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": "always",',
+            "to_hf_json: a Unigram's decoder written with prepend_scheme always",
+        ),
+        (
+            "writer-added-not-special",
+            '            "special": True,\n        }\n        for t, i in sorted',
+            '            "special": False,\n        }\n        for t, i in sorted',
+            "to_hf_json: the special tokens written as ordinary added tokens",
+        ),
+        (
+            "legacy-prefix-space-first",
+            'scheme = "always" if prefix else "never"',
+            'scheme = "first" if prefix else "never"',
+            "reading an old Metaspace (add_prefix_space): true read as prepend_scheme first",
+        ),
+    ],
+    "gpt/tokenizers/normalizers.py": [
+        (
+            "strip-accents-nonspacing-only",
+            '_MARK = regex.compile(r"\\p{M}")',
+            '_MARK = regex.compile(r"\\p{Mn}")',
+            "StripAccents: only nonspacing marks dropped (the library drops every mark: Mc, Me)",
+        ),
+        (
+            "lowercase-final-sigma",
+            "        return per_cluster(lower_chars)",
+            "        return per_cluster(str.lower)",
+            "Lowercase: str.lower's final-sigma rule (the library lowercases each character alone)",
+        ),
+        (
+            "prepend-empty-text",
+            "return Normalizer(lambda text: prefix + text if text else text, alignment.prepended",
+            "return Normalizer(lambda text: prefix + text, alignment.prepended",
+            "Prepend: the prefix put before text a previous step emptied",
+        ),
+        (
+            "strip-right-leading",
+            '                text = _TRAILING_SPACE.sub("", text)',
+            '                text = _LEADING_SPACE.sub("", text)',
+            "Strip: strip_right removes the leading whitespace again, not the trailing",
+        ),
+        (
+            "strip-sides-swapped",
+            "alignment.stripped(_SPACE.fullmatch, left, right)",
+            "alignment.stripped(_SPACE.fullmatch, right, left)",
+            "Strip: the aligned form strips the other sides (offsets off, ids right)",
+        ),
+        (
+            "sequence-skips-first",
+            "            for p in parts:\n                text = p(text)",
+            "            for p in parts[1:]:\n                text = p(text)",
+            "Sequence: its first normalizer never runs",
+        ),
+        (
+            "replace-regex-keeps-match",
+            "            out.append(content)\n            pos = end",
+            "            out.append(content)\n            pos = start",
+            "Replace(Regex): the matched text kept after its replacement",
+        ),
+    ],
+    "gpt/tokenizers/pipeline.py": [
+        (
+            "added-shortest-first",
+            "alternatives = sorted(by_content, key=len, reverse=True)",
+            "alternatives = sorted(by_content, key=len)",
+            "split_added: of two added tokens at one place the shorter wins",
+        ),
+        (
+            "lstrip-past-previous-token",
+            "space = _SPACE_BEFORE.search(text, pos, start)",
+            "space = _SPACE_BEFORE.search(text, 0, start)",
+            "split_added: lstrip swallows whitespace an earlier token's rstrip already took",
+        ),
+        (
+            "first-after-added-token",
+            "                first = start == 0\n",
+            "                first = True\n",
+            "segments: the text after an added token counted as the text's first piece",
+        ),
+        (
+            "skip-special-inverted",
+            "if not (skip_special_tokens and i in self._special_by_id)",
+            "if not (skip_special_tokens and i not in self._special_by_id)",
+            "decode(skip_special_tokens=True) drops the ordinary tokens, keeps the special ones",
+        ),
+        (
+            "spread-end-without-space",
+            "spans[-1] = (spans[-1][0], start + len(chunk))",
+            "spans[-1] = (spans[-1][0], start + len(content))",
+            "_spread: an rstrip token's offsets leave out the whitespace it swallowed",
+        ),
+    ],
+    "gpt/tokenizers/post_processors.py": [
+        (
+            "n-added-counts-items",
+            "return sum(len(item) for item in items if isinstance(item, list))",
+            "return sum(1 for item in items if isinstance(item, list))",
+            "Template.n_added: a special token of several ids counted as one",
+        ),
+        (
+            "pair-template-for-empty-pair",
+            "for item in self.single if b is None else self.pair:",
+            "for item in self.single if not b else self.pair:",
+            "Template: an empty second text encoded with the single template",
+        ),
+        (
+            "roberta-one-sep",
+            'return Template([[cls], "A", [sep]], [[cls], "A", [sep, sep], "B", [sep]])',
+            'return Template([[cls], "A", [sep]], [[cls], "A", [sep], "B", [sep]])',
+            "RobertaProcessing: one </s> between the texts of a pair, not two",
+        ),
+        (
+            "n-added-single-for-pair",
+            "items = self.pair if pair_ else self.single",
+            "items = self.single",
+            "Template.n_added: truncation of a pair leaves room for the single template only",
+        ),
+    ],
+    "gpt/tokenizers/pretokenize.py": [
+        (
+            "bert-cjk-no-leading-space",
+            'text = _CJK.sub(r" \\1 ", text)',
+            'text = _CJK.sub(r"\\1 ", text)',
+            "bert_normalize: a CJK ideograph gets a space after it only",
+        ),
+        (
+            "bert-accents-not-with-lowercase",
+            "if strip_accents or (strip_accents is None and lowercase):",
+            "if strip_accents:",
+            "bert_normalize: strip_accents=None no longer strips accents when lowercasing",
+        ),
+        (
+            "bert-drops-cr",
+            "(?![\\t\\n\\r])[\\p{Cc}",
+            "(?![\\t\\n])[\\p{Cc}",
+            "bert_normalize: a carriage return dropped as a control character, not made a space",
+        ),
+        (
+            "bert-marks-all",
+            '_MARKS = regex.compile(r"\\p{Mn}")',
+            '_MARKS = regex.compile(r"\\p{M}")',
+            "bert_normalize: strip_accents drops spacing marks (Mc) too; BERT drops only Mn",
+        ),
+        (
+            "metaspace-first-always",
+            'prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)',
+            'prepend = prepend_scheme == "always" or prepend_scheme == "first"',
+            "metaspace: prepend_scheme='first' prepends to every piece, not the text's first",
         ),
     ],
 }
