@@ -147,3 +147,21 @@ def sentencepiece_bpe(corpus: str, vocab_size: int) -> tuple[object, dict]:
         },
     }
     return sp, data
+
+
+def library_offsets(encoding) -> list[tuple[int, tuple[int, int]]]:
+    """A library ``Encoding`` as (id, (start, end)) pairs, the form of
+    ``gpt.tokenizers.encode_with_offsets``."""
+    return list(zip(encoding.ids, map(tuple, encoding.offsets)))
+
+
+def assert_encodes_as_library(ours, theirs, text: str, special: bool = False, label=None):
+    """``ours`` gives the library tokenizer ``theirs``'s ids and offsets for ``text`` (the
+    library adding its special tokens only with ``special``)."""
+    import gpt.tokenizers as tk
+
+    expected = theirs.encode(text, add_special_tokens=special)
+    label = text if label is None else label
+    assert ours.encode(text) == expected.ids, label
+    assert tk.encode_with_offsets(ours, text) == library_offsets(expected), label
+    return expected

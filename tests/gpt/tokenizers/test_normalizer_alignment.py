@@ -14,6 +14,7 @@ import json
 import os
 
 import pytest
+from hf_training import library_offsets
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -54,7 +55,7 @@ def character_offsets(norm, text: str) -> tuple[list, list]:
     theirs.pre_tokenizer = pre_tokenizers.Split(hf.Regex("."), "isolated")
     ours = Pipeline.from_hf(json.loads(theirs.to_str()))
     encoding = theirs.encode(text)
-    return list(zip(encoding.ids, map(tuple, encoding.offsets))), tk.encode_with_offsets(ours, text)
+    return library_offsets(encoding), tk.encode_with_offsets(ours, text)
 
 
 @pytest.mark.parametrize("name", NORMALIZERS)

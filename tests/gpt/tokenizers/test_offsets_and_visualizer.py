@@ -4,6 +4,7 @@ import os
 import re
 
 import pytest
+from hf_training import assert_encodes_as_library
 from hypothesis import given, settings
 from tokenizer_strategies import unicode_text
 
@@ -128,10 +129,7 @@ def check_offsets(theirs, tmp_path, texts=STRESS):
     theirs.save(str(tmp_path / "tokenizer.json"))
     ours = tk.load(tmp_path / "tokenizer.json")
     for text in texts:
-        expected = theirs.encode(text, add_special_tokens=False)
-        assert tk.encode_with_offsets(ours, text) == list(
-            zip(expected.ids, map(tuple, expected.offsets))
-        ), text
+        assert_encodes_as_library(ours, theirs, text)
 
 
 @pytest.mark.parametrize("name", NORMALIZERS)
@@ -184,10 +182,7 @@ def test_offsets_of_a_unigram_class_over_a_literal_metaspace(trained, tmp_path):
     theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     assert isinstance(tk.load(tmp_path / "tokenizer.json"), tk.Unigram)
     for text in ["▁lllll", "a▁b  c", "x ▁▁ y", "the▁king", "▁"]:
-        expected = theirs.encode(text, add_special_tokens=False)
-        assert tk.encode_with_offsets(ours, text) == list(
-            zip(expected.ids, map(tuple, expected.offsets))
-        ), text
+        assert_encodes_as_library(ours, theirs, text)
 
 
 def test_plain_cut_and_the_report_sample(trained):

@@ -10,13 +10,13 @@ import json
 import os
 
 import pytest
+from hf_training import assert_encodes_as_library
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
 
 from tokenizers import AddedToken, models, pre_tokenizers  # noqa: E402
 
-import gpt.tokenizers as tk  # noqa: E402
 from gpt.tokenizers.pipeline import Pipeline  # noqa: E402
 
 VOCAB = {"<unk>": 0, "<pad>": 1, "<s>": 2, "</s>": 3, "a": 4, "b": 5, "c": 6, "x": 7}
@@ -48,11 +48,7 @@ def both():
 @pytest.mark.parametrize("text", TEXTS)
 def test_added_tokens_are_cut_out_where_the_library_cuts_them(both, text):
     theirs, ours = both
-    encoding = theirs.encode(text)
-    assert ours.encode(text) == encoding.ids
-    assert tk.encode_with_offsets(ours, text) == list(
-        zip(encoding.ids, map(tuple, encoding.offsets))
-    )
+    assert_encodes_as_library(ours, theirs, text, special=True)
 
 
 @pytest.mark.parametrize("text", TEXTS)

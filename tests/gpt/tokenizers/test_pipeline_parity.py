@@ -12,7 +12,7 @@ import os
 import random
 
 import pytest
-from hf_training import hf_trained, sentencepiece_bpe
+from hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
 from hypothesis import example, given, settings
 from tokenizer_strategies import cluster_edge_text, unicode_text
 
@@ -85,11 +85,7 @@ def compare(theirs, tmp_path, texts=STRESS, pair=False):
     theirs.save(str(path))
     ours = tk.load(path)
     for text in texts:
-        encoding = theirs.encode(text, add_special_tokens=False)
-        expected = encoding.ids
-        assert ours.encode(text) == expected, text
-        offsets = list(zip(expected, map(tuple, encoding.offsets)))
-        assert tk.encode_with_offsets(ours, text) == offsets, text
+        expected = assert_encodes_as_library(ours, theirs, text).ids
         assert ours.decode(expected) == theirs.decode(expected, skip_special_tokens=False), text
         with_specials = theirs.encode(text).ids
         if isinstance(ours, Pipeline):
@@ -183,7 +179,7 @@ def test_precompiled_normalizer(rule, shape, charsmaps, tmp_path):
     assert tk.encode_with_offsets(ours, text) == shifted
     early = [(i, (a - 1, b - 1)) for i, (a, b) in shifted]
     their = theirs.encode(text, add_special_tokens=False)
-    assert list(zip(their.ids, map(tuple, their.offsets))) == early
+    assert library_offsets(their) == early
 
 
 @settings(max_examples=60, deadline=None)
@@ -504,10 +500,7 @@ def test_metaspace_first_after_a_normalizer_that_changes_the_start(tmp_path, nor
 @example(text="Oo")  # an unknown "O", then a known "o": each token keeps its own character
 def test_generated_text(pipelines, text):
     for theirs, ours in pipelines:
-        encoding = theirs.encode(text, add_special_tokens=False)
-        assert ours.encode(text) == encoding.ids
-        offsets = list(zip(encoding.ids, map(tuple, encoding.offsets)))
-        assert tk.encode_with_offsets(ours, text) == offsets
+        assert_encodes_as_library(ours, theirs, text)
 
 
 @pytest.fixture(scope="module")
@@ -739,10 +732,7 @@ def test_llama2_file_converted_from_sentencepiece(llama2_from_sentencepiece, tmp
 @example(text="a  b ▁c")  # spaces and the space sign itself
 def test_llama2_file_on_generated_text(llama2_from_sentencepiece, text):
     sp, theirs, ours = llama2_from_sentencepiece
-    encoding = theirs.encode(text, add_special_tokens=False)
-    assert ours.encode(text) == encoding.ids
-    offsets = list(zip(encoding.ids, map(tuple, encoding.offsets)))
-    assert tk.encode_with_offsets(ours, text) == offsets
+    assert_encodes_as_library(ours, theirs, text)
 
 
 def test_bert_style_file(tmp_path):
