@@ -111,6 +111,69 @@ def test_html_page_is_self_contained_with_ids_on_hover(trained, tmp_path):
     assert page.count('<span class="tok"') == colored
 
 
+@pytest.mark.parametrize(
+    "spans, pieces",
+    [
+        # a token inside the one before it (both cover "b"): one piece, to the furthest end
+        ([(1, (0, 3)), (2, (1, 2)), (3, (3, 4))], [("abc", [1, 2]), ("d", [3])]),
+        # a token covering nothing joins the piece before it; text no token covers is a gap
+        ([(1, (0, 2)), (2, (2, 2)), (3, (3, 4))], [("ab", [1, 2]), ("c", []), ("d", [3])]),
+        # side by side: two pieces; a token whose place is unknown is left out
+        ([(1, (0, 2)), (2, None), (3, (2, 4))], [("ab", [1]), ("cd", [3])]),
+    ],
+)
+def test_segments_by_hand(monkeypatch, spans, pieces):
+    import gpt.tokenizers.visualize as visualize
+
+    monkeypatch.setattr(visualize, "encode_with_offsets", lambda tok, text: spans)
+    assert segments(None, "abcd") == pieces
+
+
+def test_terminal_colours_alternate(trained):
+    from gpt.tokenizers.visualize import ANSI_COLOURS
+
+    tok = trained["bpe"]
+    text = "Good morrow, neighbour, and good morrow to you all"
+    codes = [int(c) for c in re.findall(r"\x1b\[48;5;(\d+)m", tk.to_terminal(tok, text))]
+    n = len(tok.encode(text))
+    assert n > len(ANSI_COLOURS) and codes == [
+        ANSI_COLOURS[k % len(ANSI_COLOURS)] for k in range(n)
+    ]
+
+
+def test_html_page_shows_the_text_and_its_characters_per_token(trained):
+    """Read back as HTML, each tokenizer's block is the text itself (newlines shown as ↵),
+    whatever '<' and '&' it holds."""
+    from html.parser import HTMLParser
+
+    from gpt.tokenizers.visualize import _visible
+
+    class Blocks(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.blocks, self.inside = [], False
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "pre":
+                self.blocks.append("")
+                self.inside = True
+
+        def handle_endtag(self, tag):
+            self.inside = self.inside and tag != "pre"
+
+        def handle_data(self, data):
+            if self.inside:
+                self.blocks[-1] += data
+
+    text = "a <b>&amp;</b> & <i\n2 < 3"
+    parser = Blocks()
+    page = tk.to_html(trained, text)
+    parser.feed(page)
+    assert parser.blocks == [_visible(text)] * len(trained)
+    for tok in trained.values():
+        assert f"{len(text) / len(tok.encode(text)):.2f} characters per token" in page
+
+
 # ----- parity of offsets with the tokenizers library -------------------------------------------
 
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
