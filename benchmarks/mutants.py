@@ -226,6 +226,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_wordpiece.py",
         "tests/gpt/tokenizers",
     ],
+    "gpt/tokenizers/visualize.py": [
+        "tests/gpt/tokenizers/test_offsets_and_visualizer.py",
+        "tests/gpt/tokenizers",
+    ],
 }
 
 MUTANTS = {
@@ -3034,6 +3038,45 @@ MUTANTS = {
             'prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)',
             'prepend = prepend_scheme == "always" or prepend_scheme == "first"',
             "metaspace: prepend_scheme='first' prepends to every piece, not the text's first",
+        ),
+    ],
+    "gpt/tokenizers/visualize.py": [
+        (
+            "adjacent-tokens-merged",
+            "while k < len(placed) and placed[k][1][0] < end:",
+            "while k < len(placed) and placed[k][1][0] <= end:",
+            "segments: a token that starts where the last one ends is shown together with it",
+        ),
+        (
+            "shared-end-shrinks",
+            "end = max(end, placed[k][1][1])",
+            "end = placed[k][1][1]",
+            "segments: tokens sharing a character end where the last of them ends, not the "
+            "furthest",
+        ),
+        (
+            "empty-token-dropped",
+            "out[-1][1].extend(ids)  # a token covering nothing joins its neighbour",
+            "pass  # a token covering nothing joins its neighbour",
+            "segments: a token that covers no text is left out of the picture",
+        ),
+        (
+            "terminal-one-colour",
+            "        code = ANSI_COLOURS[colour % len(ANSI_COLOURS)]\n        colour += 1",
+            "        code = ANSI_COLOURS[colour % len(ANSI_COLOURS)]\n        colour += 0",
+            "to_terminal gives every token the same colour",
+        ),
+        (
+            "chars-per-token-inverted",
+            "per_token = len(text) / n_tokens if n_tokens else 0.0",
+            "per_token = n_tokens / len(text) if n_tokens else 0.0",
+            "the HTML page prints tokens per character as characters per token",
+        ),
+        (
+            "html-piece-unescaped",
+            "shown = html.escape(_visible(piece))",
+            "shown = _visible(piece)",
+            "the HTML page puts the text's '<' and '&' in unescaped",
         ),
     ],
 }
