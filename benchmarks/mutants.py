@@ -230,6 +230,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_offsets_and_visualizer.py",
         "tests/gpt/tokenizers",
     ],
+    "tensorlab/blas_threads.py": [
+        "tests/tensorlab/test_blas_threads.py",
+        "tests/tensorlab tests/nn/test_distributed.py",
+    ],
 }
 
 MUTANTS = {
@@ -3077,6 +3081,26 @@ MUTANTS = {
             "shown = html.escape(_visible(piece))",
             "shown = _visible(piece)",
             "the HTML page puts the text's '<' and '&' in unescaped",
+        ),
+    ],
+    "tensorlab/blas_threads.py": [
+        (
+            "not-restored",
+            "        if prev is not None:\n            set_blas_threads(prev)",
+            "        if prev is None:\n            set_blas_threads(prev)",
+            "blas_threads(n) leaves n threads set after the block",
+        ),
+        (
+            "one-refused",
+            "if int(n) < 1:",
+            "if int(n) <= 1:",
+            "set_blas_threads(1), one thread per process, is refused",
+        ),
+        (
+            "returns-new-count",
+            "        lib[0](ctypes.c_int(int(n)))\n    return prev",
+            "        lib[0](ctypes.c_int(int(n)))\n    return n",
+            "set_blas_threads returns the count it set, not the one it replaced",
         ),
     ],
 }
