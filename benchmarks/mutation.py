@@ -102,9 +102,14 @@ def snapshot(rev: str, work: Path, shared: Path | None) -> tuple[Path, str]:
     subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
         raise SystemExit(f"git archive {commit} failed")
+    _link_shared(work, shared)
+    return tree, commit
+
+
+def _link_shared(work: Path, shared: Path | None) -> None:
+    """``work/shared`` -> ``shared``: the tests read it as ``../shared`` from the copy."""
     if shared is not None and shared.is_dir():
         (work / "shared").symlink_to(shared.resolve())
-    return tree, commit
 
 
 def snapshot_worktree(work: Path, shared: Path | None) -> tuple[Path, str]:
@@ -122,8 +127,7 @@ def snapshot_worktree(work: Path, shared: Path | None) -> tuple[Path, str]:
         if source.is_file():  # a tracked file deleted in the checkout is left out
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, tree / name)
-    if shared is not None and shared.is_dir():
-        (work / "shared").symlink_to(shared.resolve())
+    _link_shared(work, shared)
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()

@@ -27,6 +27,12 @@ def test_unknown_device_is_refused_and_the_default_kept(restore_default):
 
 
 def test_everything_made_without_a_device_goes_to_the_default(device, restore_default):
+    made_on_the_default(device)
+
+
+def made_on_the_default(device: str) -> None:
+    """With ``device`` the default, every creation function, layer and model puts its tensors
+    there; a device named explicitly still wins."""
     tl.set_default_device(device)
     made = [
         tl.tensor([1.0, 2.0]),
@@ -56,7 +62,7 @@ def test_the_default_device_on_cupy_emulated_by_numpy(monkeypatch, restore_defau
     import fake_cupy
 
     fake_cupy.install(monkeypatch)
-    test_everything_made_without_a_device_goes_to_the_default("cuda", None)
+    made_on_the_default("cuda")
     x = tl.zeros(2, 3)
     tl.set_default_device("cpu")
     likes = [tl.randn_like(x), tl.rand_like(x), tl.zeros_like(x), tl.full_like(x, 2.0)]
