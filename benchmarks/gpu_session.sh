@@ -12,7 +12,7 @@
 #   1. the card and libraries (does CuPy take ml_dtypes' bfloat16?);
 #   2. alone on the card: bench_train.py --device cuda (tensorlab against PyTorch eager in
 #      turns, float32 and bfloat16: ms/step, tokens/s, MFU, and each phase of the step);
-#   3. the fused kernels and the ops that use them, compiled and compared with their CPU forms;
+#   3. beside 4: the fused kernels and the ops that use them, compiled, against their CPU forms;
 #   4. side by side: the whole suite on the GPU in eight shards (pytest --shard K/8), and the
 #      nanoGPT config trained for 2000 iterations in float32, bfloat16 and float16 (the
 #      validation losses must agree within 0.02; the corpus comes from TEXT, default
@@ -34,7 +34,7 @@ part=${1:-all}
 OUT=${OUT:-out/gpu}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=ci PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-python3}
 deadline=$((SECONDS + ${BUDGET:-500}))
 
@@ -58,7 +58,7 @@ _step() {
         echo "== $name: not run, the budget is spent" >"$summary"
         return
     fi
-    timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    timeout -k 5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
     local rc=$?
     {  # one file per step: steps may run side by side
         echo "== $name (limit ${limit}s): exit $rc after $((SECONDS - start)) s: $*"
@@ -87,8 +87,8 @@ except Exception as e:
 EOF"
 }
 
-kernels() {  # the fused kernels, each op that uses one, and the tests marked cuda
-    step kernels 90 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
+kernels() {  # the fused kernels, each op that uses one, and the tests marked cuda (beside the suite)
+    step_aside kernels 120 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
         tests/tensorlab/test_fused.py tests/tensorlab/test_fused_compiles.py \
         tests/nn/test_activation.py tests/nn/test_norm.py tests/nn/test_optim.py \
         tests/nn/test_amp.py tests/nn/test_attention.py tests/nn/test_loss.py
@@ -127,7 +127,7 @@ val_losses() {  # the last evaluation of each run
 }
 
 bench_train() {
-    step bench_train 150 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
+    step bench_train 170 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
 }
 
 bench_kernels() {
