@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -170,23 +169,47 @@ def _strings(data: dict[str, Any], name: str, path: str | os.PathLike) -> list[s
     return list(entries(get(data, name, "list", path), "str", path, name))
 
 
+#: The deepest nesting read: the ``tokenizers`` library's JSON reader (serde_json) stops at 128
+#: levels, so no deeper file is a tokenizer file anywhere. Python's own limit differs between
+#: versions (3.11 stops short of 1,000 levels, 3.13 reads 9,000) and must not decide what loads.
+MAX_JSON_DEPTH = 127
+TOO_DEEP = f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+
+
+def _nesting(value: Any) -> int:
+    """How many levels of lists and objects ``value`` has (the outermost is level 1), walked a
+    level at a time rather than recursively, and no further than one level past the limit."""
+    containers = (dict, list)  # exactly the types json makes: a type test (faster) suffices
+    depth, level = 0, [value] if type(value) in containers else []
+    while level and depth <= MAX_JSON_DEPTH:
+        depth += 1
+        level = [
+            x
+            for v in level
+            for x in (v.values() if type(v) is dict else v)
+            if type(x) in containers
+        ]
+    return depth
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file, turning every failure into a TokenizerFileError naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            data = json.load(f)
     except FileNotFoundError:
         raise TokenizerFileError(path, "no such file") from None
     except UnicodeDecodeError as e:
         raise TokenizerFileError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise TokenizerFileError(path, f"not valid JSON: {e}") from None
-    except RecursionError:
-        raise TokenizerFileError(
-            path, f"JSON nested too deeply (more than {sys.getrecursionlimit()} levels)"
-        ) from None
+    except RecursionError:  # deeper than this Python parses, so deeper than the limit
+        raise TokenizerFileError(path, TOO_DEEP) from None
     except OSError as e:
         raise TokenizerFileError(path, f"cannot be read: {e.strerror or e}") from None
+    if _nesting(data) > MAX_JSON_DEPTH:
+        raise TokenizerFileError(path, TOO_DEEP)
+    return data
 
 
 def _from(path: str | os.PathLike, tok: Tokenizer) -> Tokenizer:

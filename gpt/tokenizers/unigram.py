@@ -292,6 +292,7 @@ class Unigram(Tokenizer):
                 f"characters (+{len(specials)} special tokens)"
             )
         pieces = lattice.fit(target, seed_size or 8 * target, shrink, em_iterations, verbose)
+        pieces = [(t, _exact_in_any_json_reader(s)) for t, s in pieces]
         pieces.sort(key=lambda ts: (-ts[1], ts[0]))
         return cls(
             [(t, 0.0) for t in specials] + pieces, specials, unk_token, pattern, prepend_scheme
@@ -306,6 +307,21 @@ def _no_unk_message(word: str, i: int) -> str:
         f"{word!r}: no vocabulary piece is that character alone, and the model has no unknown "
         "token (unk_id is null)"
     )
+
+
+def _exact_in_any_json_reader(score: float) -> float:
+    """The score to 15 significant digits, so a saved file means the same to every reader.
+
+    The ``tokenizers`` library reads JSON numbers with serde_json's fast parser, which rounds
+    twice when a number has more digits than a float holds exactly: 17-digit scores (as
+    ``repr`` writes them) come back one unit in the last place off about one time in eight.
+    That is enough to break the exact ties between segmentations that runs of one character
+    make ("=" * 29 as 9+10+10 or 10+10+9 characters), so the library would encode our own file
+    differently. A number of at most 15 digits is a whole number below 2**53 over an exact power
+    of ten (for any score further from 0 than 1e-8), which that parser, like Python's, rounds
+    once and so exactly.
+    """
+    return float(f"{score:.15g}")
 
 
 def _backtrack(back: list[int], n: int) -> list[int]:

@@ -14,6 +14,7 @@ import random
 import pytest
 from hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
 from hypothesis import example, given, settings
+from library_releases import EARLY_EXIT_TRUNCATION
 from tokenizer_strategies import cluster_edge_text, unicode_text
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
@@ -586,6 +587,7 @@ def test_bpe_dropout_is_refused(tmp_path):
 # ----- truncation and padding, read from the file ------------------------------------------------
 
 
+@EARLY_EXIT_TRUNCATION
 @pytest.mark.parametrize(
     "truncation, padding",
     [
@@ -628,6 +630,7 @@ def test_truncation_and_padding_for_batches(tmp_path, truncation, padding):
         assert ours.encode(text, add_special_tokens=True) == theirs.encode(text).ids
 
 
+@EARLY_EXIT_TRUNCATION
 @pytest.mark.parametrize("max_length", range(6))
 @pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
 def test_truncation_to_lengths_the_template_barely_fits(tmp_path, max_length, strategy):

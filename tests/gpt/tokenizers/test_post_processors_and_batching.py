@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from library_releases import EARLY_EXIT_TRUNCATION
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
@@ -68,6 +69,7 @@ def test_templates_add_the_library_s_ids(post):
         assert ours.encode(a, add_special_tokens=True, pair=b) == expected, (a, b)
 
 
+@EARLY_EXIT_TRUNCATION
 @pytest.mark.parametrize("post", [None, "template"])
 @pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
 @pytest.mark.parametrize("direction", ["right", "left"])
