@@ -27,7 +27,9 @@ from tensorlab.backend import (
     DEFAULT_DTYPE,
     default_device,
     device_of,
+    in_float32,
     min_max,
+    rounded,
     xp_for,
     xp_of,
 )
@@ -48,9 +50,11 @@ def scatter_add_rows(idx, g, num_rows: int):
     out = xp.zeros((num_rows, d), dtype=g.dtype)
     if flat.size == 0:
         return out
-    if device_of(g) == "cuda":  # CuPy: its add.at is an atomic scatter, fast on a GPU
+    if device_of(g) == "cuda":  # CuPy: its add.at is an atomic scatter, fast on a GPU (no
+        rows, half = in_float32(rows)  # bfloat16 there: half rows are summed in float32)
+        out = out.astype(rows.dtype, copy=False)
         xp.add.at(out, flat, rows)
-        return out
+        return rounded(out, half)
     order = xp.argsort(flat, kind="stable")
     s = flat[order]
     starts = xp.flatnonzero(xp.concatenate(([True], s[1:] != s[:-1])))

@@ -90,13 +90,20 @@ def matmul(a, b, out=None):
     GEMM, many times slower. With more axes CuPy 14 widens float16 to float32 itself but
     sends bfloat16 to a kernel that sums in bfloat16 (cupy/cupy#10317), so a stack of
     matrices times one matrix is taken as one product of two axes (the stack's rows one after
-    another), and other batched half products are widened here."""
+    another), and other batched half products are widened here. A product with one entry (a
+    row times a column, two vectors) never reaches cuBLAS: CuPy sums it with a reduction kernel
+    in the half dtype (``tensordot_core``'s m == n == 1 case), so it is widened too."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
-    if acc is None or (xp is not np and a.ndim <= 2 and b.ndim <= 2):
+    if acc is None:
         return xp.matmul(a, b, out=out)
+    k = a.shape[-1]
     if xp is np:
         product = xp.matmul(a, b, dtype=acc)
+    elif a.size == k and b.size == k:  # one entry: CuPy's half reduction, not cuBLAS
+        product = xp.matmul(a.astype(acc), b.astype(acc))
+    elif a.ndim <= 2 and b.ndim <= 2:
+        return xp.matmul(a, b, out=out)
     elif b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
         product = xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
     else:

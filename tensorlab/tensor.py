@@ -350,8 +350,11 @@ class Tensor:
         return self
 
     def copy_(self, src) -> Tensor:
+        """Write ``src``'s values into this tensor (broadcast to its shape, cast to its dtype),
+        from whichever device holds them, as PyTorch's ``copy_``."""
         self._inplace("copy_")
-        self.data[...] = src.data if isinstance(src, Tensor) else src
+        src = src.data if isinstance(src, Tensor) else src
+        self.data[...] = to_device(src, self.device) if hasattr(src, "dtype") else src
         return self
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
@@ -543,6 +546,8 @@ class Tensor:
         entries keep their order, in both directions."""
         a = self.data
         xp = xp_of(a)
+        if a.dtype == BFLOAT16:  # sorted as float32 (the same order; CuPy sorts no bfloat16)
+            a = a.astype(np.float32)
         if not descending:
             return Tensor._wrap(xp.argsort(a, axis=axis, kind="stable"))
         # reverse, sort ascending (stable), reverse back: descending with ties in input order

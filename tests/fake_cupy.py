@@ -15,6 +15,11 @@ device. It keeps these rules of CuPy's, each one a way code that passes on NumPy
   NumPy-only keyword raises TypeError, as CuPy does); ufuncs take only out/dtype/casting.
 - ``random.default_rng`` gives a generator laid out as CuPy's: its state is the device array
   ``bit_generator._state`` and ``bit_generator.state`` is a method.
+- ``d[key] = value`` takes a host value only as a scalar: a NumPy array or a list is refused
+  (``Tensor.copy_`` moves host values over); an operand that is neither an array nor a number
+  gets ``NotImplemented`` (so ``d == pytest.approx(x)`` fails as on CuPy: compare ``float(d)``).
+- CuPy 14.2's bfloat16 gaps, each seen on a GPU: ``add.at`` and ``sort``/``argsort`` refuse
+  it, and ``where``, ``tril`` and ``triu`` return float32 for it.
 - A bfloat16 matrix product with more than two axes is refused: CuPy 14 sends it to a kernel
   that sums in bfloat16 (see ``_refuse_batched_bfloat16``); two-axis products go to cuBLAS.
 - ``fuse`` returns the function (CuPy compiles it; the arithmetic is the same), and
@@ -32,6 +37,7 @@ import collections
 import ctypes
 import functools
 import operator
+import os
 import sys
 import types
 import weakref
@@ -175,6 +181,9 @@ class ndarray:  # noqa: N801 - CuPy's name
         return _wrap(out)
 
     def __setitem__(self, key, value):
+        # CuPy 14.2 takes a host value only as a scalar (a list becomes a NumPy array first)
+        if isinstance(value, list | tuple) or (isinstance(value, np.ndarray) and value.ndim):
+            raise ValueError("non-scalar numpy.ndarray cannot be used for fill")
         _kernel("setitem")
         self._a[_unwrap(key, host_ok=True)] = _unwrap(value, host_ok=True)
 
@@ -206,6 +215,8 @@ def _binary(name: str, reflected: bool = False, inplace: bool = False):
     def method(self, other):
         if isinstance(other, np.ndarray):  # CuPy: "Unsupported type <class 'numpy.ndarray'>"
             raise TypeError(f"Unsupported type {type(other)} (a host array in a device op)")
+        if not isinstance(other, ndarray | np.generic | int | float | complex):
+            return NotImplemented  # CuPy too: then Python asks ``other`` (pytest.approx, ...)
         _kernel(name.rstrip("_"))
         if inplace:
             op(self._a, _unwrap(other))
@@ -261,9 +272,18 @@ def _refuse_batched_bfloat16(a, b):
 
 def _product_dtype(y, a, b):
     """cuBLAS returns a product of two half-precision arrays in their dtype (NumPy returns
-    ml_dtypes' bfloat16 products as float32)."""
+    ml_dtypes' bfloat16 products as float32). A product with one entry (a row times a column,
+    two vectors) never reaches cuBLAS: CuPy 14.2 sums it with a reduction kernel in the half
+    dtype (``tensordot_core``, m == n == 1; seen on a GPU: 5000 products of 0.1 × 0.1 in
+    float16 gave 50.06, not 49.97), emulated by a running sum in that dtype."""
     same = getattr(a, "dtype", None) == getattr(b, "dtype", None)
-    return y.astype(a.dtype) if same and a.dtype.itemsize == 2 and y.dtype != a.dtype else y
+    if not (same and a.dtype.itemsize == 2):
+        return y
+    k = a.shape[-1]
+    if a.size == k and b.size == k and max(a.ndim, b.ndim) <= 2 and k:
+        products = a.reshape(-1).astype(a.dtype) * b.reshape(-1).astype(a.dtype)
+        return np.cumsum(products, dtype=a.dtype)[-1].reshape(y.shape)
+    return y.astype(a.dtype) if y.dtype != a.dtype else y
 
 
 def _wrap(x):
@@ -338,6 +358,8 @@ class ufunc:  # noqa: N801 - CuPy's name
     def at(self, *args, **kwargs):
         # (the indices may be a host array: CuPy's scatter copies them over like __setitem__)
         a, indices, *rest = args
+        if str(a.dtype) == "bfloat16":
+            raise TypeError(f"cupy.{self.__name__}.at has no bfloat16 (CuPy 14.2)")
         _kernel(f"{self.__name__}.at")
         _check_arguments(f"{self.__name__}.at", TABLE["ufunc_methods"]["at"], args, kwargs)
         self._np.at(_unwrap(a), _unwrap(indices, host_ok=True), *_unwrap(rest), **kwargs)
@@ -424,6 +446,35 @@ def _module_matmul(a, b, **kw):
 
 
 module.matmul = _module_matmul
+
+
+def _float32_for_bfloat16(name):
+    """CuPy 14.2's ``where``, ``tril`` and ``triu`` return float32 for bfloat16 arrays."""
+    numpy_fn = getattr(module, name)
+
+    def call(*args, **kwargs):
+        out = numpy_fn(*args, **kwargs)
+        return out.astype(np.float32) if str(out.dtype) == "bfloat16" else out
+
+    return call
+
+
+def _no_bfloat16(name):
+    """CuPy 14.2 sorts no bfloat16: "Unsupported dtype (bfloat16)"."""
+    numpy_fn = getattr(module, name)
+
+    def call(a, *args, **kwargs):
+        if str(a.dtype) == "bfloat16":
+            raise ValueError("Unsupported dtype (bfloat16)")
+        return numpy_fn(a, *args, **kwargs)
+
+    return call
+
+
+for _name in ("where", "tril", "triu"):
+    setattr(module, _name, _float32_for_bfloat16(_name))
+for _name in ("sort", "argsort"):
+    setattr(module, _name, _no_bfloat16(_name))
 for _name, _u in _UFUNCS.items():
     setattr(module, _name, _u)
 for _name in ("newaxis", "inf", "nan", "pi", "e", "dtype", "iinfo", "finfo"):
@@ -538,7 +589,13 @@ def _erf(x):
 
 def install(monkeypatch=None) -> None:
     """Make ``import cupy`` (and ``cupyx.scipy.special``) this module, and tensorlab's CuPy;
-    for one test only when given pytest's ``monkeypatch`` (which undoes it afterwards)."""
+    for one test only when given pytest's ``monkeypatch`` (which undoes it afterwards). A test
+    that asks for it while a real GPU is the test device is skipped: the kernels compiled for
+    the real CuPy would meet emulated arrays, and the tests beside it run the real thing."""
+    if monkeypatch is not None and os.environ.get("TENSORLAB_TEST_DEVICE") == "cuda":
+        import pytest
+
+        pytest.skip("emulates CuPy on the CPU; with a real GPU the other tests run on it")
     special = types.ModuleType("cupyx.scipy.special")
     special.erf = _erf
     scipy = types.ModuleType("cupyx.scipy")

@@ -7,6 +7,8 @@ the engine sums it back to each input's shape (see ``Tensor.sum_to``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorlab.backend import is_float, to_device, xp_of
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor, where
@@ -270,8 +272,8 @@ class Where(Function):
     """y = a where cond else b;  da = g where cond else 0,  db = 0 where cond else g."""
 
     def forward(ctx, a, b, cond):
-        ctx.cond = cond
-        return xp_of(a).where(cond, a, b)
+        ctx.cond = cond  # (CuPy's where gives float32 for two bfloat16 arrays: cast back)
+        return xp_of(a).where(cond, a, b).astype(np.result_type(a.dtype, b.dtype), copy=False)
 
     def backward(ctx, g):
         a, b = ctx.inputs

@@ -8,7 +8,7 @@ read again, so indexing stays differentiable to any order.
 
 from __future__ import annotations
 
-from tensorlab.backend import xp_of
+from tensorlab.backend import in_float32, rounded, xp_of
 from tensorlab.function import Function
 
 
@@ -38,17 +38,26 @@ class GetItem(Function):
         return ScatterAdd.apply(g, key=ctx.key, shape=ctx.inputs[0].shape)
 
 
+def _added_at(a, key, shape):
+    """zeros(shape) with ``a`` added at ``key`` (repeated positions add up). float16 and
+    bfloat16 are summed in float32 and rounded once, as every sum here (CuPy's add.at has no
+    bfloat16 at all)."""
+    a, half = in_float32(a)
+    out = xp_of(a).zeros(shape, dtype=a.dtype)
+    xp_of(a).add.at(out, key, a)
+    return rounded(out, half)
+
+
 class ScatterAdd(Function):
     """y = zeros(shape) with y[key] += a (the backward of ``GetItem``);  da = g[key]."""
 
     def forward(ctx, a, key, shape):
         ctx.key = key
-        out = xp_of(a).zeros(shape, dtype=a.dtype)
         if _is_basic(key):
+            out = xp_of(a).zeros(shape, dtype=a.dtype)
             out[key] = a
-        else:
-            xp_of(a).add.at(out, key, a)
-        return out
+            return out
+        return _added_at(a, key, shape)
 
     def backward(ctx, g):
         return g[ctx.key]
@@ -89,10 +98,7 @@ class ScatterAlongAxis(Function):
 
     def forward(ctx, a, axis, index, shape):
         ctx.axis, ctx.index = axis, index
-        xp = xp_of(a)
-        out = xp.zeros(shape, dtype=a.dtype)
-        xp.add.at(out, _along_axis_index(xp, index, axis), a)
-        return out
+        return _added_at(a, _along_axis_index(xp_of(a), index, axis), shape)
 
     def backward(ctx, g):
         return GetItem.apply(g, key=_along_axis_index(xp_of(g.data), ctx.index, ctx.axis))
@@ -103,7 +109,7 @@ class Tril(Function):
 
     def forward(ctx, a, k):
         ctx.k = k
-        return xp_of(a).tril(a, k)
+        return xp_of(a).tril(a, k).astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
 
     def backward(ctx, g):
         return g.tril(ctx.k)
@@ -114,7 +120,7 @@ class Triu(Function):
 
     def forward(ctx, a, k):
         ctx.k = k
-        return xp_of(a).triu(a, k)
+        return xp_of(a).triu(a, k).astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
 
     def backward(ctx, g):
         return g.triu(ctx.k)
