@@ -49,8 +49,9 @@ def randomize(model: nn.Module, seed: int) -> nn.Module:
     """Every parameter N(0, 0.3²): gains, biases and the relative-position bias leave their
     initial 1s and 0s, so no term of the forward pass is trivially zero."""
     rng = np.random.default_rng(seed)
-    for p in model.parameters():
-        p.data[...] = rng.standard_normal(p.shape) * 0.3
+    with tl.no_grad():
+        for p in model.parameters():
+            p.copy_(rng.standard_normal(p.shape) * 0.3)
     return model
 
 

@@ -320,9 +320,17 @@ def test_checkpoint_activations_gives_the_same_loss_and_gradients(dropout):
         checkpoints = sum(isinstance(n, Checkpoint) for n in nodes)
         assert checkpoints == (cfg.n_layer if flag else 0)  # one node per block, or none
         loss.backward()
-        grads.append([loss.item()] + [p.grad.numpy().copy() for p in model.parameters()])
-    for a, b in zip(*grads):
-        np.testing.assert_array_equal(a, b)
+        named = [(n, p.grad.numpy().copy()) for n, p in model.named_parameters()]
+        grads.append([("loss", loss.item()), *named])
+    for (name, a), (_, b) in zip(*grads):
+        if name == "embed.W" and tl.default_device() == "cuda":
+            # on a GPU the embedding's gradient is an atomic scatter-add (CuPy's add.at): each
+            # row's float32 sum of up to B·T = 24 gradient rows comes in no fixed order, so two
+            # runs differ in the last bits (seen: 1.5e-8 on entries of 0.05, 2 ulps); a sum of
+            # n terms reordered moves by at most 2(n-1)·u·Σ|terms| (u = 2^-24), well inside this
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
+        else:
+            np.testing.assert_array_equal(a, b)
 
 
 def _block_by_hand(block, x, placement: str, parallel: bool):
@@ -354,9 +362,10 @@ def test_each_norm_placement_is_its_formula(placement, parallel):
     cfg = small(norm_placement=placement, parallel=parallel, n_layer=1)
     model = GPT(cfg).eval()
     rng = np.random.default_rng(3)
-    for name, p in model.named_parameters():
-        if ".ln" in name:
-            p.data[...] = rng.uniform(0.5, 1.5, p.shape) if name.endswith(".w") else 0.1
+    with tl.no_grad():
+        for name, p in model.named_parameters():
+            if ".ln" in name:
+                p.copy_(rng.uniform(0.5, 1.5, p.shape) if name.endswith(".w") else 0.1)
     if parallel and placement == "pre":
         assert model.blocks[0].ln2 is model.blocks[0].ln1
     x = tl.tensor(rng.standard_normal((2, 5, cfg.d_model)).astype(np.float32))

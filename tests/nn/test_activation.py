@@ -172,6 +172,14 @@ def test_gelu_matches_torch(approximate):
     np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), atol=1e-6)
 
 
+def assert_close_to_torch(ours, ref):
+    """Within 1e-15; on a GPU within one ulp where that is more (|ref| > 4.5): nvcc contracts
+    the kernel's ``0.5 * x * (1 + erf)`` into fused multiply-adds, which round once where the
+    CPU rounds twice (seen: 8.249999999999998 for 8.25 at x = 8.25)."""
+    tol = 1e-15 if ours.device == "cpu" else np.maximum(1e-15, np.spacing(np.abs(ref)))
+    np.testing.assert_array_less(np.abs(ours.numpy() - ref), tol * (1 + 1e-9))
+
+
 def test_exact_gelu_and_erf_match_torch_to_float64_rounding():
     """Issue 13: in float64 the exact GELU agreed with PyTorch only to 2.1e-7 (the float32
     erf approximation); now value, gradient and second derivative agree to 1e-15 over
@@ -181,13 +189,13 @@ def test_exact_gelu_and_erf_match_torch_to_float64_rounding():
     x, tx = t64(a), torch.tensor(a, dtype=torch.float64, requires_grad=True)
     np.testing.assert_allclose(erf(a), torch.erf(torch.tensor(a)).numpy(), atol=2.3e-16, rtol=0)
     y, ty = F.gelu(x), torch.nn.functional.gelu(tx)
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), atol=1e-15, rtol=0)
+    assert_close_to_torch(y, ty.detach().numpy())
     (dx,) = tl.grad(y.sum(), [x], create_graph=True)
     (dtx,) = torch.autograd.grad(ty.sum(), [tx], create_graph=True)
-    np.testing.assert_allclose(dx.data, dtx.detach().numpy(), atol=1e-15, rtol=0)
+    assert_close_to_torch(dx, dtx.detach().numpy())
     (ddx,) = tl.grad(dx.sum(), [x])
     (ddtx,) = torch.autograd.grad(dtx.sum(), [tx])
-    np.testing.assert_allclose(ddx.data, ddtx.numpy(), atol=1e-15, rtol=0)
+    assert_close_to_torch(ddx, ddtx.numpy())
     a32 = a.astype(np.float32)
     err32 = np.abs(
         erf(a32).astype(np.float64) - torch.erf(torch.tensor(a, dtype=torch.float64)).numpy()
@@ -227,8 +235,9 @@ def test_activation_fn_names():
 # ---------------------------------------------------------------------- feed-forward
 def randomize(module, seed=0):
     rng = np.random.default_rng(seed)
-    for p in module.parameters():
-        p.data[...] = rng.standard_normal(p.shape) * 0.5
+    with tl.no_grad():
+        for p in module.parameters():
+            p.copy_(rng.standard_normal(p.shape) * 0.5)
     return module
 
 

@@ -155,7 +155,8 @@ def test_zero_grad_clears_non_finite_gradients():
     (computed as grad · 0), so every later accumulation stayed NaN."""
     net = Net()
     net(tl.randn(4, 2)).sum().backward()
-    net.first.W.grad.data.reshape(-1)[:3] = [np.inf, -np.inf, np.nan]
+    g = net.first.W.grad
+    g.data.reshape(-1)[:3] = tl.tensor([np.inf, -np.inf, np.nan], device=g.device).data
     net.zero_grad(set_to_none=False)
     for q in net.parameters():
         assert q.grad.dtype == q.dtype and q.grad.shape == q.shape

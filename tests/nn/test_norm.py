@@ -44,8 +44,9 @@ def rms_norm_ref(x, w, eps=1e-6):
 def randomize(module, seed=0):
     """Give every parameter random values (gains and biases start at 1 and 0)."""
     rng = np.random.default_rng(seed)
-    for p in module.parameters():
-        p.data[...] = rng.standard_normal(p.shape)
+    with tl.no_grad():
+        for p in module.parameters():
+            p.copy_(rng.standard_normal(p.shape))
     return module
 
 

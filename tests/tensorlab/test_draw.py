@@ -3,6 +3,7 @@ clusters; collapsing and the backward view; value and gradient summaries and nam
 every edge; one line when Graphviz's dot is missing; rendering where it exists; the
 step-through page of a backward (one frame per node)."""
 
+import importlib.util
 import re
 import shutil
 
@@ -10,6 +11,12 @@ import numpy as np
 import pytest
 
 import tensorlab as tl
+
+# tl.draw builds its graph with the graphviz Python package (the dev extra; not every machine
+# that runs the suite has it, the GPU one for instance)
+needs_graphviz = pytest.mark.skipif(
+    importlib.util.find_spec("graphviz") is None, reason="needs the graphviz Python package"
+)
 
 
 def small_graph():
@@ -23,6 +30,7 @@ def op_labels(source: str) -> list[str]:
     return re.findall(r"\[label=(\w+) fillcolor=lightgray", source)
 
 
+@needs_graphviz
 def test_dot_has_one_node_per_op_and_the_leaf_and_output():
     w, y = small_graph()
     src = tl.draw(y).source
@@ -33,6 +41,7 @@ def test_dot_has_one_node_per_op_and_the_leaf_and_output():
     assert src.count('[label="(4, 2)"]') == 2
 
 
+@needs_graphviz
 def test_params_dict_names_and_gradient_norms_after_backward():
     w, y = small_graph()
     y.backward()
@@ -43,6 +52,7 @@ def test_params_dict_names_and_gradient_norms_after_backward():
     assert sorted(op_labels(src)) == ["MatMul", "Sum", "Tanh"]
 
 
+@needs_graphviz
 def test_named_scopes_become_nested_clusters_and_can_collapse():
     w = tl.randn(3, 3, requires_grad=True)
     with tl.named_scope("block"):
@@ -59,6 +69,7 @@ def test_named_scopes_become_nested_clusters_and_can_collapse():
     assert sorted(op_labels(collapsed)) == ["Mul", "Sum"]
 
 
+@needs_graphviz
 def test_collapse_takes_whole_scope_names_and_depth_counts_parts():
     w = tl.randn(3, 3, requires_grad=True)
     h = w
@@ -77,6 +88,7 @@ def test_collapse_takes_whole_scope_names_and_depth_counts_parts():
     assert op_labels(tl.draw(y, collapse_depth=3).source).count("Tanh") == 2  # none that deep
 
 
+@needs_graphviz
 def test_only_tensors_a_gradient_reaches_are_drawn():
     """The constant operand x of x @ w is no leaf of the gradient's graph: not drawn."""
     w, y = small_graph()
@@ -93,6 +105,7 @@ def test_a_summary_lists_the_entries_of_small_tensors_only():
     assert summary(np.zeros(0)) == "norm 0"
 
 
+@needs_graphviz
 def test_backward_view_reverses_edges_and_renames_ops():
     w, y = small_graph()
     src = tl.draw(y, backward=True).source
@@ -108,6 +121,7 @@ def test_renders_svg():
     assert svg.lstrip().startswith("<?xml") and "Tanh" in svg
 
 
+@needs_graphviz
 def test_values_gradients_and_names_on_request():
     x = tl.tensor(np.array([[1.0, -2.0]]), requires_grad=True, name="x")
     h = x * 3.0
@@ -126,6 +140,7 @@ def test_values_gradients_and_names_on_request():
     assert re.search(r'label="\(10, 10\) float32\n\|value\| = [\d.]+" ', src), src
 
 
+@needs_graphviz
 def test_edges_keep_their_shapes_while_the_outputs_live():
     w = tl.tensor(np.ones((3, 2), np.float32), requires_grad=True)
     h = tl.tensor(np.ones((4, 3), np.float32)) @ w
@@ -135,6 +150,7 @@ def test_edges_keep_their_shapes_while_the_outputs_live():
     assert tl.draw(y).source.count('[label="(4, 2)"]') == 2  # MatMul -> Tanh -> Sum
 
 
+@needs_graphviz
 def test_op_to_op_edges_keep_their_shapes_after_backward():
     w, y = small_graph()
     y.backward()  # frees the graph: intermediate outputs are gone
@@ -155,6 +171,7 @@ def test_every_node_keeps_its_output_shape_after_backward():
     assert {id(n): n.output_shape for n in nodes} == shapes
 
 
+@needs_graphviz
 def test_a_missing_dot_is_one_line(monkeypatch):
     from tensorlab.draw import backward_steps
 

@@ -17,7 +17,8 @@ from gpt.model import GPT
 
 
 def set_param(param, value) -> None:
-    param.data[...] = np.asarray(value, dtype=param.data.dtype)
+    with tl.no_grad():
+        param.copy_(np.asarray(value, dtype=param.data.dtype))
 
 
 def small(**kw) -> GPTConfig:
@@ -118,6 +119,7 @@ def randomized(seed: int = 0, std: float = 0.3, **kw) -> GPT:
     tl.manual_seed(seed)
     model = GPT(small(**kw))
     rng = np.random.default_rng(seed)
-    for p in model.parameters():
-        p.data[...] = rng.standard_normal(p.shape) * std
+    with tl.no_grad():
+        for p in model.parameters():
+            p.copy_(rng.standard_normal(p.shape) * std)
     return model

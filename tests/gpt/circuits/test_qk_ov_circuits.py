@@ -166,8 +166,9 @@ def test_qk_circuit_of_a_post_norm_model_leaves_out_the_norm_after_attention():
     tl.manual_seed(5)
     model = GPT(cfg)
     rng = np.random.default_rng(5)
-    model.embed.W.data[...] = rng.standard_normal(model.embed.W.shape)
-    model.blocks[0].ln1.w.data[...] = rng.uniform(0.3, 3.0, cfg.d_model)
+    with tl.no_grad():
+        model.embed.W.copy_(rng.standard_normal(model.embed.W.shape))
+        model.blocks[0].ln1.w.copy_(rng.uniform(0.3, 3.0, cfg.d_model))
     V = cfg.vocab_size
     i, j = np.meshgrid(np.arange(V), np.arange(V), indexing="ij")
     tokens = np.stack([j.ravel(), i.ravel()], axis=1)  # key j, then query i
