@@ -18,7 +18,8 @@
 #      validation losses must agree within 0.02; the corpus comes from TEXT, default
 #      .data/tinyshakespeare.txt, since ../shared does not travel to the GPU machine);
 #   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
-# The parts can also run alone, each under the same BUDGET: `check` (1, 3 and the suite),
+# The parts can also run alone, each under the same BUDGET: `check` (1, `profile_step.py`
+# for GPT-2 small in bfloat16 and float32, and the suite),
 # `train` (the three runs), `bench` (2 and 5). Not yet measured: how long CuPy takes to compile
 # the suite's kernels (each op, dtypes and layout compiles once, on first use, into a cache
 # on disk that the shards share); if the shards end at their limits, give `check` a call
@@ -34,6 +35,8 @@ part=${1:-all}
 OUT=${OUT:-out/gpu}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
+# (the machine runs commands as root, which Open MPI's mpiexec refuses unless told)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=ci PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-python3}
 deadline=$((SECONDS + ${BUDGET:-500}))
@@ -66,12 +69,21 @@ _step() {
     } >"$summary"
 }
 
+save() {  # the summaries and logs so far into $OUT (written aside, then moved: never half)
+    cat "$LOGS"/*.summary >"$OUT/summary.txt.part" 2>/dev/null
+    mv "$OUT/summary.txt.part" "$OUT/summary.txt"
+    tar czf "$OUT/logs.tgz.part" -C "$LOGS" . && mv "$OUT/logs.tgz.part" "$OUT/logs.tgz"
+}
+
 finish() {
-    cat "$LOGS"/*.summary >"$OUT/summary.txt" 2>/dev/null
-    tar czf "$OUT/logs.tgz" -C "$LOGS" .
+    kill "$saver" 2>/dev/null
+    save
     cat "$OUT/summary.txt"
 }
 trap finish EXIT
+# saved every 20 s too, so that a call cut short at the tool's limit still brings logs back
+(while sleep 20; do save; done) &
+saver=$!
 
 environment() {
     step environment 60 bash -c "nvidia-smi; $PY - <<'EOF'
@@ -94,15 +106,15 @@ kernels() {  # the fused kernels, each op that uses one, and the tests marked cu
         tests/nn/test_amp.py tests/nn/test_attention.py tests/nn/test_loss.py
 }
 
-suite() {  # the whole suite with the GPU as the default device: eight shards at once
-    local k hang=()
+suite() {  # the whole suite with the GPU as the default device: SHARDS (8) shards at once
+    local k shards=${SHARDS:-8} hang=()
     # a test that hangs fails alone (pytest-timeout, in the GPU image) instead of taking its
     # shard's summary down when the shard's own limit kills it
     "$PY" -c "import pytest_timeout" 2>/dev/null && hang=(-p timeout --timeout 120)
-    for k in 1 2 3 4 5 6 7 8; do
+    for ((k = 1; k <= shards; k++)); do
         step_aside "suite_$k" 300 env TENSORLAB_TEST_DEVICE=cuda OMP_NUM_THREADS=2 \
             OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfE -p no:cacheprovider "${hang[@]}" \
-            --maxfail=300 --shard "$k/8" --deselect tests/test_notebooks.py
+            --maxfail=300 --durations=10 --shard "$k/$shards" --deselect tests/test_notebooks.py
     done
 }
 
@@ -130,6 +142,14 @@ bench_train() {
     step bench_train 170 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
 }
 
+profile() {  # GPT-2 small's step op by op, alone on the card: where the time goes
+    local dtype
+    for dtype in bfloat16 float32; do
+        step "profile_$dtype" 60 "$PY" benchmarks/profile_step.py --device cuda --config gpt2 \
+            --dtype "$dtype"
+    done
+}
+
 bench_kernels() {
     step bench_kernels 120 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
 }
@@ -148,7 +168,7 @@ all)
     ;;
 check)
     environment
-    kernels
+    profile
     suite
     wait
     suite_counts
