@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import gpt.tokenizers as tk
 from gpt.__main__ import main
@@ -376,21 +377,7 @@ def test_a_second_run_call_keeps_the_runs_own_records(tmp_path, text_file):
     assert (tmp_path / "run" / "best.safetensors").exists()
 
 
-MPIEXEC = shutil.which("mpiexec")
-
-
-def _has_mpi4py() -> bool:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(
-    MPIEXEC is None or not _has_mpi4py(),
-    reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'",
-)
+@needs_mpi
 def test_under_mpiexec_rank_zero_alone_takes_the_lock(tmp_path, text_file):
     """Two processes: rank 0 takes the lock and removes it at the end (rank 1 taking it
     too would refuse its own job); a held lock ends the job with rank 0's one line."""
@@ -412,4 +399,5 @@ def test_under_mpiexec_rank_zero_alone_takes_the_lock(tmp_path, text_file):
         env=env,
     )
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert refused.stderr.count("\n") == 1 and f"process {os.getpid()}" in refused.stderr
+    own = program_stderr(refused.stderr)
+    assert own.count("\n") == 1 and f"process {os.getpid()}" in own

@@ -644,8 +644,22 @@ def test_identity_hooks_change_nothing(scenario, fused, results, style):
     assert sorted(calls) == sorted(points)
     assert np.isfinite(plain[0]).all()
     assert_bitwise_equal(hooked[0], plain[0])
-    for a, b in zip(hooked[1], plain[1]):
-        assert_bitwise_equal(a, b)
+    scattered = scattered_on_a_gpu(m)
+    for p, a, b in zip([*m.parameters(), None, None], hooked[1], plain[1]):
+        if p is not None and p is scattered:
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=0)
+        else:
+            assert_bitwise_equal(a, b)
+
+
+def scattered_on_a_gpu(m):
+    """The parameter whose gradient a scatter-add sums (the relative bias table W, read by
+    offset), on a GPU: CuPy's add.at adds with atomics, in no fixed order, so two runs of the
+    same backward differ in the last bits there (seen: 1 ulp in float64 on an H100); the
+    float64 sums of at most T² = 25 entries stay well within 1e-13 of each other."""
+    if m.relative_bias is None or tl.default_device() != "cuda":
+        return None
+    return m.relative_bias.W
 
 
 def test_fused_layer_refuses_score_and_pattern_hooks():

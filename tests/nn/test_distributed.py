@@ -5,13 +5,13 @@ The multi-process tests start ``mpiexec -n 2`` (``pip install -e '.[mpi]'``) and
 reason where it or mpi4py is missing."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import nn
 import tensorlab as tl
@@ -21,20 +21,6 @@ from gpt.train import TrainConfig, Trainer
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40
     + "pack my box with five dozen liquor jugs. " * 40
-)
-MPIEXEC = shutil.which("mpiexec")
-
-
-def _have_mpi() -> bool:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return False
-    return MPIEXEC is not None
-
-
-needs_mpi = pytest.mark.skipif(
-    not _have_mpi(), reason="needs mpi4py and mpiexec: pip install -e '.[mpi]'"
 )
 
 SETUP = f"""
@@ -217,7 +203,10 @@ def test_a_bad_flag_under_mpiexec_is_one_line_and_no_abort(tmp_path):
         env=env,
     )
     assert run.returncode == 2
-    assert run.stderr.strip() == "error: --batch-size 5: must be divisible by the 2 processes"
+    assert (
+        program_stderr(run.stderr).strip()
+        == "error: --batch-size 5: must be divisible by the 2 processes"
+    )
 
 
 @needs_mpi
