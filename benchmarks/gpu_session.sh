@@ -13,17 +13,19 @@
 #   2. alone on the card: bench_train.py --device cuda (tensorlab against PyTorch eager in
 #      turns, float32 and bfloat16: ms/step, tokens/s, MFU, and each phase of the step);
 #   3. beside 4: the fused kernels and the ops that use them, compiled, against their CPU forms;
-#   4. side by side: the whole suite on the GPU in eight shards (pytest --shard K/8), and the
+#   4. side by side: the whole suite on the GPU in SHARDS shards (pytest --shard K/SHARDS,
+#      default 8), and the
 #      nanoGPT config trained for 2000 iterations in float32, bfloat16 and float16 (the
 #      validation losses must agree within 0.02; the corpus comes from TEXT, default
 #      .data/tinyshakespeare.txt, since ../shared does not travel to the GPU machine);
 #   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
 # The parts can also run alone, each under the same BUDGET: `check` (1, `profile_step.py`
-# for GPT-2 small in bfloat16 and float32, and the suite),
-# `train` (the three runs), `bench` (2 and 5). Not yet measured: how long CuPy takes to compile
-# the suite's kernels (each op, dtypes and layout compiles once, on first use, into a cache
-# on disk that the shards share); if the shards end at their limits, give `check` a call
-# of its own.
+# for GPT-2 small in bfloat16 and float32, and the suite), `train` (the three runs), `bench`
+# (2 and 5). Measured on an H100 (session 17): `all` took 411 s of its 545 (bench_train 67 s,
+# 8 shards 129-286 s beside the three 2000-iteration runs of 105-143 s); `check` with
+# SHARDS=12 needs about 140 s (12 shards of 63-93 s, the profiles 26 s, the card 8 s):
+#
+#   run(command="BUDGET=240 SHARDS=12 bash benchmarks/gpu_session.sh check", timeout_s=280)
 #
 # Logs go to $OUT (default out/gpu): summary.txt (also printed, so the reply's tail shows it)
 # and logs.tgz with every step's full log (the tool brings back at most 8 files). Nothing is
@@ -82,8 +84,10 @@ finish() {
 }
 trap finish EXIT
 # saved every 20 s too, so that a call cut short at the tool's limit still brings logs back
-(while sleep 20; do save; done) &
+# (disowned: the parts' `wait` is for their steps, and would wait for this loop forever)
+(while sleep 20; do save; done) &>/dev/null &
 saver=$!
+disown "$saver"
 
 environment() {
     step environment 60 bash -c "nvidia-smi; $PY - <<'EOF'
