@@ -50,8 +50,11 @@ def scatter_add_rows(idx, g, num_rows: int):
     out = xp.zeros((num_rows, d), dtype=g.dtype)
     if flat.size == 0:
         return out
-    if device_of(g) == "cuda":  # CuPy: its add.at is an atomic scatter, fast on a GPU (no
-        rows, half = in_float32(rows)  # bfloat16 there: half rows are summed in float32)
+    if device_of(g) == "cuda":
+        # CuPy's add.at: an atomic scatter, fast on a GPU, whose float sums come in no fixed
+        # order (the last bits can differ between runs); it takes no bfloat16, and half rows
+        # are summed in float32 as every sum here
+        rows, half = in_float32(rows)
         out = out.astype(rows.dtype, copy=False)
         xp.add.at(out, flat, rows)
         return rounded(out, half)
