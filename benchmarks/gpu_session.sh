@@ -25,7 +25,8 @@
 # 8 shards 129-286 s beside the three 2000-iteration runs of 105-143 s); `check` with
 # SHARDS=12 needs about 140 s (12 shards of 63-93 s, the profiles 26 s, the card 8 s):
 #
-#   run(command="BUDGET=240 SHARDS=12 bash benchmarks/gpu_session.sh check", timeout_s=280)
+#   run(command="BUDGET=240 SHARDS=12 bash benchmarks/gpu_session.sh check", carry=[".data"],
+#       timeout_s=280)
 #
 # Logs go to $OUT (default out/gpu): summary.txt (also printed, so the reply's tail shows it)
 # and logs.tgz with every step's full log (the tool brings back at most 8 files). Nothing is
@@ -42,6 +43,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=ci PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-python3}
 deadline=$((SECONDS + ${BUDGET:-500}))
+# the tests read the corpus from ../shared/data, which does not travel: the carried copy goes
+# there (without it the tokenizer tests train on a fallback corpus, not CI's)
+if [[ ! -e ../shared/data/tinyshakespeare.txt && -e .data/tinyshakespeare.txt ]]; then
+    mkdir -p ../shared/data && cp .data/tinyshakespeare.txt ../shared/data/
+fi
 
 n=0
 step() {  # step NAME SECONDS COMMAND...: run, log to $LOGS/NAME.log, report the exit status
