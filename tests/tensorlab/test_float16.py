@@ -138,6 +138,26 @@ def test_float16_sums_accumulate_in_float32():
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_half_scatter_adds_accumulate_in_float32(half):
+    """5000 gradient entries of 1 added into one slot (the backward of a read that repeats an
+    index, of gather, and index_add itself): a running sum in float16 stalls at 2048 and one in
+    bfloat16 at 256; summed in float32 and rounded once it is 5000 (bfloat16: 4992, the nearest
+    it holds). CuPy's add.at has no bfloat16 at all, so there both go through float32."""
+    if half == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    want = float(np.array(5000.0, np.float32).astype(half))
+    x = tl.tensor(np.ones(3), dtype=half, requires_grad=True)
+    x[np.zeros(5000, np.int64)].sum().backward()  # GetItem's backward: ScatterAdd
+    assert x.grad.dtype == x.dtype and x.grad.numpy().astype(float).tolist() == [want, 0.0, 0.0]
+    x.grad = None
+    x.reshape(1, 3).gather(1, np.zeros((1, 5000), np.int64)).sum().backward()  # ScatterAlongAxis
+    assert x.grad.numpy().astype(float).tolist() == [want, 0.0, 0.0]
+    ones = tl.tensor(np.ones(5000), dtype=half)
+    added = tl.tensor(np.zeros(3), dtype=half).index_add(0, np.zeros(5000, np.int64), ones)
+    assert added.dtype == x.dtype and added.numpy().astype(float).tolist() == [want, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
 @pytest.mark.parametrize(
     "shapes",
     [((2, 3, 4000), (4000, 2)), ((2, 3, 4000), (2, 4000, 2)), ((2, 1, 3, 4000), (5, 4000, 2))],
