@@ -8,16 +8,27 @@ longer matches the source (the code moved on) is reported as an error, not skipp
 update it here.
 
 ``TESTS[file]`` are the test paths a mutant of that file runs against, in stages: the focused
-file first (fast to fail), then the package's whole test folder. A mutant survives only if
-every stage passes.
+file first (fast to fail), then the package's whole test folder, and for the code with
+GPU-only branches a last stage on CuPy emulated by NumPy (a stage's leading ``NAME=value``
+words are environment variables). A mutant survives only if every stage passes.
 """
 
 TESTS = {
-    "tensorlab/ops/elementwise.py": ["tests/tensorlab/test_elementwise.py", "tests/tensorlab"],
+    "tensorlab/ops/elementwise.py": [
+        "tests/tensorlab/test_elementwise.py",
+        "tests/tensorlab",
+        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
+        "tests/tensorlab/test_autograd.py",
+    ],
     "tensorlab/ops/reduce.py": ["tests/tensorlab/test_reduce.py", "tests/tensorlab"],
     "tensorlab/ops/nnops.py": ["tests/tensorlab/test_nnops.py", "tests/tensorlab"],
     "tensorlab/ops/shape.py": ["tests/tensorlab/test_shape.py", "tests/tensorlab"],
-    "tensorlab/ops/index.py": ["tests/tensorlab/test_index.py", "tests/tensorlab"],
+    "tensorlab/ops/index.py": [
+        "tests/tensorlab/test_index.py",
+        "tests/tensorlab",
+        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
+        "tests/tensorlab/test_autograd.py",
+    ],
     "tensorlab/ops/linalg.py": ["tests/tensorlab/test_linalg.py", "tests/tensorlab"],
     "tensorlab/autograd.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
     "nn/linear.py": ["tests/nn/test_linear.py", "tests/nn"],
@@ -32,7 +43,12 @@ TESTS = {
         "tests/tensorlab/test_fused.py",
         "tests/tensorlab tests/nn/test_optim.py",
     ],
-    "tensorlab/backend.py": ["tests/tensorlab/test_float16.py", "tests/tensorlab"],
+    "tensorlab/backend.py": [
+        "tests/tensorlab/test_float16.py",
+        "tests/tensorlab",
+        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
+        "tests/tensorlab/test_autograd.py",
+    ],
     "gpt/tokenizers/offsets.py": [
         "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py",
         "tests/gpt/tokenizers",
@@ -86,6 +102,8 @@ TESTS = {
         "tests/tensorlab/test_shape.py tests/tensorlab/test_index.py "
         "tests/tensorlab/test_linalg.py",
         "tests/tensorlab",
+        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
+        "tests/tensorlab/test_autograd.py",
     ],
     "nn/serialization.py": [
         "tests/nn/test_serialization.py",
@@ -873,9 +891,15 @@ MUTANTS = {
     "tensorlab/backend.py": [
         (
             "batched-half-not-widened",
-            "product = xp.matmul(a.astype(acc), b.astype(acc))",
-            "product = xp.matmul(a, b)",
+            "    else:\n        product = xp.matmul(a.astype(acc), b.astype(acc))",
+            "    else:\n        product = xp.matmul(a, b)",
             "matmul: a batched bfloat16 product on CuPy summed in bfloat16",
+        ),
+        (
+            "one-entry-half-not-widened",
+            "    elif a.size == k and b.size == k:  # one entry: CuPy's half reduction, not cuBLAS",
+            "    elif a.ndim == 0:  # one entry: CuPy's half reduction, not cuBLAS",
+            "matmul: a one-entry float16 product on CuPy summed in float16 (its reduction kernel)",
         ),
     ],
     "gpt/tokenizers/offsets.py": [
@@ -1144,6 +1168,13 @@ MUTANTS = {
             "gb = where(ctx.cond, g, 0.0)",
             "Where: db sent where cond is true",
         ),
+        (
+            "where-dtype-not-kept",
+            "return xp_of(a).where(cond, a, b).astype(np.result_type(a.dtype, b.dtype), "
+            "copy=False)",
+            "return xp_of(a).where(cond, a, b)",
+            "where: CuPy's float32 for two bfloat16 arrays kept",
+        ),
     ],
     "tensorlab/ops/reduce.py": [
         (
@@ -1246,12 +1277,30 @@ MUTANTS = {
         ),
         (
             "scatter-assign",
-            "        if _is_basic(key):\n            out[key] = a",
-            "        if True:\n            out[key] = a",
+            "        if _is_basic(key):\n            out = xp_of(a).zeros",
+            "        if True:\n            out = xp_of(a).zeros",
             "ScatterAdd: repeated indices overwrite instead of adding",
         ),
         ("tril-k", "return g.tril(ctx.k)", "return g.tril(0)", "Tril backward: diagonal k lost"),
         ("triu-k", "return g.triu(ctx.k)", "return g.triu(0)", "Triu backward: diagonal k lost"),
+        (
+            "scatter-half-not-widened",
+            "    a, half = in_float32(a)\n    out = xp_of(a).zeros(shape, dtype=a.dtype)",
+            "    half = None\n    out = xp_of(a).zeros(shape, dtype=a.dtype)",
+            "scatter-add: float16 summed in float16 (stalls at 2048), bfloat16 refused by CuPy",
+        ),
+        (
+            "tril-dtype-not-kept",
+            "return xp_of(a).tril(a, k).astype(a.dtype, copy=False)",
+            "return xp_of(a).tril(a, k)",
+            "tril: CuPy's float32 for bfloat16 kept",
+        ),
+        (
+            "triu-dtype-not-kept",
+            "return xp_of(a).triu(a, k).astype(a.dtype, copy=False)",
+            "return xp_of(a).triu(a, k)",
+            "triu: CuPy's float32 for bfloat16 kept",
+        ),
     ],
     "tensorlab/ops/linalg.py": [
         ("matmul-da-transpose", "ga = g @ b.mT", "ga = g @ b", "MatMul: da = g b"),
@@ -2206,6 +2255,19 @@ MUTANTS = {
             "k > m for i, (k, m) in enumerate(zip(idx.shape, self.shape)) if i != axis",
             "k > m + 1 for i, (k, m) in enumerate(zip(idx.shape, self.shape)) if i != axis",
             "gather accepts an index one larger than self on another axis",
+        ),
+        (
+            "argsort-bfloat16-not-widened",
+            "        if a.dtype == BFLOAT16:  # sorted as float32",
+            "        if a.dtype is None:  # sorted as float32",
+            "argsort: bfloat16 handed to CuPy's sort, which refuses it",
+        ),
+        (
+            "copy-from-host-not-moved",
+            '        self.data[...] = to_device(src, self.device) if hasattr(src, "dtype") '
+            "else src",
+            "        self.data[...] = src",
+            "copy_: a host array written into a device array (CuPy refuses it)",
         ),
     ],
     "gpt/tokenizers/cli.py": [

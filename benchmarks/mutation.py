@@ -155,7 +155,12 @@ def check_imports(tree: Path, env: dict) -> None:
 
 
 def run_stage(args: list[str], tree: Path, env: dict, timeout: float) -> tuple[str, str]:
-    """``pytest -q`` with ``args``: ("passed" | "failed" | "timeout" | "error", its output)."""
+    """``pytest -q`` with ``args``: ("passed" | "failed" | "timeout" | "error", its output).
+    Leading ``NAME=value`` words are the environment's (``TENSORLAB_TEST_DEVICE=fake-cuda``:
+    a stage on CuPy emulated by NumPy, which reaches the GPU-only branches)."""
+    while args and "=" in args[0] and args[0].split("=", 1)[0].isidentifier():
+        name, value = args[0].split("=", 1)
+        env, args = {**env, name: value}, args[1:]
     cmd = [sys.executable, "-m", "pytest", "-q", "--no-header", *args]
     proc = subprocess.Popen(
         cmd,
@@ -225,7 +230,7 @@ def run_mutant(m: Mutant, tree: Path, env: dict, timeout: float, skip: dict) -> 
     try:
         m.status = "survived"
         for stage in m.stages:
-            args = ["-x", *shlex.split(stage), *(f"--deselect={t}" for t in skip.get(stage, []))]
+            args = [*shlex.split(stage), "-x", *(f"--deselect={t}" for t in skip.get(stage, []))]
             result, output = run_stage(args, tree, env, timeout)
             m.stage_results.append(f"{stage}: {result}")
             if result == "error":
