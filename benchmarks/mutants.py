@@ -13,12 +13,16 @@ GPU-only branches a last stage on CuPy emulated by NumPy (a stage's leading ``NA
 words are environment variables). A mutant survives only if every stage passes.
 """
 
+# the last stage of the files with GPU-only branches: CuPy emulated by NumPy reaches them
+ON_FAKE_CUDA = (
+    "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
+    "tests/tensorlab/test_autograd.py"
+)
 TESTS = {
     "tensorlab/ops/elementwise.py": [
         "tests/tensorlab/test_elementwise.py",
         "tests/tensorlab",
-        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
-        "tests/tensorlab/test_autograd.py",
+        ON_FAKE_CUDA,
     ],
     "tensorlab/ops/reduce.py": ["tests/tensorlab/test_reduce.py", "tests/tensorlab"],
     "tensorlab/ops/nnops.py": ["tests/tensorlab/test_nnops.py", "tests/tensorlab"],
@@ -26,8 +30,7 @@ TESTS = {
     "tensorlab/ops/index.py": [
         "tests/tensorlab/test_index.py",
         "tests/tensorlab",
-        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
-        "tests/tensorlab/test_autograd.py",
+        ON_FAKE_CUDA,
     ],
     "tensorlab/ops/linalg.py": ["tests/tensorlab/test_linalg.py", "tests/tensorlab"],
     "tensorlab/autograd.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
@@ -46,8 +49,7 @@ TESTS = {
     "tensorlab/backend.py": [
         "tests/tensorlab/test_float16.py",
         "tests/tensorlab",
-        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
-        "tests/tensorlab/test_autograd.py",
+        ON_FAKE_CUDA,
     ],
     "gpt/tokenizers/offsets.py": [
         "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py",
@@ -102,8 +104,7 @@ TESTS = {
         "tests/tensorlab/test_shape.py tests/tensorlab/test_index.py "
         "tests/tensorlab/test_linalg.py",
         "tests/tensorlab",
-        "TENSORLAB_TEST_DEVICE=fake-cuda tests/tensorlab/test_float16.py "
-        "tests/tensorlab/test_autograd.py",
+        ON_FAKE_CUDA,
     ],
     "nn/serialization.py": [
         "tests/nn/test_serialization.py",
