@@ -21,7 +21,15 @@
 #   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
 # The parts can also run alone, each under the same BUDGET: `check` (1, `profile_step.py`
 # for GPT-2 small in bfloat16 and float32, and the suite), `train` (the three runs), `bench`
-# (2 and 5). Measured on an H100 (session 17): `all` took 411 s of its 545 (bench_train 67 s,
+# (2 and 5), and `published`, which is not part of `all`: nanoGPT's GPU run on Shakespeare's
+# characters (configs/shakespeare_char.toml, 5000 steps of 64 × 256 in bfloat16), whose best
+# validation loss nanoGPT's README gives as 1.4697; about 260 s of steps at session 17's
+# 52 ms a step and about 140 s of evaluations (20 of 2 × 200 batches), so give it a call of
+# its own:
+#
+#   run(command="BUDGET=540 bash benchmarks/gpu_session.sh published", carry=[".data"],
+#       timeout_s=580)
+# Measured on an H100 (session 17): `all` took 411 s of its 545 (bench_train 67 s,
 # 8 shards 129-286 s beside the three 2000-iteration runs of 105-143 s); `check` with
 # SHARDS=12 needs about 140 s (12 shards of 63-93 s, the profiles 26 s, the card 8 s):
 #
@@ -148,6 +156,19 @@ val_losses() {  # the last evaluation of each run
     done >"$LOGS/98-val-losses.summary"
 }
 
+published() {  # nanoGPT's published run, and its best validation loss (nanoGPT: 1.4697)
+    step published 560 "$PY" -m gpt train --config configs/shakespeare_char.toml \
+        --text "${TEXT:-.data/tinyshakespeare.txt}" --device cuda --dtype bfloat16 \
+        --out-dir /tmp/gpu-runs/published --overwrite
+    "$PY" - >"$LOGS/99-published.summary" 2>&1 <<'EOF'
+from gpt.run_folder import RunFolder
+evals = [r for r in RunFolder("/tmp/gpu-runs/published").read_log() if "val_loss" in r]
+best = min(evals, key=lambda r: r["val_loss"])
+print(f"published run: best val_loss {best['val_loss']:.4f} at iter {best['iter']}, last "
+      f"{evals[-1]['val_loss']:.4f} at iter {evals[-1]['iter']} (nanoGPT's README: 1.4697)")
+EOF
+}
+
 bench_train() {
     step bench_train 170 "$PY" benchmarks/bench_train.py --device cuda --blocks 5
 }
@@ -192,8 +213,12 @@ bench)
     bench_train
     bench_kernels
     ;;
+published)
+    environment
+    published
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published]" >&2
     exit 2
     ;;
 esac

@@ -191,6 +191,40 @@ def test_config_file_then_flags(tmp_path, capsys):
     assert '"max_iters": 2' in capsys.readouterr().err  # printed at start
 
 
+def test_shipped_shakespeare_config_is_nanogpts_gpu_run():
+    """configs/shakespeare_char.toml resolves to nanoGPT's config/train_shakespeare_char.py
+    (train.py's defaults for the rest: no biases, weight decay 0.1, clipping at 1): the run
+    whose best validation loss nanoGPT's README gives as 1.4697. 10.75M parameters, which is
+    nanoGPT's printed 10.65M plus the 256 × 384 position table it leaves out of its count."""
+    from pathlib import Path
+
+    from gpt.__main__ import build_parser, resolve_configs
+
+    path = Path(__file__).parents[2] / "configs" / "shakespeare_char.toml"
+    model, train = resolve_configs(build_parser().parse_args(["train", "--config", str(path)]))
+    shape = (model.n_layer, model.n_head, model.d_model, model.block_size, model.d_ff)
+    assert shape == (6, 6, 384, 256, 1536)
+    assert (model.dropout, model.bias, model.activation, model.tie_weights) == (
+        0.2,
+        False,
+        "gelu",
+        True,
+    )
+    assert (train.batch_size, train.grad_accum_steps, train.max_iters) == (64, 1, 5000)
+    assert (train.learning_rate, train.min_lr, train.warmup_iters, train.lr_decay_iters) == (
+        1e-3,
+        1e-4,
+        100,
+        5000,
+    )
+    assert (train.weight_decay, train.beta1, train.beta2, train.grad_clip) == (0.1, 0.9, 0.99, 1.0)
+    assert (train.eval_interval, train.eval_iters, train.val_fraction) == (250, 200, 0.1)
+    model.vocab_size = 65  # Shakespeare's characters
+    total = model.num_parameters()
+    assert round(total / 1e6, 2) == 10.75
+    assert round((total - 256 * 384) / 1e6, 2) == 10.65
+
+
 @pytest.mark.parametrize(
     "content, words",
     [
