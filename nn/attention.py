@@ -22,6 +22,12 @@ D, Dao 2023). :class:`AttentionFn` also keeps the pattern unnormalized, E = exp(
 row maxima m and row sums l (A = E / l), and divides the output, Y = (E V) / l: of the
 (T_q, T_k) arrays it writes only S (then E in its place) forward and dA (then dS) backward.
 
+Causal attention never needs the scores above the diagonal: a block of queries [r₀, r₁)
+sees no key at or after r₁ (for T_q = T_k). :class:`AttentionFn` takes long causal inputs in
+up to four such blocks (:func:`query_blocks`), each with the formulas above against the keys
+it may see, and adds up the blocks' shares of dK and dV; with n blocks the (T_q, T_k) arrays
+are (n + 1)/2n of their size.
+
 The math is written twice on purpose, and only twice: :class:`AttentionFn` is one graph node
 with the closed-form backward above on arrays (fast, and it never keeps S or softmax
 intermediates), and :func:`attention_composed` is the same function in engine ops (readable,
@@ -84,10 +90,11 @@ def _causal_bias(xp, T_q: int, T_k: int, dtype, window: int | None = None):
     return bias
 
 
-def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask):
+def _dead_rows(xp, T_q: int, T_k: int, causal: bool, mask, window: int | None = None):
     """Boolean (..., T_q, 1): True for query rows that may attend to no key; None if none.
-    (A sliding window never empties a causal row: each query sees at least itself.)"""
-    allowed = causal_keep(xp, T_q, T_k) if causal else None
+    (A sliding window alone never empties a causal row, whose query sees at least its own
+    position; with a mask it can: every key in the window may be masked.)"""
+    allowed = causal_keep(xp, T_q, T_k, window) if causal else None
     if mask is not None:
         allowed = mask if allowed is None else allowed & mask
     if allowed is None:
@@ -110,6 +117,72 @@ def _matmul_into(a, b, shape, dtype):
     return out
 
 
+# Causal attention in query blocks: the keys after a block's last query are masked for every
+# query of the block, so the block's scores stop there. With n equal blocks the (T_q, T_k)
+# arrays shrink to (n + 1)/2n of their size (3/4 for 2 blocks, 5/8 for 4): less to compute,
+# store and read back. Blocks have at least BLOCK_ROWS queries, so that their matrix products
+# stay large, and there are at most MAX_BLOCKS of them, since each block costs its own
+# launches on a GPU (benchmarks/bench_attention_blocks.py measures them on the CPU).
+BLOCK_ROWS = 128
+MAX_BLOCKS = 4
+
+
+def query_blocks(T_q: int, T_k: int, causal: bool, window: int | None) -> list[tuple]:
+    """(rows, keys): slices of the queries and of the keys they may see, covering every query
+    once. One block (all of both) unless ``causal`` with T_q ≥ 2·BLOCK_ROWS and T_k ≥ T_q;
+    then query rows [r0, r1) see keys [lo, r1 + T_k - T_q), lo = 0, or the first key the
+    sliding window lets row r0 see."""
+    offset = T_k - T_q
+    n = min(MAX_BLOCKS, T_q // BLOCK_ROWS) if causal and offset >= 0 else 1
+    if n <= 1:
+        return [(slice(None), slice(None))]
+    edges = [T_q * i // n for i in range(n + 1)]
+    first = lambda r0: 0 if window is None else max(0, r0 + offset - window + 1)  # noqa: E731
+    return [(slice(r0, r1), slice(first(r0), r1 + offset)) for r0, r1 in zip(edges, edges[1:])]
+
+
+def _cut(a, rows: slice, keys: slice):
+    """The (rows, keys) block of an array broadcast to the scores (..., T_q, T_k), or None;
+    an axis of length 1 (broadcast) is kept whole."""
+    if a is None:
+        return None
+    if a.ndim < 2:
+        return a[..., keys] if a.shape[-1] != 1 else a
+    return a[
+        ..., rows if a.shape[-2] != 1 else slice(None), keys if a.shape[-1] != 1 else slice(None)
+    ]
+
+
+def _unnormalized_pattern(q, k, bias, scale, causal, mask, window):
+    """E = exp(S - m) and its row sums l for S = s Q Kᵀ + B (masked: -∞), m the row maxima,
+    for one block of queries (..., T_q, H, d) and the keys (..., T_k, H, d) they may see; the
+    heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
+    xp = xp_of(q)
+    S = _heads_first(q * scale) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
+    if bias is not None:
+        S += bias
+    T_q, T_k = q.shape[-3], k.shape[-3]
+    if causal:
+        S += _causal_bias(xp, T_q, T_k, S.dtype, window)
+    if mask is not None:
+        S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
+    if S.shape[-1]:
+        m = S.max(axis=-1, keepdims=True)
+    else:  # no keys at all (T_k = 0): the output is empty or zero, as in PyTorch
+        m = xp.zeros(S.shape[:-1] + (1,), S.dtype)
+    # A row with every key masked gets A = 0, not NaN. Only a mask, a causal mask with
+    # more queries than keys, or no keys at all can leave a row empty (each query sees at
+    # least its own key).
+    maybe_empty = mask is not None or (causal and T_q > T_k) or T_k == 0
+    if maybe_empty:
+        m[m == -xp.inf] = 0
+    E = shifted_exp(S, m, out=S)  # in place on the CPU
+    total = sum_last(E)  # l
+    if maybe_empty:  # elsewhere every row holds an exp(0) = 1
+        total[total == 0] = 1
+    return E, total
+
+
 class AttentionFn(Function):
     """Y = softmax(s Q Kᵀ + B) V for every head, as one node (the module docstring derives the
     backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with, as TransformerLens lays
@@ -125,7 +198,11 @@ class AttentionFn(Function):
 
     The pattern is kept unnormalized, E = exp(S - m) with m the row maxima, beside its row
     sums l: A = E / l, and Y = (E V) / l divides the (T_q, d_v) output instead of the
-    (T_q, T_k) pattern. The backward reads Y (so Y must not be changed in place before it)."""
+    (T_q, T_k) pattern. The backward reads Y (so Y must not be changed in place before it).
+
+    Long causal inputs go in blocks of queries (:func:`query_blocks`), each against the keys
+    its queries may see: the same formulas on each block, and the keys' gradients dK and dV
+    summed over the blocks that saw them."""
 
     saves_output = True
 
@@ -134,66 +211,80 @@ class AttentionFn(Function):
         if half:
             k, v = k.astype(q.dtype), v.astype(q.dtype)
             bias = tuple(b.astype(q.dtype) for b in bias)
-        S = _heads_first(q * scale) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
-        if bias:
-            S += bias[0]
-        if causal:
-            S += _causal_bias(xp, q.shape[-3], k.shape[-3], S.dtype, window)
-        if mask is not None:
-            S = xp.where(mask, S, -xp.inf).astype(S.dtype, copy=False)
-        if S.shape[-1]:
-            m = S.max(axis=-1, keepdims=True)
-        else:  # no keys at all (T_k = 0): the output is empty or zero, as in PyTorch
-            m = xp.zeros(S.shape[:-1] + (1,), S.dtype)
-        # A row with every key masked gets A = 0, not NaN. Only a mask, a causal mask with
-        # more queries than keys, or no keys at all can leave a row empty (each query sees at
-        # least its own key).
-        T_q, T_k = q.shape[-3], k.shape[-3]
-        maybe_empty = mask is not None or (causal and T_q > T_k) or T_k == 0
-        if maybe_empty:
-            m[m == -xp.inf] = 0
-        E = shifted_exp(S, m, out=S)  # in place on the CPU
-        total = sum_last(E)  # l
-        if maybe_empty:  # elsewhere every row holds an exp(0) = 1
-            total[total == 0] = 1
-        ctx.E, ctx.total = E, total
-        P = E if dropout_mask is None else E * dropout_mask
-        Y = _matmul_into(P, _heads_first(v), q.shape[:-1] + v.shape[-1:], v.dtype)
-        Y /= _heads_first(total)  # (..., T_q, H, 1)
+        B = bias[0] if bias else None
+        ctx.blocks = query_blocks(q.shape[-3], k.shape[-3], causal, window)
+        ctx.E, ctx.total = [], []
+        Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+        for rows, keys in ctx.blocks:
+            E, total = _unnormalized_pattern(
+                q[..., rows, :, :],
+                k[..., keys, :, :],
+                _cut(B, rows, keys),
+                scale,
+                causal,
+                _cut(mask, rows, keys),
+                window,
+            )
+            ctx.E.append(E)
+            ctx.total.append(total)
+            P = E if dropout_mask is None else E * _cut(dropout_mask, rows, keys)
+            y = _heads_first(Y[..., rows, :, :])
+            xp.matmul(P, _heads_first(v[..., keys, :, :]), out=y)
+            y /= total
         ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
         return rounded(Y, half)
 
     def backward(ctx, g):
-        E, total = ctx.E, ctx.total  # float32 for half inputs: the backward runs in float32 too
-        q, k, v = (t.data.astype(E.dtype, copy=False) for t in ctx.inputs[:3])
+        dtype = ctx.E[0].dtype  # float32 for half inputs: the backward runs in float32 too
+        q, k, v = (t.data.astype(dtype, copy=False) for t in ctx.inputs[:3])
         M, s = ctx.params["dropout_mask"], ctx.params["scale"]
-        g = g.data.astype(E.dtype, copy=False)  # (..., T_q, H, d_v), as Y
-        inv = 1.0 / total  # 1/l, (..., H, T_q, 1)
-        P = E if M is None else E * M
-        G_l = _heads_first(g * _heads_first(inv))  # G/l
-        dv = _matmul_into(P.swapaxes(-1, -2), G_l, v.shape, v.dtype)  # Aᵀ G = Eᵀ (G/l)
-        dA = _heads_first(g) @ _heads_first(v).swapaxes(-1, -2)  # turned into s dS in place
-        if M is not None:
-            dA *= M
-        D = _heads_first(sum_last(g * ctx.Y))  # rowsum(dA ⊙ A) = rowsum(G ⊙ Y)
+        g = g.data.astype(dtype, copy=False)  # (..., T_q, H, d_v), as Y
         bias = ctx.inputs[3:]
         dB_needed = bool(bias) and bias[0].requires_grad
-        if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
-            inv *= s
-        if xp_of(dA) is np:
-            dA -= D
-            dA *= E
-            dA *= inv
-            dS = dA  # s dS without a bias gradient to return
-        else:  # a GPU: one kernel
-            dS = softmax_grad_kernel(dA, D, E, inv)
-        dq = _matmul_into(dS, _heads_first(k), q.shape, q.dtype)  # s dS K
-        dk = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q), k.shape, k.dtype)  # s dSᵀ Q
+        xp = xp_of(g)
+        whole = len(ctx.blocks) == 1
+        dq = xp.empty(q.shape, q.dtype)  # every query's rows come from its own block
+        dk, dv = (None, None) if whole else (xp.zeros(k.shape, dtype), xp.zeros(v.shape, dtype))
+        dB = None
+        for (rows, keys), E, total in zip(ctx.blocks, ctx.E, ctx.total):
+            q_b, k_b, v_b = q[..., rows, :, :], k[..., keys, :, :], v[..., keys, :, :]
+            g_b = g[..., rows, :, :]
+            inv = 1.0 / total  # 1/l, (..., H, T_q, 1)
+            M_b = _cut(M, rows, keys)
+            P = E if M_b is None else E * M_b
+            G_l = _heads_first(g_b * _heads_first(inv))  # G/l
+            dv_b = _matmul_into(P.swapaxes(-1, -2), G_l, v_b.shape, dtype)  # Aᵀ G = Eᵀ (G/l)
+            dA = _heads_first(g_b) @ _heads_first(v_b).swapaxes(-1, -2)  # then s dS in place
+            if M_b is not None:
+                dA *= M_b
+            D = _heads_first(sum_last(g_b * ctx.Y[..., rows, :, :]))  # rowsum(G ⊙ Y)
+            if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
+                inv *= s
+            if xp is np:
+                dA -= D
+                dA *= E
+                dA *= inv
+                dS = dA  # s dS without a bias gradient to return
+            else:  # a GPU: one kernel
+                dS = softmax_grad_kernel(dA, D, E, inv)
+            xp.matmul(dS, _heads_first(k_b), out=_heads_first(dq[..., rows, :, :]))  # s dS K
+            dk_b = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q_b), k_b.shape, dtype)
+            if whole:
+                dk, dv = dk_b, dv_b  # s dSᵀ Q, Aᵀ G
+            else:
+                dk[..., keys, :, :] += dk_b
+                dv[..., keys, :, :] += dv_b
+            if dB_needed and whole:
+                dB = dS
+            elif dB_needed:  # dB = dS, zero where no block reached (masked for every query)
+                if dB is None:
+                    dB = xp.zeros(dS.shape[:-2] + (q.shape[-3], k.shape[-3]), dtype)
+                dB[..., rows, keys] = dS
         if not dB_needed:
             return dq, dk, dv, None
         dq *= s
         dk *= s
-        return dq, dk, dv, dS  # dB = dS
+        return dq, dk, dv, dB
 
     @staticmethod
     def composed(q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
@@ -244,7 +335,7 @@ def attention_composed(
     if mask is not None:
         S = S.masked_fill(~mask, -math.inf)
     S = hook_scores(S)
-    dead = _dead_rows(xp, T_q, T_k, causal, mask)
+    dead = _dead_rows(xp, T_q, T_k, causal, mask, window)
     if dead is not None:  # rows with every key masked: A = 0, as in AttentionFn (not NaN)
         S = tl.where(dead, 0.0, S)
     A = S.softmax(axis=-1)

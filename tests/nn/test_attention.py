@@ -9,6 +9,7 @@ on the pattern, d_head apart from d_model / n_head, per-head views of the stored
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -18,9 +19,10 @@ from hypothesis import strategies as st
 from strategies import assert_same, check_fused_op, rand64
 
 import nn
+import nn.attention
 import nn.functional as F
 import tensorlab as tl
-from nn.attention import AttentionFn, attention_composed, attention_results
+from nn.attention import AttentionFn, attention_composed, attention_results, causal_keep
 
 B, T, D, H = 2, 5, 8, 2
 HOOK_POINTS = (
@@ -135,6 +137,18 @@ def pattern_of(q, k, v, mask=None, causal=False):
 
 
 # ---------------------------------------------------------------------- the op
+@contextlib.contextmanager
+def query_block_rows(rows):
+    """AttentionFn's causal query blocks of ``rows`` queries (None: as the library has them),
+    so that inputs of a few positions go through several blocks."""
+    kept = nn.attention.BLOCK_ROWS
+    nn.attention.BLOCK_ROWS = kept if rows is None else rows
+    try:
+        yield
+    finally:
+        nn.attention.BLOCK_ROWS = kept
+
+
 @st.composite
 def attention_cases(draw):
     """Inputs and parameters of one AttentionFn call: batch and head axes, T_q and T_k apart
@@ -162,24 +176,105 @@ def attention_cases(draw):
         causal=draw(st.booleans()),
         mask=on_device(mask),
         dropout_mask=on_device(drop),
+        window=draw(st.sampled_from([None, 1, 2])),
     )
     return inputs, params
 
 
-@given(attention_cases())
-def test_attention_fn_matches_composed(case):
+@given(attention_cases(), st.sampled_from([None, 1, 2]))
+def test_attention_fn_matches_composed(case, rows):
     """AttentionFn (the closed-form backward on arrays) against AttentionFn.composed (engine
     ops, the path whose scores and pattern can be hooked). Tolerance 1e-10 absolute: entries
     are N(0, 1), T_k ≤ 4 and d ≤ 2, so scores, outputs and derivatives up to the second are
     O(10) at most, and the two forms (one exp-normalise in place against softmax on Tensors;
     -∞ added against masked_fill) differ by rounding, ≲ 1e-14. Rows with no key allowed give
-    0 and zero derivatives on both."""
+    0 and zero derivatives on both. Causal inputs go through query blocks of 1 or 2 rows too
+    (``rows``), with and without a sliding window."""
     inputs, params = case
-    check_fused_op(
-        lambda *a: AttentionFn.apply(*a, **params),
-        lambda *a: AttentionFn.composed(*a, **params),
-        inputs,
+    with query_block_rows(rows):
+        check_fused_op(
+            lambda *a: AttentionFn.apply(*a, **params),
+            lambda *a: AttentionFn.composed(*a, **params),
+            inputs,
+        )
+
+
+@given(
+    st.integers(1, 9),
+    st.integers(0, 3),
+    st.sampled_from([None, 1, 2, 4]),
+    st.integers(1, 4),
+    st.integers(1, 6),
+)
+def test_query_blocks_cover_every_query_once_and_every_key_it_may_see(T_q, offset, window, rows, n):
+    """query_blocks: the blocks' rows partition the queries; each query's block holds every
+    key the causal mask (and window) lets it see; there are min(MAX_BLOCKS, T_q // rows)
+    blocks of consecutive rows when that is 2 or more, else one block of everything."""
+    T_k = T_q + offset
+    with query_block_rows(rows):
+        blocks = nn.attention.query_blocks(T_q, T_k, True, window)
+    keep = causal_keep(np, T_q, T_k, window)
+    seen = np.zeros(T_q, int)
+    for r, k in blocks:
+        seen[r] += 1
+        outside = np.ones(T_k, bool)
+        outside[k] = False
+        assert not keep[r][:, outside].any(), (r, k)
+    assert (seen == 1).all()
+    expected = min(nn.attention.MAX_BLOCKS, T_q // rows)
+    assert len(blocks) == (expected if expected >= 2 else 1)
+    assert nn.attention.query_blocks(T_q, T_k, False, None) == [(slice(None), slice(None))]
+
+
+@settings(max_examples=25)
+@given(
+    st.integers(2, 9),
+    st.integers(0, 3),
+    st.sampled_from([None, 1, 3]),
+    st.sampled_from(["none", "per head", "shared", "per key"]),
+    st.sampled_from(["none", "random", "padding"]),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_blocked_attention_equals_one_block(T_q, offset, window, bias_kind, mask_kind, drop, seed):
+    """Causal attention in query blocks of one row (as many blocks as MAX_BLOCKS allows)
+    against one block of everything: the same output and the same gradients of q, k, v and
+    the bias, in float64, within 1e-12 (the two sum the same products in other groupings:
+    the masked keys a block leaves out add exact zeros to the other). Biases and masks
+    broadcast along the query axis (a key-padding mask (B, 1, 1, T_k)) keep that axis whole."""
+    rng = np.random.default_rng(seed)
+    Bc, Hc, d, T_k = 2, 2, 3, T_q + offset
+    q, k, v = rand64(rng, Bc, T_q, Hc, d), rand64(rng, Bc, T_k, Hc, d), rand64(rng, Bc, T_k, Hc, d)
+    bias_shape = {"per head": (Hc, T_q, T_k), "shared": (T_q, T_k), "per key": (1, T_k)}
+    inputs = [q, k, v] + ([rand64(rng, *bias_shape[bias_kind])] if bias_kind != "none" else [])
+    mask = {
+        "none": None,
+        "random": rng.random((Bc, 1, T_q, T_k)) > 0.3,
+        "padding": rng.random((Bc, 1, 1, T_k)) > 0.3,
+    }[mask_kind]
+    params = dict(
+        scale=0.5,
+        causal=True,
+        mask=None if mask is None else tl.tensor(mask).data,
+        dropout_mask=tl.tensor((rng.random((Bc, Hc, T_q, T_k)) >= 0.5) * 2.0).data
+        if drop
+        else None,
+        window=window,
     )
+    g = rng.standard_normal((Bc, T_q, Hc, d))
+    results = []
+    for rows in (1, 10**9):
+        with query_block_rows(rows):
+            for x in inputs:
+                x.grad = None
+            y = AttentionFn.apply(*inputs, **params)
+            (y * tl.tensor(g)).sum().backward()
+        results.append([y.data] + [x.grad.data for x in inputs])
+    assert len(nn.attention.query_blocks(T_q, T_k, True, window)) == 1  # (the library's rows)
+    for blocked, whole in zip(*results):
+        np.testing.assert_allclose(
+            tl.tensor(blocked).numpy(), tl.tensor(whole).numpy(), atol=1e-12, rtol=0
+        )
 
 
 @given(
@@ -1152,6 +1247,24 @@ def test_sliding_window_pattern_is_the_band():
     np.testing.assert_array_equal(seen["A"] > 0, np.broadcast_to(band, seen["A"].shape))
     m.fused = True
     np.testing.assert_allclose(m(x).data, composed, atol=1e-12)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_window_of_padding_keys_gives_zero_not_nan(fused):
+    """A query whose window holds only padding keys attends to nothing: its heads give 0 and
+    zero gradients on both paths (the composed path gave NaN: its dead-row check ignored the
+    window). Window 2 over 4 positions with keys 1 and 2 padded: query 2 sees keys 1 and 2."""
+    m = make(causal=True, window=2, fused=fused)
+    pad = np.array([[False, True, True, False]] * B)
+    seen, _ = capture(m, ["hook_z"])
+    x = x64(T=4, requires_grad=True)
+    y = m(x, key_padding_mask=pad)
+    z = seen["hook_z"].data  # (B, T, H, d_head)
+    assert np.isfinite(y.data).all()
+    np.testing.assert_array_equal(z[:, 2], 0.0)
+    assert np.abs(z[:, [0, 1, 3]]).min() > 0
+    y.sum().backward()
+    assert np.isfinite(x.grad.data).all()
 
 
 def test_bad_kv_heads_and_window_are_refused():
