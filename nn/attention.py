@@ -690,7 +690,13 @@ class MultiHeadAttention(Module):
             else:
                 k, v = cache.k, cache.v
         k, v = self._per_query_head(k, -2), self._per_query_head(v, -2)  # (B, T_k, H, d_head)
-        z = self.hook_z(self.attend(q, k, v, self._keep(key_padding_mask, mask)))
+        keep = self._keep(
+            key_padding_mask,
+            mask,
+            q.shape[:-3] + (self.n_head,) + q.shape[-3:-2] + k.shape[-3:-2],
+            cache,
+        )
+        z = self.hook_z(self.attend(q, k, v, keep))
         if self.use_attn_result:  # each head's output in the residual basis, then their sum
             out = self.hook_result(head_results(z, self.W_O)).sum(axis=-2)
             out = out if self.b_O is None else out + self.b_O
@@ -721,16 +727,36 @@ class MultiHeadAttention(Module):
             hook_pattern=self.hook_pattern,
         )
 
-    def _keep(self, key_padding_mask, mask):
-        """One boolean mask (True = may attend) from the padding mask and the general mask."""
+    def _keep(self, key_padding_mask, mask, scores: tuple, cache):
+        """One boolean mask (True = may attend) from the padding mask and the general mask,
+        checked against the scores' shape (B, H, T_q, T_k): the keys are the cached ones and
+        the new ones (a sliding window's cache keeps the last W - 1)."""
         keep = None
         xp = xp_of(self.W_O.data)
+        B, T_k = scores[0], scores[-1]
+        cached = (
+            "" if cache is None else f" ({T_k} with the cache: the keys it holds and the new ones)"
+        )
         if key_padding_mask is not None:
             kpm = key_padding_mask
             kpm = kpm.data if isinstance(kpm, Tensor) else xp.asarray(kpm)
+            if kpm.shape != (B, T_k):
+                raise ValueError(
+                    f"MultiHeadAttention: key_padding_mask of shape {kpm.shape} needs "
+                    f"(batch, keys) = {(B, T_k)}{cached}"
+                )
             keep = ~kpm.astype(bool)[:, None, None, :]
         if mask is not None:
             m = mask.data if isinstance(mask, Tensor) else xp.asarray(mask)
+            try:
+                fits = np.broadcast_shapes(m.shape, scores) == scores
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"MultiHeadAttention: mask of shape {m.shape} does not broadcast to the "
+                    f"scores (batch, heads, queries, keys) = {scores}{cached}"
+                )
             keep = m.astype(bool) if keep is None else keep & m.astype(bool)
         return keep
 

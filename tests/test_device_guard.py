@@ -36,6 +36,7 @@ ALLOWED = frozenset(
     bool_ int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64
     complex64 complex128 dtype ndarray generic integer floating number
     inf nan pi e newaxis iinfo finfo result_type promote_types can_cast shape ndim
+    broadcast_shapes
     random.default_rng random.Generator random.SeedSequence exceptions.AxisError
     """.split()
 )

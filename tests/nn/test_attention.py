@@ -576,15 +576,19 @@ def test_fused_and_hooked_paths_agree():
 @st.composite
 def layer_cases(draw, kind: str, padding: str):
     """A MultiHeadAttention of the given kind (self, causal or cross) and its inputs: rotary,
-    relative or no positions (self-attention); H, d_head and d_model independent; a key
-    padding mask (none, some keys padded, or also a sequence with every key padded)."""
+    relative or no positions (self-attention); H, d_head and d_model independent; grouped
+    key/value heads; a sliding window (causal); a key padding mask (none, some keys padded, or
+    also a sequence with every key padded)."""
     position = "none" if kind == "cross" else draw(st.sampled_from(["none", "rotary", "relative"]))
-    n_head, d_model = draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    n_head, d_model = draw(st.integers(1, 4)), draw(st.integers(1, 6))
     d_head = draw(st.integers(1, 3)) * (2 if position == "rotary" else 1)
     T_q = draw(st.integers(1, 4))
     T_k = draw(st.integers(1, 5)) if kind == "cross" else T_q
     seed = draw(st.integers(0, 2**16))
     kw = dict(d_head=d_head, causal=kind == "causal", cross=kind == "cross")
+    kw["n_kv_head"] = draw(st.sampled_from([h for h in range(1, n_head + 1) if n_head % h == 0]))
+    if kind == "causal":
+        kw["window"] = draw(st.sampled_from([None, 1, 2]))
     if kind == "cross":
         kw["d_source"] = draw(st.integers(1, 4))
     if position == "rotary":
@@ -615,7 +619,10 @@ def run_layer(m, x, src, kpm, cache, g=None):
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             if hi == lo:
                 continue
-            pad = kpm if kpm is None or m.cross else kpm[:, :hi]  # the keys seen so far
+            # the keys this call attends to: all seen so far, or a window's last W - 1 and the
+            # new ones
+            first = 0 if m.window is None else max(0, lo - (m.window - 1))
+            pad = kpm if kpm is None or m.cross else kpm[:, first:hi]
             outs.append(m(x[:, lo:hi], source=src, key_padding_mask=pad, cache=c))
         out = tl.cat(outs, axis=1)
     if g is None:
@@ -1274,6 +1281,28 @@ def test_bad_kv_heads_and_window_are_refused():
         nn.MultiHeadAttention(8, 4, n_kv_head=3)
     with pytest.raises(ValueError, match="window=2 needs causal=True"):
         nn.MultiHeadAttention(8, 4, window=2)
+
+
+def test_masks_of_the_wrong_shape_are_one_line_errors():
+    """A padding mask must cover the keys the call attends to, (B, T_k); with a sliding
+    window's cache those are its last W - 1 keys and the new ones, not every position seen
+    (this passed a matmul error up from inside the op before). A general mask must broadcast
+    to the scores (B, H, T_q, T_k)."""
+    m = make(causal=True, window=2)
+    cache = nn.KVCache()
+    m(x64(T=3), cache=cache, key_padding_mask=np.zeros((B, 3), bool))
+    with pytest.raises(ValueError) as err:  # 4 positions seen; the call sees 1 cached + 1 new
+        m(x64(T=1), cache=cache, key_padding_mask=np.zeros((B, 4), bool))
+    assert str(err.value) == (
+        "MultiHeadAttention: key_padding_mask of shape (2, 4) needs (batch, keys) = (2, 2) "
+        "(2 with the cache: the keys it holds and the new ones)"
+    )
+    with pytest.raises(ValueError) as err:
+        make()(x64(), mask=np.ones((T, T + 1), bool))
+    assert str(err.value) == (
+        "MultiHeadAttention: mask of shape (5, 6) does not broadcast to the scores "
+        "(batch, heads, queries, keys) = (2, 2, 5, 5)"
+    )
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
