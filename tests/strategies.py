@@ -206,7 +206,8 @@ edge_btd = st.tuples(
 @st.composite
 def gpt_configs(draw, max_layers: int = 2):
     """A small GPTConfig with every architectural switch drawn (norm, its placement, parallel
-    blocks, attention-only, activation, positions, heads and key/value heads, biases, tying)."""
+    blocks, attention-only, activation, positions and RoPE's layout, heads and key/value heads,
+    a sliding window, biases, tying)."""
     from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, GPTConfig
 
     n_head = draw(st.sampled_from([1, 2, 4]))
@@ -231,6 +232,8 @@ def gpt_configs(draw, max_layers: int = 2):
         attn_only=attn_only,
         positional=positional,
         max_relative_distance=draw(st.integers(1, 3)),
+        rope_layout=draw(st.sampled_from(["interleaved", "half"])),
+        sliding_window=draw(st.sampled_from([None, 1, 2, 3])),
         bias=draw(st.booleans()),
         qkv_bias=draw(st.sampled_from([None, True, False])),
         tie_weights=draw(st.booleans()),
