@@ -1306,10 +1306,11 @@ def test_masks_of_the_wrong_shape_are_one_line_errors():
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
-def test_half_inputs_are_computed_in_float32_and_rounded_once(half):
+@pytest.mark.parametrize("rows", [None, 2], ids=["one block", "blocks of 2"])
+def test_half_inputs_are_computed_in_float32_and_rounded_once(half, rows):
     """float16/bfloat16 q, k, v: the node's output is the float32 computation on the same
     (already rounded) inputs, rounded once (bit-equal), and its gradients are that float32
-    backward's, rounded to the inputs' dtype."""
+    backward's, rounded to the inputs' dtype; in one block and in causal query blocks."""
     if half == "bfloat16":
         pytest.importorskip("ml_dtypes", reason="bfloat16 on the CPU needs ml_dtypes")
     rng = np.random.default_rng(0)
@@ -1317,12 +1318,14 @@ def test_half_inputs_are_computed_in_float32_and_rounded_once(half):
     lo = [tl.tensor(a, dtype=half, requires_grad=True) for a in arrays]
     hi = [tl.tensor(t.numpy().astype(np.float32), requires_grad=True) for t in lo]
     params = dict(scale=0.5, causal=True, mask=None, dropout_mask=None)
-    y_lo, y_hi = AttentionFn.apply(*lo, **params), AttentionFn.apply(*hi, **params)
-    assert y_lo.dtype == lo[0].dtype
-    np.testing.assert_array_equal(y_lo.numpy(), y_hi.numpy().astype(y_lo.dtype))
-    g = rng.standard_normal(y_hi.shape).astype(np.float32)
-    got = tl.grad(y_lo, lo, tl.tensor(g, dtype=half))
-    want = tl.grad(y_hi, hi, tl.tensor(tl.tensor(g, dtype=half).numpy().astype(np.float32)))
+    with query_block_rows(rows):
+        y_lo, y_hi = AttentionFn.apply(*lo, **params), AttentionFn.apply(*hi, **params)
+        assert y_lo.dtype == lo[0].dtype
+        np.testing.assert_array_equal(y_lo.numpy(), y_hi.numpy().astype(y_lo.dtype))
+        g = rng.standard_normal(y_hi.shape).astype(np.float32)
+        got = tl.grad(y_lo, lo, tl.tensor(g, dtype=half))
+        g_hi = tl.tensor(tl.tensor(g, dtype=half).numpy().astype(np.float32))
+        want = tl.grad(y_hi, hi, g_hi)
     for a, b in zip(got, want):
         assert a.dtype == lo[0].dtype
         np.testing.assert_array_equal(a.numpy(), b.numpy().astype(a.dtype))
