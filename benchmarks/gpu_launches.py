@@ -10,10 +10,12 @@ be counted: this script runs one training step of bench_train.py's models (the m
 with weight decay groups, clipping at 1.0) on CuPy emulated by NumPy (tests/fake_cupy.py),
 which counts every array operation (a view is none, a fused kernel is one) and every read.
 
-The counts do not depend on the batch or the sequence length, so the step runs one sequence of
-16 tokens. They are this code's, not PyTorch's: PyTorch eager launches about one kernel per
-operation too, but its AdamW (``foreach``/``fused``) and clipping (``_foreach_norm``) launch a
-handful of kernels for all parameters together.
+The counts do not depend on the batch, so the step runs one sequence; nor on the sequence
+length below 256 positions, where causal attention is one block of queries (at 256 and more it
+takes up to four, nn/attention.py: query_blocks, each with its own launches), so the step runs
+the config's block size. They are this code's, not PyTorch's: PyTorch eager launches about one
+kernel per operation too, but its AdamW (``foreach``/``fused``) and clipping
+(``_foreach_norm``) launch a handful of kernels for all parameters together.
 """
 
 from __future__ import annotations
@@ -42,12 +44,11 @@ def count_step(name: str, dtype: str):
     """The launches and waits of each phase of one step (the third, once the optimizer's
     state exists), the launches by operation, and the number of parameter tensors."""
     shape = {k: v for k, v in CONFIGS[name].items() if k != "batch_size"}
-    shape["block_size"] = 16
     tl.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=65, **shape)).to("cuda")
     opt = nn.optim.AdamW(nn.optim.param_groups_for_decay(model, 0.1), lr=1e-3)
     rng = np.random.default_rng(0)
-    x, y = (tl.tensor(a, device="cuda") for a in rng.integers(0, 65, (2, 1, 16)))
+    x, y = (tl.tensor(a, device="cuda") for a in rng.integers(0, 65, (2, 1, shape["block_size"])))
     launches, waits, kinds = [], [], collections.Counter()
 
     def phase(fn):

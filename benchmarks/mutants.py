@@ -1595,8 +1595,8 @@ MUTANTS = {
     "nn/attention.py": [
         (
             "gpu-softmax-grad-no-rowsum",
-            "dS = softmax_grad_kernel(dA, D, E, inv)",
-            "dS = softmax_grad_kernel(dA, 0.0, E, inv)",
+            "dS = softmax_grad_kernel(dA, D_b, E, inv_b)",
+            "dS = softmax_grad_kernel(dA, 0.0, E, inv_b)",
             "attention's GPU backward drops rowsum(G ⊙ Y) from the softmax gradient",
         ),
         (
@@ -1607,8 +1607,8 @@ MUTANTS = {
         ),
         (
             "ds-drop-a",
-            "dA -= D\n                dA *= E",
-            "dA -= D * E\n                dA *= E",
+            "dA -= D_b\n                dA *= E",
+            "dA -= D_b * E\n                dA *= E",
             "AttentionFn: (dA - D) ⊙ E with D weighted by E again",
         ),
         (
@@ -1619,8 +1619,8 @@ MUTANTS = {
         ),
         (
             "dv-no-dropout",
-            "P = E if M_b is None else E * M_b\n            G_l",
-            "P = E\n            G_l",
+            "P = E if M_b is None else E * M_b\n            dv_b",
+            "P = E\n            dv_b",
             "AttentionFn: dV ignores the dropout mask",
         ),
         (
@@ -1704,16 +1704,16 @@ MUTANTS = {
             "query_blocks: a block leaves out the first key its first query's window sees",
         ),
         (
-            "blocks-dk-not-summed",
-            "dk[..., keys, :, :] += dk_b",
-            "dk[..., keys, :, :] = dk_b",
-            "AttentionFn: a key's gradient keeps only the last block's share",
+            "blocks-shares-not-summed",
+            "view += share",
+            "view[...] = share",
+            "AttentionFn: a key's and a value's gradients keep only the last block's share",
         ),
         (
-            "blocks-dv-not-summed",
-            "dv[..., keys, :, :] += dv_b",
-            "dv[..., keys, :, :] = dv_b",
-            "AttentionFn: a value's gradient keeps only the last block's share",
+            "blocks-totals-misplaced",
+            "total[..., rows, :] = l",
+            "total[..., : l.shape[-2], :] = l",
+            "AttentionFn: every block's row sums l written to the first block's rows",
         ),
         (
             "blocks-broadcast-rows-cut",

@@ -153,12 +153,12 @@ def _cut(a, rows: slice, keys: slice):
     ]
 
 
-def _unnormalized_pattern(q, k, bias, scale, causal, mask, window):
-    """E = exp(S - m) and its row sums l for S = s Q Kᵀ + B (masked: -∞), m the row maxima,
-    for one block of queries (..., T_q, H, d) and the keys (..., T_k, H, d) they may see; the
-    heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
+def _unnormalized_pattern(q, k, bias, causal, mask, window):
+    """E = exp(S - m) and its row sums l for S = Q Kᵀ + B (masked: -∞; q already scaled), m
+    the row maxima, for one block of queries (..., T_q, H, d) and the keys (..., T_k, H, d)
+    they may see; the heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
     xp = xp_of(q)
-    S = _heads_first(q * scale) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
+    S = _heads_first(q) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
     if bias is not None:
         S += bias
     T_q, T_k = q.shape[-3], k.shape[-3]
@@ -201,8 +201,8 @@ class AttentionFn(Function):
     (T_q, T_k) pattern. The backward reads Y (so Y must not be changed in place before it).
 
     Long causal inputs go in blocks of queries (:func:`query_blocks`), each against the keys
-    its queries may see: the same formulas on each block, and the keys' gradients dK and dV
-    summed over the blocks that saw them."""
+    its queries may see: E block by block, and what is per query (the scale, l, G/l, D) for
+    all queries at once; the keys' gradients dK and dV are summed over the blocks."""
 
     saves_output = True
 
@@ -213,67 +213,73 @@ class AttentionFn(Function):
             bias = tuple(b.astype(q.dtype) for b in bias)
         B = bias[0] if bias else None
         ctx.blocks = query_blocks(q.shape[-3], k.shape[-3], causal, window)
-        ctx.E, ctx.total = [], []
+        ctx.E, total = [], None  # E block by block; l (..., H, T_q, 1) for every query
         Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+        q = q * scale  # s Q, once for every block
         for rows, keys in ctx.blocks:
-            E, total = _unnormalized_pattern(
+            E, l = _unnormalized_pattern(
                 q[..., rows, :, :],
                 k[..., keys, :, :],
                 _cut(B, rows, keys),
-                scale,
                 causal,
                 _cut(mask, rows, keys),
                 window,
             )
             ctx.E.append(E)
-            ctx.total.append(total)
+            if len(ctx.blocks) == 1:
+                total = l
+            else:
+                if total is None:
+                    total = xp.empty(l.shape[:-2] + (q.shape[-3], 1), l.dtype)
+                total[..., rows, :] = l
             P = E if dropout_mask is None else E * _cut(dropout_mask, rows, keys)
-            y = _heads_first(Y[..., rows, :, :])
-            xp.matmul(P, _heads_first(v[..., keys, :, :]), out=y)
-            y /= total
+            xp.matmul(P, _heads_first(v[..., keys, :, :]), out=_heads_first(Y[..., rows, :, :]))
+        Y /= _heads_first(total)  # (..., T_q, H, 1)
+        ctx.total = total
         ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
         return rounded(Y, half)
 
     def backward(ctx, g):
-        dtype = ctx.E[0].dtype  # float32 for half inputs: the backward runs in float32 too
+        dtype = ctx.total.dtype  # float32 for half inputs: the backward runs in float32 too
         q, k, v = (t.data.astype(dtype, copy=False) for t in ctx.inputs[:3])
         M, s = ctx.params["dropout_mask"], ctx.params["scale"]
         g = g.data.astype(dtype, copy=False)  # (..., T_q, H, d_v), as Y
         bias = ctx.inputs[3:]
         dB_needed = bool(bias) and bias[0].requires_grad
         xp = xp_of(g)
+        inv = 1.0 / ctx.total  # 1/l, (..., H, T_q, 1)
+        G_l = _heads_first(g * _heads_first(inv))  # G/l, heads first
+        D = _heads_first(sum_last(g * ctx.Y))  # rowsum(dA ⊙ A) = rowsum(G ⊙ Y)
+        if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
+            inv *= s
         whole = len(ctx.blocks) == 1
         dq = xp.empty(q.shape, q.dtype)  # every query's rows come from its own block
         dk, dv = (None, None) if whole else (xp.zeros(k.shape, dtype), xp.zeros(v.shape, dtype))
         dB = None
-        for (rows, keys), E, total in zip(ctx.blocks, ctx.E, ctx.total):
+        for (rows, keys), E in zip(ctx.blocks, ctx.E):
             q_b, k_b, v_b = q[..., rows, :, :], k[..., keys, :, :], v[..., keys, :, :]
-            g_b = g[..., rows, :, :]
-            inv = 1.0 / total  # 1/l, (..., H, T_q, 1)
             M_b = _cut(M, rows, keys)
             P = E if M_b is None else E * M_b
-            G_l = _heads_first(g_b * _heads_first(inv))  # G/l
-            dv_b = _matmul_into(P.swapaxes(-1, -2), G_l, v_b.shape, dtype)  # Aᵀ G = Eᵀ (G/l)
-            dA = _heads_first(g_b) @ _heads_first(v_b).swapaxes(-1, -2)  # then s dS in place
+            dv_b = _matmul_into(P.swapaxes(-1, -2), G_l[..., rows, :], v_b.shape, dtype)  # Eᵀ G/l
+            dA = _heads_first(g[..., rows, :, :]) @ _heads_first(v_b).swapaxes(-1, -2)  # G Vᵀ
             if M_b is not None:
                 dA *= M_b
-            D = _heads_first(sum_last(g_b * ctx.Y[..., rows, :, :]))  # rowsum(G ⊙ Y)
-            if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
-                inv *= s
-            if xp is np:
-                dA -= D
+            D_b, inv_b = D[..., rows, :], inv[..., rows, :]
+            if xp is np:  # s dS = (dA - D) ⊙ E (s/l), in place
+                dA -= D_b
                 dA *= E
-                dA *= inv
-                dS = dA  # s dS without a bias gradient to return
+                dA *= inv_b
+                dS = dA
             else:  # a GPU: one kernel
-                dS = softmax_grad_kernel(dA, D, E, inv)
+                dS = softmax_grad_kernel(dA, D_b, E, inv_b)
             xp.matmul(dS, _heads_first(k_b), out=_heads_first(dq[..., rows, :, :]))  # s dS K
             dk_b = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q_b), k_b.shape, dtype)
             if whole:
                 dk, dv = dk_b, dv_b  # s dSᵀ Q, Aᵀ G
-            else:
-                dk[..., keys, :, :] += dk_b
-                dv[..., keys, :, :] += dv_b
+            else:  # (into views: `a[i] += b` would also write the view back onto itself)
+                for acc, share in ((dk, dk_b), (dv, dv_b)):
+                    view = acc[..., keys, :, :]
+                    view += share
             if dB_needed and whole:
                 dB = dS
             elif dB_needed:  # dB = dS, zero where no block reached (masked for every query)
