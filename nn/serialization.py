@@ -291,7 +291,16 @@ def _get_tensor(path, f, name: str) -> np.ndarray:
 
 # ------------------------------------------------------------------ npz
 def _write_npz(f: IO[bytes], arrays: dict[str, np.ndarray], tree_json: str) -> None:
-    """What ``np.savez`` does (a zip of ``name.npy`` files), minus its keyword-name clashes."""
+    """What ``np.savez`` does (a zip of ``name.npy`` files), minus its keyword-name clashes.
+    A dtype the .npy header cannot name (ml_dtypes' bfloat16 is written as raw 2-byte
+    records, ``<V2``, and would load as bytes) is refused."""
+    for name, a in arrays.items():
+        descr = np.lib.format.dtype_to_descr(a.dtype)
+        if np.lib.format.descr_to_dtype(descr) != a.dtype:
+            raise TypeError(
+                f"save: array {name!r} has dtype {a.dtype}, which .npz cannot hold (it would "
+                f"load as raw {descr!r} records); save it as .safetensors"
+            )
     entries = {**arrays, NPZ_TREE_KEY: np.array(tree_json)}
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, a in entries.items():

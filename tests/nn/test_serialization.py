@@ -141,6 +141,21 @@ def test_bfloat16_round_trips(tmp_path):
     np.testing.assert_array_equal(back["m"]["f"], np.ones(2, np.float32))
 
 
+def test_bfloat16_in_npz_is_refused_not_saved_as_bytes(tmp_path):
+    """The .npy header has no name for ml_dtypes' bfloat16: NumPy writes it as raw 2-byte
+    records ('<V2') and loads bytes back, silently. save refuses, naming the array and the
+    format that holds it, and leaves no file."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="pip install ml_dtypes")
+    a = np.array([1.0, -2.5], np.float32).astype(ml_dtypes.bfloat16)
+    with pytest.raises(TypeError) as err:
+        save({"m": {"w": a}}, tmp_path / "b.npz")
+    assert str(err.value) == (
+        "save: array 'm.w' has dtype bfloat16, which .npz cannot hold (it would load as raw "
+        "'<V2' records); save it as .safetensors"
+    )
+    assert os.listdir(tmp_path) == []
+
+
 def test_bfloat16_file_without_ml_dtypes(tmp_path):
     """A BF16 tensor written by another program: read with ml_dtypes, a clear error without."""
     bits = np.array([0x3F80, 0xC020], np.uint16)  # bfloat16 1.0 and -2.5
