@@ -34,8 +34,8 @@
 # SHARDS=12 needed about 140 s (12 shards of 63-93 s, the profiles 26 s, the card 8 s), before
 # bench_attention_blocks.py joined it (a guess: 20 s more):
 #
-#   run(command="BUDGET=240 SHARDS=12 bash benchmarks/gpu_session.sh check", carry=[".data"],
-#       timeout_s=280)
+#   run(command="BUDGET=260 SHARDS=12 bash benchmarks/gpu_session.sh check", carry=[".data"],
+#       timeout_s=300)
 #
 # Logs go to $OUT (default out/gpu): summary.txt (also printed, so the reply's tail shows it)
 # and logs.tgz with every step's full log (the tool brings back at most 8 files). Nothing is
