@@ -1894,6 +1894,12 @@ MUTANTS = {
     ],
     "nn/serialization.py": [
         (
+            "npz-bfloat16-as-bytes",
+            "if np.lib.format.descr_to_dtype(descr) != a.dtype:",
+            "if np.lib.format.descr_to_dtype(descr).itemsize != a.dtype.itemsize:",
+            ".npz takes any dtype of the right width: bfloat16 is written as raw <V2 records",
+        ),
+        (
             "duplicates-unchecked",
             "json.loads(text, object_pairs_hook=_no_duplicates)",
             "json.loads(text)",
