@@ -181,7 +181,7 @@ profile() {  # GPT-2 small's step op by op, alone on the card: where the time go
             --dtype "$dtype"
     done
     # causal attention in query blocks against one block (session 18; not yet run on a GPU)
-    step attention_blocks 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --rows 64 256
+    step attention_blocks 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --rows 64 256 512
 }
 
 bench_kernels() {
