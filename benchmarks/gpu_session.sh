@@ -168,6 +168,9 @@ best = min(evals, key=lambda r: r["val_loss"])
 print(f"published run: best val_loss {best['val_loss']:.4f} at iter {best['iter']}, last "
       f"{evals[-1]['val_loss']:.4f} at iter {evals[-1]['iter']} (nanoGPT's README: 1.4697)")
 EOF
+    # the loss curve and the log come back beside the summary (look at the picture)
+    cp /tmp/gpu-runs/published/loss.png "$OUT/published-loss.png" 2>/dev/null
+    cp /tmp/gpu-runs/published/log.jsonl "$OUT/published-log.jsonl" 2>/dev/null
 }
 
 bench_train() {
