@@ -122,7 +122,7 @@ def _matmul_into(a, b, shape, dtype):
 # arrays shrink to (n + 1)/2n of their size (3/4 for 2 blocks, 5/8 for 4): less to compute,
 # store and read back. Blocks have at least BLOCK_ROWS queries, so that their matrix products
 # stay large, and there are at most MAX_BLOCKS of them, since each block costs its own
-# launches on a GPU (benchmarks/bench_attention_blocks.py measures them on the CPU).
+# launches on a GPU (benchmarks/bench_attention_blocks.py times the choices).
 BLOCK_ROWS = 128
 MAX_BLOCKS = 4
 
