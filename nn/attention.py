@@ -211,7 +211,7 @@ class AttentionFn(Function):
         if half:
             k, v = k.astype(q.dtype), v.astype(q.dtype)
             bias = tuple(b.astype(q.dtype) for b in bias)
-        B = bias[0] if bias else None
+        score_bias = bias[0] if bias else None
         ctx.blocks = query_blocks(q.shape[-3], k.shape[-3], causal, window)
         ctx.E, total = [], None  # E block by block; l (..., H, T_q, 1) for every query
         Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
@@ -220,7 +220,7 @@ class AttentionFn(Function):
             E, l = _unnormalized_pattern(
                 q[..., rows, :, :],
                 k[..., keys, :, :],
-                _cut(B, rows, keys),
+                _cut(score_bias, rows, keys),
                 causal,
                 _cut(mask, rows, keys),
                 window,
@@ -443,6 +443,17 @@ class KVCache:
     def reset(self) -> None:
         self.k = self.v = None
         self.seen = 0
+
+
+def _mask_error(what: str, scores: tuple, cache) -> ValueError:
+    """MultiHeadAttention's one-line error for a mask of the wrong shape; with a cache it says
+    which keys the call attends to."""
+    held = (
+        ""
+        if cache is None
+        else f" ({scores[-1]} with the cache: the keys it holds and the new ones)"
+    )
+    return ValueError(f"MultiHeadAttention: {what}{held}")
 
 
 class MultiHeadAttention(Module):
@@ -739,17 +750,15 @@ class MultiHeadAttention(Module):
         the new ones (a sliding window's cache keeps the last W - 1)."""
         keep = None
         xp = xp_of(self.W_O.data)
-        B, T_k = scores[0], scores[-1]
-        cached = (
-            "" if cache is None else f" ({T_k} with the cache: the keys it holds and the new ones)"
-        )
         if key_padding_mask is not None:
             kpm = key_padding_mask
             kpm = kpm.data if isinstance(kpm, Tensor) else xp.asarray(kpm)
-            if kpm.shape != (B, T_k):
-                raise ValueError(
-                    f"MultiHeadAttention: key_padding_mask of shape {kpm.shape} needs "
-                    f"(batch, keys) = {(B, T_k)}{cached}"
+            if kpm.shape != (scores[0], scores[-1]):
+                raise _mask_error(
+                    f"key_padding_mask of shape {kpm.shape} needs (batch, keys) = "
+                    f"{(scores[0], scores[-1])}",
+                    scores,
+                    cache,
                 )
             keep = ~kpm.astype(bool)[:, None, None, :]
         if mask is not None:
@@ -759,9 +768,11 @@ class MultiHeadAttention(Module):
             except ValueError:
                 fits = False
             if not fits:
-                raise ValueError(
-                    f"MultiHeadAttention: mask of shape {m.shape} does not broadcast to the "
-                    f"scores (batch, heads, queries, keys) = {scores}{cached}"
+                raise _mask_error(
+                    f"mask of shape {m.shape} does not broadcast to the scores "
+                    f"(batch, heads, queries, keys) = {scores}",
+                    scores,
+                    cache,
                 )
             keep = m.astype(bool) if keep is None else keep & m.astype(bool)
         return keep
