@@ -232,7 +232,7 @@ def test_query_blocks_cover_every_query_once_and_every_key_it_may_see(T_q, offse
     st.integers(0, 3),
     st.sampled_from([None, 1, 3]),
     st.sampled_from(["none", "per head", "shared", "per key"]),
-    st.sampled_from(["none", "random", "padding"]),
+    st.sampled_from(["none", "random", "padding", "keys"]),
     st.booleans(),
     st.integers(0, 2**16),
 )
@@ -241,7 +241,8 @@ def test_blocked_attention_equals_one_block(T_q, offset, window, bias_kind, mask
     against one block of everything: the same output and the same gradients of q, k, v and
     the bias, in float64, within 1e-12 (the two sum the same products in other groupings:
     the masked keys a block leaves out add exact zeros to the other). Biases and masks
-    broadcast along the query axis (a key-padding mask (B, 1, 1, T_k)) keep that axis whole."""
+    broadcast along the query axis (a key-padding mask (B, 1, 1, T_k), a mask of the keys alone
+    (T_k,)) keep that axis whole."""
     rng = np.random.default_rng(seed)
     Bc, Hc, d, T_k = 2, 2, 3, T_q + offset
     q, k, v = rand64(rng, Bc, T_q, Hc, d), rand64(rng, Bc, T_k, Hc, d), rand64(rng, Bc, T_k, Hc, d)
@@ -251,6 +252,7 @@ def test_blocked_attention_equals_one_block(T_q, offset, window, bias_kind, mask
         "none": None,
         "random": rng.random((Bc, 1, T_q, T_k)) > 0.3,
         "padding": rng.random((Bc, 1, 1, T_k)) > 0.3,
+        "keys": rng.random(T_k) > 0.3,  # one axis: the keys only
     }[mask_kind]
     params = dict(
         scale=0.5,
