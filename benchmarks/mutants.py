@@ -1838,6 +1838,18 @@ MUTANTS = {
             "context = ids[self.seen + 1 :]",
             "cached path skips a new token",
         ),
+        (
+            "top-k-partition-index",
+            "kth = np.partition(z, -top_k)[-top_k]",
+            "kth = np.partition(z, top_k)[-top_k]",
+            "top-k cuts at the wrong entry of the partition (right only on short rows, sorted)",
+        ),
+        (
+            "cache-reruns-the-window",
+            "new = len(ids) - self.seen",
+            "new = len(ids) + self.seen",
+            "the cached path re-runs the whole window at every call (same logits, T× the work)",
+        ),
     ],
     "gpt/data.py": [
         (

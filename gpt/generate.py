@@ -32,26 +32,29 @@ def check_sampling(
         check_int("max_new_tokens", max_new_tokens, 0)
 
 
-def sample_next(
+def next_token_probs(
     logits: np.ndarray,
-    rng: np.random.Generator,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-) -> int:
-    """Choose the next token id from one row of logits.
+) -> np.ndarray:
+    """The distribution the next token is drawn from, given one row of logits (float64).
 
-    ``temperature == 0`` is greedy (argmax). Otherwise the logits are divided by the
-    temperature, cut to the ``top_k`` largest and/or the smallest set whose probability
-    reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020), and sampled.
+    ``temperature == 0`` is greedy: all the probability on the first largest logit.
+    Otherwise the logits are divided by the temperature, cut to the ``top_k`` largest (ties
+    with the k-th largest stay) and/or to the smallest set, most probable first, whose
+    probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020), and what is left
+    is softmaxed: p_i ∝ exp(z_i / T) on the kept ids, 0 elsewhere.
     """
     check_sampling(temperature, top_k, top_p)
     logits = np.asarray(logits, dtype=np.float64)
     if temperature == 0:
-        return int(np.argmax(logits))
+        p = np.zeros_like(logits)
+        p[np.argmax(logits)] = 1.0
+        return p
     z = logits / temperature
     if top_k is not None and top_k < z.size:
-        kth = np.partition(z, -top_k)[-top_k]
+        kth = np.partition(z, -top_k)[-top_k]  # the k-th largest
         z = np.where(z < kth, -np.inf, z)
     p = np.exp(log_softmax_array(z))
     if top_p is not None and top_p < 1.0:
@@ -61,6 +64,21 @@ def sample_next(
         mask = np.zeros_like(p)
         mask[keep] = 1.0
         p = p * mask / (p * mask).sum()
+    return p
+
+
+def sample_next(
+    logits: np.ndarray,
+    rng: np.random.Generator,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> int:
+    """Draw the next token id from :func:`next_token_probs` (greedy, ``temperature == 0``,
+    draws no random number)."""
+    p = next_token_probs(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return int(np.argmax(p))
     return int(rng.choice(p.size, p=p))
 
 

@@ -202,6 +202,18 @@ edge_btd = st.tuples(
 )
 
 
+# One row of next-token logits, its entries pairwise distinct (so "the k largest" is one set)
+# and shuffled (hypothesis likes arrays of one value, which ``distinct`` turns into a sorted
+# ramp: any selection algorithm finds the k-th largest of a sorted row). Up to 120 entries:
+# NumPy's partition sorts rows of a few dozen outright, so a wrong index into its result
+# shows only on longer rows.
+@st.composite
+def logit_rows(draw, max_size: int = 120):
+    n = draw(st.integers(1, max_size))
+    row = distinct(draw(hnp.arrays(np.float64, n, elements=st.floats(-6, 6))))
+    return row[draw(st.permutations(range(n)))]
+
+
 # ---------------------------------------------------------------- model configurations
 @st.composite
 def gpt_configs(draw, max_layers: int = 2):

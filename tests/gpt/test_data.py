@@ -33,6 +33,12 @@ def test_every_start_is_drawn_and_the_stream_repeats():
     np.testing.assert_array_equal(x, again)
 
 
+def test_a_text_of_exactly_one_window_gives_that_window():
+    x, y = get_batch(np.arange(5), 4, 3, np.random.default_rng(0))  # block_size + 1 tokens
+    np.testing.assert_array_equal(x, [[0, 1, 2, 3]] * 3)
+    np.testing.assert_array_equal(y, [[1, 2, 3, 4]] * 3)
+
+
 def test_a_text_shorter_than_a_window_is_named():
     with pytest.raises(DataError, match="has 4 tokens, fewer than block_size \\+ 1 = 5"):
         get_batch(np.arange(4), 4, 1, np.random.default_rng(0))

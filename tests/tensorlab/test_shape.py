@@ -150,6 +150,17 @@ def test_stack(case, gg):
     )
 
 
+def test_concatenate_and_stack_join_along_the_first_axis_by_default():
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(6.0, 12.0).reshape(2, 3)
+    ts = [tl.tensor(a), tl.tensor(b)]
+    for join, ref in (
+        (tl.concatenate, np.concatenate),
+        (tl.cat, np.concatenate),
+        (tl.stack, np.stack),
+    ):
+        np.testing.assert_array_equal(join(ts).numpy(), ref([a, b]))
+
+
 def test_concatenate_with_a_constant_part():
     c = tl.ones(2, 1)
     check_op(
