@@ -1179,6 +1179,18 @@ MUTANTS = {
     ],
     "tensorlab/ops/reduce.py": [
         (
+            "prod-zeros-axes-not-restored",
+            "    if not a.ndim:\n        return back",
+            "    if a.ndim:\n        return back",
+            "prod's leave-one-out products keep the reduced axes last (right for trailing axes)",
+        ),
+        (
+            "var-no-dof-warns",
+            "if ctx.count - ddof <= 0:",
+            "if ctx.count - ddof < 0:",
+            "var with N = ddof left to NumPy (NaN, with its warning)",
+        ),
+        (
             "neg-axis",
             "axes = (axis_index(op, axis, nd),)",
             "axes = (axis,)",
