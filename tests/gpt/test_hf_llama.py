@@ -4,9 +4,10 @@ The parity tests build small randomly initialised models with ``transformers`` (
 reference; they skip without it), save them with ``save_pretrained``, load them here, and
 compare logits and greedy generation with and without the key/value cache against
 ``transformers``' own ``generate``. Every model has grouped-query attention (4 query heads,
-2 or 1 key/value heads); each architecture adds its own switches: Llama 3.1's RoPE scaling and
-a tied variant with biases, Qwen2's q/k/v biases, Mistral's sliding window, shorter than the
-generated sequence. The refusal tests need no reference: they write config.json by hand.
+2 or 1 key/value heads); each architecture adds its own switches: Llama 3.1's RoPE scaling,
+a tied variant with biases and a head size other than hidden_size / heads (``head_dim``),
+Qwen2's q/k/v biases, Mistral's sliding window, shorter than the generated sequence. The
+refusal tests need no reference: they write config.json by hand.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ CASES = {
         dict(attention_bias=True, mlp_bias=True, tie_word_embeddings=True, num_key_value_heads=1),
     ),
     "llama-linear-rope": ("Llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0})),
+    "llama-head-dim-16": ("Llama", dict(head_dim=16)),  # H·d_h = 64 ≠ hidden_size 32
     "qwen2": ("Qwen2", dict()),
     "mistral-window-5": ("Mistral", dict(sliding_window=5)),
 }
@@ -92,6 +94,7 @@ def test_logits_and_greedy_generation_match_transformers(tmp_path, case):
         "half",
     )
     assert cfg.sliding_window == extra.get("sliding_window")
+    assert cfg.d_head == extra.get("head_dim", 8)
     with tl.no_grad():
         logits, _ = model(tl.tensor(IDS))
     np.testing.assert_allclose(logits.numpy(), reference_logits(ref, IDS), atol=ATOL)
