@@ -380,3 +380,16 @@ def test_norms_of_zero_size_inputs_match_torch(kind, shape, affine):
     if affine:
         for p, pt in zip(ours, theirs):
             np.testing.assert_array_equal(p.grad.numpy(), pt.grad.numpy())
+
+
+def test_the_layers_default_eps_is_the_fields():
+    """LayerNorm's ε defaults to 1e-5 (PyTorch's and GPT-2's), RMSNorm's to 1e-6 (Llama's).
+    Rows with a variance of 1e-5 make ε a visible part of σ: a default off by 2× moves y
+    by about 20%."""
+    x = np.random.default_rng(0).standard_normal((3, 8)) * math.sqrt(1e-5)
+    mu = x.mean(-1, keepdims=True)
+    expected_ln = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    expected_rms = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)
+    for layer, expected in ((nn.LayerNorm(8), expected_ln), (nn.RMSNorm(8), expected_rms)):
+        y = layer(tl.tensor(x.astype(np.float32))).numpy()
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
