@@ -62,6 +62,7 @@ class Mutant:
     why: str
     stages: list[str]
     line: int = 0
+    at_line: int = 0  # a sweep's mutant: ``find`` is this whole line (not once in the file)
     status: str = "pending"  # killed, survived, timeout, error
     seconds: float = 0.0
     detail: str = ""  # the failing test, or what is wrong with the mutant
@@ -209,6 +210,13 @@ def locate(m: Mutant, tree: Path) -> str | None:
         m.status, m.detail = "error", f"{m.file} does not exist at this commit"
         return None
     source = path.read_text(encoding="utf-8")
+    if m.at_line:
+        lines = source.split("\n")
+        if not (0 < m.at_line <= len(lines) and lines[m.at_line - 1] == m.find):
+            m.status, m.detail = "error", f"line {m.at_line} of {m.file} is not the sweep's"
+            return None
+        m.line = m.at_line
+        return source
     n = source.count(m.find)
     if n != 1:
         m.status, m.detail = "error", f"snippet found {n} times in {m.file} (must be once)"
@@ -220,13 +228,23 @@ def locate(m: Mutant, tree: Path) -> str | None:
     return source
 
 
+def mutated(m: Mutant, source: str) -> str:
+    """``source`` with the mutation applied: the snippet (once in the file), or for a sweep's
+    mutant its line replaced."""
+    if not m.at_line:
+        return source.replace(m.find, m.replace)
+    lines = source.split("\n")
+    lines[m.at_line - 1] = m.replace
+    return "\n".join(lines)
+
+
 def run_mutant(m: Mutant, tree: Path, env: dict, timeout: float, skip: dict) -> None:
     source = locate(m, tree)
     if source is None:
         return
     path = tree / m.file
     start = time.perf_counter()
-    path.write_text(source.replace(m.find, m.replace), encoding="utf-8")
+    path.write_text(mutated(m, source), encoding="utf-8")
     try:
         m.status = "survived"
         for stage in m.stages:
@@ -278,7 +296,16 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--workdir", type=Path, help="where to unpack the copy (default: a temp dir)"
     )
+    parser.add_argument(
+        "--sweep",
+        metavar="FILE",
+        help="instead of the written mutants, flip every operator and number of FILE in turn "
+        "(benchmarks/sweep_mutants.py), against its stages in TESTS",
+    )
+    parser.add_argument("--lines", metavar="A-B", help="with --sweep: only lines A to B")
     args = parser.parse_args(argv)
+    if args.lines and not args.sweep:
+        parser.error("--lines goes with --sweep")
     if args.worktree and args.rev != "HEAD":
         parser.error("--worktree copies the checkout as it is; it takes no --rev")
 
@@ -291,10 +318,32 @@ def main(argv=None) -> int:
             tree, commit = snapshot_worktree(work, args.shared)
         else:
             tree, commit = snapshot(args.rev, work, args.shared)
+        if args.sweep:
+            mutants = swept(args, tree)
         return run(args, mutants, tree, commit)
     finally:
         if args.workdir is None:
             shutil.rmtree(work)
+
+
+def swept(args, tree: Path) -> list[Mutant]:
+    """The sweep's mutants of ``args.sweep`` in the copy (``-k`` filters their ids too)."""
+    from benchmarks.sweep_mutants import sweep
+
+    stages = runpy.run_path(str(args.mutants))["TESTS"].get(args.sweep)
+    if stages is None:
+        raise SystemExit(f"--sweep {args.sweep}: no test stages for it in TESTS ({args.mutants})")
+    path = tree / args.sweep
+    if not path.is_file():
+        raise SystemExit(f"--sweep {args.sweep}: no such file in the copy")
+    lines = None
+    if args.lines:
+        a, _, b = args.lines.partition("-")
+        if not (a.isdigit() and b.isdigit()):
+            raise SystemExit(f"--lines {args.lines}: give two line numbers, as 120-180")
+        lines = range(int(a), int(b) + 1)
+    found = sweep(args.sweep, path.read_text(encoding="utf-8"), stages, lines)
+    return [m for m in found if not args.k or any(k in m.id for k in args.k)]
 
 
 def run(args, mutants: list[Mutant], tree: Path, commit: str) -> int:
@@ -303,7 +352,8 @@ def run(args, mutants: list[Mutant], tree: Path, commit: str) -> int:
     if args.list:
         for m in mutants:
             ok = locate(m, tree) is not None
-            print(f"{'ok   ' if ok else 'ERROR'} {m.id:45} {m.file}:{m.line} {m.detail}")
+            what = f"{m.why}: {m.replace.strip()}" if m.at_line else ""
+            print(f"{'ok   ' if ok else 'ERROR'} {m.id:45} {m.file}:{m.line} {what}{m.detail}")
         return int(any(m.status == "error" for m in mutants))
 
     env = environment(tree)
