@@ -32,7 +32,12 @@ TESTS = {
         "tests/tensorlab",
         ON_FAKE_CUDA,
     ],
-    "tensorlab/ops/linalg.py": ["tests/tensorlab/test_linalg.py", "tests/tensorlab"],
+    # (autocast's cast of the products' inputs lives in linalg.py, its tests in test_amp.py)
+    "tensorlab/ops/linalg.py": [
+        "tests/tensorlab/test_linalg.py",
+        "tests/tensorlab",
+        "tests/nn/test_amp.py",
+    ],
     "tensorlab/autograd.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
     "nn/linear.py": ["tests/nn/test_linear.py", "tests/nn"],
     "nn/norm.py": ["tests/nn/test_norm.py", "tests/nn"],
@@ -1316,6 +1321,12 @@ MUTANTS = {
         ),
     ],
     "tensorlab/ops/linalg.py": [
+        (
+            "autocast-casts-nothing",
+            "is_float(t.dtype) and t.dtype != dtype else t",
+            "is_float(t.dtype) and t.dtype == dtype else t",
+            "under autocast the float32 operands of a product stay float32 (no half precision)",
+        ),
         ("matmul-da-transpose", "ga = g @ b.mT", "ga = g @ b", "MatMul: da = g b"),
         (
             "matmul-folded-db",
