@@ -120,6 +120,30 @@ def test_learned_positional_embedding():
         pos(tl.zeros(1, 8, 4, dtype=np.float64), offset=1)
 
 
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned"])
+def test_positions_fill_the_table_exactly_and_start_at_zero_by_default(kind):
+    """max_len positions fit (the last row is used), one more is refused naming both; without
+    an offset the vectors are those of positions 0 ... T - 1."""
+    if kind == "sinusoidal":
+        pos = nn.SinusoidalPositionalEncoding(4, max_len=5)
+    else:
+        pos = nn.LearnedPositionalEmbedding(5, 4)
+    table = (pos.pe if kind == "sinusoidal" else pos.W_pos).numpy()
+    np.testing.assert_array_equal(pos(tl.zeros(1, 5, 4)).numpy()[0], table)
+    np.testing.assert_array_equal(pos(tl.zeros(1, 2, 4), offset=3).numpy()[0], table[3:])
+    np.testing.assert_array_equal(pos(tl.zeros(2, 3, 4)).numpy()[1], table[:3])
+    with pytest.raises(ValueError, match="positions up to 6 exceed max_len=5"):
+        pos(tl.zeros(1, 2, 4), offset=4)
+
+
+def test_learned_positions_start_at_gpt2s_scale():
+    """W_pos ~ N(0, 0.02²) by default (GPT-2's initializer range): 16384 draws put the sample
+    standard deviation within 2% of 0.02 (its standard error is 0.02/√(2·16384) ≈ 0.55%)."""
+    tl.manual_seed(0)
+    std = nn.LearnedPositionalEmbedding(1024, 16).W_pos.numpy().std()
+    assert abs(std - 0.02) < 0.02 * 0.02
+
+
 def test_relative_bias_clipping():
     rel = nn.RelativePositionBias(n_head=2, max_distance=2, dtype=np.float64)
     with tl.no_grad():
