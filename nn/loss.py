@@ -3,6 +3,8 @@ mean squared error."""
 
 from __future__ import annotations
 
+import numpy as np
+
 import tensorlab as tl
 from tensorlab import Tensor
 from tensorlab.backend import acc_dtype, min_max, xp_of
@@ -130,13 +132,21 @@ def cross_entropy(
 
 
 def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """Mean (or summed, or per-entry) squared error (input - target)²."""
+    """Mean (or summed, or per-entry) squared error (input - target)², for a target of the
+    input's shape or a single number. Other shapes are refused: a (N, 1) input and an (N,)
+    target would broadcast to (N, N) pairs, a wrong loss without an error (PyTorch warns)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"mse_loss: reduction must be mean, sum or none, not {reduction!r}")
+    shape = target.shape if isinstance(target, Tensor) else np.shape(target)
+    if shape not in ((), input.shape):
+        raise ValueError(
+            f"mse_loss: the target of shape {tuple(shape)} is not the input's shape "
+            f"{input.shape} (nor a single number)"
+        )
     diff = input - target
     sq = diff * diff
     if reduction == "mean":
         return sq.mean()
     if reduction == "sum":
         return sq.sum()
-    if reduction == "none":
-        return sq
-    raise ValueError(f"mse_loss: reduction must be mean, sum or none, not {reduction!r}")
+    return sq

@@ -203,15 +203,31 @@ def _float32(x: Tensor) -> tuple[Tensor, object]:
     return (x, None) if acc is None else (x.astype(acc), x.dtype)
 
 
+def check_norm_shapes(op: str, x: Tensor, *affine: Tensor | None) -> None:
+    """Refuse what would broadcast into a wrong answer: a 0-d input (no last axis to normalize)
+    and a weight or bias that is not (d,) for x's last axis of d (a (B, 1) input and a (4,)
+    weight would broadcast to (B, 4) of biases)."""
+    if not x.shape:
+        raise ValueError(f"{op}: a 0-d input has no last axis to normalize")
+    d = x.shape[-1]
+    for name, t in zip(("weight", "bias"), affine):
+        if t is not None and t.shape != (d,):
+            raise ValueError(
+                f"{op}: the input of shape {x.shape} has {d} features in its last axis, but "
+                f"the {name} has shape {t.shape}"
+            )
+
+
 def layer_norm(
     x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
 ) -> Tensor:
     """(x - mean(x)) / √(var(x) + eps) ⊙ weight + bias over the last axis (weight, bias (d,)).
 
-    An empty last axis (d = 0) gives an empty result, as in PyTorch."""
-    if not x.shape or x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
-        affine = [t for t in (weight, bias) if t is not None]
-        return LayerNormFn.composed(x, *affine, eps=eps) if x.shape else x * 1.0
+    An empty last axis (d = 0) gives an empty result, as in PyTorch; a 0-d input, or a weight
+    or bias of another size than the last axis, is refused (:func:`check_norm_shapes`)."""
+    check_norm_shapes("layer_norm", x, weight, bias)
+    if x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
+        return LayerNormFn.composed(x, *[t for t in (weight, bias) if t is not None], eps=eps)
     if weight is None:
         if bias is not None:
             raise ValueError("layer_norm: a bias needs a weight (pass ones for a plain bias)")
@@ -224,10 +240,12 @@ def layer_norm(
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
     """x / √(mean(x²) + eps) ⊙ weight over the last axis (weight (d,)).
 
-    An empty last axis (d = 0) gives an empty result, as in PyTorch (and :func:`layer_norm`)."""
+    An empty last axis (d = 0) gives an empty result, as in PyTorch; bad shapes are refused
+    (both as :func:`layer_norm`)."""
+    check_norm_shapes("rms_norm", x, weight)
     gain = () if weight is None else (weight,)
-    if not x.shape or x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
-        return RMSNormFn.composed(x, *gain, eps=eps) if x.shape else x * 1.0
+    if x.shape[-1] == 0:  # nothing to normalize: the composed form, all empty
+        return RMSNormFn.composed(x, *gain, eps=eps)
     return RMSNormFn.apply(x, *gain, eps=eps)
 
 
@@ -297,6 +315,7 @@ class LayerNorm(_Norm):
     def forward(self, x: Tensor) -> Tensor:
         if self.fused:
             return layer_norm(x, self.w, self.b, self.eps)
+        check_norm_shapes("LayerNorm", x, self.w, self.b)
         affine = (self.w,) if self.b is None else (self.w, self.b)
         hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
         return layer_norm_composed(x, *affine, eps=self.eps, **hooks)
@@ -324,6 +343,7 @@ class RMSNorm(_Norm):
     def forward(self, x: Tensor) -> Tensor:
         if self.fused:
             return rms_norm(x, self.w, self.eps)
+        check_norm_shapes("RMSNorm", x, self.w)
         hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
         return rms_norm_composed(x, self.w, eps=self.eps, **hooks)
 

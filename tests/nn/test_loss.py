@@ -221,3 +221,14 @@ def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypat
     for a, b in zip(gpu, cpu):
         assert np.isfinite(a.astype(np.float64)).all()
         np.testing.assert_array_equal(a, b)
+
+
+def test_mse_loss_refuses_a_target_that_would_broadcast():
+    """(3, 1) against (3,) broadcast to 9 pairs: a wrong loss with no error (it gave 1.667
+    for these numbers, where the intended loss is 0). A single number is one target for all."""
+    with pytest.raises(ValueError, match="target of shape \\(3,\\) is not the input's shape"):
+        F.mse_loss(tl.tensor([[1.0], [2.0], [3.0]]), tl.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="reduction must be mean, sum or none"):
+        F.mse_loss(tl.ones(2), tl.ones(2), reduction="max")
+    assert F.mse_loss(tl.tensor([1.0, 3.0]), 2.0).item() == 1.0
+    assert F.mse_loss(tl.tensor([[1.0, 3.0]]), [[1.0, 1.0]], reduction="sum").item() == 4.0

@@ -393,3 +393,22 @@ def test_the_layers_default_eps_is_the_fields():
     for layer, expected in ((nn.LayerNorm(8), expected_ln), (nn.RMSNorm(8), expected_rms)):
         y = layer(tl.tensor(x.astype(np.float32))).numpy()
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # a (2, 1) input and a (4,) weight once broadcast to (2, 4): a row of biases, silently
+        (lambda: nn.LayerNorm(4)(tl.ones(2, 1)), "layer_norm: the input of shape \\(2, 1\\) has 1"),
+        (lambda: nn.LayerNorm(4, fused=False)(tl.ones(2, 1)), "LayerNorm: the input of shape"),
+        (lambda: nn.RMSNorm(4)(tl.ones(2, 1)), "rms_norm: .* but the weight has shape \\(4,\\)"),
+        (lambda: nn.RMSNorm(4, fused=False)(tl.ones(3, 1)), "RMSNorm: the input of shape"),
+        (lambda: F.layer_norm(tl.ones(2, 3), tl.ones(3), tl.ones(1)), "the bias has shape"),
+        # a 0-d input was returned as it was, unnormalized (PyTorch refuses it too)
+        (lambda: nn.LayerNorm(4)(tl.tensor(3.0)), "a 0-d input has no last axis to normalize"),
+        (lambda: F.rms_norm(tl.tensor(3.0)), "rms_norm: a 0-d input has no last axis"),
+    ],
+)
+def test_an_input_whose_last_axis_is_not_the_norms_is_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
