@@ -303,6 +303,11 @@ class Transformer(nn.Module):
         holds only the new positions (which continue from ``cache.length``)."""
         cfg = self.config
         tgt_in = _ids(tgt_in, cfg.tgt_vocab_size, "tgt_in", self.device)
+        if tgt_in.shape[0] != memory.shape[0]:
+            raise ValueError(
+                f"decode: {tgt_in.shape[0]} target sequences (tgt_in {tgt_in.shape}) for "
+                f"{memory.shape[0]} sources (memory {memory.shape}); give one target per source"
+            )
         offset = cache.length if cache is not None else 0
         if offset + tgt_in.shape[1] > cfg.max_len:
             raise ValueError(

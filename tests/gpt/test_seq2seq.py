@@ -158,6 +158,8 @@ def test_bad_inputs_say_what_is_wrong():
         model(np.array([[3.0, 4.0]]), np.array([[1, 3]]))
     with pytest.raises(ValueError, match="max_len"):
         model(np.full((1, 17), 3), np.array([[1, 3]]))
+    with pytest.raises(ValueError, match="decode: 3 target sequences .* for 2 sources"):
+        model(np.full((2, 4), 3), np.full((3, 2), 3))  # (once named a padding mask instead)
 
 
 # ---------------------------------------------------------------------- masks
