@@ -211,6 +211,19 @@ def test_rope_rotates_pairs():
     assert np.allclose(np.linalg.norm(rope(x).data, axis=-1), np.linalg.norm(x.data, axis=-1))
 
 
+@pytest.mark.parametrize("calls", [[(0, 10), (150, 20)], [(0, 64), (64, 1)], [(127, 3)]])
+def test_rope_tables_grow_to_any_position(calls):
+    """The cos/sin tables start at 64 positions and double on demand: every call rotates
+    position t's pair (1, 0) to (cos tθ, sin tθ), past the first table and at its edge."""
+    rope = nn.RotaryEmbedding(4, base=100.0)  # θ = (1, 0.1)
+    for offset, T in calls:
+        x = tl.tensor(np.tile([1.0, 0.0, 1.0, 0.0], (1, T, 1, 1)), dtype=np.float64)
+        y = rope(x, offset=offset).data[0, :, 0]
+        t = np.arange(offset, offset + T)
+        expected = np.stack([np.cos(t), np.sin(t), np.cos(0.1 * t), np.sin(0.1 * t)], -1)
+        np.testing.assert_allclose(y, expected, atol=1e-12)
+
+
 @given(st.integers(0, 20), st.integers(0, 20), st.integers(0, 20), st.integers(0, 1000))
 def test_rope_score_depends_only_on_offset(i, j, shift, seed):
     rng = np.random.default_rng(seed)
