@@ -352,6 +352,11 @@ class RotaryEmbedding(Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate x (..., T, H, d_head), the attention's layout: position ``offset + t`` for
         x[..., t, :, :], the same angles for every head."""
+        if x.ndim < 3 or x.shape[-1] != self.d_head:
+            raise ValueError(
+                f"RotaryEmbedding(d_head={self.d_head}): x of shape {x.shape} is not "
+                f"(..., T, H, {self.d_head})"
+            )
         T = x.shape[-3]
         cos, sin = self.tables(offset + T, x.dtype, x.device)
         window = slice(offset, offset + T)

@@ -211,6 +211,13 @@ def test_rope_rotates_pairs():
     assert np.allclose(np.linalg.norm(rope(x).data, axis=-1), np.linalg.norm(x.data, axis=-1))
 
 
+def test_rope_refuses_heads_of_another_size():
+    with pytest.raises(ValueError, match="d_head=8\\): x of shape \\(1, 3, 2, 4\\) is not"):
+        nn.RotaryEmbedding(8)(tl.ones(1, 3, 2, 4))
+    with pytest.raises(ValueError, match="is not \\(..., T, H, 8\\)"):
+        nn.RotaryEmbedding(8)(tl.ones(3, 8))
+
+
 @pytest.mark.parametrize("calls", [[(0, 10), (150, 20)], [(0, 64), (64, 1)], [(127, 3)]])
 def test_rope_tables_grow_to_any_position(calls):
     """The cos/sin tables start at 64 positions and double on demand: every call rotates
