@@ -336,3 +336,10 @@ def test_rope_llama3_needs_high_freq_factor_above_low(low, high):
     }
     with pytest.raises(ValueError, match="high_freq_factor must exceed low_freq_factor"):
         nn.RotaryEmbedding(8, scaling=scaling)
+
+
+@pytest.mark.parametrize("factor", [0, 0.0, -2.0, True, "2", None, float("nan")])
+def test_rope_scaling_factors_must_be_numbers_above_zero(factor):
+    """A factor of 0 would divide every frequency by 0; a bool is not a number here."""
+    with pytest.raises(ValueError, match=f"rope_scaling linear: factor={factor!r} must be"):
+        nn.RotaryEmbedding(8, scaling={"rope_type": "linear", "factor": factor})
