@@ -1419,6 +1419,12 @@ MUTANTS = {
     ],
     "nn/norm.py": [
         (
+            "weight-size-unchecked",
+            "if t is not None and t.shape != (d,):",
+            "if t is not None and t.ndim != 1:",
+            "a (4,) weight on a 1-wide last axis broadcasts to a row of biases",
+        ),
+        (
             "gpu-backward-uncentred",
             "mean_gh = mean_last(gh) if centred else 0.0",
             "mean_gh = 0.0",
@@ -1515,6 +1521,12 @@ MUTANTS = {
     ],
     "nn/loss.py": [
         (
+            "mse-target-broadcasts",
+            "if shape not in ((), input.shape):",
+            "if len(shape) > input.ndim:",
+            "mse_loss averages the broadcast pairs of an (N, 1) input and an (N,) target",
+        ),
+        (
             "ce-smoothing-sign",
             "loss -= label_smoothing * (z.mean(axis=1) - m[:, 0])",
             "loss += label_smoothing * (z.mean(axis=1) - m[:, 0])",
@@ -1541,6 +1553,12 @@ MUTANTS = {
         ),
     ],
     "nn/embedding.py": [
+        (
+            "rope-table-not-grown",
+            "if cached is None or cached[0].shape[0] < n:",
+            "if cached is None:",
+            "RoPE's first 64-position table is never grown",
+        ),
         (
             "scatter-first-run",
             "xp.concatenate(([True], s[1:] != s[:-1]))",
