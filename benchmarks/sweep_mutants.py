@@ -22,6 +22,7 @@ gap stays closed, nothing where it is equivalent.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 BINARY = {
@@ -123,25 +124,25 @@ def sweep(file: str, source: str, stages: list[str], lines: range | None = None)
     tree = ast.parse(source)
     text = source.split("\n")
     skip = _untouched(tree)
-    out, seen = [], set()
+    out, seen, per_line = [], set(), Counter()
     for node in ast.walk(tree):
         first = getattr(node, "lineno", None)
         if first is None or id(node) in skip or first != getattr(node, "end_lineno", None):
             continue  # a node over several lines is left out (its edit would span them)
         if lines is not None and first not in lines:
             continue
-        line = text[first - 1].encode()
-        found = _edit(node, line)
+        raw = text[first - 1].encode()  # ast's offsets count bytes of UTF-8
+        found = _edit(node, raw)
         if found is None:
             continue
         start, stop, new, what = found
-        mutated = (line[:start] + new.encode() + line[stop:]).decode()
-        line = line.decode()
+        line, mutated = text[first - 1], (raw[:start] + new.encode() + raw[stop:]).decode()
         if mutated == line or (first, mutated) in seen:
             continue
         seen.add((first, mutated))
-        name = f"L{first}-{sum(k[0] == first for k in seen)}"
-        m = Mutant(f"{Path(file).stem}.sweep-{name}", file, line, mutated, what, stages)
+        per_line[first] += 1
+        name = f"{Path(file).stem}.sweep-L{first}-{per_line[first]}"
+        m = Mutant(name, file, line, mutated, what, stages)
         m.at_line = first
         out.append(m)
     return sorted(out, key=lambda m: (m.at_line, m.id))

@@ -137,7 +137,7 @@ def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa:
     target would broadcast to (N, N) pairs, a wrong loss without an error (PyTorch warns)."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"mse_loss: reduction must be mean, sum or none, not {reduction!r}")
-    shape = target.shape if isinstance(target, Tensor) else np.shape(target)
+    shape = np.shape(target)  # (a Tensor's .shape, or that of a number or list)
     if shape not in ((), input.shape):
         raise ValueError(
             f"mse_loss: the target of shape {tuple(shape)} is not the input's shape "
