@@ -7,7 +7,7 @@ backward of ``AttentionFn`` (nn/attention.py: ``query_blocks``).
 Causal scores above the diagonal are masked for every query of a block of rows whose last
 query comes before them, so a block's scores can stop at its last query's key: n blocks
 compute (n + 1)/2n of the (T_q, T_k) arrays. Each shape runs with the library's blocks
-(``BLOCK_ROWS`` queries at least, ``MAX_BLOCKS`` at most), with the blocks that other
+(``BLOCK_ROWS[device]`` queries at least, ``MAX_BLOCKS`` at most), with the blocks that other
 settings give (``--rows``), with one block of everything, and PyTorch's
 ``scaled_dot_product_attention(is_causal=True)``, all in one process, taking turns (a pause
 between turns, so that idle BLAS threads stop spinning). Prints medians and the ratio of each
@@ -17,6 +17,7 @@ setting to one block (below 1: blocks pay) and to PyTorch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -39,12 +40,22 @@ SHAPES = {
     "cpu": [(12, 64, 4, 32), (8, 256, 6, 64), (1, 1024, 12, 64)],
     "cuda": [(12, 64, 4, 32), (64, 256, 6, 64), (8, 1024, 12, 64)],
 }
-ONE_BLOCK = 10**9  # BLOCK_ROWS that leaves every input in one block
+ONE_BLOCK = 10**9  # block rows that leave every input in one block
+
+
+@contextlib.contextmanager
+def block_rows(device: str, rows: int):
+    """AttentionFn's query blocks on ``device`` of at least ``rows`` rows, for a while."""
+    library = nn.attention.BLOCK_ROWS[device]
+    nn.attention.BLOCK_ROWS[device] = rows
+    try:
+        yield
+    finally:
+        nn.attention.BLOCK_ROWS[device] = library
 
 
 def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch) -> dict:
-    """{setting: median µs}: each BLOCK_ROWS in ``settings`` and PyTorch, in turns."""
-    library = nn.attention.BLOCK_ROWS
+    """{setting: median µs}: each block rows in ``settings`` and PyTorch, in turns."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((B, T, H, d)).astype(np.float32) for _ in range(4)]
     q, k, v = (tl.tensor(a, device=device, requires_grad=True) for a in arrays[:3])
@@ -54,11 +65,8 @@ def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch) -> dic
     def ours(rows):
         def run():
             q.grad = k.grad = v.grad = None
-            nn.attention.BLOCK_ROWS = rows
-            try:
+            with block_rows(device, rows):
                 AttentionFn.apply(q, k, v, **params).backward(g)
-            finally:
-                nn.attention.BLOCK_ROWS = library
 
         return run
 
@@ -89,13 +97,8 @@ def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch) -> dic
 
 
 def blocks(rows: int, T: int) -> int:
-    """How many query blocks a causal (T, T) input gets with BLOCK_ROWS = rows."""
-    library = nn.attention.BLOCK_ROWS
-    nn.attention.BLOCK_ROWS = rows
-    try:
-        return len(nn.attention.query_blocks(T, T, True, None))
-    finally:
-        nn.attention.BLOCK_ROWS = library
+    """How many query blocks a causal (T, T) input gets with blocks of ``rows`` rows."""
+    return len(nn.attention.query_blocks(T, T, True, None, rows))
 
 
 def main() -> None:
@@ -103,7 +106,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--rounds", type=int, default=5, help="turns per setting")
     ap.add_argument("--calls", type=int, default=0, help="calls per turn (0: by shape)")
-    ap.add_argument("--rows", type=int, nargs="*", default=[64], help="other BLOCK_ROWS to try")
+    ap.add_argument("--rows", type=int, nargs="*", default=[64], help="other block rows to try")
     args = ap.parse_args()
     torch = try_import_torch()
     sync = lambda: None  # noqa: E731
@@ -111,11 +114,11 @@ def main() -> None:
         import cupy
 
         sync = cupy.cuda.Device().synchronize
-    library = nn.attention.BLOCK_ROWS
+    library = nn.attention.BLOCK_ROWS[args.device]
     settings = [library, *[r for r in args.rows if r != library], ONE_BLOCK]
     print(
         f"causal attention forward + backward, µs (medians of {args.rounds} turns); "
-        f"BLOCK_ROWS = {library}, MAX_BLOCKS = {nn.attention.MAX_BLOCKS}; device {args.device}"
+        f"BLOCK_ROWS[{args.device!r}] = {library}, MAX_BLOCKS = {nn.attention.MAX_BLOCKS}"
     )
     for B, T, H, d in SHAPES[args.device]:
         calls = args.calls or max(1, int(2e7 // (B * H * T * T)))

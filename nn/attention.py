@@ -58,7 +58,7 @@ from nn.init import constant, uniform
 from nn.linear import linear, sum_last
 from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor, cat
-from tensorlab.backend import DEFAULT_DTYPE, in_float32, rounded, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, device_of, in_float32, rounded, xp_of
 from tensorlab.function import Function
 from tensorlab.fused import fused
 from tensorlab.ops.nnops import shifted_exp
@@ -120,20 +120,23 @@ def _matmul_into(a, b, shape, dtype):
 # Causal attention in query blocks: the keys after a block's last query are masked for every
 # query of the block, so the block's scores stop there. With n equal blocks the (T_q, T_k)
 # arrays shrink to (n + 1)/2n of their size (3/4 for 2 blocks, 5/8 for 4): less to compute,
-# store and read back. Blocks have at least BLOCK_ROWS queries, so that their matrix products
-# stay large, and there are at most MAX_BLOCKS of them, since each block costs its own
-# launches on a GPU (benchmarks/bench_attention_blocks.py times the choices).
-BLOCK_ROWS = 128
+# store and read back. Blocks have at least BLOCK_ROWS[device] queries, so that their matrix
+# products stay large, and there are at most MAX_BLOCKS of them. A GPU wants larger blocks,
+# since each block costs its own launches there: on an H200 (session 20,
+# benchmarks/bench_attention_blocks.py --device cuda) 2 blocks of 128 took 1.31x the time of
+# one block at 64 x 256 positions, and 2 blocks of 512 took 0.85x at 8 x 1024; on the CPU
+# blocks of 128 win from 256 positions on. The blocks give the same numbers as one block.
+BLOCK_ROWS = {"cpu": 128, "cuda": 512}
 MAX_BLOCKS = 4
 
 
-def query_blocks(T_q: int, T_k: int, causal: bool, window: int | None) -> list[tuple]:
+def query_blocks(T_q: int, T_k: int, causal: bool, window: int | None, rows: int) -> list[tuple]:
     """(rows, keys): slices of the queries and of the keys they may see, covering every query
-    once. One block (all of both) unless ``causal`` with T_q ≥ 2·BLOCK_ROWS and T_k ≥ T_q;
-    then query rows [r0, r1) see keys [lo, r1 + T_k - T_q), lo = 0, or the first key the
-    sliding window lets row r0 see."""
+    once. One block (all of both) unless ``causal`` with T_q ≥ 2·rows and T_k ≥ T_q; then
+    min(MAX_BLOCKS, T_q // rows) blocks, whose query rows [r0, r1) see keys
+    [lo, r1 + T_k - T_q), lo = 0, or the first key the sliding window lets row r0 see."""
     offset = T_k - T_q
-    n = min(MAX_BLOCKS, T_q // BLOCK_ROWS) if causal and offset >= 0 else 1
+    n = min(MAX_BLOCKS, T_q // rows) if causal and offset >= 0 else 1
     if n <= 1:
         return [(slice(None), slice(None))]
     edges = [T_q * i // n for i in range(n + 1)]
@@ -212,7 +215,9 @@ class AttentionFn(Function):
             k, v = k.astype(q.dtype), v.astype(q.dtype)
             bias = tuple(b.astype(q.dtype) for b in bias)
         score_bias = bias[0] if bias else None
-        ctx.blocks = query_blocks(q.shape[-3], k.shape[-3], causal, window)
+        ctx.blocks = query_blocks(
+            q.shape[-3], k.shape[-3], causal, window, BLOCK_ROWS[device_of(q)]
+        )
         ctx.E, total = [], None  # E block by block; l (..., H, T_q, 1) for every query
         Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
         q = q * scale  # s Q, once for every block
