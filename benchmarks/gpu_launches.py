@@ -13,9 +13,10 @@ which counts every array operation (a view is none, a fused kernel is one) and e
 The counts do not depend on the batch, so the step runs one sequence; nor on the sequence
 length below 1024 positions, where causal attention on a GPU is one block of queries (from
 1024 on it takes 2 to 4 blocks, nn/attention.py: BLOCK_ROWS and query_blocks, each with its
-own launches), so the step runs the config's block size. They are this code's, not PyTorch's: PyTorch eager launches about one
-kernel per operation too, but its AdamW (``foreach``/``fused``) and clipping
-(``_foreach_norm``) launch a handful of kernels for all parameters together.
+own launches), so the step runs the config's block size. They are this code's, not
+PyTorch's: PyTorch eager launches about one kernel per operation too, but its AdamW
+(``foreach``/``fused``) and clipping (``_foreach_norm``) launch a handful of kernels for all
+parameters together.
 """
 
 from __future__ import annotations

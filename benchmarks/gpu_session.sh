@@ -23,16 +23,16 @@
 # for GPT-2 small in bfloat16 and float32, `bench_attention_blocks.py`, and the suite),
 # `train` (the three runs), `bench` (2 and 5), and `published`, which is not part of `all`:
 # nanoGPT's GPU run on Shakespeare's characters (configs/shakespeare_char.toml, 5000 steps of
-# 64 × 256 in bfloat16), whose best validation loss nanoGPT's README gives as 1.4697; about
-# 260 s of steps at session 17's 52 ms a step and about 140 s of evaluations (20 of 2 × 200
-# batches), so give it a call of its own:
+# 64 × 256 in bfloat16), whose best validation loss nanoGPT's README gives as 1.4697; it took
+# 335 s on an H200 in session 20 (about 43 ms a step, and 21 evaluations of 2 × 200 batches),
+# so give it a call of its own:
 #
 #   run(command="BUDGET=540 bash benchmarks/gpu_session.sh published", carry=[".data"],
 #       timeout_s=580)
 # Measured on an H100 (session 17): `all` took 411 s of its 545 (bench_train 67 s,
 # 8 shards 129-286 s beside the three 2000-iteration runs of 105-143 s); `check` with
-# SHARDS=12 needed about 140 s (12 shards of 63-93 s, the profiles 26 s, the card 8 s), before
-# bench_attention_blocks.py joined it (a guess: 20 s more):
+# SHARDS=12 took 114 s on an H200 in session 20 (12 shards of 54-77 s, the profiles 18 s,
+# bench_attention_blocks.py 10 s, the card 7 s), and the machine's start about 30 s more:
 #
 #   run(command="BUDGET=260 SHARDS=12 bash benchmarks/gpu_session.sh check", carry=[".data"],
 #       timeout_s=300)
@@ -132,7 +132,7 @@ suite() {  # the whole suite with the GPU as the default device: SHARDS (8) shar
     "$PY" -c "import pytest_timeout" 2>/dev/null && hang=(-p timeout --timeout 120)
     for ((k = 1; k <= shards; k++)); do
         step_aside "suite_$k" 300 env TENSORLAB_TEST_DEVICE=cuda OMP_NUM_THREADS=2 \
-            OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfE -p no:cacheprovider "${hang[@]}" \
+            OPENBLAS_NUM_THREADS=2 "$PY" -m pytest -q -rfEs -p no:cacheprovider "${hang[@]}" \
             --maxfail=300 --durations=10 --shard "$k/$shards" --deselect tests/test_notebooks.py
     done
 }
@@ -183,8 +183,8 @@ profile() {  # GPT-2 small's step op by op, alone on the card: where the time go
         step "profile_$dtype" 60 "$PY" benchmarks/profile_step.py --device cuda --config gpt2 \
             --dtype "$dtype"
     done
-    # causal attention in query blocks against one block (session 18; not yet run on a GPU)
-    step attention_blocks 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --rows 64 256 512
+    # causal attention in query blocks against one block (nn/attention.py: BLOCK_ROWS)
+    step attention_blocks 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --rows 128 256
 }
 
 bench_kernels() {

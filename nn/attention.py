@@ -121,11 +121,11 @@ def _matmul_into(a, b, shape, dtype):
 # query of the block, so the block's scores stop there. With n equal blocks the (T_q, T_k)
 # arrays shrink to (n + 1)/2n of their size (3/4 for 2 blocks, 5/8 for 4): less to compute,
 # store and read back. Blocks have at least BLOCK_ROWS[device] queries, so that their matrix
-# products stay large, and there are at most MAX_BLOCKS of them. A GPU wants larger blocks,
-# since each block costs its own launches there: on an H200 (session 20,
-# benchmarks/bench_attention_blocks.py --device cuda) 2 blocks of 128 took 1.31x the time of
-# one block at 64 x 256 positions, and 2 blocks of 512 took 0.85x at 8 x 1024; on the CPU
-# blocks of 128 win from 256 positions on. The blocks give the same numbers as one block.
+# products stay large, and there are at most MAX_BLOCKS of them. On the CPU blocks of 128 win
+# from 256 positions on. On a GPU each block costs its own launches: on an H200 (session 20,
+# benchmarks/bench_attention_blocks.py --device cuda) 2 blocks of 128 took 1.05x and 1.31x the
+# time of one block at 64 x 256 positions (two runs), while at 8 x 1024 2 to 4 blocks took
+# 0.85-0.88x whatever their size; so blocks of 512 there. Blocks give one block's numbers.
 BLOCK_ROWS = {"cpu": 128, "cuda": 512}
 MAX_BLOCKS = 4
 
