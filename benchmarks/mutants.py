@@ -1778,6 +1778,18 @@ MUTANTS = {
     "nn/optim.py": [
         ("sgd-dampening", "buf += (1 - damp) * d", "buf += d", "SGD: dampening ignored"),
         (
+            "hyper-nan-accepted",
+            "if not (ok and math.isfinite(v) and v >= 0):",
+            "if ok and v < 0:",
+            "optimizers: a NaN or infinite learning rate accepted",
+        ),
+        (
+            "hyper-groups-unchecked",
+            "        self.check_group(group)\n        self.param_groups.append(group)",
+            "        self.param_groups.append(group)",
+            "optimizers: a param group's own hyperparameters unchecked",
+        ),
+        (
             "sgd-nesterov-mu",
             "d = d + mu * buf if nesterov else buf",
             "d = d + buf if nesterov else buf",

@@ -17,6 +17,7 @@ Notation, per parameter ``p`` with gradient ``g`` at step ``t = 1, 2, ...``: lea
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -26,6 +27,16 @@ from tensorlab.backend import to_device, xp_for, xp_of
 from tensorlab.fused import fused
 
 ParamsArg = Iterable[Tensor] | Iterable[dict]
+
+
+def check_hyper(owner: str, group: dict, *names: str) -> None:
+    """Each named hyperparameter of ``group`` is a real number ≥ 0 (NaN, ∞, a bool or text is
+    refused: a NaN learning rate would turn every weight into NaN without a word)."""
+    for name in names:
+        v = group[name]
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+        if not (ok and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{owner}: {name}={v!r} must be a finite number >= 0")
 
 
 def _is_array(x) -> bool:
@@ -71,7 +82,12 @@ class Optimizer:
             seen.add(id(p))
         for k, v in self.defaults.items():
             group.setdefault(k, v)
+        self.check_group(group)
         self.param_groups.append(group)
+
+    def check_group(self, group: dict) -> None:
+        """Refuse a group's hyperparameters that would update wrongly (the defaults are in
+        every group, so they are checked here too); a one-line error names the value."""
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients: ``p.grad = None`` (default, frees memory) or fill with 0."""
@@ -192,15 +208,14 @@ class SGD(Optimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
     ):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(
-                f"SGD: lr={lr}, momentum={momentum}, weight_decay={weight_decay} must be >= 0"
-            )
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening)
         defaults.update(weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
+
+    def check_group(self, group: dict) -> None:
+        check_hyper("SGD", group, "lr", "momentum", "dampening", "weight_decay")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
     def update(self, p: Tensor, group: dict) -> None:
         lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
@@ -255,19 +270,19 @@ class Adam(Optimizer):
         parameter at a time, slower than the CPU form but with the same numbers)."""
         if weight_decay is None:
             weight_decay = self.default_weight_decay
-        b1, b2 = betas
-        if lr < 0 or eps < 0 or weight_decay < 0:
-            raise ValueError(
-                f"{type(self).__name__}: lr={lr}, eps={eps}, "
-                f"weight_decay={weight_decay} must be >= 0"
-            )
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"{type(self).__name__}: betas {betas} must lie in [0, 1)")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if fused is None:
             fused = any(xp_of(p.data) is not np for g in self.param_groups for p in g["params"])
         self.fused = fused
+
+    def check_group(self, group: dict) -> None:
+        name = type(self).__name__
+        check_hyper(name, group, "lr", "eps", "weight_decay")
+        betas = group["betas"]
+        ok = len(betas) == 2 and all(isinstance(b, numbers.Real) for b in betas)
+        if not (ok and all(0 <= b < 1 for b in betas)):
+            raise ValueError(f"{name}: betas {betas} must be two numbers in [0, 1)")
 
     def _next_state(self, p: Tensor) -> dict:
         """``p``'s state with its step count advanced (zero moments at the first step)."""

@@ -2,6 +2,7 @@
 floats, and against PyTorch when it is installed."""
 
 import math
+import re
 from unittest import mock
 
 import numpy as np
@@ -375,6 +376,48 @@ def test_bad_param_lists():
         SGD([p], lr=0.1, nesterov=True)
     with pytest.raises(ValueError, match="betas"):
         Adam([p], betas=(0.9, 1.0))
+
+
+BAD_NUMBERS = [-0.1, float("nan"), float("inf"), True, "0.1", None]
+
+
+HYPERPARAMETERS = [(SGD, n) for n in ("lr", "momentum", "dampening", "weight_decay")] + [
+    (cls, n) for cls in (Adam, AdamW) for n in ("lr", "eps", "weight_decay")
+]
+
+
+@pytest.mark.parametrize("cls, name", HYPERPARAMETERS)
+@pytest.mark.parametrize("bad", BAD_NUMBERS, ids=repr)
+def test_bad_hyperparameters_are_refused_in_defaults_and_in_groups(cls, name, bad):
+    """A learning rate, decay, ε, momentum or dampening that is negative, NaN, infinite, a
+    bool or not a number is refused by name, given as a default or in one param group (a NaN
+    learning rate would make every weight NaN at the first step, silently)."""
+    p, q = param([1.0]), param([2.0])
+    message = f"{cls.__name__}: {name}={bad!r} must be a finite number >= 0"
+    if not (bad is None and name == "weight_decay" and cls is not SGD):  # None: the default
+        with pytest.raises(ValueError, match=re.escape(message)):
+            cls([p], **{name: bad})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cls([{"params": [p]}, {"params": [q], name: bad}])
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+@pytest.mark.parametrize(
+    "betas", [(0.9, 1.0), (1.0, 0.9), (-0.1, 0.9), (0.9, float("nan")), (0.9,), (0.9, "x")]
+)
+def test_bad_betas_are_refused_in_defaults_and_in_groups(cls, betas):
+    with pytest.raises(ValueError, match="betas .* must be two numbers in \\[0, 1\\)"):
+        cls([param([1.0])], betas=betas)
+    with pytest.raises(ValueError, match="betas"):
+        cls([{"params": [param([1.0])], "betas": betas}])
+
+
+def test_edge_hyperparameters_are_accepted():
+    """lr = 0, β = 0, ε = 0 and the other edges of the valid ranges are accepted."""
+    p = param([1.0])
+    SGD([p], lr=0.0, momentum=0.0, dampening=0.0, weight_decay=0.0)
+    Adam([p], lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    AdamW([p], lr=np.float32(1e-3), betas=(np.float64(0.9), 0.999))
 
 
 def test_zero_grad():
