@@ -412,12 +412,25 @@ def test_bad_betas_are_refused_in_defaults_and_in_groups(cls, betas):
         cls([{"params": [param([1.0])], "betas": betas}])
 
 
+@pytest.mark.parametrize("bad", BAD_NUMBERS, ids=repr)
+def test_schedulers_refuse_a_bad_gamma_or_floor(bad):
+    """StepLR's γ and CosineWithWarmupLR's min_lr_ratio set every group's lr, past the
+    optimizer's checks: a negative one would flip the lr's sign (gradient ascent)."""
+    opt = SGD([param([1.0])], lr=0.1)
+    with pytest.raises(ValueError, match=re.escape(f"StepLR: gamma={bad!r} must be")):
+        StepLR(opt, step_size=2, gamma=bad)
+    with pytest.raises(ValueError, match=re.escape(f"min_lr_ratio={bad!r} must be")):
+        CosineWithWarmupLR(opt, warmup=1, total=4, min_lr_ratio=bad)
+
+
 def test_edge_hyperparameters_are_accepted():
     """lr = 0, β = 0, ε = 0 and the other edges of the valid ranges are accepted."""
     p = param([1.0])
     SGD([p], lr=0.0, momentum=0.0, dampening=0.0, weight_decay=0.0)
     Adam([p], lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
-    AdamW([p], lr=np.float32(1e-3), betas=(np.float64(0.9), 0.999))
+    opt = AdamW([p], lr=np.float32(1e-3), betas=(np.float64(0.9), 0.999))
+    StepLR(opt, step_size=1, gamma=0.0)
+    CosineWithWarmupLR(opt, warmup=0, total=1, min_lr_ratio=0.0)
 
 
 def test_zero_grad():
@@ -442,6 +455,27 @@ def test_clip_grad_norm_value_and_scaling():
     np.testing.assert_allclose(b.grad.data, [0.8], rtol=1e-5)
     assert clip_grad_norm_([a, b], max_norm=10.0) == pytest.approx(1.0, rel=1e-5)
     np.testing.assert_allclose(a.grad.data, [0.6, 0.0], rtol=1e-5)  # below max: unchanged
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), True, "1", None], ids=repr)
+def test_clip_grad_norm_refuses_a_bad_max_norm(bad):
+    """A negative max_norm would flip every gradient's sign and a NaN one make them NaN:
+    both are refused by name, before any gradient is touched."""
+    p = param([3.0, 4.0])
+    set_grad(p, [3.0, 4.0])
+    with pytest.raises(ValueError, match=re.escape(f"clip_grad_norm_: max_norm={bad!r} must be")):
+        clip_grad_norm_([p], bad)
+    np.testing.assert_array_equal(tl.tensor(p.grad).numpy(), [3.0, 4.0])
+
+
+def test_clip_grad_norm_takes_zero_and_infinity():
+    """max_norm = 0 zeroes the gradients; ∞ leaves them as they are (no clipping)."""
+    p = param([3.0, 4.0])
+    set_grad(p, [3.0, 4.0])
+    assert clip_grad_norm_([p], math.inf) == pytest.approx(5.0)
+    np.testing.assert_array_equal(tl.tensor(p.grad).numpy(), [3.0, 4.0])
+    assert clip_grad_norm_([p], 0) == pytest.approx(5.0)
+    np.testing.assert_array_equal(tl.tensor(p.grad).numpy(), [0.0, 0.0])
 
 
 def test_clip_grad_norm_accumulates_in_float64():
