@@ -2215,6 +2215,12 @@ MUTANTS = {
     ],
     "tensorlab/tensor.py": [
         (
+            "split-negative-sizes",
+            "if not all(is_int(s) and s >= 0 for s in sizes):",
+            "if not all(is_int(s) for s in sizes):",
+            "split: a negative size accepted (pieces overlap)",
+        ),
+        (
             "axis-wraps",
             "    if not -ndim <= axis < ndim:\n        valid",
             "    if not -ndim <= axis < ndim and False:\n        valid",

@@ -13,6 +13,7 @@ Its operators and methods do no math themselves: each delegates to one op in ``t
 
 from __future__ import annotations
 
+import numbers
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 
@@ -709,8 +710,8 @@ class Tensor:
         """``chunks`` pieces of ceil(n / chunks) entries along ``axis`` (the last one shorter,
         and fewer pieces where they run out), as PyTorch; an empty axis gives ``chunks``
         empty pieces."""
-        if chunks < 1:
-            raise ValueError(f"chunk: chunks must be at least 1, got {chunks}")
+        if not isinstance(chunks, numbers.Integral) or isinstance(chunks, bool) or chunks < 1:
+            raise ValueError(f"chunk: chunks must be an integer of at least 1, got {chunks!r}")
         n = self.shape[axis_index("chunk", axis, self.ndim)]
         return split(self, -(-n // chunks) if n else [0] * chunks, axis)
 
@@ -826,16 +827,26 @@ def where(condition, a, b) -> Tensor:
 
 
 def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
-    """Split along ``axis`` into pieces of a given size (int) or of the given sizes (list)."""
+    """Split along ``axis`` into pieces of a given size (int) or of the given sizes (list of
+    integers ≥ 0 that add up to the axis's size; a negative size would make pieces overlap)."""
     axis = axis_index("split", axis, x.ndim)
     n = x.shape[axis]
-    if isinstance(split_size_or_sections, int):
-        size = split_size_or_sections
+    is_int = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)  # noqa: E731
+    if is_int(split_size_or_sections):
+        size = int(split_size_or_sections)
         if size < 1:
             raise ValueError(f"split: the size of a piece must be at least 1, got {size}")
         sizes = [min(size, n - i) for i in range(0, n, size)] or [0]  # (empty: one empty piece)
     else:
-        sizes = list(split_size_or_sections)
+        try:
+            sizes = list(split_size_or_sections)
+        except TypeError:
+            raise TypeError(
+                f"split: split_size_or_sections must be an integer or a list of integers, "
+                f"got {split_size_or_sections!r}"
+            ) from None
+        if not all(is_int(s) and s >= 0 for s in sizes):
+            raise ValueError(f"split: sizes {sizes} must be integers >= 0")
         if sum(sizes) != n:
             raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of axis {axis}")
     lead = (slice(None),) * axis

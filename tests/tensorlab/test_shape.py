@@ -4,6 +4,8 @@ derivatives against finite differences (tolerances: see ``opcheck.py``)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -353,5 +355,32 @@ def test_split_and_chunk_of_an_empty_axis_and_bad_sizes():
     assert [p.shape for p in x.chunk(2, 1)] == [(0, 2), (0, 1)]
     with pytest.raises(ValueError, match="split: the size of a piece must be at least 1"):
         tl.ones(3).split(0)
-    with pytest.raises(ValueError, match="chunk: chunks must be at least 1"):
+    with pytest.raises(ValueError, match="chunk: chunks must be an integer of at least 1"):
         tl.ones(3).chunk(0)
+
+
+@pytest.mark.parametrize("sizes", [[2, -1, 2], [4, -1], [1.0, 2.0], [1, True, 1], "12"], ids=repr)
+def test_split_refuses_sizes_that_are_not_counts(sizes):
+    """Sizes that add up to the axis but are not integers ≥ 0 are refused by name: [2, -1, 2]
+    used to give pieces of 2, 0 and 2 columns out of 3, the last overlapping the first."""
+    with pytest.raises(ValueError, match=re.escape("split: sizes [")):
+        tl.ones(2, 3).split(sizes, 1)
+
+
+@pytest.mark.parametrize("bad", [1.5, True, None], ids=repr)
+def test_split_and_chunk_refuse_a_count_that_is_not_an_integer(bad):
+    with pytest.raises(TypeError, match="split: split_size_or_sections must be an integer"):
+        tl.ones(3).split(bad)
+    with pytest.raises(ValueError, match="chunk: chunks must be an integer of at least 1"):
+        tl.ones(3).chunk(bad)
+
+
+@pytest.mark.parametrize("sizes", [np.int64(2), np.array([1, 2]), (0, 3), [np.int32(3)]], ids=repr)
+def test_split_takes_numpy_integers_and_empty_pieces(sizes):
+    """NumPy integers and arrays of them are counts too, and a piece may be empty."""
+    x = tl.tensor(np.arange(3.0), requires_grad=True)
+    pieces = x.split(sizes)
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in pieces]), np.arange(3.0))
+    sum(((i + 1.0) * p).sum() for i, p in enumerate(pieces)).backward()
+    expected = np.concatenate([np.full(p.shape, i + 1.0) for i, p in enumerate(pieces)])
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
