@@ -11,6 +11,8 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 
 import numpy as np
 
@@ -258,6 +260,9 @@ class _Norm(Module):
 
     def __init__(self, d: int, eps: float, fused: bool):
         super().__init__()
+        real = isinstance(eps, numbers.Real) and not isinstance(eps, bool)
+        if not (real and math.isfinite(eps) and eps >= 0):  # (a NaN or negative ε: NaN rows)
+            raise ValueError(f"{type(self).__name__}: eps={eps!r} must be a finite number >= 0")
         self.d, self.eps = d, eps
         self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()

@@ -267,7 +267,12 @@ class Tensor:
             if device_or_dtype.split(":")[0] == self.device:
                 return self
             return ToDevice.apply(self, device=device_or_dtype)
-        dtype = as_dtype(device_or_dtype)
+        try:
+            dtype = as_dtype(device_or_dtype)
+        except TypeError as e:
+            raise TypeError(
+                f"to: {device_or_dtype!r} is neither a device ('cpu', 'cuda') nor a dtype ({e})"
+            ) from None
         if dtype == self.dtype:
             return self
         if not is_float(dtype):  # integer tensors never require grad: a constant

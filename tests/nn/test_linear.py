@@ -131,3 +131,13 @@ def test_reductions_are_sums_and_means(dtype, shape, data):
         assert got.dtype == dtype and got.shape == expect.shape
         bound = 2 * (n + 1) * u * abs_sum + np.finfo(dtype).tiny
         assert (np.abs(got - expect) <= bound).all(), (got, expect, bound)
+
+
+@pytest.mark.parametrize("sizes", [(0, 3), (3, 0), (-1, 3), (2.5, 3), (True, 3)], ids=repr)
+def test_linear_refuses_sizes_that_are_not_counts(sizes):
+    """Linear(0, 3) used to fail with 'float division by zero' inside the init, Linear(-1, 3)
+    with 'math domain error': now one line naming the size."""
+    name, value = ("d_in", sizes[0]) if sizes[1] == 3 else ("d_out", sizes[1])
+    with pytest.raises(ValueError, match=f"Linear: {name}={value!r} must be an integer >= 1"):
+        nn.Linear(*sizes)
+    assert nn.Linear(np.int64(3), 2).W.shape == (3, 2)

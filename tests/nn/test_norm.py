@@ -6,6 +6,7 @@ PyTorch, and the layers LayerNorm and RMSNorm."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -380,6 +381,16 @@ def test_norms_of_zero_size_inputs_match_torch(kind, shape, affine):
     if affine:
         for p, pt in zip(ours, theirs):
             np.testing.assert_array_equal(p.grad.numpy(), pt.grad.numpy())
+
+
+@pytest.mark.parametrize("layer", [nn.LayerNorm, nn.RMSNorm])
+@pytest.mark.parametrize("eps", [-1e-6, float("nan"), float("inf"), True, "1e-5", None], ids=repr)
+def test_a_bad_eps_is_refused(layer, eps):
+    """A negative ε makes rows of small variance NaN (√ of a negative), a NaN one every row:
+    refused by name; ε = 0 is taken."""
+    with pytest.raises(ValueError, match=re.escape(f"{layer.__name__}: eps={eps!r} must be")):
+        layer(4, eps=eps)
+    assert layer(4, eps=0).eps == 0
 
 
 def test_the_layers_default_eps_is_the_fields():

@@ -259,6 +259,9 @@ def test_cuda_without_a_gpu_gives_a_clear_error():
 def test_unknown_device_is_refused():
     with pytest.raises(ValueError, match="unknown device"):
         tl.zeros(2, device="tpu")
+    # .to takes a device or a dtype: NumPy's "data type 'tpu' not understood" alone misled
+    with pytest.raises(TypeError, match="to: 'tpu' is neither a device .* nor a dtype"):
+        tl.zeros(2).to("tpu")
 
 
 def test_creation_on_device(device):
