@@ -30,13 +30,14 @@ MARK = "# host:"
 # NumPy names that never touch an array's memory: dtypes, constants, dtype arithmetic, shape
 # metadata (np.shape and np.ndim read ``.shape``/``.ndim`` first, so CuPy arrays pass), and the
 # construction of CPU random generators (data order, seeds), which are host-side by design;
-# and NumPy's exception classes (CuPy raises the same ones).
+# and NumPy's exception classes (CuPy raises the same ones); errstate only silences NumPy's
+# floating-point warnings (CuPy gives none).
 ALLOWED = frozenset(
     """
     bool_ int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64
     complex64 complex128 dtype ndarray generic integer floating number
     inf nan pi e newaxis iinfo finfo result_type promote_types can_cast shape ndim
-    broadcast_shapes
+    broadcast_shapes errstate
     random.default_rng random.Generator random.SeedSequence exceptions.AxisError
     """.split()
 )

@@ -8,6 +8,8 @@ broadcast over the input. What differs between reductions is the weight each ent
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorlab.backend import acc_dtype, is_float, xp_of
 from tensorlab.function import Function
 from tensorlab.tensor import Tensor, axis_index, where
@@ -227,7 +229,9 @@ class LogSumExp(Function):
             return y if keepdims else y.reshape(ctx.out_shape)
         m = a.max(axis=ctx.axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
-        y = xp.log(xp.exp(a - m).sum(axis=ctx.axis, keepdims=True, dtype=acc_dtype(a))) + m
+        total = xp.exp(a - m).sum(axis=ctx.axis, keepdims=True, dtype=acc_dtype(a))
+        with np.errstate(divide="ignore"):  # a row of -inf sums to 0: log 0 = -inf, rightly
+            y = xp.log(total) + m
         if is_float(a.dtype):  # (a float16 input, summed in float32, rounds back; integers: float)
             y = y.astype(a.dtype, copy=False)
         return y if keepdims else y.reshape(ctx.out_shape)
