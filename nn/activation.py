@@ -33,6 +33,7 @@ from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, erf_exact, in_float32, rounded, xp_of
 from tensorlab.function import Function
 from tensorlab.fused import fused
+from tensorlab.ops.elementwise import sigmoid_of
 
 _P = 0.3275911
 _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -242,10 +243,7 @@ class SiLUFn(Function):
         xp, (x, half) = xp_of(x), in_float32(x)
         if xp is not np:  # a GPU: one fused kernel; the backward recomputes sigmoid(x)
             return rounded(silu_kernel(x), half)
-        s = xp.tanh(x * 0.5)  # sigmoid(x) = (1 + tanh(x/2))/2 never overflows
-        s += 1.0
-        s *= 0.5
-        ctx.sig = s
+        s = ctx.sig = sigmoid_of(x)
         return rounded(x * s, half)
 
     def backward(ctx, g):
@@ -267,14 +265,15 @@ class SiLUFn(Function):
 
 @fused
 def silu_kernel(xp, x):
-    """SiLUFn's forward as one GPU kernel: x sigmoid(x), sigmoid(x) = ½(1 + tanh(x/2))."""
-    return x * (0.5 + 0.5 * xp.tanh(0.5 * x))
+    """SiLUFn's forward as one GPU kernel: x sigmoid(x) = x / (1 + e^(-x)) (:func:`sigmoid_of`;
+    e^(-x) = ∞ past x ≈ -88 gives -0, the limit)."""
+    return x / (1.0 + xp.exp(-x))
 
 
 @fused
 def silu_grad_kernel(xp, x, g):
     """SiLUFn's backward as one GPU kernel: g s (1 + x (1 - s)), s = sigmoid(x)."""
-    s = 0.5 + 0.5 * xp.tanh(0.5 * x)
+    s = 1.0 / (1.0 + xp.exp(-x))
     return g * s * (1.0 + x * (1.0 - s))
 
 

@@ -107,6 +107,26 @@ def test_activation_values():
         F.gelu(xt, "fast")
 
 
+def test_silu_is_accurate_far_out_on_the_negative_side():
+    """SiLU(x) = x sigmoid(x) ≈ x eˣ for x ≪ 0 keeps its digits (it took sigmoid as
+    ½(1 + tanh(x/2)), which cancels there: 7e-4 relative error at x = -10 in float32), and so
+    does its gradient sigmoid(x)(1 + x(1 - sigmoid(x))). float32 on the test device (a GPU's
+    fused kernels too), against float64 references from the side where nothing cancels;
+    tolerance 1e-6 relative, a few float32 ulps for the two or three roundings of each (the
+    gradient crosses 0 at x ≈ -1.28, so it is held to 1e-6 absolute for x ≥ -3)."""
+    x = np.linspace(-85.0, 40.0, 20001).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e = np.exp(-np.abs(x64))
+    s = np.where(x64 >= 0, 1 / (1 + e), e / (1 + e))
+    xt = tl.tensor(x, requires_grad=True)
+    y = F.silu(xt)
+    y.backward(tl.ones(*x.shape))
+    np.testing.assert_allclose(y.numpy(), x64 * s, rtol=1e-6, atol=0)
+    grad, expected, far = xt.grad.numpy(), s * (1 + x64 * (1 - s)), x < -3
+    np.testing.assert_allclose(grad[far], expected[far], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(grad[~far], expected[~far], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0), (7,)])
 def test_gelu_on_scalars_and_empty_arrays(shape):
     x = t64(np.full(shape, 0.5))

@@ -100,10 +100,34 @@ def test_module_level_functions_match_methods():
     np.testing.assert_array_equal(tl.log(x.abs() + 1).numpy(), np.log(np.abs(x.numpy()) + 1))
 
 
-def test_sigmoid_saturates_without_overflow():
+def test_sigmoid_saturates_without_an_overflow_error():
+    """e^1000 overflows to ∞ inside, on purpose (1/∞ = 0 is the limit): no error or warning
+    reaches the caller, even one who asks NumPy to raise on overflow."""
     with np.errstate(over="raise"):
         y = leaf([-1000.0, 1000.0]).sigmoid()
     np.testing.assert_array_equal(y.numpy(), [0.0, 1.0])
+
+
+def _sigmoid_reference(a):
+    """sigmoid in float64 from the side where nothing cancels: 1/(1 + e^(-a)) for a ≥ 0 and
+    e^a/(1 + e^a) for a < 0 (each a few ulps from the true value)."""
+    a = np.asarray(a, np.float64)
+    e = np.exp(-np.abs(a))
+    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-15), (np.float32, 3e-7)])
+def test_sigmoid_is_accurate_far_out_on_the_negative_side(dtype, tol):
+    """sigmoid(a) for a ≪ 0 is about e^a, tiny but a normal number: it must keep its digits.
+    ½(1 + tanh(a/2)) subtracts two numbers near 1 there and lost them (float32: 7e-4 relative
+    error at a = -10, 100% from a ≈ -17; float64: 5e-4 at -30). Within a few ulps of the
+    float64 reference (tol: float64 1e-15 ≈ 5 ulps; float32 3e-7 ≈ 3 ulps) wherever the
+    value is a normal number of the dtype."""
+    lo = {np.float64: -700.0, np.float32: -85.0}[dtype]
+    a = np.linspace(lo, 40.0, 20001).astype(dtype)
+    y = tl.tensor(a).sigmoid().numpy()
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y, _sigmoid_reference(a), rtol=tol, atol=0)
 
 
 # name: (tensor fn, numpy fn, strategies of a and b for their shapes)
