@@ -1103,6 +1103,12 @@ MUTANTS = {
     ],
     "tensorlab/ops/elementwise.py": [
         (
+            "sigmoid-tanh-form",
+            "    e = xp.negative(a, out=xp.empty_like(a))",
+            "    return xp.add(0.5 * xp.tanh(0.5 * a), 0.5, out=xp.empty_like(a))",
+            "sigmoid as ½(1 + tanh(a/2)): the digits of sigmoid(a) ≪ 1 lost",
+        ),
+        (
             "pow-zero-base-nan",
             "ga = where(flat, 0.0, g * b * where(flat, 1.0, a) ** (b - 1))",
             "ga = g * b * a ** (b - 1)",
@@ -1139,10 +1145,10 @@ MUTANTS = {
         ("tanh-square", "return g * (1 - y * y)", "return g * (1 - y)", "Tanh: 1 - y, not 1 - y²"),
         ("sigmoid-drop-y", "return g * (y * (1 - y))", "return g * (1 - y)", "Sigmoid: y dropped"),
         (
-            "sigmoid-half",
-            "y = 0.5 * (xp_of(a).tanh(0.5 * a) + 1)",
-            "y = 0.5 * (xp_of(a).tanh(a) + 1)",
-            "Sigmoid forward: tanh(a) instead of tanh(a/2)",
+            "sigmoid-sign",
+            "    e += 1\n    return xp.reciprocal(e, out=e)",
+            "    e -= 1\n    return xp.reciprocal(e, out=e)",
+            "Sigmoid forward: 1/(e^(-a) - 1) instead of 1/(1 + e^(-a))",
         ),
         (
             "relu-at-zero",
@@ -1776,6 +1782,12 @@ MUTANTS = {
         ),
     ],
     "nn/optim.py": [
+        (
+            "clip-scales-up",
+            "if scale < 1.0 or math.isnan(scale):",
+            "if scale < 2.0 or math.isnan(scale):",
+            "clip_grad_norm_: a norm a little below max_norm scaled up to it",
+        ),
         ("sgd-dampening", "buf += (1 - damp) * d", "buf += d", "SGD: dampening ignored"),
         (
             "hyper-nan-accepted",

@@ -423,6 +423,48 @@ def test_schedulers_refuse_a_bad_gamma_or_floor(bad):
         CosineWithWarmupLR(opt, warmup=1, total=4, min_lr_ratio=bad)
 
 
+def test_defaults_are_pytorchs():
+    """The defaults of PyTorch 2's optimizers and schedulers (SGD and Adam lr 1e-3, Adam's
+    betas (0.9, 0.999) and ε 1e-8, weight decay 0 for Adam and 1e-2 for AdamW, StepLR's γ
+    0.1), and the cosine schedule's floor of 0.1 × lr (nanoGPT's min_lr = lr / 10)."""
+    p = param([1.0])
+    sgd = SGD([p]).defaults
+    assert sgd == dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
+    adam = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    assert Adam([p]).defaults == adam
+    assert AdamW([p]).defaults == {**adam, "weight_decay": 1e-2}
+    assert StepLR(SGD([p], lr=1.0), step_size=1).gamma == 0.1
+    assert CosineWithWarmupLR(SGD([p], lr=1.0), 0, 10).min_lr_ratio == 0.1
+
+
+def test_schedule_bounds():
+    """StepLR takes a step size of 1 (every step) and refuses 0; the cosine schedule refuses a
+    negative warmup and a total below the warmup."""
+    opt = SGD([param([1.0])], lr=1.0)
+    sched = StepLR(opt, step_size=1, gamma=0.5)
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.5
+    with pytest.raises(ValueError, match="step_size must be >= 1, got 0"):
+        StepLR(opt, step_size=0)
+    with pytest.raises(ValueError, match="warmup=-1"):
+        cosine_with_warmup(0, -1, 10, 1.0, 0.1)
+    with pytest.raises(ValueError, match="warmup=5, total=4"):
+        cosine_with_warmup(0, 5, 4, 1.0, 0.1)
+
+
+def test_repr_lists_each_group_and_its_hyperparameters():
+    a, b = param([1.0]), param([2.0])
+    text = repr(SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1))
+    assert text.splitlines() == [
+        "SGD (",
+        "  group 0: 1 params, lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, "
+        "nesterov=False",
+        "  group 1: 1 params, lr=0.5, momentum=0.0, dampening=0.0, weight_decay=0.0, "
+        "nesterov=False",
+        ")",
+    ]
+
+
 def test_edge_hyperparameters_are_accepted():
     """lr = 0, β = 0, ε = 0 and the other edges of the valid ranges are accepted."""
     p = param([1.0])
@@ -489,10 +531,29 @@ def test_clip_grad_norm_accumulates_in_float64():
 
 @given(st.lists(st.floats(-10, 10), min_size=1, max_size=8), st.floats(0.01, 5))
 def test_clipped_norm_is_at_most_max(values, max_norm):
+    """Clipped gradients have a norm of at most max_norm, and gradients whose norm is below
+    it (by more than clipping's ε) are left exactly as they were, never scaled up."""
     p = param([0.0] * len(values))
     set_grad(p, values)
-    clip_grad_norm_([p], max_norm)
+    before = tl.tensor(p.grad).numpy().copy()
+    norm = clip_grad_norm_([p], max_norm)
     assert np.linalg.norm(p.grad.data) <= max_norm * (1 + 1e-9)
+    if norm + 1e-6 <= max_norm:
+        np.testing.assert_array_equal(tl.tensor(p.grad).numpy(), before)
+
+
+def test_clip_grad_norm_leaves_a_norm_just_below_max_alone():
+    """A norm of 5 under max_norm 6 (factor 1.2, above 1) is not scaled."""
+    p = param([0.0, 0.0])
+    set_grad(p, [3.0, 4.0])
+    assert clip_grad_norm_([p], 6.0) == pytest.approx(5.0)
+    np.testing.assert_array_equal(tl.tensor(p.grad).numpy(), [3.0, 4.0])
+
+
+def test_clip_grad_norm_of_no_gradients_is_zero():
+    p = param([1.0, 2.0])  # no backward yet: no gradient
+    assert clip_grad_norm_([p], 1.0) == 0.0
+    assert p.grad is None
 
 
 @given(
