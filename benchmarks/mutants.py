@@ -46,6 +46,7 @@ TESTS = {
     "nn/embedding.py": ["tests/nn/test_embedding.py", "tests/nn"],
     "nn/attention.py": ["tests/nn/test_attention.py", "tests/nn"],
     "nn/optim.py": ["tests/nn/test_optim.py", "tests/nn"],
+    "nn/checks.py": ["tests/nn/test_optim.py tests/nn/test_norm.py tests/nn/test_linear.py"],
     "nn/amp.py": ["tests/nn/test_amp.py", "tests/nn"],
     "tensorlab/fused.py": [
         "tests/tensorlab/test_fused.py",
@@ -1781,6 +1782,20 @@ MUTANTS = {
             "AttentionFn: float16/bfloat16 inputs computed in their own dtype",
         ),
     ],
+    "nn/checks.py": [
+        (
+            "hyper-nan-accepted",
+            "if not (real and math.isfinite(v) and v >= 0):",
+            "if real and v < 0:",
+            "check_nonnegative: a NaN or infinite learning rate or ε accepted",
+        ),
+        (
+            "count-zero-accepted",
+            "or isinstance(n, bool) or n < 1:",
+            "or isinstance(n, bool) or n < 0:",
+            "check_count: a layer of 0 features accepted",
+        ),
+    ],
     "nn/optim.py": [
         (
             "clip-scales-up",
@@ -1789,12 +1804,6 @@ MUTANTS = {
             "clip_grad_norm_: a norm a little below max_norm scaled up to it",
         ),
         ("sgd-dampening", "buf += (1 - damp) * d", "buf += d", "SGD: dampening ignored"),
-        (
-            "hyper-nan-accepted",
-            "if not (ok and math.isfinite(v) and v >= 0):",
-            "if ok and v < 0:",
-            "optimizers: a NaN or infinite learning rate accepted",
-        ),
         (
             "hyper-groups-unchecked",
             "        self.check_group(group)\n        self.param_groups.append(group)",

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from nn.checks import check_count
 from nn.init import constant, uniform
 from nn.module import Module
 from tensorlab import Tensor
@@ -138,9 +139,7 @@ class Linear(Module):
         device: str | None = None,
     ):
         super().__init__()
-        for name, n in (("d_in", d_in), ("d_out", d_out)):
-            if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"Linear: {name}={n!r} must be an integer >= 1")
+        check_count("Linear", d_in=d_in, d_out=d_out)
         self.d_in, self.d_out = d_in, d_out
         self.W = uniform((d_in, d_out), 1.0 / math.sqrt(d_in), dtype, device)
         self.b = constant((d_out,), 0.0, dtype, device) if bias else None

@@ -11,11 +11,10 @@ and ĝ = g ⊙ γ the gradient arriving at x̂.
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 
 import numpy as np
 
+from nn.checks import check_nonnegative
 from nn.init import constant
 from nn.linear import mean_last, sum_rows
 from nn.module import HookPoint, Module, close_hook_points, identity, switched
@@ -260,9 +259,7 @@ class _Norm(Module):
 
     def __init__(self, d: int, eps: float, fused: bool):
         super().__init__()
-        real = isinstance(eps, numbers.Real) and not isinstance(eps, bool)
-        if not (real and math.isfinite(eps) and eps >= 0):  # (a NaN or negative ε: NaN rows)
-            raise ValueError(f"{type(self).__name__}: eps={eps!r} must be a finite number >= 0")
+        check_nonnegative(type(self).__name__, eps=eps)  # (a NaN or negative ε: NaN rows)
         self.d, self.eps = d, eps
         self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()

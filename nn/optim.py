@@ -22,20 +22,12 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from nn.checks import check_nonnegative
 from tensorlab import Tensor
 from tensorlab.backend import to_device, xp_for, xp_of
 from tensorlab.fused import fused
 
 ParamsArg = Iterable[Tensor] | Iterable[dict]
-
-
-def check_hyper(owner: str, **values) -> None:
-    """Each value is a finite real number ≥ 0 (NaN, ∞, a bool or text is refused: a NaN
-    learning rate would turn every weight into NaN without a word)."""
-    for name, v in values.items():
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
-        if not (ok and math.isfinite(v) and v >= 0):
-            raise ValueError(f"{owner}: {name}={v!r} must be a finite number >= 0")
 
 
 def _is_array(x) -> bool:
@@ -213,7 +205,7 @@ class SGD(Optimizer):
 
     def check_group(self, group: dict) -> None:
         names = ("lr", "momentum", "dampening", "weight_decay")
-        check_hyper("SGD", **{k: group[k] for k in names})
+        check_nonnegative("SGD", **{k: group[k] for k in names})
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
@@ -278,7 +270,7 @@ class Adam(Optimizer):
 
     def check_group(self, group: dict) -> None:
         name = type(self).__name__
-        check_hyper(name, **{k: group[k] for k in ("lr", "eps", "weight_decay")})
+        check_nonnegative(name, **{k: group[k] for k in ("lr", "eps", "weight_decay")})
         betas = group["betas"]
         ok = len(betas) == 2 and all(isinstance(b, numbers.Real) for b in betas)
         if not (ok and all(0 <= b < 1 for b in betas)):
@@ -551,7 +543,7 @@ class StepLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
         if step_size < 1:
             raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}")
-        check_hyper("StepLR", gamma=gamma)  # (a negative γ would flip the lr's sign)
+        check_nonnegative("StepLR", gamma=gamma)  # (a negative γ would flip the lr's sign)
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
@@ -564,7 +556,7 @@ class CosineWithWarmupLR(LRScheduler):
     ``warmup`` steps) down to ``min_lr_ratio · base_lr`` at ``total`` steps."""
 
     def __init__(self, optimizer: Optimizer, warmup: int, total: int, min_lr_ratio: float = 0.1):
-        check_hyper("CosineWithWarmupLR", min_lr_ratio=min_lr_ratio)
+        check_nonnegative("CosineWithWarmupLR", min_lr_ratio=min_lr_ratio)
         self.warmup, self.total, self.min_lr_ratio = warmup, total, min_lr_ratio
         super().__init__(optimizer)
 
