@@ -28,9 +28,9 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT]
 
-import fake_cupy  # noqa: E402
+from tests import fake_cupy  # noqa: E402
 
 fake_cupy.install()
 

@@ -49,7 +49,7 @@ def _on_host(fn):
 
 
 if TEST_DEVICE == "fake-cuda":  # CuPy emulated on the CPU (tests/fake_cupy.py)
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install()
     TEST_DEVICE = "cuda"

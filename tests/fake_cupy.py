@@ -42,7 +42,7 @@ import sys
 import types
 import weakref
 
-import cupy_api
+from tests import cupy_api
 import numpy as np
 
 TABLE = cupy_api.load()

@@ -20,7 +20,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-import cupy_api
+from tests import cupy_api
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]

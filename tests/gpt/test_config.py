@@ -5,7 +5,7 @@ import warnings
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from strategies import gpt_configs, seq2seq_configs
+from tests.strategies import gpt_configs, seq2seq_configs
 
 from gpt.config import GATED, ConfigError, ConfigNote, GPTConfig, Seq2SeqConfig, preset
 from gpt.model import GPT

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import logit_rows
+from tests.strategies import logit_rows
 
 import nn
 import tensorlab as tl

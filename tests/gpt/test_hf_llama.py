@@ -59,9 +59,15 @@ IDS = np.random.default_rng(0).integers(0, 97, (2, 12))
 ATOL = 1e-5
 
 
-def reference_model(kind: str, extra: dict, seed: int = 0):
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+def reference_libraries():
+    """transformers and torch, or a skip that names the missing one."""
     torch = pytest.importorskip("torch", reason="transformers needs torch")
+    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
+    return transformers, torch
+
+
+def reference_model(kind: str, extra: dict, seed: int = 0):
+    transformers, torch = reference_libraries()
     torch.manual_seed(seed)
     # (a deep copy: transformers writes rope_theta into the rope_scaling dict it is given)
     config = getattr(transformers, f"{kind}Config")(**copy.deepcopy({**COMMON, **extra}))
@@ -81,7 +87,7 @@ def reference_logits(model, ids) -> np.ndarray:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_and_greedy_generation_match_transformers(tmp_path, case):
-    import torch
+    _, torch = reference_libraries()
 
     kind, extra = CASES[case]
     ref = reference_model(kind, extra)
@@ -118,8 +124,7 @@ def test_sharded_half_precision_checkpoint_loads_exactly(tmp_path, dtype):
     exactly, so the logits equal transformers' from the same files read as float32."""
     if dtype == "bfloat16":
         pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
-    import torch
-    import transformers
+    transformers, torch = reference_libraries()
 
     ref = reference_model("Llama", {})
     ref.to(getattr(torch, dtype)).save_pretrained(tmp_path, max_shard_size="20KB")
@@ -397,9 +402,7 @@ def test_save_hf_llama_is_read_back_exactly_and_by_transformers(tmp_path, case):
     for (name, p), q in zip(model.named_parameters(), back.parameters()):
         np.testing.assert_array_equal(p.data, q.data, err_msg=name)
 
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference")
-    import torch
-
+    transformers, torch = reference_libraries()
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     expected = case.split("-")[0]
     assert type(ref).__name__.lower().startswith(expected)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import gpt_configs
+from tests.strategies import gpt_configs
 
 import nn
 import tensorlab as tl
@@ -404,7 +404,7 @@ def test_a_training_step_waits_for_the_gpu_three_times(monkeypatch):
     times: the range of the token ids (the embedding's check) and of the targets (the loss's),
     in the forward, and the gradient norm that clipping compares with its bound. The backward
     and the fused AdamW step read nothing."""
-    import fake_cupy
+    from tests import fake_cupy
 
     import nn
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from mpi_launcher import MPIEXEC, needs_mpi, program_stderr
+from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import gpt.tokenizers as tk
 from gpt.__main__ import main

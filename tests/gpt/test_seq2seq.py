@@ -595,7 +595,7 @@ def seq2seq_cases(draw, max_tgt_vocab: int = 9):
 
 def check_against_reference(model, src, tgt_in, tgt_out, composed=False):
     """Our logits, loss and every parameter's gradient equal the reference's (all finite)."""
-    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    ref_module = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch")
     with nn.composed_attention(model) if composed else contextlib.nullcontext():
         logits, loss = model(src, tgt_in, tgt_out)
         loss.backward()
@@ -641,7 +641,7 @@ def test_all_padding_source_row_matches_reference(overrides):
 def test_cached_decoding_matches_full_decoding_and_reference(case, cuts):
     """The decoder fed a few positions at a time (chunks of ``cuts`` sizes) through the key/
     value cache gives the logits of one pass over the whole target, and the reference's."""
-    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    ref_module = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch")
     model, src, tgt_in, _ = case
     T = tgt_in.shape[1]
     memory, mask = model.encode(src), model.padding_mask(src)
@@ -663,7 +663,7 @@ def reference_logprobs(ref, src_row, prefixes) -> np.ndarray:
     cfg = ref.cfg
     tgt_in = np.array([[cfg.bos_id, *p] for p in prefixes], dtype=np.int64)
     src = np.repeat(src_row[None], len(prefixes), axis=0)
-    ref_module = pytest.importorskip("seq2seq_torch", reason="needs torch")
+    ref_module = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch")
     with ref_module.torch.no_grad(), ref_module.one_thread():
         logits = ref(src, tgt_in)[0][:, -1]
     return logits.log_softmax(-1).numpy()
@@ -673,7 +673,7 @@ def reference_logprobs(ref, src_row, prefixes) -> np.ndarray:
 def test_greedy_with_cache_equals_recomputing_and_reference(case):
     """Greedy decoding through the cache, recomputing the whole decoder at each step, and the
     reference's greedy choice at each step all pick the same tokens."""
-    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    ref = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch").load(case[0])
     model, src = case[0], case[1]
     cfg = model.config
     cached = greedy_decode(model, src)
@@ -694,7 +694,7 @@ def test_greedy_with_cache_equals_recomputing_and_reference(case):
 def test_beam_search_with_cache_equals_recomputing(case, beam_size, alpha, exhaustive):
     """Beam search through the (reordered) cache returns the hypotheses and scores of beam
     search that recomputes every prefix, and each score is the reference's log P / lp."""
-    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    ref = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch").load(case[0])
     model, src = case[0], case[1]
     kw = dict(beam_size=beam_size, alpha=alpha, exhaustive=exhaustive, return_scores=True)
     cached = beam_search(model, src, **kw)
@@ -714,7 +714,7 @@ def test_wide_exhaustive_beam_finds_the_best_sequence(case, alpha):
     """With a beam wider than every candidate (V^m for m steps) and ``exhaustive=True`` the
     search is exact: it returns the best of all hypotheses by log P / lp, enumerated with the
     reference (no eos before the end; the end is eos or the length limit m)."""
-    ref = pytest.importorskip("seq2seq_torch", reason="needs torch").load(case[0])
+    ref = pytest.importorskip("tests.gpt.seq2seq_torch", reason="needs torch").load(case[0])
     model, src = case[0], case[1]
     cfg, V = model.config, model.config.tgt_vocab_size
     m = min(3, cfg.max_len)

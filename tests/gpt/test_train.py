@@ -404,7 +404,7 @@ def test_resume_continues_bit_for_bit_on_the_gpu(tmp_path, monkeypatch, dtype):
     dict), and the resumed run draws the masks the uninterrupted one drew. (Before
     backend.generator_state, the first checkpoint on a GPU failed: it stored CuPy's
     ``bit_generator.state``, a method.)"""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     kw = dict(max_iters=6, eval_interval=3, dropout=0.2, device="cuda", dtype=dtype)
@@ -428,7 +428,7 @@ def test_a_step_reads_the_gpu_once_for_its_loss(tmp_path, monkeypatch):
     """With K micro-batches the step's loss is summed on the device and read once (each read
     waits for the GPU): the reads of one step are the ids' and targets' range checks of each
     micro-batch, the loss, and the gradient norm (CuPy emulated, tests/fake_cupy.py)."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     t = trainer(tmp_path, max_iters=3, device="cuda", grad_accum_steps=2, batch_size=4)

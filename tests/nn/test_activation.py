@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis.extra import numpy as hnp
-from strategies import away_from, check_fused_op, rand64, second_order, t64, values
+from tests.strategies import away_from, check_fused_op, rand64, second_order, t64, values
 
 import nn
 import nn.activation as A
@@ -431,7 +431,7 @@ def test_on_a_gpu_each_activation_is_one_kernel_each_way(fn, monkeypatch):
     """On CuPy arrays an activation's forward and backward are one fused kernel each (on
     CuPy emulated by NumPy, which counts launches: tests/fake_cupy.py); the CPU form would be
     a dozen or more array operations, each a launch on a GPU."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     x = tl.tensor(np.linspace(-3, 3, 12, dtype=np.float32), device="cuda", requires_grad=True)

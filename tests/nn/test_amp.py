@@ -156,7 +156,7 @@ def test_on_a_gpu_unscaling_is_a_few_launches_for_all_gradients(bad, monkeypatch
     S in one kernel over all of them (scale_kernel.each, plus its table), checked by one sum of
     squares (square_kernel.each_sum: its table, the kernel, the sum of the blocks' partial
     sums), one read by the host; an inf or NaN in any entry of any of them is found."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     params = [nn.Parameter(tl.zeros(n, device="cuda")) for n in (1, 5, 3000, 7, 2, 9, 4, 1, 6, 8)]

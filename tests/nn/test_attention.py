@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import assert_same, check_fused_op, rand64
+from tests.strategies import assert_same, check_fused_op, rand64
 
 import nn
 import nn.attention
@@ -471,7 +471,7 @@ def test_on_a_gpu_attention_is_its_cpu_form(case, dtype, monkeypatch):
     emulated by NumPy (tests/fake_cupy.py) its values and the gradients of q, k, v and the
     bias are bitwise those of the CPU (bfloat16 inputs too: both compute in float32), and in
     float64 the GPU form passes gradcheck. Launches are pinned for the causal case."""
-    import fake_cupy
+    from tests import fake_cupy
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")

@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from mpi_launcher import MPIEXEC, needs_mpi, program_stderr
+from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import nn
 import tensorlab as tl

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from strategies import check_fused_op, t64, values
+from tests.strategies import check_fused_op, t64, values
 
 import nn
 import nn.functional as F

@@ -4,7 +4,7 @@ is NaN; where PyTorch defines the result, it matches (empty batches give empty o
 
 import numpy as np
 from hypothesis import given
-from strategies import edge_btd
+from tests.strategies import edge_btd
 
 import nn
 import nn.functional as F

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from strategies import assert_same, check_fused_op, lead_shapes, rand64, t64, values
+from tests.strategies import assert_same, check_fused_op, lead_shapes, rand64, t64, values
 
 import nn
 import nn.functional as F

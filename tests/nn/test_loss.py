@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from strategies import assert_same, check_fused_op, rand64, t64, values
+from tests.strategies import assert_same, check_fused_op, rand64, t64, values
 
 import nn.functional as F
 import tensorlab as tl
@@ -193,7 +193,7 @@ def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypat
     (tests/fake_cupy.py) the loss and the logits' gradient are bitwise those of the CPU, with
     an ignored target, in float32, float64 and bfloat16; and in float64 the GPU form passes
     gradcheck."""
-    import fake_cupy
+    from tests import fake_cupy
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from strategies import (
+from tests.strategies import (
     assert_same,
     check_fused_op,
     rand64,
@@ -158,7 +158,7 @@ def test_on_a_gpu_a_norm_is_its_cpu_form_in_fewer_launches(name, dtype, monkeypa
     same order: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients are
     bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once), in
     fewer launches; and in float64 the GPU form's gradients pass gradcheck."""
-    import fake_cupy
+    from tests import fake_cupy
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")

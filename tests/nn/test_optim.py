@@ -187,7 +187,7 @@ def test_on_a_gpu_the_fused_step_is_one_launch_for_all_parameters(cls, monkeypat
     one-launch kernel as the CUDA code does (tests/fake_cupy.py): bitwise the CPU form's
     numbers, updated one parameter at a time on NumPy, and one kernel (plus its table) for
     each (dtypes, step count) group."""
-    import fake_cupy
+    from tests import fake_cupy
 
     from tensorlab.fused import CHUNK
 
@@ -585,7 +585,7 @@ def test_on_a_gpu_clipping_launches_a_few_kernels_not_a_few_per_tensor(monkeypat
     kernel, the sum of its blocks' partial sums: three launches, where a float64 copy, a dot
     and a sum per tensor would be thirty); clipping adds one scaling kernel over all of them
     (scale_kernel.each) and the copy of its table."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     params = [nn.Parameter(tl.zeros(n, device="cuda")) for n in range(1, 11)]
@@ -610,7 +610,7 @@ def test_on_a_gpu_the_sum_of_squares_is_the_float64_sum_of_every_square(dtype, m
     float64 dot product: the same to 1e-12 (the float64 sums differ in order only). Entries of
     2e19 overflow a float32 square (3.4e38) but not the float64 one. A strided gradient is
     summed on its own; an inf anywhere makes the total inf."""
-    import fake_cupy
+    from tests import fake_cupy
 
     from tensorlab.fused import CHUNK
 

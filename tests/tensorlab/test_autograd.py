@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 import pytest
-from opcheck import leaf
+from .opcheck import leaf
 
 import tensorlab as tl
 

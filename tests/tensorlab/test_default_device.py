@@ -59,7 +59,7 @@ def test_the_default_device_on_cupy_emulated_by_numpy(monkeypatch, restore_defau
     """The "cuda" case of the test above on CuPy emulated by NumPy (tests/fake_cupy.py), so
     that CI's CPU machines run it too; and the ``*_like`` functions follow their tensor, not
     the default."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     made_on_the_default("cuda")

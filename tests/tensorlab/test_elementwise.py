@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from opcheck import check_op, leaf
-from strategies import (
+from .opcheck import check_op, leaf
+from tests.strategies import (
     away_from,
     broadcast_shapes,
     distinct,

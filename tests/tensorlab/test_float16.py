@@ -168,7 +168,7 @@ def test_batched_half_products_on_a_gpu_sum_in_float32(half, shapes, monkeypatch
     summing in bfloat16 (tests/fake_cupy.py). backend.matmul takes a stack times a matrix as one
     two-axis product and widens the others, so every entry is 4000 × 0.1² summed in float32 and
     rounded once, as on the CPU (bitwise), gradients included."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     dtype = tl.backend.as_dtype(half)

@@ -95,7 +95,7 @@ def test_each_is_the_kernel_on_every_row_of_the_lists():
 def test_on_a_gpu_each_is_one_launch_per_dtype(monkeypatch):
     """On CuPy emulated by NumPy, which runs the kernel as the CUDA code does (each block reads
     its tensor and first element from the table and works on the memory at the addresses)."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     bufs, grads = rows_of_momentum(1)
@@ -109,7 +109,7 @@ def test_on_a_gpu_each_is_one_launch_per_dtype(monkeypatch):
 
 
 def test_the_table_gives_each_block_its_tensor_and_first_element(monkeypatch):
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     rows = [(tl.zeros(n, device="cuda").data,) for n in (5, 0, 2 * CHUNK + 1, CHUNK)]
@@ -124,7 +124,7 @@ def test_the_table_gives_each_block_its_tensor_and_first_element(monkeypatch):
 def test_on_a_gpu_a_row_with_a_strided_array_is_a_launch_of_its_own(monkeypatch):
     """The table holds a tensor's first address and its size, so only contiguous arrays can go
     in it; a row with a strided one runs through the kernel itself (which follows strides)."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     rng = np.random.default_rng(2)
@@ -143,7 +143,7 @@ def test_on_a_gpu_a_row_with_a_strided_array_is_a_launch_of_its_own(monkeypatch)
 def test_on_a_gpu_only_empty_tensors_launch_nothing(monkeypatch):
     """A set of dtypes whose tensors are all empty has no thread block: no launch (CUDA refuses
     a grid of none; the emulation too), while the other dtypes still get theirs."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     empty = [tl.zeros((0, 3), device="cuda").data, tl.zeros(0, device="cuda").data]
@@ -160,7 +160,7 @@ def test_each_refuses_what_it_cannot_do(monkeypatch):
         momentum.each(([x, x], [x]), 0.5)
     with pytest.raises(TypeError, match="halve_plus.each needs a kernel that returns nothing"):
         halve_plus.each(([x], [x]))
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     a = tl.ones((4, 6), device="cuda").data
@@ -173,7 +173,7 @@ def test_each_refuses_what_it_cannot_do(monkeypatch):
 def test_each_runs_bfloat16_rows_on_a_gpu(monkeypatch):
     """Rows are grouped by their dtypes themselves: bfloat16's ``dtype.str`` is a bare "<V2",
     which once turned a bfloat16 launch into one on raw 2-byte records."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     base = np.arange(-3, 4, dtype=np.float32).astype("bfloat16")
@@ -207,7 +207,7 @@ def test_on_a_gpu_each_sum_is_one_launch_and_one_sum_per_dtype(monkeypatch):
     """On CuPy emulated by NumPy (each block reads its tensor from the table and writes its
     chunk's sum): per dtype the table's copy, the kernel and the sum of the partial sums, and
     one addition of the two dtypes' totals. A strided row is summed by the kernel on its own."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     bufs, grads = rows_of_momentum(4)
@@ -231,7 +231,7 @@ def test_on_a_gpu_each_sum_is_one_launch_and_one_sum_per_dtype(monkeypatch):
 
 def test_each_sum_of_empty_tensors_is_zero(monkeypatch):
     """Only empty tensors: no launch (CUDA refuses an empty grid) and a total of 0."""
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     empty = [tl.zeros((0, 3), device="cuda").data, tl.zeros(0, device="cuda").data]
@@ -251,7 +251,7 @@ def test_each_sum_refuses_what_it_cannot_do(monkeypatch):
         momentum.each_sum(([x], [x]), 0.5)
     with pytest.raises(TypeError, match="scaled_erf_and_square.each_sum needs a kernel that "):
         scaled_erf_and_square.each_sum(([x],), 0.5)
-    import fake_cupy
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     a = tl.ones((4, 6), device="cuda").data

@@ -16,7 +16,7 @@ import inspect
 import os
 import pkgutil
 
-import cuda_compile
+from tests import cuda_compile
 import numpy as np
 import pytest
 

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from opcheck import leaf
+from .opcheck import leaf
 
 import tensorlab as tl
 from tensorlab.tensor import Tensor

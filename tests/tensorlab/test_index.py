@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from opcheck import check_op, leaf
-from strategies import (
+from .opcheck import check_op, leaf
+from tests.strategies import (
     bool_mask,
     distinct,
     nonscalar_shapes,

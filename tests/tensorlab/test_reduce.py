@@ -11,8 +11,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from opcheck import check_op, leaf
-from strategies import axis_for, distinct, shapes_with_empty, small_shapes, values
+from .opcheck import check_op, leaf
+from tests.strategies import axis_for, distinct, shapes_with_empty, small_shapes, values
 
 import tensorlab as tl
 

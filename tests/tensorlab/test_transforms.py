@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
-from strategies import small_shapes, values
+from tests.strategies import small_shapes, values
 
 import tensorlab as tl
 

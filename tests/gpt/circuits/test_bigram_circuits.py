@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import set_param
+from .circuit_models import set_param
 
 from gpt import circuits as C
 from gpt.config import GPTConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import small
+from .circuit_models import small
 
 import tensorlab as tl
 from gpt import circuits as C

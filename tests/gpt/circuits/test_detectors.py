@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model, randomized, set_param
+from .circuit_models import hand_built_induction_model, randomized, set_param
 
 from gpt import circuits as C
 from gpt.config import GPTConfig

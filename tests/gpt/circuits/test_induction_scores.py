@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model, small
+from .circuit_models import hand_built_induction_model, small
 
 from gpt import circuits as C
 from gpt.model import GPT

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import randomized
+from .circuit_models import randomized
 
 from gpt import circuits as C
 

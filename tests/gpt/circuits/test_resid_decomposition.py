@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model, randomized, set_param, small
+from .circuit_models import hand_built_induction_model, randomized, set_param, small
 
 import tensorlab as tl
 from gpt import circuits as C

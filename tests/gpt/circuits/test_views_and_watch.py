@@ -9,7 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from circuit_models import hand_built_induction_model
+from .circuit_models import hand_built_induction_model
 
 from gpt import circuits as C
 

@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizer_strategies import bpe_merges, small_corpus, unicode_text
+from .tokenizer_strategies import bpe_merges, small_corpus, unicode_text
 
 from gpt.tokenizers import ByteBPE, TokenizerError
 from gpt.tokenizers.base import apply_merges, merge_pair

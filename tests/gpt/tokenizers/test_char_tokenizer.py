@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizer_strategies import unicode_text
+from .tokenizer_strategies import unicode_text
 
 from gpt.tokenizers import CharTokenizer, TokenizerError
 

@@ -3,7 +3,7 @@ whole pipelines are held to the ``tokenizers`` library in ``test_pipeline_parity
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from tokenizer_strategies import bpe_merges, bpe_words
+from .tokenizer_strategies import bpe_merges, bpe_words
 
 from gpt.tokenizers.hf_models import MergeModel
 

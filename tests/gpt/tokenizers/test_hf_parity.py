@@ -11,7 +11,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizer_strategies import tricky_char, unicode_text
+from .tokenizer_strategies import tricky_char, unicode_text
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

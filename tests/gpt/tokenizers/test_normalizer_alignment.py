@@ -14,7 +14,7 @@ import json
 import os
 
 import pytest
-from hf_training import library_offsets
+from .hf_training import library_offsets
 from hypothesis import example, given
 from hypothesis import strategies as st
 

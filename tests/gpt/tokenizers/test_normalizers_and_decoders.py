@@ -13,7 +13,7 @@ import os
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from tokenizer_strategies import tricky_char
+from .tokenizer_strategies import tricky_char
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")

@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from hf_training import assert_encodes_as_library, hf_trained
+from .hf_training import assert_encodes_as_library, hf_trained
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from hf_training import assert_encodes_as_library
+from .hf_training import assert_encodes_as_library
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")

@@ -12,10 +12,10 @@ import os
 import random
 
 import pytest
-from hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
+from .hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
 from hypothesis import example, given, settings
-from library_releases import EARLY_EXIT_TRUNCATION
-from tokenizer_strategies import cluster_edge_text, unicode_text
+from .library_releases import EARLY_EXIT_TRUNCATION
+from .tokenizer_strategies import cluster_edge_text, unicode_text
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -146,7 +146,7 @@ PRECOMPILED_TEXTS = [
 @pytest.fixture(scope="module")
 def charsmaps():
     pytest.importorskip("sentencepiece", reason="SentencePiece compiles the character maps")
-    from hf_training import sentencepiece_charsmap
+    from .hf_training import sentencepiece_charsmap
 
     return {rule: sentencepiece_charsmap(rule) for rule in ("nmt_nfkc", "nfkc_cf")}
 

@@ -6,7 +6,7 @@ split at. (Against the ``tokenizers`` library: test_pipeline_parity.py::test_pre
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from tokenizer_strategies import split_text
+from .tokenizer_strategies import split_text
 
 from gpt.tokenizers.pre_tokenizers import (
     BEHAVIOURS,

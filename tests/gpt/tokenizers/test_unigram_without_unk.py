@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from hf_training import assert_encodes_as_library
+from .hf_training import assert_encodes_as_library
 
 import gpt.tokenizers as tk
 from gpt.tokenizers import TokenizerError

@@ -1,6 +1,6 @@
 import pytest
 from hypothesis import given, settings
-from tokenizer_strategies import text_over
+from .tokenizer_strategies import text_over
 
 from gpt.tokenizers import TokenizerError, WordPiece
 from gpt.tokenizers.pretokenize import bert_normalize, bert_pretokenize
