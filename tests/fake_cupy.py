@@ -42,8 +42,9 @@ import sys
 import types
 import weakref
 
-from tests import cupy_api
 import numpy as np
+
+from tests import cupy_api
 
 TABLE = cupy_api.load()
 # Every read of a device value by the host (bool(), float(), .item(), .get(), asnumpy, ...) is

@@ -20,8 +20,9 @@ import ast
 import textwrap
 from pathlib import Path
 
-from tests import cupy_api
 import pytest
+
+from tests import cupy_api
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tensorlab", "nn", "gpt")

@@ -5,11 +5,11 @@ import warnings
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from tests.strategies import gpt_configs, seq2seq_configs
 
 from gpt.config import GATED, ConfigError, ConfigNote, GPTConfig, Seq2SeqConfig, preset
 from gpt.model import GPT
 from gpt.seq2seq import Transformer
+from tests.strategies import gpt_configs, seq2seq_configs
 
 
 def test_rules_fill_in_defaults():

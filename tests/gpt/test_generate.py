@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.strategies import logit_rows
 
 import nn
 import tensorlab as tl
 from gpt.config import ConfigError, GPTConfig
 from gpt.generate import NextLogits, generate, next_token_probs, sample_next
 from gpt.model import GPT
+from tests.strategies import logit_rows
 
 
 def test_greedy_picks_argmax():

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.strategies import gpt_configs
 
 import nn
 import tensorlab as tl
@@ -14,6 +13,7 @@ from gpt.config import GPTConfig
 from gpt.model import GPT
 from tensorlab.autograd import topological_order
 from tensorlab.checkpoint import Checkpoint
+from tests.strategies import gpt_configs
 
 VARIANTS = {
     "default": {},
@@ -404,9 +404,8 @@ def test_a_training_step_waits_for_the_gpu_three_times(monkeypatch):
     times: the range of the token ids (the embedding's check) and of the targets (the loss's),
     in the forward, and the gradient norm that clipping compares with its bound. The backward
     and the fused AdamW step read nothing."""
-    from tests import fake_cupy
-
     import nn
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     tl.manual_seed(0)

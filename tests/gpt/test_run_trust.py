@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import gpt.tokenizers as tk
 from gpt.__main__ import main
@@ -18,6 +17,7 @@ from gpt.config import ConfigError, GPTConfig
 from gpt.run_folder import RunError, RunFolder
 from gpt.token_files import prepare
 from gpt.train import Diverged, TrainConfig, Trainer
+from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40

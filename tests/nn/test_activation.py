@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis.extra import numpy as hnp
-from tests.strategies import away_from, check_fused_op, rand64, second_order, t64, values
 
 import nn
 import nn.activation as A
 import nn.functional as F
 import tensorlab as tl
 from nn.activation import BLOCK, ELUFn, ErfFn, GELUFn, GELUTanhFn, SiLUFn, erf
+from tests.strategies import away_from, check_fused_op, rand64, second_order, t64, values
 
 act_inputs = hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(
     lambda s: values(s, -4, 4)

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.strategies import assert_same, check_fused_op, rand64
 
 import nn
 import nn.attention
 import nn.functional as F
 import tensorlab as tl
 from nn.attention import AttentionFn, attention_composed, attention_results, causal_keep
+from tests.strategies import assert_same, check_fused_op, rand64
 
 B, T, D, H = 2, 5, 8, 2
 HOOK_POINTS = (

@@ -11,12 +11,12 @@ import textwrap
 
 import numpy as np
 import pytest
-from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 import nn
 import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.train import TrainConfig, Trainer
+from tests.mpi_launcher import MPIEXEC, needs_mpi, program_stderr
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40

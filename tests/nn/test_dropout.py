@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tests.strategies import check_fused_op, t64, values
 
 import nn
 import nn.functional as F
 import tensorlab as tl
 from nn.dropout import dropout_mask
 from tensorlab import Tensor
+from tests.strategies import check_fused_op, t64, values
 
 
 # ---------------------------------------------------------------------- the mask

@@ -4,11 +4,11 @@ is NaN; where PyTorch defines the result, it matches (empty batches give empty o
 
 import numpy as np
 from hypothesis import given
-from tests.strategies import edge_btd
 
 import nn
 import nn.functional as F
 import tensorlab as tl
+from tests.strategies import edge_btd
 
 
 def leaf(shape, seed=0):

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tests.strategies import check_fused_op, grads, rand64, t64, values
 
 import nn
 import nn.functional as F
 import tensorlab as tl
 from nn.embedding import EmbeddingFn, RotaryFn, scatter_add_rows
 from tensorlab import Tensor
+from tests.strategies import check_fused_op, grads, rand64, t64, values
 
 
 # ---------------------------------------------------------------------- token embedding

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tests.strategies import assert_same, check_fused_op, lead_shapes, rand64, t64, values
 
 import nn
 import nn.functional as F
 import tensorlab as tl
 from nn.linear import LinearFn, mean_last, sum_last, sum_rows
+from tests.strategies import assert_same, check_fused_op, lead_shapes, rand64, t64, values
 
 
 def randomize(module, seed=0):

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tests.strategies import assert_same, check_fused_op, rand64, t64, values
 
 import nn.functional as F
 import tensorlab as tl
 from nn.loss import CrossEntropyFn
+from tests.strategies import assert_same, check_fused_op, rand64, t64, values
 
 
 def cross_entropy_ref(z, t, ignore_index=-100, eps=0.0, reduction="mean"):

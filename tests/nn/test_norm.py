@@ -13,6 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+import nn
+import nn.functional as F
+import tensorlab as tl
+from nn.norm import LayerNormFn, RMSNormFn
 from tests.strategies import (
     assert_same,
     check_fused_op,
@@ -23,11 +28,6 @@ from tests.strategies import (
     t64,
     values,
 )
-
-import nn
-import nn.functional as F
-import tensorlab as tl
-from nn.norm import LayerNormFn, RMSNormFn
 
 lead_shapes = hnp.array_shapes(min_dims=1, max_dims=2, max_side=3)
 

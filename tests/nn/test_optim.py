@@ -187,9 +187,8 @@ def test_on_a_gpu_the_fused_step_is_one_launch_for_all_parameters(cls, monkeypat
     one-launch kernel as the CUDA code does (tests/fake_cupy.py): bitwise the CPU form's
     numbers, updated one parameter at a time on NumPy, and one kernel (plus its table) for
     each (dtypes, step count) group."""
-    from tests import fake_cupy
-
     from tensorlab.fused import CHUNK
+    from tests import fake_cupy
 
     fake_cupy.install(monkeypatch)
     rng = np.random.default_rng(3)
@@ -610,9 +609,8 @@ def test_on_a_gpu_the_sum_of_squares_is_the_float64_sum_of_every_square(dtype, m
     float64 dot product: the same to 1e-12 (the float64 sums differ in order only). Entries of
     2e19 overflow a float32 square (3.4e38) but not the float64 one. A strided gradient is
     summed on its own; an inf anywhere makes the total inf."""
-    from tests import fake_cupy
-
     from tensorlab.fused import CHUNK
+    from tests import fake_cupy
 
     rng = np.random.default_rng(0)
     sizes = [(0,), (), (3,), (CHUNK,), (2, CHUNK // 2 + 3), (3 * CHUNK - 7,), (5, 7)]

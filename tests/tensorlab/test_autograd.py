@@ -11,9 +11,10 @@ import weakref
 
 import numpy as np
 import pytest
-from .opcheck import leaf
 
 import tensorlab as tl
+
+from .opcheck import leaf
 
 rng = np.random.default_rng(1234)
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from .opcheck import check_op, leaf
+
+import tensorlab as tl
 from tests.strategies import (
     away_from,
     broadcast_shapes,
@@ -25,7 +26,7 @@ from tests.strategies import (
     values,
 )
 
-import tensorlab as tl
+from .opcheck import check_op, leaf
 
 any_shape = st.one_of(small_shapes, shapes_with_empty)
 gg_shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3)

@@ -16,7 +16,6 @@ import inspect
 import os
 import pkgutil
 
-from tests import cuda_compile
 import numpy as np
 import pytest
 
@@ -24,6 +23,7 @@ import gpt
 import nn
 import tensorlab
 from tensorlab.fused import NUMPY, each_source, fused
+from tests import cuda_compile
 
 WHY_NOT = (
     "the emulated GPU's cupy module is not CuPy"

@@ -7,10 +7,11 @@ import re
 
 import numpy as np
 import pytest
-from .opcheck import leaf
 
 import tensorlab as tl
 from tensorlab.tensor import Tensor
+
+from .opcheck import leaf
 
 
 class Cube(tl.Function):

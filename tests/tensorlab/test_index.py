@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from .opcheck import check_op, leaf
+
+import tensorlab as tl
 from tests.strategies import (
     bool_mask,
     distinct,
@@ -20,7 +21,7 @@ from tests.strategies import (
     values,
 )
 
-import tensorlab as tl
+from .opcheck import check_op, leaf
 
 arrays = nonscalar_shapes.flatmap(values)
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from .opcheck import check_op, leaf
-from tests.strategies import matmul_shapes, values
 
 import tensorlab as tl
+from tests.strategies import matmul_shapes, values
+
+from .opcheck import check_op, leaf
 
 
 @st.composite

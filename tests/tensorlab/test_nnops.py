@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from .opcheck import check_op, leaf
-from tests.strategies import nonscalar_shapes, values
 
 import tensorlab as tl
+from tests.strategies import nonscalar_shapes, values
+
+from .opcheck import check_op, leaf
 
 
 def _np_softmax(a, axis):

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from .opcheck import check_op, leaf
-from tests.strategies import axis_for, distinct, shapes_with_empty, small_shapes, values
 
 import tensorlab as tl
+from tests.strategies import axis_for, distinct, shapes_with_empty, small_shapes, values
+
+from .opcheck import check_op, leaf
 
 gg_shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3)
 

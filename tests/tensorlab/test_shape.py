@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from .opcheck import check_op, leaf
-from tests.strategies import nonscalar_shapes, shapes_with_empty, small_shapes, values
 
 import tensorlab as tl
+from tests.strategies import nonscalar_shapes, shapes_with_empty, small_shapes, values
+
+from .opcheck import check_op, leaf
 
 arrays = small_shapes.flatmap(values)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
-from tests.strategies import small_shapes, values
 
 import tensorlab as tl
+from tests.strategies import small_shapes, values
 
 
 def t64(a, requires_grad=False):

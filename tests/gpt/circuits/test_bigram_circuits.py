@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import set_param
 
 from gpt import circuits as C
 from gpt.config import GPTConfig
 from gpt.model import GPT
+
+from .circuit_models import set_param
 
 
 def test_bigram_table_entropy_and_kl():

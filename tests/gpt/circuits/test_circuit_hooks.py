@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import small
 
 import tensorlab as tl
 from gpt import circuits as C
 from gpt.model import GPT
+
+from .circuit_models import small
 
 
 def test_run_with_cache_records_every_hook_with_its_shape():

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import hand_built_induction_model, randomized, set_param
 
 from gpt import circuits as C
 from gpt.config import GPTConfig
 from gpt.model import GPT
+
+from .circuit_models import hand_built_induction_model, randomized, set_param
 
 
 def test_detection_patterns_on_a_known_sequence():

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import hand_built_induction_model, small
 
 from gpt import circuits as C
 from gpt.model import GPT
+
+from .circuit_models import hand_built_induction_model, small
 
 
 def test_hand_built_induction_head_scores_high_and_previous_token_head_low():

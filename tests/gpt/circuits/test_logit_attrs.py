@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import randomized
 
 from gpt import circuits as C
+
+from .circuit_models import randomized
 
 B = T = 6  # batch == positions: where a (B,) array would line up with the positions unseen
 TOKENS = np.random.default_rng(0).integers(0, 11, (B, T))

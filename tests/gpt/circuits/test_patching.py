@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import hand_built_induction_model, randomized
 
 import nn
 import tensorlab as tl
 from gpt import circuits as C
+
+from .circuit_models import hand_built_induction_model, randomized
 
 SEQ = 8
 SECOND = np.arange(SEQ + 1, 2 * SEQ)  # positions of the second copy whose next token repeats
@@ -146,7 +147,7 @@ def test_attribution_patching_is_exact_where_the_metric_is_linear():
     whole = C.attribution_patching(model, clean, corrupted, metric, "hook_attn_out", "layer")
     # rtol 1e-5: the model runs in float32 and hook_attn_out is the heads' results summed and
     # rounded (eps 1.2e-7 per element); the estimate takes the difference of a clean and a
-    # corrupted run, which cancels about a digit (1.35e-6 measured with NumPy 2.4 / OpenBLAS 0.3.31).
+    # corrupted run, which cancels about a digit (1.35e-6 measured, NumPy 2.4 / OpenBLAS 0.3.31).
     np.testing.assert_allclose(whole, by_head.sum(1), rtol=1e-5)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import exact_model, randomized, sigma, small
 
 import tensorlab as tl
 from gpt import circuits as C
 from gpt.model import GPT
+
+from .circuit_models import exact_model, randomized, sigma, small
 
 
 def test_qk_circuit_equals_model_scores_on_token_pairs():

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import hand_built_induction_model, randomized, set_param, small
 
 import tensorlab as tl
 from gpt import circuits as C
 from gpt.config import GPTConfig
 from gpt.model import GPT
+
+from .circuit_models import hand_built_induction_model, randomized, set_param, small
 
 
 def logits_and_cache(model, tokens):

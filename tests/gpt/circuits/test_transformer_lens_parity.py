@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .circuit_models import randomized
 
 from gpt import circuits as C
+
+from .circuit_models import randomized
 
 torch = pytest.importorskip("torch")
 transformer_lens = pytest.importorskip("transformer_lens")

@@ -9,9 +9,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from .circuit_models import hand_built_induction_model
 
 from gpt import circuits as C
+
+from .circuit_models import hand_built_induction_model
 
 # A stand-in for the browser's document: elements that keep their children, style, class,
 # text and event handlers. The page's script runs against it, then a hover and a click are

@@ -3,11 +3,12 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from .tokenizer_strategies import bpe_merges, small_corpus, unicode_text
 
 from gpt.tokenizers import ByteBPE, TokenizerError
 from gpt.tokenizers.base import apply_merges, merge_pair
 from gpt.tokenizers.pretokenize import GPT2_PATTERN, pretokenize
+
+from .tokenizer_strategies import bpe_merges, small_corpus, unicode_text
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from .tokenizer_strategies import unicode_text
 
 from gpt.tokenizers import CharTokenizer, TokenizerError
+
+from .tokenizer_strategies import unicode_text
 
 
 @settings(deadline=None)  # timing varies on a shared 2-core machine

@@ -3,9 +3,10 @@ whole pipelines are held to the ``tokenizers`` library in ``test_pipeline_parity
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from .tokenizer_strategies import bpe_merges, bpe_words
 
 from gpt.tokenizers.hf_models import MergeModel
+
+from .tokenizer_strategies import bpe_merges, bpe_words
 
 
 @settings(max_examples=200, deadline=None)

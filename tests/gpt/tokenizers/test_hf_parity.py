@@ -11,6 +11,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from .tokenizer_strategies import tricky_char, unicode_text
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")

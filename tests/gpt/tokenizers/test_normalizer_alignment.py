@@ -14,9 +14,10 @@ import json
 import os
 
 import pytest
-from .hf_training import library_offsets
 from hypothesis import example, given
 from hypothesis import strategies as st
+
+from .hf_training import library_offsets
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")

@@ -13,6 +13,7 @@ import os
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+
 from .tokenizer_strategies import tricky_char
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")

@@ -4,12 +4,13 @@ import os
 import re
 
 import pytest
-from .hf_training import assert_encodes_as_library
 from hypothesis import given, settings
-from .tokenizer_strategies import unicode_text
 
 import gpt.tokenizers as tk
 from gpt.tokenizers.visualize import segments
+
+from .hf_training import assert_encodes_as_library
+from .tokenizer_strategies import unicode_text
 
 
 @pytest.fixture(scope="module")

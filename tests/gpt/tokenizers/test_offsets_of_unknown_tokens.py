@@ -12,11 +12,12 @@ import json
 import os
 
 import pytest
-from .hf_training import assert_encodes_as_library, hf_trained
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpt.tokenizers as tk
+
+from .hf_training import assert_encodes_as_library, hf_trained
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers")

@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+
 from .hf_training import assert_encodes_as_library
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")

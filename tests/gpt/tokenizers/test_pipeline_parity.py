@@ -12,8 +12,9 @@ import os
 import random
 
 import pytest
-from .hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
 from hypothesis import example, given, settings
+
+from .hf_training import assert_encodes_as_library, hf_trained, library_offsets, sentencepiece_bpe
 from .library_releases import EARLY_EXIT_TRUNCATION
 from .tokenizer_strategies import cluster_edge_text, unicode_text
 

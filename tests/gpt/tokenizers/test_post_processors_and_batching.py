@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+
 from .library_releases import EARLY_EXIT_TRUNCATION
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")

@@ -6,7 +6,6 @@ split at. (Against the ``tokenizers`` library: test_pipeline_parity.py::test_pre
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from .tokenizer_strategies import split_text
 
 from gpt.tokenizers.pre_tokenizers import (
     BEHAVIOURS,
@@ -17,6 +16,8 @@ from gpt.tokenizers.pre_tokenizers import (
     regex_matcher,
     splitting,
 )
+
+from .tokenizer_strategies import split_text
 
 CLASSES = {"whitespace": SPACE, "punctuation": PUNCT, "digits": NUMERIC, "metaspace": "[▁]"}
 

@@ -4,6 +4,7 @@ parts that say it may sit inside a ``Sequence``, and offsets must still be the l
 import os
 
 import pytest
+
 from .hf_training import assert_encodes_as_library, hf_trained
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")

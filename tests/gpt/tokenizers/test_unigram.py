@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from .tokenizer_strategies import text_over
 
 from gpt.tokenizers import TokenizerError, Unigram
 from gpt.tokenizers.unigram import _Lattice
+
+from .tokenizer_strategies import text_over
 
 
 def hand_model(prepend="never") -> Unigram:

@@ -10,11 +10,12 @@ import json
 import os
 
 import pytest
-from .hf_training import assert_encodes_as_library
 
 import gpt.tokenizers as tk
 from gpt.tokenizers import TokenizerError
 from gpt.tokenizers.pretokenize import METASPACE_SPLIT_PATTERN
+
+from .hf_training import assert_encodes_as_library
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers")

@@ -1,9 +1,10 @@
 import pytest
 from hypothesis import given, settings
-from .tokenizer_strategies import text_over
 
 from gpt.tokenizers import TokenizerError, WordPiece
 from gpt.tokenizers.pretokenize import bert_normalize, bert_pretokenize
+
+from .tokenizer_strategies import text_over
 
 
 def test_merges_by_likelihood_gain_worked_by_hand():
