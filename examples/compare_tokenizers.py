@@ -3,8 +3,8 @@
     python examples/compare_tokenizers.py [--text FILE] [--vocab-size 2048]
 
 Trains a character tokenizer, byte-level BPE, WordPiece (with each of its two merge scores) and
-Unigram on the first 90% of a text (tinyshakespeare if it is in ../shared/data beside the
-repository, else the help-topic text that ships with CPython) and measures each on the last 10%,
+Unigram on the first 90% of a text (tinyshakespeare, which ships in
+data/, or the help-topic text that ships with CPython if it is missing) and measures each on the last 10%,
 which none of them has seen. With the `tokenizers` library installed it also trains that
 library's WordPiece at the same vocabulary size and compares token counts. It writes
 tokens.html, the token visualizer's page: the held-out text coloured by token for each one.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 import gpt.tokenizers as tk  # noqa: E402
 from gpt.tokenizers.metrics import sample_line  # noqa: E402
 
-SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
 
 
 def default_text() -> tuple[str, str]:

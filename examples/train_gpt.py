@@ -1,7 +1,7 @@
 """Train a small character-level GPT and watch it learn to write.
 
     python examples/train_gpt.py                         # CPython's own docs, ~1 min
-    python examples/train_gpt.py --text ../shared/data/tinyshakespeare.txt --max-iters 2000
+    python examples/train_gpt.py --text data/tinyshakespeare.txt --max-iters 2000
 
 The default run needs no download: it trains on the Python documentation text that ships
 with CPython. It prints the loss as it goes, writes a loss log, a loss curve (if matplotlib

@@ -35,12 +35,12 @@ from gpt.data import default_text, get_batch  # noqa: E402
 from gpt.model import GPT  # noqa: E402
 from gpt.tokenizers import CharTokenizer  # noqa: E402
 
-SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+SHAKESPEARE = ROOT / "data" / "tinyshakespeare.txt"
 
 
 def load_corpus(path: Path | None, chars: int) -> tuple[str, str]:
-    """The first ``chars`` characters of ``path`` (default: tinyshakespeare next to the
-    repository if present, else the CPython docs text); returns (text, where it came from)."""
+    """The first ``chars`` characters of ``path`` (default: the repository's
+    data/tinyshakespeare.txt if present, else the CPython docs text); returns (text, where it came from)."""
     if path is None and SHAKESPEARE.is_file():
         path = SHAKESPEARE
     if path is not None:

@@ -43,7 +43,7 @@ SMALL = os.environ.get("TL_COURSE_SMALL") == "1"
 STEPS, EVAL_EVERY = (20, 10) if SMALL else (600, 50)
 
 here = Path.cwd().resolve()
-found = [p / "shared/data/tinyshakespeare.txt" for p in [here, *here.parents]]
+found = [p / "data/tinyshakespeare.txt" for p in [here, *here.parents]]
 found = [p for p in found if p.is_file()]
 text = found[0].read_text(encoding="utf-8") if found else gpt.data.default_text()
 text = text[:300_000]

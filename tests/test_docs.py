@@ -149,6 +149,22 @@ def test_every_derivation_cites_code_and_a_test(page):
         assert TEST_REF.search(body), f"{page}: section {title!r} names no test"
 
 
+# Every file or folder the README names, from the repository root (a clone has no ../shared).
+README_PATH = re.compile(
+    r"(?<![\w/.-])((?:examples|configs|data|docs|notebooks|benchmarks|tests|tensorlab|nn|gpt"
+    r"|\.ci)/[\w/.-]*[\w/])"
+)
+
+
+def test_every_path_the_readme_names_exists():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(README_PATH.findall(text))
+    assert "data/tinyshakespeare.txt" in named and "examples/train_gpt.py" in named
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"README.md names paths that do not exist: {missing}"
+    assert "../shared" not in text, "README.md names ../shared, which a clone does not have"
+
+
 def test_readme_indexes_every_page():
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     for page in PAGES:
