@@ -215,6 +215,8 @@ def _train(args) -> int:
 
 
 def _add_sample_parser(sub) -> None:
+    from gpt.generate import DEFAULT_TEMPERATURE
+
     p = sub.add_parser(
         "sample",
         help="sample text from a trained run",
@@ -225,7 +227,12 @@ def _add_sample_parser(sub) -> None:
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--num-samples", type=int, default=1, help="samples to draw (default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=300, help="per sample (default: 300)")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=DEFAULT_TEMPERATURE,
+        help=f"0 = greedy, 1 = the model's own distribution (default: {DEFAULT_TEMPERATURE:g})",
+    )
     p.add_argument("--top-k", type=int, default=None, help="keep the k likeliest (default: all)")
     p.add_argument(
         "--top-p", type=float, default=None, help="nucleus probability in (0, 1] (default: 1)"

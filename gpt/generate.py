@@ -15,6 +15,10 @@ import tensorlab as tl
 from gpt.config import check_int, check_real
 from tensorlab.ops.nnops import log_softmax_array
 
+# The temperature of generate() and of `python -m gpt sample` when none is given: 1 samples
+# the model's own distribution (below 1 sharpens it toward greedy, above 1 flattens it).
+DEFAULT_TEMPERATURE = 1.0
+
 
 def check_sampling(
     temperature: float,
@@ -121,7 +125,7 @@ def generate(
     model,
     prompt: Sequence[int],
     max_new_tokens: int,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,

@@ -377,3 +377,21 @@ def test_sample_reads_the_checkpoint_asked_for(monkeypatch):
         with pytest.raises(Stop):
             main(["sample", "--out-dir", "r", *flags])
     assert asked == [("r", "ckpt"), ("r", "best")]
+
+
+def test_sample_and_generate_share_one_default_temperature(capsys):
+    """`python -m gpt sample` without --temperature samples as gpt.generate does by default
+    (they were 0.8 and 1.0); its help shows that one value."""
+    import inspect
+
+    from gpt.__main__ import build_parser
+    from gpt.generate import DEFAULT_TEMPERATURE, generate
+
+    args = build_parser().parse_args(["sample"])
+    default = inspect.signature(generate).parameters["temperature"].default
+    assert args.temperature == default == DEFAULT_TEMPERATURE
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    options = capsys.readouterr().out.split("options:")[1]
+    described = " ".join(options.split("--temperature")[1].split("\n  -")[0].split())
+    assert f"(default: {DEFAULT_TEMPERATURE:g})" in described, described
