@@ -44,12 +44,40 @@ each block adds up its chunk and writes one partial sum, and one reduction adds 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from tensorlab import backend
-from tensorlab.backend import erf_exact, xp_of
+from tensorlab.backend import BFLOAT16, erf_exact, xp_of
+
+# ----------------------------------------------------------------------- the namespaces
+# erf on NumPy, which has none. float64 (gradient checks, comparisons with PyTorch): exact to an
+# ulp or two. float32: Abramowitz & Stegun (1964) 7.1.26, with t = 1/(1 + p|x|),
+#     erf(x) ≈ sign(x) (1 - (a₁t + a₂t² + a₃t³ + a₄t⁴ + a₅t⁵) e^(-x²)),   |error| ≤ 1.5e-7,
+# which is float32's precision. The formula is chosen once per dtype (ERF_BY_DTYPE).
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf_float32(z):
+    """Abramowitz & Stegun 7.1.26 on a NumPy array (|error| ≤ 1.5e-7)."""
+    a = np.abs(z)
+    t = 1.0 / (1.0 + _P * a)
+    poly = _A[4] * t
+    for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
+        poly += c
+        poly *= t
+    return np.copysign(1.0 - poly * np.exp(-(a * a)), z)
+
+
+ERF_BY_DTYPE = {np.dtype(np.float64): erf_exact, np.dtype(np.float32): erf_float32}
+
+
+def _erf_numpy(z):
+    return ERF_BY_DTYPE[z.dtype](z)
 
 
 class _ArrayMath:
@@ -62,24 +90,137 @@ class _ArrayMath:
         return getattr(self._module, name)
 
 
-NUMPY = _ArrayMath(np, erf_exact)
+NUMPY = _ArrayMath(np, _erf_numpy)
+
+# ------------------------------------------------------------------ the NumPy runner
+# Long chains of elementwise passes (exact GELU makes about 20) over an array larger than the
+# CPU's caches run at memory speed: every pass streams the whole array in and out again. Run
+# one block at a time, the block and its temporaries stay in cache between passes, and the
+# formula as written (a new array per operation) is as fast as hand-written in-place code.
+BLOCK = 1 << 14  # numbers per block (64 KiB of float32): benchmarks/bench_kernels.py --blocks
+THREADS = 2  # blocks run on this many threads (NumPy's ufuncs release the GIL): measured, ibid.
+_HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
+_pool = ThreadPoolExecutor(THREADS) if THREADS > 1 else None
+
+
+def _widened(a):
+    """float16 and bfloat16 arrays in float32 (the kernels compute half inputs in float32)."""
+    return a.astype(np.float32) if getattr(a, "dtype", None) in _HALF else a
+
+
+def _same(a):
+    return a
+
+
+def _rounded(a, half):
+    """A float32 result back in the half dtype its input had (a kernel's own wider output,
+    such as a float64 sum of squares, stays as it is)."""
+    return a.astype(half) if half is not None and a.dtype == np.float32 else a
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
+    """``math(NUMPY, *args, **kw)`` block by block: the arrays of the first argument's shape
+    are cut into blocks of about :data:`BLOCK` numbers (whole rows of the last axis when
+    ``rows``: a kernel that reduces over the last axis sees whole rows), the other arguments
+    are passed whole. With ``widen``, half inputs are computed in float32 and float32 outputs
+    rounded back to the first argument's dtype, in the same call. Each output has the first
+    argument's leading shape (an elementwise kernel: its whole shape)."""
+    first = args[0]
+    half = first.dtype if widen and first.dtype in _HALF else None
+    widened = _widened if half is not None else _same
+    shape = first.shape
+    width = shape[-1] if rows and first.ndim else 1
+    arrays = [isinstance(a, np.ndarray) and a.shape == shape for a in args]
+    blockable = (
+        first.size > BLOCK
+        and width > 0
+        and all(a.flags.c_contiguous for a, cut in zip(args, arrays) if cut)
+        and not any(
+            isinstance(a, np.ndarray) and a.ndim >= first.ndim and not cut
+            for a, cut in zip(args, arrays)
+        )  # a broadcast partner: run whole
+    )
+    if not blockable:
+        out = math(NUMPY, *[widened(a) for a in args], **kw)
+        if out is None:
+            return None
+        outs = tuple(_rounded(np.asarray(o), half) for o in _as_tuple(out))
+        return outs if isinstance(out, tuple) else outs[0]
+    n = first.size // width
+    step = max(1, BLOCK // width)
+    flat = [a.reshape(n, width) if cut else a for a, cut in zip(args, arrays)]
+    spans = [slice(i, i + step) for i in range(0, n, step)]
+
+    def block(s):
+        return math(NUMPY, *[widened(a[s]) if cut else a for a, cut in zip(flat, arrays)], **kw)
+
+    first_out = block(spans[0])
+    if first_out is None:  # an in-place kernel: it wrote into the blocks, which are views
+        for s in spans[1:]:
+            block(s)
+        return None
+    outs = [
+        np.empty((n, *o.shape[1:]), half if half is not None and o.dtype == np.float32 else o.dtype)
+        for o in _as_tuple(first_out)
+    ]
+
+    def write(s, result):
+        for o, r in zip(outs, _as_tuple(result)):
+            o[s] = r
+
+    write(spans[0], first_out)
+    if _pool is not None and len(spans) > 2:
+        for s, result in zip(spans[1:], _pool.map(block, spans[1:])):
+            write(s, result)
+    else:
+        for s in spans[1:]:
+            write(s, block(s))
+    lead = shape[:-1] if rows and first.ndim else shape
+    outs = [o.reshape(*lead, *o.shape[1:]) if rows else o.reshape(shape) for o in outs]
+    return tuple(outs) if isinstance(first_out, tuple) else outs[0]
 
 
 class fused:  # noqa: N801 - used as a decorator, like functools.cache
     """A kernel from ``math(xp, *args)``: compiled by ``cupy.fuse`` for CuPy arrays (once per
-    signature, on first use), run as written on NumPy arrays. ``kernel.math`` is the function."""
+    signature, on first use), run by :func:`run_numpy` (block by block) on NumPy arrays.
+    ``kernel.math`` is the function. ``@fused(rows=True)`` for a kernel that reduces over the
+    last axis (its NumPy blocks are whole rows). ``widen=True`` computes float16 and bfloat16
+    inputs in float32 and rounds float32 outputs back (the fused ops' kernels); without it the
+    arrays go in as they are (an in-place kernel must update the caller's arrays)."""
 
-    def __init__(self, math: Callable):
+    def __new__(cls, math: Callable | None = None, *, rows: bool = False, widen: bool = False):
+        if math is None:  # @fused(rows=True)
+            return lambda m: cls(m, rows=rows, widen=widen)
+        return super().__new__(cls)
+
+    def __init__(self, math: Callable, *, rows: bool = False, widen: bool = False):
         functools.update_wrapper(self, math)
-        self.math = math
+        self.math, self.rows, self.widen = math, rows, widen
+        self._signature = inspect.signature(math)
         self._compiled = None
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kw):
         if xp_of(args[0]) is np:
-            return self.math(NUMPY, *args)
-        if self._compiled is None:  # pragma: no cover - needs a GPU
-            self._compiled = _compile(self.math)
-        return self._compiled(*args)  # pragma: no cover
+            return run_numpy(self.math, self.rows, self.widen, args, kw)
+        if kw:  # pragma: no cover - needs a GPU (cupy.fuse takes positional arguments)
+            args = self._signature.bind(None, *args, **kw).args[1:]
+        return self._on_gpu(args)  # pragma: no cover
+
+    def _on_gpu(self, args):  # pragma: no cover - needs a GPU
+        """The compiled kernel, half inputs computed in float32 and rounded back."""
+        if self._compiled is None:
+            self._compiled = _compile(self.math, self.__name__)
+        half = args[0].dtype if self.widen and args[0].dtype in _HALF else None
+        out = self._compiled(*[_widened(a) for a in args] if half is not None else args)
+        if out is None:
+            return out
+        if isinstance(out, tuple):
+            return tuple(_rounded(o, half) for o in out)
+        return _rounded(out, half)
 
     def each(self, arrays: Sequence[Sequence], *scalars) -> None:
         """The kernel on many tensors: ``arrays`` holds one list per array argument, and
@@ -158,8 +299,8 @@ def on_cupy(math: Callable, cupy) -> Callable:
     return functools.partial(math, _ArrayMath(cupy, erf))
 
 
-def _compile(math: Callable):  # pragma: no cover - needs a GPU
-    return backend.cupy.fuse(kernel_name=math.__name__)(on_cupy(math, backend.cupy))
+def _compile(math: Callable, name: str):  # pragma: no cover - needs a GPU
+    return backend.cupy.fuse(kernel_name=name)(on_cupy(math, backend.cupy))
 
 
 # ------------------------------------------------------------------ many tensors, one launch

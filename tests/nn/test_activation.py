@@ -1,5 +1,5 @@
 """nn/activation.py: the ops GELUFn, GELUTanhFn, SiLUFn and ELUFn against their composed
-forms (values, first and second order, finite differences), ErfFn against the exact erf, the
+forms (values, first and second order, finite differences), Erf against the exact erf, the
 activation functions and modules (formulas, float32, PyTorch), softmax, and FeedForward
 (plain and gated variants, sizes, gradients, dropout)."""
 
@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis.extra import numpy as hnp
 
 import nn
-import nn.activation as A
 import nn.functional as F
 import tensorlab as tl
-from nn.activation import BLOCK, ELUFn, ErfFn, GELUFn, GELUTanhFn, SiLUFn, erf
+from nn.activation import ELUFn, GELUFn, GELUTanhFn, SiLUFn
+from tensorlab.fused import BLOCK
+from tensorlab.ops.special import Erf, erf_kernel
 from tests.strategies import away_from, check_fused_op, rand64, second_order, t64, values
 
 act_inputs = hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(
@@ -39,7 +40,7 @@ FUSED = {
 def test_activation_fn_matches_composed(name, x):
     """Each fused activation against Fn.composed. Tolerance 1e-10 absolute: for |x| ≤ 4 the
     two forms are the same formula in other ufuncs (σ as (1 + tanh(x/2))/2 against
-    1/(1 + e^-x), expm1 against exp - 1, erf through ErfFn against the erf kernel directly),
+    1/(1 + e^-x), expm1 against exp - 1, erf through Erf against the erf kernel directly),
     so values, gradients and second derivatives (all O(10) at most) differ by rounding,
     ≲ 1e-14. Inputs are kept 1e-3 away from ELU's kink at 0 (its second derivative jumps
     there, and for alpha ≠ 1 so does the first), finite differences use eps 1e-6."""
@@ -50,24 +51,24 @@ def test_activation_fn_matches_composed(name, x):
 
 @given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=4).flatmap(lambda s: values(s, -3, 3)))
 def test_erf_fn_against_the_exact_erf(x):
-    """ErfFn has no composed form (there is no erf among the engine's ops; its backward is
+    """Erf has no composed form (there is no erf among the engine's ops; its backward is
     written in engine ops, so the engine differentiates it as it is). The reference is then
     the exact function: the forward (float64: math.erf itself) to rounding, the derivative
     (2/√π) e^(-x²) and the second derivative -2x (2/√π) e^(-x²) exactly (the same formula,
     so to rounding: 1e-12)."""
     xt = t64(x)
-    y = ErfFn.apply(xt)
+    y = Erf.apply(xt)
     assert np.abs(y.numpy() - np.vectorize(math.erf)(x)).max() <= 1e-15
     rng = np.random.default_rng(0)
     g, u = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
     d1 = 2 / math.sqrt(math.pi) * np.exp(-x * x)
     (dx,) = tl.grad(y, [xt], grad_outputs=t64(g, False))
     np.testing.assert_allclose(dx.numpy(), g * d1, atol=1e-12, rtol=0)
-    hvp, jvp = second_order(ErfFn.apply, [xt], g, [u])
+    hvp, jvp = second_order(Erf.apply, [xt], g, [u])
     np.testing.assert_allclose(hvp, g * u * (-2 * x) * d1, atol=1e-12, rtol=0)
     np.testing.assert_allclose(jvp, u * d1, atol=1e-12, rtol=0)
-    tl.gradcheck(ErfFn.apply, [xt])
-    tl.gradgradcheck(ErfFn.apply, [xt])
+    tl.gradcheck(Erf.apply, [xt])
+    tl.gradgradcheck(Erf.apply, [xt])
 
 
 # ---------------------------------------------------------------------- the functions
@@ -138,7 +139,7 @@ def test_gelu_on_scalars_and_empty_arrays(shape):
 
 
 def test_gelu_in_blocks_matches_the_formula():
-    """An input bigger than one cache block (nn.activation.BLOCK) is done block by block
+    """An input bigger than one cache block (tensorlab.fused.BLOCK) is done block by block
     (whole rows, a last block shorter); values and gradients must be those of the formula
     everywhere, including across block edges and for a non-contiguous input. Tolerances as in
     test_activation_values: the erf approximation's 1.5e-7, times |x|/2 (|x| ≤ 5 here), and
@@ -159,12 +160,12 @@ def test_erf_accuracy():
     its bound 1.5e-7 plus a few float32 roundings."""
     z = np.linspace(-6, 6, 2001)
     exact = np.array([math.erf(v) for v in z])
-    assert np.abs(erf(z) - exact).max() == 0.0
-    assert erf(np.float64(0.5).reshape(())) == math.erf(0.5)
+    assert np.abs(erf_kernel(z) - exact).max() == 0.0
+    assert erf_kernel(np.float64(0.5).reshape(())) == math.erf(0.5)
     z32 = z.astype(np.float32)
     exact32 = np.array([math.erf(float(v)) for v in z32])
-    assert np.abs(erf(z32) - exact32).max() <= 4e-7  # plus a few float32 roundings
-    assert abs(erf(np.array([0.0]))[0]) < 1e-8
+    assert np.abs(erf_kernel(z32) - exact32).max() <= 4e-7  # plus a few float32 roundings
+    assert abs(erf_kernel(np.array([0.0]))[0]) < 1e-8
 
 
 def test_activations_keep_float32():
@@ -207,7 +208,8 @@ def test_exact_gelu_and_erf_match_torch_to_float64_rounding():
     torch = pytest.importorskip("torch")
     a = np.linspace(-10, 10, 2001)
     x, tx = t64(a), torch.tensor(a, dtype=torch.float64, requires_grad=True)
-    np.testing.assert_allclose(erf(a), torch.erf(torch.tensor(a)).numpy(), atol=2.3e-16, rtol=0)
+    want = torch.erf(torch.tensor(a)).numpy()
+    np.testing.assert_allclose(erf_kernel(a), want, atol=2.3e-16, rtol=0)
     y, ty = F.gelu(x), torch.nn.functional.gelu(tx)
     assert_close_to_torch(y, ty.detach().numpy())
     (dx,) = tl.grad(y.sum(), [x], create_graph=True)
@@ -218,7 +220,7 @@ def test_exact_gelu_and_erf_match_torch_to_float64_rounding():
     assert_close_to_torch(ddx, ddtx.numpy())
     a32 = a.astype(np.float32)
     err32 = np.abs(
-        erf(a32).astype(np.float64) - torch.erf(torch.tensor(a, dtype=torch.float64)).numpy()
+        erf_kernel(a32).astype(np.float64) - torch.erf(torch.tensor(a, dtype=torch.float64)).numpy()
     )
     assert 1e-8 < err32.max() <= 5e-7  # the float32 approximation, as before
 
@@ -338,88 +340,36 @@ def test_feedforward_hook_points_see_the_neurons(activation):
     )
 
 
-# ---------------------------------------------------------------------- GPU kernels
-KERNELS = {
-    "GELUFn": (GELUFn, A.gelu_kernel, A.gelu_grad_kernel),
-    "GELUTanhFn": (GELUTanhFn, A.gelu_tanh_kernel, A.gelu_tanh_grad_kernel),
-    "SiLUFn": (SiLUFn, A.silu_kernel, A.silu_grad_kernel),
-}
-# float32: the kernel and the CPU form compute one formula with other roundings (and the CPU
-# form's erf is Abramowitz & Stegun's, 1.5e-7 from the true one, where the kernel's is exact):
-# a few ulps of values up to 6 (ulp 4.8e-7), except in the tanh form's derivative, where
-# 1 - t² cancels for large |x|. There t is within 2 ulps of tanh(u) (CUDA's tanhf; NumPy's
-# is closer), so 1 - t² is off by up to 5e-7, times ½ x c (1 + 3k x²) ≤ 14 at |x| = 6: 7e-6
-# (1.5e-6 seen between the NumPy forms). Hence 1e-5; a wrong term or constant is off by
-# 1e-3 or more. float64: rounding only, ≲ 1e-15 relative.
+# ---------------------------------------------------------------------- on the test device
+KERNELS = {"GELUFn": GELUFn, "GELUTanhFn": GELUTanhFn, "SiLUFn": SiLUFn, "ELUFn": ELUFn}
+# float32: with TENSORLAB_TEST_DEVICE=cuda the compiled kernels compute the formulas with other
+# roundings than NumPy (and CUDA's erf is exact where NumPy's is Abramowitz & Stegun's, 1.5e-7
+# from the true one): a few ulps of values up to 6 (ulp 4.8e-7), except in the tanh form's
+# derivative, where 1 - t² cancels for large |x|. There t is within 2 ulps of tanh(u) (CUDA's
+# tanhf), so 1 - t² is off by up to 5e-7, times ½ x c (1 + 3k x²) ≤ 14 at |x| = 6: 7e-6.
+# Hence 1e-5; a wrong term or constant is off by 1e-3 or more. float64: rounding, ≲ 1e-15.
 KERNEL_TOL = {"float32": 1e-5, "float64": 1e-13}
 
 
 @pytest.mark.parametrize("dtype", sorted(KERNEL_TOL))
 @pytest.mark.parametrize("name", sorted(KERNELS))
 @given(x=hnp.array_shapes(min_dims=1, max_dims=3, max_side=9).flatmap(lambda s: values(s, -6, 6)))
-def test_gpu_kernel_matches_the_cpu_form(name, dtype, x):
-    """Each activation's fused kernels (forward, and backward from x and g alone) against the
-    op's CPU form run on NumPy. On the CPU the kernel's function runs through NumPy, which
-    checks its arithmetic; with TENSORLAB_TEST_DEVICE=cuda it is the compiled kernel."""
-    fn, kernel, grad_kernel = KERNELS[name]
+def test_the_test_device_runs_the_formulas_as_numpy_does(name, dtype, x):
+    """Each activation, forward and backward, on the test device (the compiled kernels with
+    TENSORLAB_TEST_DEVICE=cuda) against the NumPy runner on the CPU."""
+    fn = KERNELS[name]
     x = x.astype(dtype)
     g = np.random.default_rng(0).standard_normal(x.shape).astype(dtype)
-    xt = tl.tensor(x, device="cpu", requires_grad=True)
-    y = fn.apply(xt)
-    y.backward(tl.tensor(g, device="cpu"))
-    on_device = tl.tensor(x).data, tl.tensor(g).data  # the test device's arrays
-    y_k, dx_k = kernel(on_device[0]), grad_kernel(*on_device)
-    assert y_k.dtype == dx_k.dtype == np.dtype(dtype)
-    tol = KERNEL_TOL[dtype]
-    np.testing.assert_allclose(y_k, y.data, rtol=tol, atol=tol)
-    np.testing.assert_allclose(dx_k, xt.grad.data, rtol=tol, atol=tol)
-
-
-class _StandIn:
-    """Answers as ``xp_of`` does for a CuPy array: a module that is not ``numpy`` (here with
-    NumPy's functions), so an op takes its GPU branch, whose kernels run through NumPy."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-
-# float32/float64 as KERNEL_TOL; bfloat16: both branches compute in float32 and round once,
-# so they differ by at most one bfloat16 step (2⁻⁷ relative) where the float32 values straddle
-# a rounding boundary.
-BRANCH_TOL = {**KERNEL_TOL, "bfloat16": 2**-7}
-
-
-@pytest.mark.parametrize("dtype", sorted(BRANCH_TOL))
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_the_gpu_branch_of_each_op_matches_the_cpu_branch(name, dtype, monkeypatch):
-    """The wiring around the kernels, checked on the CPU: with ``xp_of`` answering as for a GPU
-    array, GELUFn, GELUTanhFn and SiLUFn run their kernels in forward and backward (the
-    backward from x alone) and give the CPU branch's values, gradients and dtypes, half
-    precision included; and the GPU branch's gradient passes gradcheck in float64."""
-    if dtype == "bfloat16" and tl.bfloat16 is None:
-        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
-    fn = KERNELS[name][0]
-    rng = np.random.default_rng(0)
-    x, g = 3 * rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
-
-    def run():
-        xt = tl.tensor(x, device="cpu").astype(dtype).detach().requires_grad_()
+    results = []
+    for device in ("cpu", None):  # None: the test device
+        xt = tl.tensor(x, device=device, requires_grad=True)
         y = fn.apply(xt)
-        y.backward(tl.tensor(g, device="cpu").astype(dtype))
-        return y.data, xt.grad.data
-
-    y_cpu, dx_cpu = run()
-    monkeypatch.setattr(A, "xp_of", lambda a: _StandIn())
-    assert A.xp_of(x) is not np  # the GPU branch from here on
-    y_gpu, dx_gpu = run()
-    assert (y_gpu.dtype, dx_gpu.dtype) == (y_cpu.dtype, dx_cpu.dtype)
-    tol = BRANCH_TOL[dtype]
-    for ours, cpu in ((y_gpu, y_cpu), (dx_gpu, dx_cpu)):
-        np.testing.assert_allclose(
-            ours.astype(np.float64), cpu.astype(np.float64), rtol=tol, atol=tol
-        )
-    if dtype == "float64":
-        tl.gradcheck(fn.apply, [tl.tensor(x, device="cpu", requires_grad=True)])
+        y.backward(tl.tensor(g, device=device))
+        assert y.dtype == xt.grad.dtype == np.dtype(dtype)
+        results.append((y.data, xt.grad.data))
+    tol = KERNEL_TOL[dtype]
+    for ours, cpu in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, cpu, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import pytest
 
 import nn.functional as F
 import tensorlab as tl
-from nn.activation import ErfFn
+from tensorlab.ops.special import Erf
 
 RNG = np.random.default_rng(0)
 A = RNG.uniform(0.5, 1.5, (3, 4)) * RNG.choice([-1, 1], (3, 4))
@@ -80,7 +80,7 @@ OPS = {
     "gelu_tanh": lambda a, b: F.gelu(a, "tanh"),
     "silu": lambda a, b: F.silu(a),
     "elu": lambda a, b: F.elu(a),
-    "erf": lambda a, b: ErfFn.apply(a),
+    "erf": lambda a, b: Erf.apply(a),
     "linear": lambda a, b: F.linear(a, tl.tensor(W.astype(a.dtype))),
     "cross_entropy": lambda a, b: F.cross_entropy(a, np.array([0, 3, 1])),
 }

@@ -259,3 +259,43 @@ def test_each_sum_refuses_what_it_cannot_do(monkeypatch):
         weighted_square.each_sum(([a], [a[:2]]), 1.0)
     with pytest.raises(TypeError, match="momentum.each_sum needs a kernel that returns one arr"):
         momentum.each_sum(([a], [a]), 0.5)
+
+
+# ---------------------------------------------------------------------- the NumPy runner
+@fused(widen=True)
+def _tanh_and_square(xp, x, w):
+    """An elementwise kernel of two outputs, with a number."""
+    return xp.tanh(x) * w, x * x
+
+
+@fused(rows=True, widen=True)
+def _row_centred(xp, x, b):
+    """A kernel that reduces over the last axis, with a per-feature vector."""
+    return x - xp.mean(x, axis=-1, keepdims=True) + b
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_blocks_give_what_the_whole_array_gives(dtype, threads, monkeypatch):
+    """Inputs of many blocks (several rows a block, a short last block, a transposed input)
+    run block by block, on one thread or two, equal the formula on the whole array (bitwise:
+    the same operations on the same numbers); half inputs come back in their own dtype."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tensorlab.fused as fu
+
+    monkeypatch.setattr(fu, "_pool", ThreadPoolExecutor(threads) if threads > 1 else None)
+    rng = np.random.default_rng(0)
+    rows = 3 * fu.BLOCK // 50 + 7  # rows of 50: three blocks and a bit
+    x = rng.standard_normal((rows, 50)).astype(dtype)
+    xt = rng.standard_normal((50, rows)).astype(dtype).T  # not contiguous: run whole
+    b = rng.standard_normal(50).astype(dtype)
+    wide = lambda a: a.astype(np.float32) if dtype == "float16" else a  # noqa: E731
+    for a in (x, xt):
+        y, sq = _tanh_and_square(a, 0.5)
+        want_y, want_sq = _tanh_and_square.math(NUMPY, wide(a), 0.5)
+        assert y.dtype == sq.dtype == np.dtype(dtype) and y.shape == a.shape
+        np.testing.assert_array_equal(y, want_y.astype(dtype))
+        np.testing.assert_array_equal(sq, want_sq.astype(dtype))
+        r = _row_centred(a, b)
+        np.testing.assert_array_equal(r, _row_centred.math(NUMPY, wide(a), wide(b)).astype(dtype))

@@ -23,6 +23,7 @@ import gpt
 import nn
 import tensorlab
 from tensorlab.fused import NUMPY, each_source, fused
+from tensorlab.fused_op import fused_functions
 from tests import cuda_compile
 
 WHY_NOT = (
@@ -36,12 +37,15 @@ pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 # Python number (the ops pass constants such as Adam's betas, and μ = 0 or γ = 1 for the norms
 # without centring or gain, as numbers). CuPy compiles one kernel per form.
 FORMS = {
-    "gelu_kernel": ["a"],
-    "gelu_grad_kernel": ["aa"],
-    "gelu_tanh_kernel": ["a"],
-    "gelu_tanh_grad_kernel": ["aa"],
-    "silu_kernel": ["a"],
-    "silu_grad_kernel": ["aa"],
+    "erf_kernel": ["a"],
+    "GELUFn_forward": ["a"],
+    "GELUFn_backward": ["aa"],
+    "GELUTanhFn_forward": ["a"],
+    "GELUTanhFn_backward": ["aa"],
+    "SiLUFn_forward": ["a"],
+    "SiLUFn_backward": ["aa"],
+    "ELUFn_forward": ["as"],
+    "ELUFn_backward": ["aas"],
     "adam_kernel": ["aaaa" + "s" * 9],
     "scale_kernel": ["as"],  # clipping, the loss scaler
     "square_kernel": ["a"],  # their sum of squares
@@ -58,7 +62,8 @@ WIDENS = {"square_kernel": "float64"}  # kernels whose output is not in their in
 
 
 def library_kernels() -> dict[str, fused]:
-    """Every :class:`fused` kernel defined at module level in tensorlab/, nn/ and gpt/."""
+    """Every :class:`fused` kernel defined at module level in tensorlab/, nn/ and gpt/, and
+    the two of every fused op (``GELUFn_forward``, ``GELUFn_backward``, ...)."""
     found = {}
     for package in (tensorlab, nn, gpt):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
@@ -66,6 +71,9 @@ def library_kernels() -> dict[str, fused]:
             for value in vars(module).values():
                 if isinstance(value, fused) and value.math.__module__ == info.name:
                     found[value.__name__] = value
+    for op in fused_functions():
+        for kernel in (op._forward_kernel, op._backward_kernel):
+            found[kernel.__name__] = kernel
     return found
 
 

@@ -1,0 +1,102 @@
+"""Every fused op (tensorlab/fused_op.py: FusedFunction), found by enumerating the subclasses,
+not listed by hand: its two formulas hold against each other on every runner.
+
+In float64, on hypothesis-drawn shapes whose values include the kinks and ties (x = 0 exactly,
+repeated entries):
+(a) the NumPy run of the forward formula equals the Tensor run (the composed graph);
+(b) the backward formula equals autograd of the composed graph, and the create_graph first
+    derivative (which differentiates the composed graph) equals the plain backward;
+(c) gradcheck and gradgradcheck against central differences, away from the kinks (x = 0: a
+    one-sided slope is no derivative), with their default tolerances (atol 1e-5, rtol 1e-3);
+(d) Hessian- and Jacobian-vector products through the op equal those through its graph.
+Tolerance of (a), (b), (d): 1e-10 absolute, float64 rounding through a few dozen operations
+on values of size ~10 (errors are ~1e-14), yet far below any wrong term.
+
+An op's inputs are read from its ``forward_math`` signature: positional parameters are arrays
+(the first of the drawn shape; ``w``, ``b`` and ``gain`` are per-feature vectors of the last
+axis), parameters with defaults are numbers, passed as their defaults.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import gpt  # noqa: F401  (imports every module that defines fused ops)
+import nn  # noqa: F401
+import tensorlab as tl
+from tensorlab.fused import NUMPY
+from tensorlab.fused_op import TENSOR, fused_functions
+from tests.strategies import away_from, check_fused_op
+
+OPS = fused_functions()
+PER_FEATURE = {"w", "b", "gain", "weight", "bias"}
+
+
+def test_the_fused_ops_are_found():
+    names = {op.__name__ for op in OPS}
+    assert {"GELUFn", "GELUTanhFn", "SiLUFn", "ELUFn"} <= names, names
+
+
+def signature(op):
+    """(names of the array inputs, the numbers with their defaults) of ``op.forward_math``."""
+    params = list(inspect.signature(op.forward_math).parameters.values())[1:]  # after xp
+    arrays = [p.name for p in params if p.default is inspect.Parameter.empty]
+    numbers = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    return arrays, numbers
+
+
+# Values with the kinks and ties in: 0 exactly, and a few repeated numbers.
+kinky = st.one_of(st.sampled_from([0.0, 0.0, 1.0, -1.0]), st.floats(-4, 4, width=64))
+shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+
+
+def draw_inputs(draw, op, away: bool):
+    arrays, numbers = signature(op)
+    shape = draw(shapes)
+    inputs = []
+    for name in arrays:
+        s = shape[-1:] if name in PER_FEATURE else shape
+        x = draw(hnp.arrays(np.float64, s, elements=kinky))
+        inputs.append(tl.tensor(away_from(x, [0.0], 1e-2) if away else x, requires_grad=True))
+    return inputs, numbers
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+@given(data=st.data())
+def test_runners_agree_and_the_gradients_are_right(op, data):
+    inputs, numbers = draw_inputs(data.draw, op, away=False)
+    fused = lambda *xs: op.apply(*xs, **numbers)
+    composed = lambda *xs: op.composed(*xs, **numbers)
+    # (a) the NumPy run of the forward formula against the Tensor run
+    np.testing.assert_allclose(
+        op.forward_math(NUMPY, *[x.data for x in inputs], **numbers),
+        op.forward_math(TENSOR, *inputs, **numbers).data,
+        atol=1e-10,
+        rtol=0,
+    )
+    # (a), (b), (c), (d) at the kinks: everything but the finite differences
+    check_fused_op(fused, composed, inputs, atol=1e-10, finite_differences=False)
+    # (c) finite differences away from the kinks
+    smooth, _ = draw_inputs(data.draw, op, away=True)
+    tl.gradcheck(fused, smooth)
+    tl.gradgradcheck(fused, smooth)
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+def test_half_inputs_are_computed_in_float32_and_rounded_back(op):
+    """float16 in, float16 out, equal to the float32 result rounded once."""
+    arrays, numbers = signature(op)
+    rng = np.random.default_rng(0)
+    x32 = [rng.uniform(-3, 3, (5, 8) if a not in PER_FEATURE else (8,)) for a in arrays]
+    x32 = [a.astype(np.float32) for a in x32]
+    x16 = [a.astype(np.float16) for a in x32]
+    y16 = op.apply(*[tl.tensor(a) for a in x16], **numbers).data
+    y32 = op.apply(*[tl.tensor(a.astype(np.float32)) for a in x16], **numbers).data
+    assert y16.dtype == np.float16
+    np.testing.assert_array_equal(y16, y32.astype(np.float16))
