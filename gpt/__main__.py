@@ -1,4 +1,4 @@
-"""The command line: python -m gpt {train,sample,tokenizer-train,tokenizer-report} ...
+"""The command line: python -m gpt {train,sample,prepare,tokenizer-train,tokenizer-report} ...
 
     python -m gpt train --text input.txt --max-iters 2000 --out-dir out/shakespeare
     python -m gpt train --config run.toml --learning-rate 3e-4   # a config file, overridden
@@ -6,12 +6,16 @@
     python -m gpt sample --out-dir out/shakespeare --prompt "ROMEO:"
 
 A bad value ends the command with one line, ``error: --flag value: what is allowed``, and exit
-code 2; Ctrl-C during training saves a checkpoint and exits with 130.
+code 2; Ctrl-C during training saves a checkpoint and exits with 130. Some values are refused
+before any work: ``--device cuda`` without a GPU (how to install GPU support), a ``--text``
+that is a folder, and a ``--block-size`` whose attention would not fit in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 import tomllib
 from dataclasses import MISSING, fields
@@ -180,6 +184,11 @@ def _train(args) -> int:
     dist = world()
     with dist.together():  # in an MPI job a bad flag or file fails on every rank at once
         model_cfg, tcfg = resolve_configs(args)
+        check_device(tcfg.device)
+        check_text(tcfg.text)
+        # each machine holds the batches of its own processes
+        sequences = tcfg.batch_size // dist.size * dist.local_size
+        check_attention_memory(model_cfg, sequences, tcfg.device)
         trainer = Trainer(model_cfg, tcfg, dist=dist)
     if trainer.dist.rank != 0:  # in an MPI job rank 0 alone prints
         trainer.run()
@@ -251,6 +260,7 @@ def _sample(args) -> int:
 
     check_int("num_samples", args.num_samples, 1)
     check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
+    check_device(args.device)
     model, tok = gpt.load(args.out_dir, "best" if args.best else "ckpt", args.device)
     prompt = tok.encode(args.prompt)
     seeds = np.random.SeedSequence(args.seed).spawn(args.num_samples)
@@ -319,6 +329,107 @@ def _prepare(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- checks before any work
+def _cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
+def check_device(device: str) -> None:
+    """``--device cuda`` needs CuPy and an NVIDIA GPU: without them, say how to get them."""
+    import tensorlab as tl
+    from gpt.config import bad_value
+
+    if device != "cuda" or tl.backend.cuda_available():
+        return
+    if _cupy_installed():
+        rule = (
+            "no CUDA GPU here: CuPy is installed but finds no GPU or no NVIDIA driver "
+            "(nvidia-smi lists the GPUs a driver sees); use --device cpu"
+        )
+    else:
+        rule = (
+            "no CUDA GPU support installed: on a machine with an NVIDIA GPU, "
+            'pip install -e ".[cuda]" (CuPy with the CUDA runtime; ".[cuda13]" for a '
+            "CUDA 13 driver); or use --device cpu"
+        )
+    raise bad_value("device", device, rule)
+
+
+def check_text(path: str | None) -> None:
+    """A ``--text`` that is a folder is named as one (it read "does not exist")."""
+    from gpt.config import bad_value
+
+    if path is not None and os.path.isdir(path):
+        raise bad_value(
+            "text",
+            path,
+            "is a folder, not a text file (give one UTF-8 file; a folder made by `prepare` "
+            "goes to train --data)",
+        )
+
+
+GB = 1e9
+
+
+def attention_bytes(model_cfg: GPTConfig, sequences: int, device: str = "cpu") -> int:
+    """About the peak memory of a training step's attention, in bytes, for ``sequences``
+    sequences at once (a micro-batch).
+
+    Each layer keeps its pattern, a (T, T) float32 array per head and sequence, for the
+    backward (``AttentionFn``'s E, nn/attention.py; long causal inputs go in query blocks, so
+    only the part of (T, T) the blocks cover); on top of that, about one more full (T, T)
+    set (measured, not derived: the backward's dA and dS and NumPy's temporaries). float32
+    also under mixed precision. With
+    --checkpoint-activations one layer's pattern is kept at a time. Measured: --block-size
+    4096 with the defaults (batch 12, 4 layers, 4 heads) peaked at 11.8 GB; this says 11.3."""
+    from nn.attention import BLOCK_ROWS, query_blocks
+
+    T, window = model_cfg.block_size, model_cfg.sliding_window
+    positions = range(T)
+    kept = sum(
+        len(positions[rows]) * len(positions[keys])
+        for rows, keys in query_blocks(T, T, True, window, BLOCK_ROWS[device])
+    )
+    per_entry = sequences * model_cfg.n_head * 4  # float32, every head of every sequence
+    layers = 1 if model_cfg.checkpoint_activations else model_cfg.n_layer
+    return per_entry * (kept * layers + T * T)
+
+
+def machine_memory(device: str) -> int | None:
+    """The memory of the machine (``cpu``) or of the GPU (``cuda``) in bytes; None when the
+    system does not say."""
+    if device == "cuda":
+        import tensorlab as tl
+
+        return int(tl.backend.cupy.cuda.runtime.memGetInfo()[1])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # (no sysconf on Windows)
+        return None
+
+
+def check_attention_memory(model_cfg: GPTConfig, sequences: int, device: str) -> None:
+    """Refuse, before any work, a block size whose attention cannot fit in memory (it would
+    train for minutes, then end in an out-of-memory traceback)."""
+    from gpt.config import bad_value
+
+    need, have = attention_bytes(model_cfg, sequences, device), machine_memory(device)
+    if have is None or need <= have:
+        return
+    T, where = model_cfg.block_size, "this machine" if device == "cpu" else "the GPU"
+    layers = "one layer at a time" if model_cfg.checkpoint_activations else "each layer"
+    fixes = "lower --block-size or --batch-size"
+    if not model_cfg.checkpoint_activations:
+        fixes += ", or add --checkpoint-activations (one layer's kept at a time)"
+    raise bad_value(
+        "block_size",
+        T,
+        f"attention would need about {need / GB:.0f} GB for its scores ({sequences} "
+        f"sequences × {model_cfg.n_head} heads × {T}² positions, kept by {layers} for the "
+        f"backward); {where} has {have / GB:.0f} GB; {fixes}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpt",
@@ -333,7 +444,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     tok_cli.add_report_parser(sub)
     tok_cli.add_train_parser(sub)
+    parser.commands = sub.choices  # each command's own parser, by name (see parse_args)
     return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, except that an argument the command does not know is reported by
+    the command's own parser (its usage, not the top level's); a flag spelled with
+    underscores, ``--max_iters``, is answered with its dashed spelling, ``--max-iters``."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = parser.commands[args.command]
+        flags = command._option_string_actions  # every spelling of every flag it takes
+        for arg in unknown:
+            name = arg.split("=", 1)[0]
+            dashed = name.replace("_", "-")
+            if name.startswith("--") and dashed != name and dashed in flags:
+                command.error(f"{name}: flags are spelled with dashes: did you mean {dashed}?")
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def _one_line(err: Exception) -> str:
@@ -346,7 +475,7 @@ def _one_line(err: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     import traceback
 
     from gpt.config import ConfigError
@@ -369,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
     try:
+        check_text(getattr(args, "text", None))
         return args.func(args)
     except (ConfigError, DataError, RunError, TokenizerError, SerializationError) as e:
         return error(e, _one_line(e), 2)

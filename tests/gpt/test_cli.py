@@ -11,11 +11,14 @@ TEXT = "to be, or not to be, that is the question. " * 30
 
 
 def test_help_lists_the_jobs(capsys):
+    """Every command, each on its own line with what it does (prepare was missing from the
+    docstring's list)."""
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for job in ("train", "sample", "tokenizer-train", "tokenizer-report"):
-        assert job in out
+    assert "{train,sample,prepare,tokenizer-train,tokenizer-report}" in out  # the docstring
+    listed = {line.split()[0] for line in out.splitlines() if re.match(r"    \S+ +\w", line)}
+    assert listed == {"train", "sample", "prepare", "tokenizer-train", "tokenizer-report"}
 
 
 def test_short_text_is_a_clear_error(tmp_path, capsys):
@@ -395,3 +398,95 @@ def test_sample_and_generate_share_one_default_temperature(capsys):
     options = capsys.readouterr().out.split("options:")[1]
     described = " ".join(options.split("--temperature")[1].split("\n  -")[0].split())
     assert f"(default: {DEFAULT_TEMPERATURE:g})" in described, described
+
+
+# ---------------------------------------------------------------- refused before any work
+@pytest.mark.parametrize(
+    "argv, wrong, right",
+    [
+        (["train", "--max_iters", "3"], "--max_iters", "--max-iters"),
+        (["train", "--eval_interval=5"], "--eval_interval", "--eval-interval"),
+        (["sample", "--max_new_tokens", "5"], "--max_new_tokens", "--max-new-tokens"),
+    ],
+)
+def test_a_flag_spelled_with_underscores_is_told_its_dashes(capsys, argv, wrong, right):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith(f"usage: python -m gpt {argv[0]}")  # the command's usage
+    last = err.strip().splitlines()[-1]
+    assert last == (
+        f"python -m gpt {argv[0]}: error: {wrong}: flags are spelled with dashes: "
+        f"did you mean {right}?"
+    )
+
+
+def test_an_unknown_flag_is_reported_with_the_commands_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--no_such_flag", "--bogus"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("usage: python -m gpt train")
+    assert err.strip().endswith("error: unrecognized arguments: --no_such_flag --bogus")
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_cuda_without_a_gpu_says_how_to_get_one(tmp_path, capsys, monkeypatch, installed):
+    """One line: without CuPy, the pip command of the [cuda] extra; with CuPy but no GPU,
+    that no GPU answers. For train (before reading the text) and for sample."""
+    import gpt.__main__ as cli
+    import tensorlab as tl
+
+    monkeypatch.setattr(tl.backend, "cuda_available", lambda: False)
+    monkeypatch.setattr(cli, "_cupy_installed", lambda: installed)
+    want = "finds no GPU or no NVIDIA driver" if installed else 'pip install -e ".[cuda]"'
+    run = tmp_path / "run"
+    for argv in (
+        small_run(tmp_path, "--out-dir", str(run), "--device", "cuda"),
+        ["sample", "--out-dir", str(run), "--device", "cuda"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: --device cuda: no CUDA GPU")
+        assert want in err and "--device cpu" in err
+    assert not run.exists()
+
+
+def test_text_that_is_a_folder_is_named_as_one(tmp_path, capsys):
+    for argv in (
+        ["train", "--text", str(tmp_path), "--out-dir", str(tmp_path / "run")],
+        ["tokenizer-report", "--text", str(tmp_path)],
+        ["prepare", "--text", str(tmp_path), "--out", str(tmp_path / "data")],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --text {tmp_path}: is a folder, not a text file")
+        assert err.count("\n") == 1
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+
+
+def test_the_attention_estimate_matches_the_measured_peak():
+    """With the defaults (batch 12, 4 layers, 4 heads) --block-size 4096 peaked at 11.8 GB
+    on a 24 GB machine; 8192 ran out of memory there."""
+    from gpt.__main__ import attention_bytes
+    from gpt.config import preset
+
+    at = lambda T, **kw: attention_bytes(preset("tiny", block_size=T, **kw), 12)  # noqa: E731
+    assert 10e9 < at(4096) < 13e9
+    assert at(8192) > 24e9 > at(4096)
+    assert at(8192, checkpoint_activations=True) < at(8192) / 2  # one layer's kept at a time
+    assert at(8192, sliding_window=256) < 0.7 * at(8192)  # its blocks see fewer keys
+
+
+def test_a_block_size_that_cannot_fit_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """--block-size 8192 trained for two minutes, then ended in a 40-line out-of-memory
+    traceback; now one line, before the text is read or the folder made."""
+    import gpt.__main__ as cli
+
+    monkeypatch.setattr(cli, "machine_memory", lambda device: 24 * 10**9)
+    run = tmp_path / "run"
+    assert main(["train", "--block-size", "8192", "--out-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not run.exists()
+    assert err.startswith("error: --block-size 8192: attention would need about 45 GB")
+    assert "this machine has 24 GB" in err and "--checkpoint-activations" in err
