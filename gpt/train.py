@@ -660,7 +660,9 @@ class Trainer:
         cfg = self.cfg
         progress = Progress(self, stop) if cfg.progress and self.dist.rank == 0 else None
         if self.iter == 0 and not self.history:
-            self.evaluate()
+            record = self.evaluate()
+            if progress:  # printed, and the rate's clock starts after it (it was in the ETA)
+                progress.eval(record)
         while self.iter < stop:
             loss = self.step()
             if progress:
@@ -750,6 +752,7 @@ class Progress:
         )
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
+            self.bar.unpause()  # the bar's rate and ETA leave the evaluation's time out too
         else:
             print(line, file=sys.stderr, flush=True)
         self.t0 = time.perf_counter()  # the next rate counts training steps, not evaluation

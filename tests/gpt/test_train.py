@@ -436,3 +436,35 @@ def test_a_step_reads_the_gpu_once_for_its_loss(tmp_path, monkeypatch):
     fake_cupy.SYNCS.clear()
     t.step()
     assert fake_cupy.SYNCS == {"tolist": 4, "float": 2}
+
+
+def test_the_progress_line_leaves_the_evaluations_out_of_the_eta(tmp_path, monkeypatch, capsys):
+    """With a clock where each step takes 1 s and each evaluation 1000 s, the first progress
+    line's ETA is the steps' (2 steps left: 2 s); the iteration-0 evaluation was counted in
+    it (a one-minute run's first line said "eta 666 s"). That evaluation is printed too."""
+    import types
+
+    import gpt.train
+
+    clock = [0.0]
+    monkeypatch.setattr(gpt.train, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    settings = dict(max_iters=3, eval_interval=10, eval_iters=2, batch_size=4, log_interval=1)
+    t = Trainer(tiny_model(), TrainConfig(out_dir=str(tmp_path), **settings), text=TEXT)
+    evaluate, step = t.evaluate, t.step
+
+    def slow_evaluate():
+        clock[0] += 1000.0
+        return evaluate()
+
+    def timed_step():
+        clock[0] += 1.0
+        return step()
+
+    monkeypatch.setattr(t, "evaluate", slow_evaluate)
+    monkeypatch.setattr(t, "step", timed_step)
+    t.run()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("iter      0: train loss")
+    etas = [line.split("eta ")[1] for line in lines if "eta" in line]  # it said 2,002 s
+    etas = [float(eta.removesuffix(" s").replace(",", "")) for eta in etas]
+    assert etas == [2.0, 1.0, 0.0]
