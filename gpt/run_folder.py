@@ -13,7 +13,10 @@
 
 The rules (:meth:`RunFolder.claim`): a folder that holds a run is written into only to resume
 that run or when the user asked to overwrite it; resuming needs a checkpoint, and the
-tokenizer.json the checkpoint was trained with (it records its fingerprint). Every file is
+tokenizer.json the checkpoint was trained with (it records its fingerprint). A run stopped
+before its first checkpoint leaves its config.json (maybe its tokenizer.json) and nothing
+trained: it has nothing to resume and nothing to lose, so a new run (no --resume) takes the
+folder and replaces those files (:meth:`RunFolder.only_begun`). Every file is
 written atomically (a temporary file renamed over the target), so a crash leaves the old file or
 the new one; the temporary files a crash leaves behind are removed when the next run starts.
 
@@ -72,18 +75,39 @@ class RunFolder:
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in RUN_FILES)
 
+    def only_begun(self) -> bool:
+        """Whether the folder holds only what a run writes before its first checkpoint: a
+        training run's config.json, maybe its tokenizer.json, and no weights, log or plot. (A
+        config.json of another kind, say an export's, is not a begun run; nor is a run whose
+        tokenizer.json is the file it was told to train with: that is the user's.)"""
+        present = {name for name in RUN_FILES if (self.path / name).exists()}
+        if "config.json" not in present or not present <= {"config.json", "tokenizer.json"}:
+            return False
+        try:
+            given = self.read_config()["train"].get("tokenizer")
+        except RunError:
+            return False
+        users = isinstance(given, str) and os.path.isfile(given) and self.tokenizer.exists()
+        return not (users and os.path.samefile(given, self.tokenizer))
+
     def claim(self, resume: bool, overwrite: bool) -> None:
         """Refuse a folder this run must not write into (before any work is done)."""
         if self.path.exists() and not self.path.is_dir():
             raise bad_value("out_dir", str(self.path), "is a file, not a folder")
         if resume and overwrite:
             raise RunError("resume and overwrite exclude each other: choose one")
+        if resume and not self.ckpt.exists() and self.only_begun():
+            raise RunError(
+                f"resume: the run in {self.path} stopped before its first checkpoint (there is "
+                f"no {self.ckpt}), so there is nothing to resume; start it again without "
+                "resume, which replaces the files it left"
+            )
         if resume and not self.ckpt.exists():
             raise RunError(
                 f"resume: there is no checkpoint {self.ckpt} to resume from; start the run "
                 "without resume"
             )
-        if not resume and not overwrite and self.holds_run():
+        if not resume and not overwrite and self.holds_run() and not self.only_begun():
             raise RunError(
                 f"{self.path} holds a training run ({self._describe()}); continue it with "
                 "--resume, replace it with --overwrite, or choose another --out-dir"
@@ -188,11 +212,12 @@ class RunFolder:
         return ", ".join(n for n in RUN_FILES if (self.path / n).exists())
 
     def prepare(self, overwrite: bool) -> None:
-        """Make the folder, remove a crash's temporary files, and the old run if asked."""
+        """Make the folder, remove a crash's temporary files, and the old run if asked or if
+        it stopped before its first checkpoint (its tokenizer.json would else be kept)."""
         self.path.mkdir(parents=True, exist_ok=True)
         for stale in self.stale_temp_files():
             stale.unlink()
-        if overwrite:
+        if overwrite or self.only_begun():
             for name in RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
 

@@ -401,3 +401,73 @@ def test_under_mpiexec_rank_zero_alone_takes_the_lock(tmp_path, text_file):
     assert refused.returncode == 2, refused.stderr[-2000:]
     own = program_stderr(refused.stderr)
     assert own.count("\n") == 1 and f"process {os.getpid()}" in own
+
+
+# ------------------------------------------------------------------ a run stopped early
+def _stopped_before_its_first_checkpoint(out, text_file) -> Trainer:
+    """A run killed in its first steps: its config.json written, and a tokenizer.json (here
+    one of another text, to see whether a new run would keep it), no checkpoint, no log."""
+    t = trainer(out, text=str(text_file))
+
+    def killed():
+        raise KeyboardInterrupt
+
+    t.step = killed
+    with pytest.raises(KeyboardInterrupt):
+        t.run()
+    tk.CharTokenizer.train("another text, other characters: XYZ").save(out / "tokenizer.json")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "tokenizer.json"]
+    return t
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path, text_file):
+    """It was a dead end: a plain start said "continue it with --resume", and --resume said
+    "start the run without resume". It holds nothing trained, so a plain start takes the
+    folder and replaces its files (the old tokenizer.json would have been kept and used)."""
+    out = tmp_path / "run"
+    _stopped_before_its_first_checkpoint(out, text_file)
+    assert RunFolder(out).only_begun()
+    with pytest.raises(RunError, match="stopped before its first checkpoint.*without resume"):
+        trainer(out, text=str(text_file), resume=True)
+    again = trainer(out, text=str(text_file))
+    again.run()
+    assert again.tokenizer.decode(again.tokenizer.encode("lazy dog")) == "lazy dog"
+    assert tk.load(out / "tokenizer.json").vocab_size == again.tokenizer.vocab_size
+    assert RunFolder(out).holds_run() and not RunFolder(out).only_begun()
+    with pytest.raises(RunError, match="holds a training run"):  # now it has weights
+        trainer(out, text=str(text_file))
+
+
+def test_the_cli_starts_a_run_stopped_early_again(tmp_path, text_file, capsys):
+    out = tmp_path / "run"
+    _stopped_before_its_first_checkpoint(out, text_file)
+    args = ["train", "--text", str(text_file), *SMALL, *QUICK, "--out-dir", str(out)]
+    assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing to resume; start it again without resume" in err
+    assert main([*args, "--max-iters", "2"]) == 0
+    assert (out / "ckpt.safetensors").exists()
+
+
+def test_a_config_json_that_is_not_a_runs_is_still_refused(tmp_path, text_file):
+    """An exported model's config.json (another program's) is no begun run: kept."""
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "llama"}')
+    assert not RunFolder(out).only_begun()
+    with pytest.raises(RunError, match="holds a training run"):
+        trainer(out, text=str(text_file))
+
+
+def test_a_begun_runs_own_input_tokenizer_is_not_replaced(tmp_path, text_file):
+    """A run told to train with the folder's own tokenizer.json: that file is the user's,
+    so the folder is not taken as an early-stopped run (it is refused as before)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    tk.CharTokenizer.train(TEXT).save(out / "tokenizer.json")
+    cfg = {"model": tiny_model().to_dict(), "train": {"tokenizer": str(out / "tokenizer.json")}}
+    RunFolder(out).write_config(cfg)
+    assert not RunFolder(out).only_begun()
+    with pytest.raises(RunError, match="holds a training run"):
+        trainer(out, text=str(text_file))
+    assert (out / "tokenizer.json").exists()
