@@ -4,8 +4,8 @@ A student writes a backward in NumPy, ``backward(g, *inputs) -> (d_input, ...)``
 the gradient arriving at the output (``dL/dy``, the shape of ``y``), or a whole
 :class:`~tensorlab.function.Function` subclass, and calls
 
-    check("matmul", backward)            # or check("matmul", forward=..., backward=...)
-    check("tanh", MyTanh)                # a Function subclass: its forward and its backward
+    print(check("matmul", backward))     # or check("matmul", forward=..., backward=...)
+    print(check("tanh", MyTanh))         # a Function subclass: its forward and its backward
 
 The checker draws float64 inputs and a random ``g``, and holds the student's gradients to two
 independent answers: the engine's own op (``reference``, through autograd) and central finite
@@ -217,8 +217,9 @@ EXERCISES: dict[str, Exercise] = {
 @dataclass
 class Verdict:
     """The answer to :func:`check`: ``ok`` (also its truth value), ``done`` (False for a stub
-    not written yet), and ``message``, the sentences a student reads (its ``repr``, so a
-    notebook cell ending in ``check(...)`` shows them)."""
+    not written yet), and ``message``, the sentences a student reads (its ``str`` and its
+    ``repr``). The notebooks ``print(check(...))``: a bare ``check(...)`` ending a cell shows
+    in Jupyter, but a notebook run as a plain script would show nothing."""
 
     exercise: str
     ok: bool

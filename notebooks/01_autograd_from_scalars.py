@@ -105,7 +105,7 @@ def tanh_backward(g, a):
     raise NotImplementedError  # your code: return dL/da
 
 
-check("tanh", tanh_backward)
+print(check("tanh", tanh_backward))
 
 # %% [markdown]
 # `check` draws a random input and a random `g`, and compares your answer with finite
@@ -120,7 +120,7 @@ def sub_backward(g, a, b):
     raise NotImplementedError  # return dL/da, dL/db
 
 
-check("sub", sub_backward)
+print(check("sub", sub_backward))
 
 # %% [markdown]
 # ## 3. Tensors and broadcasting: `sum_to`
@@ -160,7 +160,7 @@ def add_broadcast_backward(g, a, b):
     raise NotImplementedError  # return dL/da (4, 3), dL/db (3,)
 
 
-check("add_broadcast", add_broadcast_backward)
+print(check("add_broadcast", add_broadcast_backward))
 
 # %% [markdown]
 # **Exercise 4.** Matrix multiplication, $Y = AB$ with $A$ `(2, 3)` and $B$ `(3, 4)`. The
@@ -174,7 +174,7 @@ def matmul_backward(g, a, b):
     raise NotImplementedError  # return dL/da, dL/db
 
 
-check("matmul", matmul_backward)
+print(check("matmul", matmul_backward))
 
 # %% [markdown]
 # ## 4. The order: reverse topological sort

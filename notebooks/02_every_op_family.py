@@ -73,7 +73,7 @@ def log_backward(g, a):
     raise NotImplementedError  # return dL/da
 
 
-check("log", log_backward)
+print(check("log", log_backward))
 
 # %% [markdown]
 # ## Reductions
@@ -102,7 +102,7 @@ def sum_rows_backward(g, a):
     raise NotImplementedError  # return dL/da, shape (3, 5)
 
 
-check("sum_rows", sum_rows_backward)
+print(check("sum_rows", sum_rows_backward))
 
 # %% [markdown]
 # ## Matrix multiplication
@@ -166,7 +166,7 @@ def softmax_backward(g, s):
     raise NotImplementedError  # return dL/ds
 
 
-check("softmax", softmax_backward, forward=softmax_forward)
+print(check("softmax", softmax_backward, forward=softmax_forward))
 
 # %% [markdown]
 # Every other op in `tensorlab/ops/` is one of these patterns, or a composition of them

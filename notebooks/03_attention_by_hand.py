@@ -143,7 +143,7 @@ def attention_backward(g, q, k, v):
     raise NotImplementedError  # return dq, dk, dv
 
 
-check("attention", attention_backward)
+print(check("attention", attention_backward))
 
 # %% [markdown]
 # ## Many heads, many sequences

@@ -139,7 +139,7 @@ def layer_norm_backward(g, x, gamma, beta):
     raise NotImplementedError  # return dx, dgamma, dbeta
 
 
-check("layer_norm", layer_norm_backward)
+print(check("layer_norm", layer_norm_backward))
 
 
 # %%
@@ -147,7 +147,7 @@ def gelu_tanh_backward(g, x):
     raise NotImplementedError  # return dx
 
 
-check("gelu_tanh", gelu_tanh_backward)
+print(check("gelu_tanh", gelu_tanh_backward))
 
 
 # %%
@@ -155,7 +155,7 @@ def cross_entropy_backward(g, logits, targets):
     raise NotImplementedError  # return dlogits
 
 
-check("cross_entropy", cross_entropy_backward)
+print(check("cross_entropy", cross_entropy_backward))
 
 # %% [markdown]
 # Cross-entropy is the showpiece of fusing: the composed graph takes a log-softmax (an

@@ -8,7 +8,10 @@ them as not written yet) and never import the reference solutions.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,36 @@ def test_notebook_runs(path, monkeypatch):
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert not errors
+    for cell in nb.cells:  # each exercise's verdict shows once (printed, not also displayed)
+        for name, _ in re.findall(CHECK, cell.source if cell.cell_type == "code" else ""):
+            shown = "".join(o.get("text", "") for o in cell.outputs)
+            shown += "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+            assert shown.count(f"{name}: ") == 1, shown
+
+
+CHECK = r'check\("(\w+)", (\w+)[,)]'  # an exercise's check call: its name and its function
+GRADED = [p for p in NOTEBOOKS if re.search(CHECK, p.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("path", GRADED, ids=[p.stem for p in GRADED])
+def test_a_notebook_run_as_a_script_prints_its_verdicts(path):
+    """python notebooks/NN_*.py showed nothing of the grader: check(...) stood bare at a
+    cell's end, which only Jupyter displays. Each verdict is one line of the script's output
+    (here: every exercise a stub, so not written yet)."""
+    env = {**os.environ, "TL_COURSE_SMALL": "1", "MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, path.name],
+        cwd=path.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name, _ in re.findall(CHECK, path.read_text(encoding="utf-8")):
+        verdicts = [line for line in lines if line.startswith(f"{name}: ")]
+        assert len(verdicts) == 1 and "not written yet" in verdicts[0], (name, verdicts)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -41,7 +74,7 @@ def test_student_notebooks_hold_no_solutions(path):
     assert "solutions" not in re.findall(r"^\s*(?:from|import)\s+([\w.]+)", text, re.M)
     from nn.exercises import EXERCISES
 
-    for name, func in re.findall(r'check\("(\w+)", (\w+)[,)]', text):
+    for name, func in re.findall(CHECK, text):
         assert name in EXERCISES, name
         body = re.search(rf"def {func}\(.*?\n(.*?)\n\n", text, re.S)
         assert body and "raise NotImplementedError" in body.group(1), func
