@@ -12,135 +12,46 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
-
 from nn.checks import check_nonnegative
 from nn.init import constant
-from nn.linear import mean_last, sum_rows
 from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, acc_dtype, in_float32, rounded, xp_of
-from tensorlab.function import Function
-from tensorlab.fused import fused
+from tensorlab.backend import DEFAULT_DTYPE
+from tensorlab.fused_op import FusedFunction
 
 
-def _backward(ctx, g, centred: bool):
-    """Both norms' closed-form backward on arrays (the class docstrings give the formulas):
-    dx = (1/σ)(ĝ [- mean(ĝ)] - x̂ ⊙ mean(ĝ ⊙ x̂)), the bracket for layer norm only;
-    dγ = Σ_rows g ⊙ x̂; dβ = Σ_rows g."""
-    x, *affine = ctx.inputs
-    xhat = ctx.xhat
-    g = g.data.astype(xhat.dtype, copy=False)  # float32 for half inputs (see the module doc)
-    if xp_of(g) is not np:
-        return _backward_on_gpu(ctx, g, centred)
-    gh = g * affine[0].data if affine else g
-    dx = None
-    if x.requires_grad:
-        dx = gh - xhat * mean_last(gh * xhat)
-        if centred:
-            dx -= mean_last(gh)
-        dx *= ctx.rstd
-    dgamma = sum_rows(g * xhat) if affine and affine[0].requires_grad else None
-    dbeta = sum_rows(g) if len(affine) == 2 and affine[1].requires_grad else None
-    return dx, dgamma, dbeta
-
-
-# On a GPU each array operation above is a kernel launch: layer norm's forward takes ten and its
-# backward eleven. The fused kernels below do the elementwise work between the row reductions
-# (which stay matrix-vector products, as on the CPU) in one launch each: five launches forward,
-# six backward, with the same operations in the same order as the CPU form.
-def _normalize_on_gpu(ctx, x, affine, eps, centred: bool):
-    """x̂ and y of either norm (μ = 0 for RMS norm, γ = 1 and β = 0 when left out)."""
-    mu = mean_last(x) if centred else 0.0
-    rstd = inverse_std_kernel(mean_last(centred_square_kernel(x, mu)), eps)
-    gain, bias = affine[0] if affine else 1.0, affine[1] if len(affine) == 2 else 0.0
-    xhat, y = normalize_kernel(x, mu, rstd, gain, bias)
-    ctx.xhat, ctx.rstd = xhat, rstd
-    return y
-
-
-def _backward_on_gpu(ctx, g, centred: bool):
-    """:func:`_backward` in six launches."""
-    x, *affine = ctx.inputs
-    gh, ghx, gx = norm_grad_parts_kernel(g, affine[0].data if affine else 1.0, ctx.xhat)
-    dx = None
-    if x.requires_grad:
-        mean_gh = mean_last(gh) if centred else 0.0
-        dx = norm_grad_kernel(gh, ctx.xhat, mean_last(ghx), mean_gh, ctx.rstd)
-    dgamma = sum_rows(gx) if affine and affine[0].requires_grad else None
-    dbeta = sum_rows(g) if len(affine) == 2 and affine[1].requires_grad else None
-    return dx, dgamma, dbeta
-
-
-@fused
-def centred_square_kernel(xp, x, mu):
-    """(x - μ)², whose row means are the variance (μ = 0: x², RMS norm's mean square)."""
-    d = x - mu
-    return d * d
-
-
-@fused
-def inverse_std_kernel(xp, var, eps):
-    """1/σ = 1/√(var + ε), one number per row."""
-    return 1.0 / xp.sqrt(var + eps)
-
-
-@fused
-def normalize_kernel(xp, x, mu, rstd, gain, bias):
-    """x̂ = (x - μ)/σ and y = x̂ ⊙ γ + β."""
-    xhat = (x - mu) * rstd
-    return xhat, xhat * gain + bias
-
-
-@fused
-def norm_grad_parts_kernel(xp, g, gain, xhat):
-    """ĝ = g ⊙ γ, ĝ ⊙ x̂ (whose row means dx needs) and g ⊙ x̂ (whose column sums are dγ)."""
-    gh = g * gain
-    return gh, gh * xhat, g * xhat
-
-
-@fused
-def norm_grad_kernel(xp, gh, xhat, mean_ghx, mean_gh, rstd):
-    """dx = (1/σ)(ĝ - x̂ ⊙ mean(ĝ ⊙ x̂) - mean(ĝ)), mean(ĝ) = 0 for RMS norm."""
-    return (gh - xhat * mean_ghx - mean_gh) * rstd
-
-
-class LayerNormFn(Function):
+class LayerNormFn(FusedFunction):
     """y = x̂ ⊙ γ + β with x̂ = (x - μ)/σ over the last axis (Ba et al. 2016), as one node.
 
     Backward (the mean and the variance both depend on every x_j of the row)::
 
         dx = (1/σ) (ĝ - mean(ĝ) - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g.
 
-    ``apply(x, γ, β, eps=...)``; γ and β may be left out (``apply(x, γ)``, ``apply(x)``).
-    """
+    ``apply(x, γ, β, eps=...)``; γ and β may be left out (``apply(x, γ)``, ``apply(x)``: γ = 1,
+    β = 0). The backward formula returns g ⊙ x̂ and g for γ and β; the engine sums them over
+    the rows (``Tensor.sum_to``). The composed form takes the hook points ``hook_scale`` (σ,
+    (..., 1)) and ``hook_normalized`` (x̂), which may replace what they see."""
 
-    def forward(ctx, x, *affine, eps):
-        xp, (x, half) = xp_of(x), in_float32(x)
-        if xp is not np:  # a GPU: five launches (_normalize_on_gpu)
-            return rounded(_normalize_on_gpu(ctx, x, affine, eps, centred=True), half)
-        xhat = x - mean_last(x)  # x - μ, scaled in place into x̂ below
-        var = mean_last(xp.square(xhat))
-        var += eps
-        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
-        xhat *= rstd
-        ctx.xhat, ctx.rstd = xhat, rstd
-        if not affine:
-            return rounded(xhat, half)
-        y = xhat * affine[0]
-        if len(affine) == 2:
-            y += affine[1]
-        return rounded(y, half)
-
-    def backward(ctx, g):
-        return _backward(ctx, g, centred=True)
+    rows = True
 
     @staticmethod
-    def composed(x, *affine, eps):
-        return layer_norm_composed(x, *affine, eps=eps)
+    def forward_math(xp, x, w=1.0, b=0.0, eps=1e-5, hook_scale=identity, hook_normalized=identity):
+        xc = x - xp.mean(x, axis=-1, keepdims=True)
+        scale = hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))
+        return hook_normalized(xc / scale) * w + b
+
+    @staticmethod
+    def backward_math(xp, g, x, w=1.0, b=0.0, eps=1e-5):
+        xc = x - xp.mean(x, axis=-1, keepdims=True)
+        rstd = 1.0 / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps)
+        xhat = xc * rstd
+        gh = g * w
+        mean_gh = xp.mean(gh, axis=-1, keepdims=True)
+        dx = rstd * (gh - mean_gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True))
+        return dx, g * xhat, g
 
 
-class RMSNormFn(Function):
+class RMSNormFn(FusedFunction):
     """y = x̂ ⊙ γ with x̂ = x/σ, σ = √(mean(x²) + ε) over the last axis (Zhang & Sennrich
     2019), as one node.
 
@@ -148,60 +59,21 @@ class RMSNormFn(Function):
 
         dx = (1/σ) (ĝ - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂.
 
-    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``.
-    """
+    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``; hooks as :class:`LayerNormFn`."""
 
-    def forward(ctx, x, *gain, eps):
-        xp, (x, half) = xp_of(x), in_float32(x)
-        if xp is not np:  # a GPU: four launches (_normalize_on_gpu)
-            return rounded(_normalize_on_gpu(ctx, x, gain, eps, centred=False), half)
-        var = mean_last(xp.square(x))
-        var += eps
-        rstd = xp.divide(1.0, xp.sqrt(var, out=var), out=var)  # 1/σ
-        xhat = x * rstd
-        ctx.xhat, ctx.rstd = xhat, rstd
-        y = xhat * gain[0] if gain else xhat
-        return rounded(y, half)
-
-    def backward(ctx, g):
-        return _backward(ctx, g, centred=False)
+    rows = True
 
     @staticmethod
-    def composed(x, *gain, eps):
-        return rms_norm_composed(x, *gain, eps=eps)
+    def forward_math(xp, x, w=1.0, eps=1e-6, hook_scale=identity, hook_normalized=identity):
+        scale = hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))
+        return hook_normalized(x / scale) * w
 
-
-def layer_norm_composed(
-    x: Tensor, *affine: Tensor, eps: float, hook_scale=identity, hook_normalized=identity
-) -> Tensor:
-    """:class:`LayerNormFn`'s function in engine ops, one step a line, half inputs in float32
-    as there. ``hook_scale`` sees σ (..., 1) and ``hook_normalized`` x̂ (..., d), as in
-    TransformerLens, and may replace them."""
-    x, half = _float32(x)
-    xc = x - x.mean(axis=-1, keepdims=True)
-    scale = hook_scale(((xc * xc).mean(axis=-1, keepdims=True) + eps).sqrt())
-    y = hook_normalized(xc / scale)
-    if affine:
-        y = y * affine[0]
-    y = y + affine[1] if len(affine) == 2 else y
-    return y if half is None else y.astype(half)
-
-
-def rms_norm_composed(
-    x: Tensor, *gain: Tensor, eps: float, hook_scale=identity, hook_normalized=identity
-) -> Tensor:
-    """:class:`RMSNormFn`'s function in engine ops (hooks as :func:`layer_norm_composed`)."""
-    x, half = _float32(x)
-    scale = hook_scale(((x * x).mean(axis=-1, keepdims=True) + eps).sqrt())
-    y = hook_normalized(x / scale)
-    y = y * gain[0] if gain else y
-    return y if half is None else y.astype(half)
-
-
-def _float32(x: Tensor) -> tuple[Tensor, object]:
-    """(x, None), or (x in float32, its half dtype): :func:`in_float32` for Tensors."""
-    acc = acc_dtype(x.data)
-    return (x, None) if acc is None else (x.astype(acc), x.dtype)
+    @staticmethod
+    def backward_math(xp, g, x, w=1.0, eps=1e-6):
+        rstd = 1.0 / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
+        xhat = x * rstd
+        gh = g * w
+        return rstd * (gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True)), g * xhat
 
 
 def check_norm_shapes(op: str, x: Tensor, *affine: Tensor | None) -> None:
@@ -320,7 +192,7 @@ class LayerNorm(_Norm):
         check_norm_shapes("LayerNorm", x, self.w, self.b)
         affine = (self.w,) if self.b is None else (self.w, self.b)
         hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
-        return layer_norm_composed(x, *affine, eps=self.eps, **hooks)
+        return LayerNormFn.composed(x, *affine, eps=self.eps, **hooks)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}, bias={self.b is not None}"
@@ -347,7 +219,7 @@ class RMSNorm(_Norm):
             return rms_norm(x, self.w, self.eps)
         check_norm_shapes("RMSNorm", x, self.w)
         hooks = dict(hook_scale=self.hook_scale, hook_normalized=self.hook_normalized)
-        return rms_norm_composed(x, self.w, eps=self.eps, **hooks)
+        return RMSNormFn.composed(x, self.w, eps=self.eps, **hooks)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"

@@ -99,13 +99,13 @@ NUMPY = _ArrayMath(np, _erf_numpy)
 # formula as written (a new array per operation) is as fast as hand-written in-place code.
 BLOCK = 1 << 14  # numbers per block (64 KiB of float32): benchmarks/bench_kernels.py --blocks
 THREADS = 2  # blocks run on this many threads (NumPy's ufuncs release the GIL): measured, ibid.
-_HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
+HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
 _pool = ThreadPoolExecutor(THREADS) if THREADS > 1 else None
 
 
 def _widened(a):
     """float16 and bfloat16 arrays in float32 (the kernels compute half inputs in float32)."""
-    return a.astype(np.float32) if getattr(a, "dtype", None) in _HALF else a
+    return a.astype(np.float32) if getattr(a, "dtype", None) in HALF else a
 
 
 def _same(a):
@@ -130,7 +130,7 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
     rounded back to the first argument's dtype, in the same call. Each output has the first
     argument's leading shape (an elementwise kernel: its whole shape)."""
     first = args[0]
-    half = first.dtype if widen and first.dtype in _HALF else None
+    half = first.dtype if widen and first.dtype in HALF else None
     widened = _widened if half is not None else _same
     shape = first.shape
     width = shape[-1] if rows and first.ndim else 1
@@ -206,16 +206,26 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
     def __call__(self, *args, **kw):
         if xp_of(args[0]) is np:
             return run_numpy(self.math, self.rows, self.widen, args, kw)
-        if kw:  # pragma: no cover - needs a GPU (cupy.fuse takes positional arguments)
-            args = self._signature.bind(None, *args, **kw).args[1:]
-        return self._on_gpu(args)  # pragma: no cover
+        return self._on_gpu(args, kw)  # pragma: no cover
 
-    def _on_gpu(self, args):  # pragma: no cover - needs a GPU
-        """The compiled kernel, half inputs computed in float32 and rounded back."""
+    def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
+        """The compiled kernel, half inputs computed in float32 and rounded back. A row kernel
+        runs as CuPy's operations, one launch each: cupy.fuse cannot fuse work that follows a
+        reduction."""
         if self._compiled is None:
-            self._compiled = _compile(self.math, self.__name__)
-        half = args[0].dtype if self.widen and args[0].dtype in _HALF else None
-        out = self._compiled(*[_widened(a) for a in args] if half is not None else args)
+            self._compiled = (
+                on_cupy(self.math, backend.cupy)
+                if self.rows
+                else _compile(self.math, self.__name__)
+            )
+        half = args[0].dtype if self.widen and args[0].dtype in HALF else None
+        if half is not None:
+            args = tuple(_widened(a) for a in args)
+        if kw and not self.rows:  # cupy.fuse takes positional arguments only
+            bound = self._signature.bind(None, *args, **kw)
+            bound.apply_defaults()
+            args, kw = bound.args[1:], {}
+        out = self._compiled(*args, **kw)
         if out is None:
             return out
         if isinstance(out, tuple):

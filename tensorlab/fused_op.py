@@ -35,9 +35,11 @@ then whole rows.
 
 from __future__ import annotations
 
+import numpy as np
+
 import tensorlab.functions as F
 from tensorlab.function import Function
-from tensorlab.fused import fused
+from tensorlab.fused import HALF, fused
 from tensorlab.ops.special import erf
 from tensorlab.tensor import Tensor, where
 
@@ -109,8 +111,13 @@ class FusedFunction(Function):
 
     @classmethod
     def composed(cls, *inputs, **params):
-        """The op as engine ops: its forward formula run on Tensors."""
-        return cls.forward_math(TENSOR, *inputs, **params)
+        """The op as engine ops: its forward formula run on Tensors (half inputs in float32,
+        the result rounded back once, as the array runners do)."""
+        half = inputs[0].dtype if inputs[0].data.dtype in HALF else None
+        if half is not None:
+            inputs = tuple(t.astype(np.float32) if t.data.dtype in HALF else t for t in inputs)
+        y = cls.forward_math(TENSOR, *inputs, **params)
+        return y if half is None else y.astype(half)
 
 
 def fused_functions() -> list[type[FusedFunction]]:

@@ -141,23 +141,16 @@ NORMS_WITH_PARAMS = {  # each norm with each set of parameters it takes: (functi
     "rms_norm": (F.rms_norm, 1),
     "rms_norm_plain": (F.rms_norm, 0),
 }
-GPU_LAUNCHES = {  # (forward, backward) on a GPU; the CPU form's operations would be 10 and 11
-    "layer_norm": (5, 6),
-    "layer_norm_gain": (5, 5),
-    "layer_norm_plain": (5, 4),
-    "rms_norm": (4, 4),
-    "rms_norm_plain": (4, 3),
-}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(NORMS_WITH_PARAMS))
-def test_on_a_gpu_a_norm_is_its_cpu_form_in_fewer_launches(name, dtype, monkeypatch):
-    """On CuPy arrays the norms run fused kernels between their row reductions
-    (nn/norm.py: _normalize_on_gpu, _backward_on_gpu), doing the CPU form's operations in the
-    same order: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients are
-    bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once), in
-    fewer launches; and in float64 the GPU form's gradients pass gradcheck."""
+def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch):
+    """On CuPy arrays a norm runs its two formulas (nn/norm.py: LayerNormFn, RMSNormFn) with
+    CuPy's operations: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients
+    are bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once),
+    and in float64 the gradients pass gradcheck. (A row formula is not one compiled kernel:
+    cupy.fuse cannot fuse work after a reduction, so each operation is a launch.)"""
     from tests import fake_cupy
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
@@ -184,8 +177,7 @@ def test_on_a_gpu_a_norm_is_its_cpu_form_in_fewer_launches(name, dtype, monkeypa
     gpu, launches = run("cuda")
     for a, b in zip(gpu, cpu):
         np.testing.assert_array_equal(a, b)
-    if dtype != "bfloat16":  # which also converts to float32 and back
-        assert tuple(sum(k.values()) for k in launches) == GPU_LAUNCHES[name], launches
+    assert all(sum(k.values()) > 0 for k in launches)  # it ran on the (emulated) GPU
     if dtype == "float64":
         tl.gradcheck(fn, [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays])
 

@@ -49,11 +49,6 @@ FORMS = {
     "adam_kernel": ["aaaa" + "s" * 9],
     "scale_kernel": ["as"],  # clipping, the loss scaler
     "square_kernel": ["a"],  # their sum of squares
-    "centred_square_kernel": ["aa", "as"],  # layer norm, RMS norm
-    "inverse_std_kernel": ["as"],
-    "normalize_kernel": ["aaaaa", "aaaas", "aaass", "asaas", "asass"],  # (μ, γ, β) or numbers
-    "norm_grad_parts_kernel": ["aaa", "asa"],  # with a gain, without
-    "norm_grad_kernel": ["aaaaa", "aaasa"],  # layer norm, RMS norm
     "shifted_exp_kernel": ["aa"],  # softmax, attention, cross-entropy
     "softmax_grad_kernel": ["aaaa"],
 }
@@ -72,6 +67,8 @@ def library_kernels() -> dict[str, fused]:
                 if isinstance(value, fused) and value.math.__module__ == info.name:
                     found[value.__name__] = value
     for op in fused_functions():
+        if op.rows:  # a row formula runs as CuPy's operations (tensorlab/fused.py: _on_gpu)
+            continue
         for kernel in (op._forward_kernel, op._backward_kernel):
             found[kernel.__name__] = kernel
     return found

@@ -40,14 +40,21 @@ PER_FEATURE = {"w", "b", "gain", "weight", "bias"}
 
 def test_the_fused_ops_are_found():
     names = {op.__name__ for op in OPS}
-    assert {"GELUFn", "GELUTanhFn", "SiLUFn", "ELUFn"} <= names, names
+    assert {"GELUFn", "GELUTanhFn", "SiLUFn", "ELUFn", "LayerNormFn", "RMSNormFn"} <= names
 
 
 def signature(op):
-    """(names of the array inputs, the numbers with their defaults) of ``op.forward_math``."""
+    """(names of the array inputs, the numbers with their defaults) of ``op.forward_math``:
+    the parameters without a default and the per-feature ones are arrays, those with a number
+    for default are numbers (a hook point's default, the identity, is left alone)."""
     params = list(inspect.signature(op.forward_math).parameters.values())[1:]  # after xp
-    arrays = [p.name for p in params if p.default is inspect.Parameter.empty]
-    numbers = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    empty = inspect.Parameter.empty
+    arrays = [p.name for p in params if p.default is empty or p.name in PER_FEATURE]
+    numbers = {
+        p.name: p.default
+        for p in params
+        if p.name not in arrays and isinstance(p.default, int | float)
+    }
     return arrays, numbers
 
 
