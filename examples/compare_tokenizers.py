@@ -3,11 +3,12 @@
     python examples/compare_tokenizers.py [--text FILE] [--vocab-size 2048]
 
 Trains a character tokenizer, byte-level BPE, WordPiece (with each of its two merge scores) and
-Unigram on the first 90% of a text (tinyshakespeare, which ships in
-data/, or the help-topic text that ships with CPython if it is missing) and measures each on the last 10%,
-which none of them has seen. With the `tokenizers` library installed it also trains that
+Unigram on the first 90% of a text (tinyshakespeare, which ships in data/, or the help-topic
+text that ships with CPython if it is missing) and measures each on the last 10%, which none
+of them has seen. With the `tokenizers` library installed it also trains that
 library's WordPiece at the same vocabulary size and compares token counts. It writes
-tokens.html, the token visualizer's page: the held-out text coloured by token for each one.
+out/compare_tokenizers/tokens.html, the token visualizer's page: the held-out text coloured by
+token for each one (--html chooses another file).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import gpt.tokenizers as tk  # noqa: E402
 from gpt.tokenizers.metrics import sample_line  # noqa: E402
 
 SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
+HTML = "out/compare_tokenizers/tokens.html"  # the example's run folder, not the working directory
 
 
 def default_text() -> tuple[str, str]:
@@ -34,16 +36,16 @@ def default_text() -> tuple[str, str]:
     return "\n\n".join(topics[k] for k in sorted(topics)), "pydoc_data.topics (CPython help)"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--text", help="a UTF-8 text file (default: tinyshakespeare)")
     p.add_argument("--vocab-size", type=int, default=2048)
     p.add_argument(
         "--html",
-        default="tokens.html",
-        help="write the token visualizer page here (default tokens.html; '' for none)",
+        default=HTML,
+        help=f"write the token visualizer page here (default {HTML}; '' for none)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.text:
         text, source = Path(args.text).read_text(encoding="utf-8"), args.text
     else:
@@ -83,6 +85,7 @@ def main() -> None:
         sample = heldout[:1500]
         title = f"How each tokenizer cuts held-out text of {Path(source).name}"
         page = tk.to_html(trained, sample, title)
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
         Path(args.html).write_text(page, encoding="utf-8")
         print(f"\nwrote {args.html}: the held-out text coloured by token, ids on hover")
 

@@ -6,7 +6,7 @@ Every op is a box, every parameter an ellipse labelled with its name; in the GPT
 grouped by the module that made them (``blocks.0.attn``, ...). The second GPT picture
 collapses each block's sublayers into single boxes and shows the backward graph with the
 gradient norm of every parameter. Needs Graphviz's ``dot`` for the pictures; without it the
-DOT sources are written instead.
+DOT sources are written instead, and it says how to install Graphviz.
 """
 
 import shutil
@@ -18,6 +18,11 @@ import nn
 import tensorlab as tl
 from gpt.config import GPTConfig
 from gpt.model import GPT
+
+NO_DOT = (
+    "no pictures: Graphviz's dot program is not installed (apt install graphviz, brew install "
+    "graphviz or conda install -c conda-forge graphviz); the .dot files above are their sources"
+)
 
 
 def mlp_graph():
@@ -49,16 +54,18 @@ def main(out_dir: str = "out/graphs") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     graphs = {"mlp": mlp_graph()}
     graphs["gpt_1layer"], graphs["gpt_1layer_backward"] = gpt_graphs()
-    written = []
+    written, dot = [], shutil.which("dot")
     for name, g in graphs.items():
         n_ops = g.source.count("fillcolor=lightgray")
-        if shutil.which("dot"):
+        if dot:
             for fmt in ("svg", "png"):
                 written.append(Path(g.render(out / name, format=fmt, cleanup=True)))
         else:
             (out / f"{name}.dot").write_text(g.source)
             written.append(out / f"{name}.dot")
         print(f"{name:<22} {n_ops:3d} op nodes -> {written[-1]}")
+    if not dot:
+        print(NO_DOT)
     return written
 
 

@@ -168,9 +168,12 @@ def main(argv=None) -> dict:
     C.attention_html(pat["blocks.1.attn.hook_pattern"][0], clean[0], page, title="layer 1")
     from gpt import plots
 
-    if plots.available():
-        watcher.plot(args.out / "circuits_forming.png")
     print(f"\n8. The attention view (hover a token): {page}")
+    if plots.available():
+        picture = watcher.plot(args.out / "circuits_forming.png")
+        print(f"   the circuits forming during training, as a picture: {picture}")
+    else:
+        print("   (a picture of the circuits forming needs matplotlib: pip install matplotlib)")
     out["model"], out["clean"], out["corrupted"] = model, clean, corrupted
     return out
 

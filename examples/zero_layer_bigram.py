@@ -40,7 +40,8 @@ SHAKESPEARE = ROOT / "data" / "tinyshakespeare.txt"
 
 def load_corpus(path: Path | None, chars: int) -> tuple[str, str]:
     """The first ``chars`` characters of ``path`` (default: the repository's
-    data/tinyshakespeare.txt if present, else the CPython docs text); returns (text, where it came from)."""
+    data/tinyshakespeare.txt if present, else the CPython docs text); returns (text, where it
+    came from)."""
     if path is None and SHAKESPEARE.is_file():
         path = SHAKESPEARE
     if path is not None:
