@@ -3,18 +3,19 @@ look at one attention head.
 
 python examples/load_llama.py --path DIR [--prompt "The capital of France is"] [--tokens 20]
 python examples/load_llama.py --demo          # a small random Mistral-style folder (needs
-                                              # transformers), made in out/random-mistral
-                                              # and read back
+                                              # transformers), made in
+                                              # out/load_llama/random-mistral and read back
 
 DIR is a local ``save_pretrained`` folder: ``config.json``, ``model.safetensors`` (or shards
 with ``model.safetensors.index.json``) and ``tokenizer.json``; nothing is downloaded or
 unpickled. The story: the model loads without a random initialisation first, generates
 greedily with its key/value cache (which holds only the key/value heads of its grouped-query
 attention), and then ``gpt.circuits`` caches the prompt's attention patterns; one head's
-pattern is printed as a grid and saved as a heatmap (``out/llama_pattern.png``) and as an
-interactive page (``out/llama_attention.html``). With ``--demo`` the weights are random, so the
-text is noise, but the pattern shows the architecture: Mistral's sliding window of 4 lets each
-query see itself and the 3 tokens before it, a band along the diagonal.
+pattern is printed as a grid and saved as a heatmap (``out/load_llama/llama_pattern.png``)
+and as an interactive page (``out/load_llama/llama_attention.html``). With ``--demo`` the
+weights are random, so the text is noise, but the pattern shows the architecture: Mistral's
+sliding window of 4 lets each query see itself and the 3 tokens before it, a band along the
+diagonal.
 """
 
 import argparse
@@ -35,7 +36,11 @@ parser.add_argument("--prompt", default="The capital of France is")
 parser.add_argument("--tokens", type=int, default=20, help="new tokens to generate")
 parser.add_argument("--layer", type=int, default=0, help="the layer of the head to show")
 parser.add_argument("--head", type=int, default=0, help="the query head to show")
-parser.add_argument("--out", default="out", help="folder for the pictures (and the demo model)")
+parser.add_argument(
+    "--out",
+    default="out/load_llama",
+    help="folder for the pictures and the demo model (default: out/load_llama)",
+)
 args = parser.parse_args()
 if (args.path is None) == (not args.demo):
     parser.error("give --path DIR or --demo (one of them)")
