@@ -5,89 +5,48 @@ from __future__ import annotations
 
 import numpy as np
 
-import tensorlab as tl
 from tensorlab import Tensor
-from tensorlab.backend import acc_dtype, min_max, xp_of
-from tensorlab.function import Function
-from tensorlab.ops.nnops import shifted_exp
+from tensorlab.backend import min_max, xp_of
+from tensorlab.fused_op import FusedFunction
 
 
-class CrossEntropyFn(Function):
-    """Cross-entropy of logits z (N, C) against class indices t (N,), with label smoothing ε
-    and an ignored index. With p = softmax(z) and the target distribution
-    q = (1 - ε) onehot(t) + ε/C, the loss of row n is
+class CrossEntropyFn(FusedFunction):
+    """Cross-entropy of each row of logits z (..., C) against its class index t (...), with
+    label smoothing ε and an ignored index. With p = softmax(z) and the target distribution
+    q = (1 - ε) onehot(t) + ε/C, the loss of a row is
 
-        ℓₙ = -Σ_c q_c log p_c = logsumexp(zₙ) - (1 - ε) z_{n,t} - ε mean_c z_{n,c},
+        ℓ = -Σ_c q_c log p_c = logsumexp(z) - (1 - ε) z_t - ε mean_c z_c,
 
-    and 0 for rows whose target is ``ignore_index``. ``reduction`` "mean" divides the sum by
-    the number M of rows not ignored (as PyTorch does), "sum" sums, "none" returns ℓ.
+    and 0 for rows whose target is ``ignore_index``. Backward (softmax and log cancel into a
+    difference of distributions)::
 
-    Backward (softmax and log cancel into a difference of distributions)::
+        dz = g (p - q),   0 for ignored rows.
 
-        dz_n = wₙ (pₙ - qₙ),   wₙ = g/M ("mean"), g ("sum"), gₙ ("none"); 0 for ignored rows.
-
-    The forward keeps p unnormalized, E = exp(z - m) with m the row maxima, and its row sums
-    s (p = E/s; logsumexp(z) = m + log s): the (N, C) array is written once forward and once
-    backward (p w = E (w/s)).
-
-    Leading axes (B, T, C) with targets (B, T) are flattened to rows. float16 and bfloat16
-    logits are taken in float32 and the loss is float32 (a loss scaled for float16 training
-    must not overflow float16's 65504); their gradient returns in their own dtype.
+    One loss per row: :func:`cross_entropy` sums or averages them. float16 and bfloat16 logits
+    are taken in float32 and the loss stays float32 (a loss scaled for float16 training must
+    not overflow float16's 65504); their gradient returns in their own dtype. logsumexp is
+    taken after shifting by the row's maximum m, so nothing overflows.
     """
 
-    def forward(ctx, logits, targets, ignore_index, label_smoothing, reduction):
-        xp = xp_of(logits)
-        C = logits.shape[-1]
-        z = logits.reshape(-1, C)
-        if acc_dtype(z):
-            z = z.astype(acc_dtype(z))
-        t = targets.reshape(-1)
-        valid = t != ignore_index
-        tt = xp.where(valid, t, 0)
-        rows = xp.arange(z.shape[0])
-        m = z.max(axis=1, keepdims=True)  # every logit is shifted by its row's maximum
-        E = shifted_exp(z, m)  # (N, C); p = E / s, never divided out
-        s = E.sum(axis=1, keepdims=True)
-        lse = xp.log(s[:, 0])  # logsumexp(z) - m
-        loss = lse - (1.0 - label_smoothing) * (z[rows, tt] - m[:, 0])
-        if label_smoothing:
-            loss -= label_smoothing * (z.mean(axis=1) - m[:, 0])
-        loss *= valid
-        ctx.E, ctx.s, ctx.valid, ctx.tt, ctx.rows = E, s, valid, tt, rows
-        ctx.eps, ctx.reduction = label_smoothing, reduction
-        # M stays on the device (reading it would make the host wait for the forward)
-        ctx.count = xp.maximum(valid.sum(), 1).astype(loss.dtype) if reduction == "mean" else 1
-        if reduction == "none":
-            return loss.reshape(targets.shape)
-        total = loss.sum()
-        return total / ctx.count if reduction == "mean" else total
-
-    def backward(ctx, g):
-        C = ctx.inputs[0].shape[-1]
-        eps, valid, tt, rows = ctx.eps, ctx.valid, ctx.tt, ctx.rows
-        w = g.data.reshape(-1) if ctx.reduction == "none" else g.data / ctx.count
-        w = (w * valid).astype(ctx.E.dtype, copy=False)[:, None]
-        dz = ctx.E * (w / ctx.s)  # p w
-        dz[rows, tt] -= (1.0 - eps) * w[:, 0]
-        if eps:
-            dz -= (eps / C) * w
-        return dz.reshape(ctx.inputs[0].shape)
+    rows = True
 
     @staticmethod
-    def composed(logits, targets, ignore_index, label_smoothing, reduction):
-        C = logits.shape[-1]
-        logp = logits.reshape(-1, C).log_softmax(axis=-1)
-        t = targets.reshape(-1)
-        valid = t != ignore_index
-        tt = xp_of(t).where(valid, t, 0)
-        loss = -logp[xp_of(t).arange(t.shape[0]), tt] * (1.0 - label_smoothing)
-        if label_smoothing:
-            loss = loss - logp.mean(axis=-1) * label_smoothing
-        loss = tl.where(valid, loss, 0.0)
-        if reduction == "none":
-            return loss.reshape(targets.shape)
-        total = loss.sum()
-        return total / max(int(valid.sum()), 1) if reduction == "mean" else total
+    def forward_math(xp, z, t, ignore_index=-100, label_smoothing=0.0):
+        m = xp.max(z, axis=-1, keepdims=True)
+        lse = m[..., 0] + xp.log(xp.sum(xp.exp(z - m), axis=-1))
+        hit = xp.arange(z.shape[-1]) == t[..., None]  # the one-hot of t, as booleans
+        z_t = xp.sum(xp.where(hit, z, 0.0), axis=-1)
+        loss = lse - (1.0 - label_smoothing) * z_t - label_smoothing * xp.mean(z, axis=-1)
+        return xp.where(t != ignore_index, loss, 0.0)
+
+    @staticmethod
+    def backward_math(xp, g, z, t, ignore_index=-100, label_smoothing=0.0):
+        e = xp.exp(z - xp.max(z, axis=-1, keepdims=True))
+        p = e / xp.sum(e, axis=-1, keepdims=True)
+        hit = xp.arange(z.shape[-1]) == t[..., None]
+        q_uniform = label_smoothing / z.shape[-1]  # q = (1 - ε) onehot + ε/C
+        w = xp.where(t != ignore_index, g, 0.0)[..., None]
+        return w * (xp.where(hit, p - (1.0 - label_smoothing), p) - q_uniform)
 
 
 def cross_entropy(
@@ -99,8 +58,9 @@ def cross_entropy(
 ) -> Tensor:
     """Softmax cross-entropy of logits (N, C) or (B, T, C) against integer targets (N,) or
     (B, T). Targets equal to ``ignore_index`` contribute nothing (and "mean" averages over the
-    others); ``label_smoothing`` ε mixes the one-hot target with the uniform distribution,
-    q = (1 - ε) onehot + ε/C. ``reduction``: "mean", "sum" or "none" (per-target losses)."""
+    others, as PyTorch does); ``label_smoothing`` ε mixes the one-hot target with the uniform
+    distribution, q = (1 - ε) onehot + ε/C. ``reduction``: "mean", "sum" or "none" (per-target
+    losses)."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be mean, sum or none, not {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:  # (a NaN fails this too)
@@ -122,13 +82,17 @@ def cross_entropy(
                 f"cross_entropy: target {int(bad.reshape(-1)[0])} is not a class of the "
                 f"logits (0..{C - 1}) nor ignore_index={ignore_index}"
             )
-    return CrossEntropyFn.apply(
-        logits,
-        targets=t,
-        ignore_index=ignore_index,
-        label_smoothing=float(label_smoothing),
-        reduction=reduction,
+    targets = targets if isinstance(targets, Tensor) else Tensor._wrap(t)
+    loss = CrossEntropyFn.apply(
+        logits, targets, ignore_index=int(ignore_index), label_smoothing=float(label_smoothing)
     )
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    # M, the rows not ignored, stays on the device (reading it would make the host wait)
+    count = xp_of(t).maximum((t != ignore_index).sum(), 1).astype(loss.data.dtype)
+    return loss.sum() / Tensor._wrap(count)
 
 
 def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa: A002

@@ -54,7 +54,7 @@ layers = {
     ),
     "cross-entropy": (
         lambda x, g, b: F.cross_entropy(x, targets),
-        lambda x, g, b: CrossEntropyFn.composed(x, targets, -100, 0.0, "mean"),
+        lambda x, g, b: CrossEntropyFn.composed(x, tl.tensor(targets)).mean(),
     ),
 }
 

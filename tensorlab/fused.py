@@ -112,10 +112,13 @@ def _same(a):
     return a
 
 
-def _rounded(a, half):
-    """A float32 result back in the half dtype its input had (a kernel's own wider output,
-    such as a float64 sum of squares, stays as it is)."""
-    return a.astype(half) if half is not None and a.dtype == np.float32 else a
+def _rounded(a, half, shape=None):
+    """A float32 result back in the half dtype its input had, if it has the input's ``shape``
+    (None: any). A kernel's own wider output (a float64 sum of squares) and one number per row
+    (a loss) stay as they are."""
+    if half is None or a.dtype != np.float32 or (shape is not None and a.shape != shape):
+        return a
+    return a.astype(half)
 
 
 def _as_tuple(out):
@@ -123,65 +126,72 @@ def _as_tuple(out):
 
 
 def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
-    """``math(NUMPY, *args, **kw)`` block by block: the arrays of the first argument's shape
-    are cut into blocks of about :data:`BLOCK` numbers (whole rows of the last axis when
-    ``rows``: a kernel that reduces over the last axis sees whole rows), the other arguments
-    are passed whole. With ``widen``, half inputs are computed in float32 and float32 outputs
-    rounded back to the first argument's dtype, in the same call. Each output has the first
-    argument's leading shape (an elementwise kernel: its whole shape)."""
-    first = args[0]
-    half = first.dtype if widen and first.dtype in HALF else None
+    """``math(NUMPY, *args, **kw)`` block by block. The largest array argument sets the shape:
+    the arrays of its shape are cut into blocks of about :data:`BLOCK` numbers (whole rows of
+    the last axis when ``rows``: a kernel that reduces over the last axis sees whole rows, and
+    the arrays of one number per row, such as class targets, are cut with them); the other
+    arguments are passed whole. Each output has the blocks' leading shape. With ``widen``,
+    half inputs are computed in float32, and the outputs of the input's shape are rounded back
+    to its dtype, in the same call (one number per row, such as a loss, stays float32)."""
+    args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)
+    ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
+    half = ref.dtype if widen and ref.dtype in HALF else None
     widened = _widened if half is not None else _same
-    shape = first.shape
-    width = shape[-1] if rows and first.ndim else 1
-    arrays = [isinstance(a, np.ndarray) and a.shape == shape for a in args]
+    shape = ref.shape
+    width = shape[-1] if rows and ref.ndim else 1
+    lead = shape[:-1] if rows and ref.ndim else shape
+    cut = [
+        isinstance(a, np.ndarray) and (a.shape == shape or (rows and a.shape == lead)) for a in args
+    ]
     blockable = (
-        first.size > BLOCK
+        ref.size > BLOCK
         and width > 0
-        and all(a.flags.c_contiguous for a, cut in zip(args, arrays) if cut)
+        and all(a.flags.c_contiguous for a, c in zip(args, cut) if c)
         and not any(
-            isinstance(a, np.ndarray) and a.ndim >= first.ndim and not cut
-            for a, cut in zip(args, arrays)
+            isinstance(a, np.ndarray) and a.ndim >= ref.ndim and not c for a, c in zip(args, cut)
         )  # a broadcast partner: run whole
     )
     if not blockable:
         out = math(NUMPY, *[widened(a) for a in args], **kw)
         if out is None:
             return None
-        outs = tuple(_rounded(np.asarray(o), half) for o in _as_tuple(out))
+        outs = tuple(_rounded(np.asarray(o), half, shape) for o in _as_tuple(out))
         return outs if isinstance(out, tuple) else outs[0]
-    n = first.size // width
+    n = ref.size // width
     step = max(1, BLOCK // width)
-    flat = [a.reshape(n, width) if cut else a for a, cut in zip(args, arrays)]
+    flat = [
+        (a.reshape(n, width) if a.shape == shape else a.reshape(n)) if c else a
+        for a, c in zip(args, cut)
+    ]
     spans = [slice(i, i + step) for i in range(0, n, step)]
 
     def block(s):
-        return math(NUMPY, *[widened(a[s]) if cut else a for a, cut in zip(flat, arrays)], **kw)
+        return math(NUMPY, *[widened(a[s]) if c else a for a, c in zip(flat, cut)], **kw)
 
-    first_out = block(spans[0])
-    if first_out is None:  # an in-place kernel: it wrote into the blocks, which are views
+    first = block(spans[0])
+    if first is None:  # an in-place kernel: it wrote into the blocks, which are views
         for s in spans[1:]:
             block(s)
         return None
-    outs = [
-        np.empty((n, *o.shape[1:]), half if half is not None and o.dtype == np.float32 else o.dtype)
-        for o in _as_tuple(first_out)
-    ]
+    outs = []
+    for o in _as_tuple(first):
+        full = (*lead, *o.shape[1:]) if rows else shape
+        rounds = half is not None and o.dtype == np.float32 and full == shape
+        outs.append(np.empty((n, *o.shape[1:]), half if rounds else o.dtype))
 
     def write(s, result):
         for o, r in zip(outs, _as_tuple(result)):
             o[s] = r
 
-    write(spans[0], first_out)
+    write(spans[0], first)
     if _pool is not None and len(spans) > 2:
         for s, result in zip(spans[1:], _pool.map(block, spans[1:])):
             write(s, result)
     else:
         for s in spans[1:]:
             write(s, block(s))
-    lead = shape[:-1] if rows and first.ndim else shape
     outs = [o.reshape(*lead, *o.shape[1:]) if rows else o.reshape(shape) for o in outs]
-    return tuple(outs) if isinstance(first_out, tuple) else outs[0]
+    return tuple(outs) if isinstance(first, tuple) else outs[0]
 
 
 class fused:  # noqa: N801 - used as a decorator, like functools.cache
@@ -218,7 +228,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
                 if self.rows
                 else _compile(self.math, self.__name__)
             )
-        half = args[0].dtype if self.widen and args[0].dtype in HALF else None
+        ref = max((a for a in args if hasattr(a, "dtype")), key=lambda a: a.size)
+        half = ref.dtype if self.widen and ref.dtype in HALF else None
         if half is not None:
             args = tuple(_widened(a) for a in args)
         if kw and not self.rows:  # cupy.fuse takes positional arguments only
@@ -229,8 +240,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if out is None:
             return out
         if isinstance(out, tuple):
-            return tuple(_rounded(o, half) for o in out)
-        return _rounded(out, half)
+            return tuple(_rounded(o, half, ref.shape) for o in out)
+        return _rounded(out, half, ref.shape)
 
     def each(self, arrays: Sequence[Sequence], *scalars) -> None:
         """The kernel on many tensors: ``arrays`` holds one list per array argument, and

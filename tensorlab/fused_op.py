@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensorlab.functions as F
+from tensorlab.creation import arange
 from tensorlab.function import Function
 from tensorlab.fused import HALF, fused
 from tensorlab.ops.special import erf
@@ -63,6 +64,14 @@ class _TensorMath:
     where = staticmethod(_where)
     maximum = staticmethod(F.maximum)
     minimum = staticmethod(F.minimum)
+
+    @staticmethod
+    def max(x, axis=None, keepdims=False):
+        return x.max(axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def arange(*args):
+        return arange(*args)
 
     @staticmethod
     def expm1(x):

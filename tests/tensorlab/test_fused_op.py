@@ -3,7 +3,8 @@ not listed by hand: its two formulas hold against each other on every runner.
 
 In float64, on hypothesis-drawn shapes whose values include the kinks and ties (x = 0 exactly,
 repeated entries):
-(a) the NumPy run of the forward formula equals the Tensor run (the composed graph);
+(a) the array run of the forward formula (NumPy, or CuPy on the test device) equals the
+    Tensor run (the composed graph);
 (b) the backward formula equals autograd of the composed graph, and the create_graph first
     derivative (which differentiates the composed graph) equals the plain backward;
 (c) gradcheck and gradgradcheck against central differences, away from the kinks (x = 0: a
@@ -14,7 +15,8 @@ on values of size ~10 (errors are ~1e-14), yet far below any wrong term.
 
 An op's inputs are read from its ``forward_math`` signature: positional parameters are arrays
 (the first of the drawn shape; ``w``, ``b`` and ``gain`` are per-feature vectors of the last
-axis), parameters with defaults are numbers, passed as their defaults.
+axis, ``t`` one class index per row), parameters with defaults are numbers, passed as their
+defaults.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from hypothesis.extra import numpy as hnp
 import gpt  # noqa: F401  (imports every module that defines fused ops)
 import nn  # noqa: F401
 import tensorlab as tl
-from tensorlab.fused import NUMPY
-from tensorlab.fused_op import TENSOR, fused_functions
+from tensorlab.fused_op import fused_functions
 from tests.strategies import away_from, check_fused_op
 
 OPS = fused_functions()
 PER_FEATURE = {"w", "b", "gain", "weight", "bias"}
+CLASSES = {"t"}  # class indices, one per row (cross-entropy's targets)
 
 
 def test_the_fused_ops_are_found():
@@ -68,6 +70,10 @@ def draw_inputs(draw, op, away: bool):
     shape = draw(shapes)
     inputs = []
     for name in arrays:
+        if name in CLASSES:  # one class index per row, some of them the ignored -100
+            classes = st.integers(-1, shape[-1] - 1).map(lambda c: -100 if c < 0 else c)
+            inputs.append(tl.tensor(draw(hnp.arrays(np.int64, shape[:-1], elements=classes))))
+            continue
         s = shape[-1:] if name in PER_FEATURE else shape
         x = draw(hnp.arrays(np.float64, s, elements=kinky))
         inputs.append(tl.tensor(away_from(x, [0.0], 1e-2) if away else x, requires_grad=True))
@@ -80,14 +86,8 @@ def test_runners_agree_and_the_gradients_are_right(op, data):
     inputs, numbers = draw_inputs(data.draw, op, away=False)
     fused = lambda *xs: op.apply(*xs, **numbers)
     composed = lambda *xs: op.composed(*xs, **numbers)
-    # (a) the NumPy run of the forward formula against the Tensor run
-    np.testing.assert_allclose(
-        op.forward_math(NUMPY, *[x.data for x in inputs], **numbers),
-        op.forward_math(TENSOR, *inputs, **numbers).data,
-        atol=1e-10,
-        rtol=0,
-    )
-    # (a), (b), (c), (d) at the kinks: everything but the finite differences
+    # (a) the op (its array runner: NumPy, or CuPy on a GPU) against the Tensor run, and (b),
+    # (d) at the kinks: everything but the finite differences
     check_fused_op(fused, composed, inputs, atol=1e-10, finite_differences=False)
     # (c) finite differences away from the kinks
     smooth, _ = draw_inputs(data.draw, op, away=True)
@@ -100,10 +100,18 @@ def test_half_inputs_are_computed_in_float32_and_rounded_back(op):
     """float16 in, float16 out, equal to the float32 result rounded once."""
     arrays, numbers = signature(op)
     rng = np.random.default_rng(0)
-    x32 = [rng.uniform(-3, 3, (5, 8) if a not in PER_FEATURE else (8,)) for a in arrays]
-    x32 = [a.astype(np.float32) for a in x32]
-    x16 = [a.astype(np.float16) for a in x32]
+    shapes = {a: (8,) if a in PER_FEATURE else (5,) if a in CLASSES else (5, 8) for a in arrays}
+    x16 = [
+        rng.integers(0, 8, shapes[a]) if a in CLASSES else rng.uniform(-3, 3, shapes[a])
+        for a in arrays
+    ]
+    x16 = [a if a.dtype.kind == "i" else a.astype(np.float16) for a in x16]
+    x32 = [a if a.dtype.kind == "i" else a.astype(np.float32) for a in x16]
     y16 = op.apply(*[tl.tensor(a) for a in x16], **numbers).data
-    y32 = op.apply(*[tl.tensor(a.astype(np.float32)) for a in x16], **numbers).data
-    assert y16.dtype == np.float16
-    np.testing.assert_array_equal(y16, y32.astype(np.float16))
+    y32 = op.apply(*[tl.tensor(a) for a in x32], **numbers).data
+    if y16.shape == x16[0].shape:  # the input's kind of array: in its dtype
+        assert y16.dtype == np.float16
+        np.testing.assert_array_equal(y16, y32.astype(np.float16))
+    else:  # one number per row (a loss): float32, as computed
+        assert y16.dtype == np.float32
+        np.testing.assert_array_equal(y16, y32)
