@@ -1180,8 +1180,8 @@ MUTANTS = {
         ),
         (
             "relu-at-zero",
-            "return select(ctx.inputs[0].data > 0, g, 0.0)",
-            "return select(ctx.inputs[0].data >= 0, g, 0.0)",
+            "return select(ctx.inputs[0].data <= 0, 0.0, g)",
+            "return select(ctx.inputs[0].data < 0, 0.0, g)",
             "ReLU: gradient 1 at exactly 0",
         ),
         (

@@ -34,6 +34,7 @@ from tensorlab.creation import (
     arange,
     eye,
     from_dlpack,
+    from_numpy,
     full,
     full_like,
     ones,

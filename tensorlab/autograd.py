@@ -249,8 +249,20 @@ class _Outputs:
 
 
 def _run_hooks(hooks, g: Tensor) -> Tensor:
+    """Each hook sees the gradient so far and may return a new one. It must not edit it in
+    place (the array may be shared with other gradients): it gets a read-only view, and an
+    in-place write is refused with a one-line error saying so."""
     for hook in hooks:
-        new = hook(g)
+        try:
+            new = hook(_read_only(g))
+        except ValueError as e:
+            if "read-only" not in str(e):
+                raise
+            raise RuntimeError(
+                f"a backward hook ({getattr(hook, '__name__', hook)!s:.40}) edited its gradient "
+                f"of shape {g.shape} in place; a hook must return a new gradient (return g * 2), "
+                "not edit it in place"
+            ) from None
         if new is not None:
             if new.shape != g.shape:
                 raise RuntimeError(
@@ -259,6 +271,16 @@ def _run_hooks(hooks, g: Tensor) -> Tensor:
                 )
             g = new
     return g
+
+
+def _read_only(g: Tensor) -> Tensor:
+    """``g`` for a hook: a read-only view of its array (NumPy's flag; a CuPy array has none,
+    and a gradient that carries a graph is handed as it is: in-place ops refuse it anyway)."""
+    if g.requires_grad or not getattr(getattr(g.data, "flags", None), "writeable", False):
+        return g
+    view = g.data.view()
+    view.flags.writeable = False
+    return Tensor._wrap(view)
 
 
 def _owned(g: Tensor, create_graph: bool, stored: set) -> Tensor:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorlab.backend import DEFAULT_DTYPE, default_device, generator, xp_for, xp_of
+from tensorlab.backend import (
+    BFLOAT16,
+    DEFAULT_DTYPE,
+    default_device,
+    generator,
+    xp_for,
+    xp_of,
+)
 from tensorlab.tensor import Tensor
 
 
@@ -29,8 +36,10 @@ def tensor(
     requires_grad: bool = False,
     name: str | None = None,
 ) -> Tensor:
-    """A tensor from nested lists, scalars or an array, on ``device`` (default: the default
-    device, :func:`tensorlab.backend.default_device`). Python floats become float32."""
+    """A tensor from nested lists, scalars, an array or a Tensor, on ``device`` (default: the
+    default device, :func:`tensorlab.backend.default_device`). Python floats become float32.
+    Always a copy, as ``torch.tensor``: changing ``data`` afterwards leaves the tensor alone
+    (:func:`from_numpy` shares memory instead)."""
     device = device or default_device()
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device, name=name)
 
@@ -57,6 +66,8 @@ def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> T
     """Like ``numpy.arange``: integers give an int64 tensor, floats a float32 one."""
     if stop is None:
         start, stop = 0, start
+    if step == 0:
+        raise ValueError(f"arange: step must not be 0 (start {start}, stop {stop})")
     if dtype is None:
         is_int = all(isinstance(v, int | np.integer) for v in (start, stop, step))
         dtype = np.int64 if is_int else DEFAULT_DTYPE
@@ -117,6 +128,18 @@ def randn_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
 
 def rand_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
     return rand(*t.shape, dtype=dtype or t.dtype, device=t.device, requires_grad=requires_grad)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing ``array``'s memory (no copy, dtype kept, as ``torch.from_numpy``):
+    writing to one changes the other. A change made through the NumPy array is not seen by
+    the tensor's version counter, so change it only when no backward still needs it.
+    (:func:`tensor` copies.)"""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a NumPy array, got {type(array).__name__}")
+    if not (array.dtype.kind in "biufc" or array.dtype == BFLOAT16):
+        raise TypeError(f"from_numpy: dtype {array.dtype} is not numeric; give a numeric array")
+    return Tensor._wrap(array)
 
 
 def from_dlpack(obj) -> Tensor:

@@ -13,7 +13,9 @@ Its operators and methods do no math themselves: each delegates to one op in ``t
 
 from __future__ import annotations
 
+import math
 import numbers
+import operator
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 
@@ -52,7 +54,10 @@ def _lift(x, like: Tensor) -> Tensor:
     else:
         arr = xp.asarray(x)
         dtype = like.data.dtype if (floating and is_float(arr.dtype)) else arr.dtype
-        return Tensor._wrap(arr.astype(dtype, copy=False))
+        arr = arr.astype(dtype, copy=False)
+        if arr is x and like.requires_grad and _modes.grad_enabled:
+            arr = arr.copy()  # the caller's array, which the backward may read: keep a copy
+        return Tensor._wrap(arr)
     return Tensor._wrap(xp.asarray(x, dtype=dtype))
 
 
@@ -64,6 +69,11 @@ def axis_index(op: str, axis: int, ndim: int) -> int:
     """``axis`` counted from 0 (``-1`` is the last of ``ndim`` axes), or an error naming the op:
     an axis out of range never wraps around to another one (``sum(5)`` of a matrix is not
     ``sum(1)``). The error is NumPy's AxisError, both a ValueError and an IndexError."""
+    if not isinstance(axis, numbers.Integral):
+        raise TypeError(
+            f"{op}: axis must be an integer (or a tuple of them), got {type(axis).__name__} "
+            f"{axis!r}"
+        )
     if not -ndim <= axis < ndim:
         valid = f"valid: {-ndim}..{ndim - 1}" if ndim else "a 0-d tensor has none"
         raise np.exceptions.AxisError(
@@ -73,7 +83,13 @@ def axis_index(op: str, axis: int, ndim: int) -> int:
 
 
 class Tensor:
-    """An n-dimensional array that can record the operations applied to it."""
+    """An n-dimensional array that can record the operations applied to it.
+
+    ``Tensor(data)`` (and ``tl.tensor(data)``) copies: the new tensor owns its memory, whether
+    ``data`` is Python data, a NumPy/CuPy array or another Tensor, as ``torch.tensor`` does.
+    ``tl.from_numpy(a)`` shares ``a``'s memory instead (changing one changes the other). The
+    ops wrap their results without a copy (``Tensor._wrap``).
+    """
 
     __slots__ = (
         "data",
@@ -97,6 +113,7 @@ class Tensor:
     ):
         if isinstance(data, Tensor):
             data = data.data
+        given = data  # an array passed in is copied below: the new tensor owns its memory
         try:
             xp = xp_of(data)
         except TypeError:
@@ -106,10 +123,18 @@ class Tensor:
             data = np.asarray(data, dtype=dtype)  # host: Python data or a NumPy array
             if dtype is None and not was_array and data.dtype == np.float64:
                 data = data.astype(DEFAULT_DTYPE)  # Python floats become float32
+            if data.dtype.kind not in "biufc" and data.dtype != BFLOAT16:
+                raise TypeError(
+                    f"tensor: cannot make a tensor of {type(given).__name__} data {given!r:.60} "
+                    f"(NumPy dtype {data.dtype}); give numbers, nested lists of numbers or a "
+                    "numeric array"
+                )
         elif dtype is not None:
             data = data.astype(dtype, copy=False)
         if device is not None:
             data = to_device(data, device)
+        if data is given or data.base is given:
+            data = data.copy()
         if requires_grad and not is_float(data.dtype):
             raise TypeError(
                 f"only floating-point tensors can require gradients; this one has dtype "
@@ -335,15 +360,54 @@ class Tensor:
         return lambda: self._hooks.remove(hook)
 
     # ------------------------------------------------------------------ in place (no graph)
-    def _inplace(self, name: str) -> None:
-        from tensorlab import function
-
-        if function.modes.grad_enabled and self.requires_grad:
-            raise RuntimeError(
-                f"{name}: in-place change of a tensor that requires grad; write it out of "
-                "place (y = x + 1), or wrap it in tensorlab.no_grad() if it is an update"
-            )
+    def _inplace(self, name: str, other=None) -> None:
+        """The rule of every in-place change (``add_``, ``x += y``, ``x[i] = v``, ...): it is
+        never recorded in the graph. So under grad mode (outside ``no_grad``) it is refused on
+        a tensor that requires grad: on a leaf, as in PyTorch (its ``.grad`` would no longer
+        belong to the values it holds); on an op's output too, where PyTorch would record the
+        change: tensorlab asks for the out-of-place form (``y = y + 1``), the same values with
+        a correct graph. Writing a value that requires grad into a tensor that does not is
+        refused as well (the gradient to that value would be lost). Each change bumps the
+        version counter shared with views and ``detach()``es, so a backward that saved this
+        memory refuses to run on the changed values (see ``_version``)."""
+        if _modes.grad_enabled:
+            if self.requires_grad:
+                if self._ctx is None:
+                    raise RuntimeError(
+                        f"{name}: a leaf tensor that requires grad (shape {self.shape}) is used "
+                        "in an in-place operation; wrap the update in tensorlab.no_grad() "
+                        "(p -= lr * p.grad), or write it out of place (y = x + 1)"
+                    )
+                raise RuntimeError(
+                    f"{name}: in-place change of a tensor of shape {self.shape} that requires "
+                    "grad (an op's output); tensorlab records no in-place ops: write it out of "
+                    "place (y = y + 1), or wrap it in tensorlab.no_grad()"
+                )
+            if isinstance(other, Tensor) and other.requires_grad:
+                raise RuntimeError(
+                    f"{name}: the operand of shape {other.shape} requires grad but the tensor "
+                    f"of shape {self.shape} changed in place does not, so its gradient would be "
+                    "lost; write it out of place (y = x + other)"
+                )
         self._vc[0] += 1
+
+    def _update(self, name: str, op, other) -> Tensor:
+        """``op(self.data, other)`` in the same memory (``op`` is ``operator.iadd`` for
+        ``x += y``, and so on). ``other`` must broadcast to this tensor's shape and the result
+        cast to its dtype, as in PyTorch; otherwise a one-line error and nothing changes."""
+        o = other.data if isinstance(other, Tensor) else other
+        self._inplace(name, other)
+        try:
+            op(self.data, o)
+        except (TypeError, ValueError) as e:
+            self._vc[0] -= 1  # nothing was written
+            what = f"shape {np.shape(o)} {getattr(o, 'dtype', type(o).__name__)}"
+            raise (TypeError if isinstance(e, TypeError) else ValueError)(
+                f"{name}: cannot update a tensor of shape {self.shape} {self.dtype} in place "
+                f"with an operand of {what} ({' '.join(str(e).split())}); the operand must "
+                f"broadcast to {self.shape} and the result cast to {self.dtype}"
+            ) from None
+        return self
 
     def zero_(self) -> Tensor:
         self._inplace("zero_")
@@ -351,36 +415,50 @@ class Tensor:
         return self
 
     def fill_(self, value) -> Tensor:
-        self._inplace("fill_")
-        self.data[...] = value
+        self._inplace("fill_", value)
+        self.data[...] = value.data if isinstance(value, Tensor) else value
         return self
 
     def copy_(self, src) -> Tensor:
         """Write ``src``'s values into this tensor (broadcast to its shape, cast to its dtype),
         from whichever device holds them, as PyTorch's ``copy_``."""
-        self._inplace("copy_")
+        self._inplace("copy_", src)
         src = src.data if isinstance(src, Tensor) else src
         self.data[...] = to_device(src, self.device) if hasattr(src, "dtype") else src
         return self
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
-        self._inplace("add_")
+        self._inplace("add_", other)
         o = other.data if isinstance(other, Tensor) else other
         self.data += o if alpha == 1.0 else alpha * o
         return self
 
     def sub_(self, other) -> Tensor:
-        self._inplace("sub_")
-        self.data -= other.data if isinstance(other, Tensor) else other
-        return self
+        return self._update("sub_", operator.isub, other)
 
     def mul_(self, other) -> Tensor:
-        self._inplace("mul_")
-        self.data *= other.data if isinstance(other, Tensor) else other
-        return self
+        return self._update("mul_", operator.imul, other)
+
+    def div_(self, other) -> Tensor:
+        return self._update("div_", operator.itruediv, other)
+
+    def __iadd__(self, other) -> Tensor:
+        """``x += y`` changes x in place (PyTorch's meaning), so ``p -= lr * p.grad`` inside
+        ``no_grad()`` updates the parameter instead of rebinding the name to a new tensor.
+        Refused under grad mode on a tensor that requires grad (:meth:`_inplace`)."""
+        return self._update("+=", operator.iadd, other)
+
+    def __isub__(self, other) -> Tensor:
+        return self._update("-=", operator.isub, other)
+
+    def __imul__(self, other) -> Tensor:
+        return self._update("*=", operator.imul, other)
+
+    def __itruediv__(self, other) -> Tensor:
+        return self._update("/=", operator.itruediv, other)
 
     def __setitem__(self, key, value) -> None:
-        self._inplace("__setitem__")
+        self._inplace("__setitem__", value)
         self.data[_index_key(key, self.data)] = value.data if isinstance(value, Tensor) else value
 
     # ------------------------------------------------------------------ arithmetic
@@ -498,6 +576,8 @@ class Tensor:
         return Minimum.apply(self, _lift(other, self))
 
     def clip(self, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy's names
+        if min is None and max is None:
+            raise ValueError(f"clip: min and max are both None (shape {self.shape}); give one")
         return Clip.apply(self, lo=min, hi=max)
 
     clamp = clip  # PyTorch's name
@@ -608,7 +688,13 @@ class Tensor:
             axis_index("flatten", start, 1), axis_index("flatten", end, 1)
             return self.reshape(1)
         start, end = axis_index("flatten", start, len(s)), axis_index("flatten", end, len(s))
-        return self.reshape(s[:start] + (-1,) + s[end + 1 :])
+        if start > end:
+            raise ValueError(
+                f"flatten: start axis {start} comes after end axis {end} (shape {s}); "
+                "need start <= end"
+            )
+        # the product, not -1: with a 0 among the other axes, -1 could be any size
+        return self.reshape(s[:start] + (math.prod(s[start : end + 1]),) + s[end + 1 :])
 
     def permute(self, *axes) -> Tensor:
         if len(axes) == 1 and isinstance(axes[0], tuple | list):
@@ -721,14 +807,21 @@ class Tensor:
         return split(self, -(-n // chunks) if n else [0] * chunks, axis)
 
     def tril(self, k: int = 0) -> Tensor:
+        _matrices("tril", self)
         return Tril.apply(self, k=k)
 
     def triu(self, k: int = 0) -> Tensor:
+        _matrices("triu", self)
         return Triu.apply(self, k=k)
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, key) -> Tensor:
-        return GetItem.apply(self, key=_index_key(key, self.data))
+        """NumPy's indexing rules, also where PyTorch's differ: with advanced indices split by
+        a slice, ``x[0, :, [0, 1]]`` puts the advanced axis first (shape (2, 3) for x of shape
+        (2, 3, 4)), where PyTorch gives (3, 2) (docs/derivations_nn.md, differences from
+        PyTorch). Index arrays are copied when the backward keeps them."""
+        saved = self.requires_grad and _modes.grad_enabled
+        return GetItem.apply(self, key=_index_key(key, self.data, saved))
 
     def gather(self, axis: int, index) -> Tensor:
         """``out[..., i, ...] = self[..., index[..., i, ...], ...]`` along ``axis``; the result
@@ -746,7 +839,7 @@ class Tensor:
                 f"gather: index of shape {idx.shape} for self of shape {self.shape} along axis "
                 f"{axis}: need the same rank, and no larger than self except along axis"
             )
-        return Gather.apply(self, axis=axis, index=idx)
+        return Gather.apply(self, axis=axis, index=_own_index(idx, index, self))
 
     def scatter_add(self, axis: int, index, src) -> Tensor:
         """A copy of ``self`` with ``src[..., i, ...]`` added at ``index[..., i, ...]`` along
@@ -755,6 +848,7 @@ class Tensor:
         ``g.gather(axis, index)``."""
         idx = _checked_index("scatter_add", index, self, axis, src)
         src = _lift(src, self)
+        idx = _own_index(idx, index, src)
         if src.shape != idx.shape:
             src = src[tuple(slice(0, n) for n in idx.shape)]
         return self + ScatterAlongAxis.apply(
@@ -767,22 +861,50 @@ class Tensor:
         ``self`` gets g, ``source`` gets ``alpha * g`` read at those slices."""
         idx = _checked_index("index_add", index, self, axis, source)
         source = _lift(source, self)
+        idx = _own_index(idx, index, source)
         if alpha != 1.0:
             source = source * alpha
         key = (slice(None),) * (axis % self.ndim) + (idx,)
         return self + ScatterAdd.apply(source, key=key, shape=self.shape)
 
 
-def _index_key(key, like):
+def _matrices(op: str, x: Tensor) -> None:
+    if x.ndim < 2:
+        raise ValueError(
+            f"{op}: needs a matrix or a batch of them (2 or more axes), got shape {x.shape}"
+        )
+
+
+def _index_key(key, like, saved: bool = False):
     """Replace Tensors inside an index by their arrays, and a list by an array on ``like``'s
-    device."""
-    if isinstance(key, Tensor):
-        return key.data
-    if isinstance(key, tuple):
-        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
-    if isinstance(key, list):
-        return xp_of(like).asarray(key)
-    return key
+    device (an empty list by an empty integer array: ``x[[]]`` selects nothing, as in NumPy
+    and PyTorch). With ``saved`` (the key is kept for a backward) the caller's arrays are
+    copied, so that changing them afterwards cannot change the gradient."""
+    if key.__class__ is tuple:
+        return tuple([_index_part(k, like, saved) for k in key])
+    return _index_part(key, like, saved)
+
+
+def _index_part(k, like, saved: bool):
+    if k is None or k is Ellipsis or k.__class__ is int or k.__class__ is slice:
+        return k
+    if isinstance(k, list):
+        k = xp_of(like).asarray(k)
+        return k.astype(np.intp) if k.size == 0 and k.dtype.kind == "f" else k  # (fresh)
+    if isinstance(k, Tensor):
+        k = k.data
+    return k.copy() if saved and hasattr(k, "dtype") else k
+
+
+def _own_index(arr, given, *tensors: Tensor):
+    """``arr``, the array of ``given`` (an index or a condition an op keeps for its backward),
+    copied when that op will be recorded and ``arr`` is the caller's memory (a Tensor's data
+    or an array passed in): changing ``given`` afterwards then cannot change the gradient."""
+    if (arr is given or isinstance(given, Tensor)) and _modes.grad_enabled:
+        for t in tensors:
+            if t.requires_grad:
+                return arr.copy()
+    return arr
 
 
 def _checked_index(op: str, index, x: Tensor, axis: int, src):
@@ -823,12 +945,23 @@ def _checked_index(op: str, index, x: Tensor, axis: int, src):
 
 
 def where(condition, a, b) -> Tensor:
-    """``a`` where ``condition`` is true, else ``b`` (all three broadcast together)."""
+    """``a`` where ``condition`` is true, else ``b`` (all three broadcast together).
+
+    The backward reads ``condition`` again: a Tensor or an array passed in is copied when a
+    gradient will flow, so that changing it afterwards cannot change the gradient."""
     like = a if isinstance(a, Tensor) else b
     if not isinstance(like, Tensor):
         raise TypeError("where: a or b must be a Tensor")
     cond = condition.data if isinstance(condition, Tensor) else xp_of(like.data).asarray(condition)
-    return Where.apply(_lift(a, like), _lift(b, like), cond=cond)
+    a, b = _lift(a, like), _lift(b, like)
+    return Where.apply(a, b, cond=_own_index(cond, condition, a, b))
+
+
+def select(mask, a, b) -> Tensor:
+    """:func:`where` for the ops' backwards: ``mask`` is a boolean array made for this one
+    call, which nobody else holds, so it is never copied."""
+    like = a if isinstance(a, Tensor) else b
+    return Where.apply(_lift(a, like), _lift(b, like), cond=mask)
 
 
 def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:

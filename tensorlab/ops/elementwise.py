@@ -11,7 +11,7 @@ import numpy as np
 
 from tensorlab.backend import is_float, to_device, xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor, where
+from tensorlab.tensor import Tensor, select
 
 _const = Tensor._wrap
 
@@ -82,7 +82,7 @@ class PowScalar(Function):
     def backward(ctx, g):
         a, p = ctx.inputs[0], ctx.p
         if p == 0:  # d(a⁰)/da = 0 everywhere, also at a = 0 where a^(p-1) is inf
-            return g * 0.0
+            return _const(xp_of(g.data).zeros_like(g.data))  # (0 also where g is inf, not NaN)
         if p == 2:
             return g * (2 * a)
         return g * (p * a ** (p - 1))
@@ -107,10 +107,10 @@ class Pow(Function):
         ga = gb = None
         if a.requires_grad:
             flat = (a.data == 0) & (b.data == 0)
-            ga = where(flat, 0.0, g * b * where(flat, 1.0, a) ** (b - 1))
+            ga = select(flat, 0.0, g * b * select(flat, 1.0, a) ** (b - 1))
         if b.requires_grad:
             flat = (a.data == 0) & (b.data >= 0)
-            gb = where(flat, 0.0, g * ctx.output * where(flat, 1.0, a).log())
+            gb = select(flat, 0.0, g * ctx.output * select(flat, 1.0, a).log())
         return ga, gb
 
 
@@ -149,14 +149,15 @@ class Sqrt(Function):
 
 
 class Abs(Function):
-    """y = |a|;  da = g * sign(a)  (0 at a = 0, a subgradient)."""
+    """y = |a|;  da = g * sign(a)  (0 at a = 0, a subgradient; and 0 at a = NaN, PyTorch's
+    sign, where NumPy's would be NaN)."""
 
     def forward(ctx, a):
         return xp_of(a).abs(a)
 
     def backward(ctx, g):
         a = ctx.inputs[0].data
-        return g * _const(xp_of(a).sign(a))
+        return g * _const((a > 0).astype(g.dtype) - (a < 0).astype(g.dtype))
 
 
 class Sin(Function):
@@ -222,47 +223,56 @@ class Sigmoid(Function):
         return g * (y * (1 - y))
 
 
+# The masked backwards below *select* g where the mask holds and 0 elsewhere (``select``, a
+# Where node), rather than multiply g by a 0/1 mask: an inf or NaN arriving at a masked entry
+# then gives 0 there, as in PyTorch, not 0 · inf = NaN. A Where is differentiable in g, so the
+# second derivative flows as before.
+
+
 class ReLU(Function):
-    """y = max(a, 0);  da = g * [a > 0]."""
+    """y = max(a, 0);  da = 0 where a ≤ 0, else g (also at a = NaN, as PyTorch)."""
 
     def forward(ctx, a):
         return xp_of(a).maximum(a, 0)
 
     def backward(ctx, g):
-        return g * _const(ctx.inputs[0].data > 0)
+        return select(ctx.inputs[0].data <= 0, 0.0, g)
 
 
-def _tie_mask(a, b):
-    """1 where a > b, ½ where a == b, 0 where a < b: ties share the gradient evenly."""
-    return (a > b) + 0.5 * (a == b)
+def _tie_split(ctx, g: Tensor, a, b) -> tuple:
+    """(da, db) of max(a, b): g to the larger, ½ g to each where a == b, 0 to the smaller
+    (min passes its inputs swapped). As in PyTorch, a NaN on either side (no order) sends g
+    to both."""
+    half = select(a == b, g * 0.5, g)
+    ga = select(a < b, 0.0, half) if ctx.inputs[0].requires_grad else None
+    gb = select(b < a, 0.0, half) if ctx.inputs[1].requires_grad else None
+    return ga, gb
 
 
 class Maximum(Function):
-    """y = max(a, b);  da = g * [a > b],  db = g * [b > a]  (ties split ½–½)."""
+    """y = max(a, b);  da = g where a > b,  db = g where b > a,  else 0  (ties split ½–½)."""
 
     def forward(ctx, a, b):
         return xp_of(a).maximum(a, b)
 
     def backward(ctx, g):
         a, b = ctx.inputs
-        m = _tie_mask(a.data, b.data).astype(g.dtype)
-        return g * _const(m), g * _const(1 - m)
+        return _tie_split(ctx, g, a.data, b.data)
 
 
 class Minimum(Function):
-    """y = min(a, b);  da = g * [a < b],  db = g * [b < a]  (ties split ½–½)."""
+    """y = min(a, b);  da = g where a < b,  db = g where b < a,  else 0  (ties split ½–½)."""
 
     def forward(ctx, a, b):
         return xp_of(a).minimum(a, b)
 
     def backward(ctx, g):
         a, b = ctx.inputs
-        m = _tie_mask(b.data, a.data).astype(g.dtype)
-        return g * _const(m), g * _const(1 - m)
+        return _tie_split(ctx, g, b.data, a.data)  # max's comparisons, flipped
 
 
 class Clip(Function):
-    """y = min(max(a, lo), hi);  da = g * [lo ≤ a ≤ hi]."""
+    """y = min(max(a, lo), hi);  da = g where lo ≤ a ≤ hi, else 0."""
 
     def forward(ctx, a, lo, hi):
         ctx.lo, ctx.hi = lo, hi
@@ -278,7 +288,7 @@ class Clip(Function):
             inside &= a >= ctx.lo
         if ctx.hi is not None:
             inside &= a <= ctx.hi
-        return g * _const(inside)
+        return select(inside, g, 0.0)
 
 
 class Where(Function):
@@ -290,8 +300,8 @@ class Where(Function):
 
     def backward(ctx, g):
         a, b = ctx.inputs
-        ga = where(ctx.cond, g, 0.0) if a.requires_grad else None
-        gb = where(ctx.cond, 0.0, g) if b.requires_grad else None
+        ga = select(ctx.cond, g, 0.0) if a.requires_grad else None
+        gb = select(ctx.cond, 0.0, g) if b.requires_grad else None
         return ga, gb
 
 

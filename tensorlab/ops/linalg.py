@@ -8,6 +8,10 @@ entry; batch axes that were broadcast are summed back by the engine's ``sum_to``
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from tensorlab.backend import acc_dtype, is_float, matmul, xp_of
 from tensorlab.function import Function, modes
 
@@ -40,17 +44,18 @@ class MatMul(Function):
         if ctx.inputs[0].requires_grad:
             ga = g @ b.mT
             if a_vec:
-                ga = ga.reshape(ga.shape[:-2] + (-1,)).sum_to(ctx.inputs[0].shape)
+                ga = ga.reshape(ga.shape[:-2] + ga.shape[-1:]).sum_to(ctx.inputs[0].shape)
         if ctx.inputs[1].requires_grad:
             if b.ndim == 2 and a.ndim > 2:
                 # (..., n, k) @ (k, m): fold the batch into rows, one GEMM instead of a
-                # batch of products that would then be summed.
-                k, m = a.shape[-1], g.shape[-1]
-                gb = a.reshape(-1, k).mT @ g.reshape(-1, m)
+                # batch of products that would then be summed. (The row count is spelled
+                # out: with k or m 0, -1 could be any size.)
+                rows, k, m = math.prod(a.shape[:-1]), a.shape[-1], g.shape[-1]
+                gb = a.reshape(rows, k).mT @ g.reshape(rows, m)
             else:
                 gb = a.mT @ g
             if b_vec:
-                gb = gb.reshape(gb.shape[:-2] + (-1,)).sum_to(ctx.inputs[1].shape)
+                gb = gb.reshape(gb.shape[:-1]).sum_to(ctx.inputs[1].shape)
         return ga, gb
 
 
@@ -117,14 +122,17 @@ def einsum(spec: str, *operands):
 
 
 def autocast_inputs(*tensors):
-    """The operands of a matrix product inside ``tl.autocast(dtype)``: each floating tensor in
-    that dtype (through a Cast node, so the gradient returns to a float32 parameter as float32),
-    others (integer, None) unchanged. Mixed precision is this one rule: the products, where
+    """The operands of a matrix product inside ``tl.autocast(dtype)``: each float32 or other
+    half-precision tensor in that dtype (through a Cast node, so the gradient returns to a
+    float32 parameter as float32); others unchanged: float64 (asked for on purpose, as in
+    PyTorch's autocast), integer, None. Mixed precision is this one rule: the products, where
     the time goes, run in half precision, summed in float32 (:func:`~tensorlab.backend.matmul`);
     what they feed keeps whatever dtype NumPy promotion gives it (a float32 residual stream
     stays float32), and the norms, softmax and losses accumulate in float32."""
     dtype = modes.autocast
     return tuple(
-        t.to(dtype) if t is not None and is_float(t.dtype) and t.dtype != dtype else t
+        t.to(dtype)
+        if t is not None and t.dtype != np.float64 and is_float(t.dtype) and t.dtype != dtype
+        else t
         for t in tensors
     )

@@ -12,7 +12,7 @@ import numpy as np
 
 from tensorlab.backend import acc_dtype, is_float, xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor, axis_index, where
+from tensorlab.tensor import Tensor, axis_index, select
 
 _const = Tensor._wrap
 
@@ -24,6 +24,8 @@ def _reduce_setup(ctx, a, axis, keepdims) -> None:
         axes = tuple(range(nd))
     elif isinstance(axis, tuple | list):
         axes = tuple(axis_index(op, ax, nd) for ax in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{op}: axis {tuple(axis)} names an axis twice; name each once")
     else:  # an int (a NumPy integer too)
         axes = (axis_index(op, axis, nd),)
     ctx.axis = axes if axis is not None else None
@@ -73,16 +75,20 @@ class Mean(Function):
 
 class _Extremum(Function):
     """Shared backward of max and min: the gradient goes to the entries that attain the
-    extreme value, split evenly among ties:  da = g * [a = y] / #ties."""
+    extreme value, split evenly among ties:  da = g / #ties where a = y, else 0 (selected,
+    not multiplied by a 0/1 mask: an inf in g stays at the extreme entries and the others
+    get 0, not 0 · inf = NaN). A NaN extreme is attained by the NaN entries, as in PyTorch."""
 
     saves_output = True  # backward reads ctx.output
 
     def backward(ctx, g):
         a = ctx.inputs[0].data
         y = ctx.output.data
-        hit = a == (y if ctx.keepdims else y.reshape(ctx.kshape))
-        weights = hit / hit.sum(axis=ctx.axis, keepdims=True)
-        return _spread(ctx, g) * _const(weights.astype(a.dtype))
+        if not ctx.keepdims:
+            y = y.reshape(ctx.kshape)
+        hit = (a == y) | ((a != a) & (y != y))  # (x != x: x is NaN)
+        per_tie = 1.0 / hit.sum(axis=ctx.axis, keepdims=True)
+        return select(hit, _spread(ctx, g) * _const(per_tie.astype(a.dtype)), 0.0)
 
 
 class Max(_Extremum):
@@ -109,28 +115,37 @@ def _centered(ctx) -> Tensor:
 
 
 def _per_dof(ctx) -> float:
-    """1/(N - ddof), NaN when there are no degrees of freedom left (as NumPy and PyTorch)."""
+    """1/(N - ddof), taken as 1/0 = inf when no degrees of freedom are left (N ≤ ddof), as
+    PyTorch, which divides by max(N - ddof, 0)."""
     dof = ctx.count - ctx.ddof
-    return 1.0 / dof if dof > 0 else float("nan")
+    return 1.0 / dof if dof > 0 else float("inf")
 
 
 def _moment(ctx, xp, a, axis, keepdims, ddof):
-    """Σ_axis (a - ā)² / (N - ddof): NaN for N ≤ ddof (an empty axis too), without NumPy's
-    warnings."""
+    """Σ_axis (a - ā)² / (N - ddof), without NumPy's warnings. For N ≤ ddof the sum is
+    divided by 0, as in PyTorch: inf, or NaN where the sum is 0 too (a constant slice, a
+    single entry, an empty axis)."""
     _reduce_setup(ctx, a, axis, keepdims)
     ctx.ddof = ddof
-    if ctx.count - ddof <= 0:
+    if ctx.count == 0:
         return xp.full(ctx.kshape if keepdims else ctx.out_shape, xp.nan, dtype=a.dtype)
     acc = acc_dtype(a)
-    y = a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof, dtype=acc)
+    if ctx.count - ddof <= 0:
+        y = a.var(axis=ctx.axis, keepdims=keepdims, dtype=acc)  # Σ (a - ā)² / N
+        with np.errstate(invalid="ignore"):
+            y = y * xp.asarray(float("inf"), dtype=y.dtype)  # ... / 0: inf, or 0 · inf = NaN
+    else:
+        y = a.var(axis=ctx.axis, keepdims=keepdims, ddof=ddof, dtype=acc)
     return y if acc is None else y.astype(a.dtype)
 
 
 class Var(Function):
     """y = Σ_axis (a - ā)² / (N - ddof);  da = g * 2 (a - ā) / (N - ddof).
 
-    (The term from ā's own dependence on a vanishes because Σ (a - ā) = 0.) NaN where
-    N ≤ ddof, value and gradient, as in PyTorch.
+    (The term from ā's own dependence on a vanishes because Σ (a - ā) = 0.) Where N ≤ ddof
+    the value is inf (NaN for a constant slice), as in PyTorch, and 1/(N - ddof) is taken as
+    inf in the gradient too: ±inf, NaN where a = ā. (PyTorch's own gradient there is +inf
+    for a full reduction and finite for N < ddof over an axis.)
     """
 
     def forward(ctx, a, axis, keepdims, ddof):
@@ -142,7 +157,8 @@ class Var(Function):
 
 class Std(Function):
     """y = √(Σ_axis (a - ā)² / (N - ddof));  da = g * (a - ā) / ((N - ddof) y),
-    taken as 0 where y = 0 (a constant slice: PyTorch's choice, a subgradient)."""
+    taken as 0 where y = 0 (a constant slice: PyTorch's choice, a subgradient). Where
+    N ≤ ddof, y is inf (NaN for a constant slice) and the gradient NaN, as in PyTorch."""
 
     saves_output = True  # backward reads ctx.output
 
@@ -153,7 +169,7 @@ class Std(Function):
     def backward(ctx, g):
         y = ctx.output
         zero = y.data == 0
-        g_over_y = where(zero, 0.0, g / where(zero, 1.0, y))
+        g_over_y = select(zero, 0.0, g / select(zero, 1.0, y))
         return _spread(ctx, g_over_y) * _centered(ctx) * _per_dof(ctx)
 
 
@@ -174,6 +190,8 @@ class Prod(Function):
 
     def backward(ctx, g):
         a = ctx.inputs[0]
+        if a.ndim == 0:  # y = a: the product of no others is 1 (y / a would be NaN at a = ±inf)
+            return g
         if not (a.data == 0).any():
             return _spread(ctx, g) * _spread(ctx, ctx.output) / a
         return _spread(ctx, g) * _products_of_others(a, ctx.axis)
@@ -191,7 +209,7 @@ def _products_of_others(a: Tensor, axes: tuple | None) -> Tensor:
     rows = moved.reshape(lead + (-1,))
     n = rows.shape[-1]
     eye = xp_of(a.data).eye(n, dtype=bool)
-    others = where(eye, 1.0, rows.unsqueeze(-2).expand(lead + (n, n))).prod(axis=-1)
+    others = select(eye, 1.0, rows.unsqueeze(-2).expand(lead + (n, n))).prod(axis=-1)
     back = others.reshape(moved.shape)
     if not a.ndim:
         return back

@@ -114,11 +114,28 @@ class Stack(Function):
         return tuple(g[lead + (i,)] if t.requires_grad else None for i, t in enumerate(ctx.inputs))
 
 
+def _tensors(op: str, tensors) -> list[Tensor]:
+    """``tensors`` as a list, refused with a one-line error when it is empty or holds
+    something other than a Tensor (as PyTorch: no implicit conversion of numbers)."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: takes a list of tensors, got one tensor of shape {tensors.shape}")
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{op}: needs at least one tensor, got an empty list")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"{op}: element {i} is {t!r:.40} of type {type(t).__name__}, not a Tensor; "
+                "every element must be a Tensor (wrap numbers with tl.tensor)"
+            )
+    return tensors
+
+
 def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join tensors along an existing axis."""
-    return Concatenate.apply(*tensors, axis=axis)
+    """Join tensors along an existing axis (``tl.cat``)."""
+    return Concatenate.apply(*_tensors("concatenate", tensors), axis=axis)
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Join tensors of equal shape along a new axis."""
-    return Stack.apply(*tensors, axis=axis)
+    return Stack.apply(*_tensors("stack", tensors), axis=axis)

@@ -436,6 +436,24 @@ def test_hook_returning_a_wrong_shape_raises():
         (x * 2).sum().backward()
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [lambda g: g.data.__imul__(2), lambda g: g.mul_(2), lambda g: g.__setitem__(0, 0.0)],
+    ids=["data", "mul_", "setitem"],
+)
+def test_a_hook_that_edits_its_gradient_in_place_gets_a_clear_error(edit):
+    """The gradient a hook sees may be shared (a + b sends one array to both, a sum's is a
+    broadcast): the hook must return a new one, and an edit in place says so."""
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    a.register_hook(edit)
+    with pytest.raises(RuntimeError, match="hook .* in place; a hook must return a new gradient"):
+        (a + b).sum().backward()
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    a.register_hook(lambda g: g * 2)  # the way to change it
+    (a + b).sum().backward()
+    assert a.grad.numpy().tolist() == [2.0, 2.0] and b.grad.numpy().tolist() == [1.0, 1.0]
+
+
 def test_hook_on_a_tensor_without_grad_raises():
     with pytest.raises(RuntimeError, match="does not require grad"):
         tl.ones(2).register_hook(lambda g: g)
@@ -551,6 +569,64 @@ def test_leaf_gradients_are_writable(make):
         x.grad.mul_(0.5)
         x.grad.add_(1.0)
     assert x.grad.shape == (2, 2)
+
+
+def test_a_where_condition_changed_after_the_forward_does_not_change_the_gradient():
+    """The issue's example: where() kept the condition's array, and c[0] = False before the
+    backward gave [3, 3, 2]."""
+    for make in (tl.tensor, np.array):
+        x = leaf([1.0, 1.0, 1.0])
+        c = make([True, False, True])
+        y = tl.where(c, 2 * x, 3 * x)
+        c[0] = False
+        y.sum().backward()
+        assert x.grad.numpy().tolist() == [2.0, 3.0, 2.0]
+    x = leaf([1.0, -1.0])
+    m = tl.tensor([True, False])
+    y = x.masked_fill(m, 0.0)
+    m[:] = True
+    y.sum().backward()
+    assert x.grad.numpy().tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "read, want",
+    [
+        (lambda x, i: x.gather(0, i), [1.0, 0.0, 10.0]),
+        (lambda x, i: x[i], [1.0, 0.0, 10.0]),
+        (lambda x, i: x[(i,)], [1.0, 0.0, 10.0]),
+        (lambda x, i: tl.zeros(3, dtype="float64").scatter_add(0, i, x[:2]), [1.0, 10.0, 0.0]),
+        (lambda x, i: tl.zeros(3, dtype="float64").index_add(0, i, x[:2]), [1.0, 10.0, 0.0]),
+    ],
+    ids=["gather", "getitem", "getitem-tuple", "scatter_add", "index_add"],
+)
+@pytest.mark.parametrize("make", [tl.tensor, np.array], ids=["Tensor", "ndarray"])
+def test_an_index_changed_after_the_forward_does_not_change_the_gradient(read, want, make):
+    x = leaf([1.0, 2.0, 3.0])
+    idx = make([0, 2])
+    y = read(x, idx)
+    idx[0] = 1
+    w = [1.0, 10.0] if len(y) == 2 else [1.0, 100.0, 10.0]  # (scatters give 3 entries)
+    (y * tl.tensor(w, dtype="float64")).sum().backward()
+    assert x.grad.numpy().tolist() == want
+
+
+def test_an_array_operand_changed_after_the_forward_does_not_change_the_gradient():
+    """x * arr saves arr for x's gradient: the op keeps a copy of the caller's array."""
+    x = leaf([1.0, 2.0])
+    arr = np.array([3.0, 4.0])
+    y = (x * arr).sum() + (arr - x).sum()
+    arr[0] = 100.0
+    y.backward()
+    assert x.grad.numpy().tolist() == [2.0, 3.0]
+
+
+def test_saved_indices_are_not_copied_without_a_graph():
+    x = tl.tensor([1.0, 2.0, 3.0])
+    idx = tl.tensor([0, 2])
+    with tl.no_grad():
+        y = leaf([1.0, 2.0, 3.0])[idx]
+    assert y._ctx is None and x[idx].numpy().tolist() == [1.0, 3.0]
 
 
 # ---------------------------------------------------------------- devices

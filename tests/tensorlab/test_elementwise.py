@@ -202,6 +202,66 @@ def test_maximum_tie_splits_the_gradient():
     np.testing.assert_array_equal(b.grad.numpy(), [0.5, 1.0, 0.0])
 
 
+INF = np.inf
+
+
+@pytest.mark.parametrize(
+    "f, inputs, grads",
+    [
+        (lambda x: x.relu().sqrt(), [[-1.0, 0.0, 2.0]], [[0.0, 0.0, 0.5**1.5]]),
+        (lambda x: x.clip(0.0, 1.0).sqrt(), [[-1.0, 0.25, 2.0]], [[0.0, 1.0, 0.0]]),
+        (lambda x: x.clip(min=0.0).sqrt(), [[-1.0, 0.25]], [[0.0, 1.0]]),
+        (lambda x: x.clip(max=0.0).abs().sqrt(), [[-0.25, 1.0]], [[-1.0, 0.0]]),
+        (
+            lambda a, b: a.maximum(b).sqrt(),
+            [[0.0, 4.0, 0.0], [-1.0, 9.0, 0.0]],
+            [[INF, 0.0, INF], [0.0, 1 / 6, INF]],
+        ),
+        (lambda a, b: a.minimum(b).sqrt(), [[0.0, 4.0], [1.0, 1.0]], [[INF, 0.0], [0.0, 0.5]]),
+        (lambda x: x.max(axis=1).sqrt(), [[[0.0, -1.0], [4.0, 1.0]]], [[[INF, 0.0], [0.25, 0]]]),
+        (lambda x: x.max().sqrt(), [[0.0, -1.0]], [[INF, 0.0]]),
+        (lambda x: x.min(axis=0, keepdims=True).sqrt(), [[0.0, 3.0]], [[INF, 0.0]]),
+        (lambda x: (x**0 - 1.0).sqrt(), [[2.0, 3.0]], [[0.0, 0.0]]),
+    ],
+    ids=["relu", "clip", "clip-min", "clip-max", "maximum", "minimum", "max-axis", "max", "min",
+         "pow-0"],
+)  # fmt: skip
+def test_masked_backwards_give_zero_not_nan_where_an_infinite_gradient_is_masked(f, inputs, grads):
+    """x.relu().sqrt() at x = 0 sends an infinite gradient into relu's masked entry: 0 there
+    (PyTorch's answer), where multiplying by a 0/1 mask gave 0 · inf = NaN."""
+    xs = [leaf(x) for x in inputs]
+    with np.errstate(divide="ignore"):
+        f(*xs).sum().backward()
+    for x, want in zip(xs, grads):
+        np.testing.assert_allclose(x.grad.numpy(), want)
+
+
+def test_relu_and_abs_at_nan_follow_pytorch():
+    """Found by the differential fuzzer: PyTorch's ReLU backward zeroes only where a <= 0, so
+    a NaN input passes g; its sign(NaN) is 0, so abs sends 0 there (NumPy's sign is NaN)."""
+    x = leaf([np.nan, -1.0, 2.0])
+    with np.errstate(invalid="ignore"):
+        x.relu().sum().backward()
+    assert x.grad.numpy().tolist() == [1.0, 0.0, 1.0]
+    x = leaf([np.nan, -1.0, 0.0])
+    x.abs().sum().backward()
+    assert x.grad.numpy().tolist() == [0.0, -1.0, 0.0]
+
+
+def test_clip_without_bounds_is_refused_as_pytorch():
+    with pytest.raises(ValueError, match=r"clip: min and max are both None \(shape \(3,\)\)"):
+        tl.zeros(3).clamp(None, None)
+    with pytest.raises(ValueError, match="clip: min and max are both None"):
+        tl.clamp(tl.zeros(3))
+
+
+def test_maximum_and_minimum_with_a_nan_send_the_gradient_to_both_as_pytorch():
+    for op in ("maximum", "minimum"):
+        a, b = leaf([np.nan, 1.0]), leaf([1.0, 2.0])
+        getattr(a, op)(b).sum().backward()
+        assert a.grad.numpy()[0] == 1.0 and b.grad.numpy()[0] == 1.0
+
+
 @given(shapes=broadcast_shapes(num_shapes=3), data=st.data())
 def test_where(shapes, data):
     shape_c, shape_a, shape_b = shapes

@@ -5,6 +5,9 @@ derivatives against finite differences (tolerances: see ``opcheck.py``)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -160,6 +163,38 @@ def test_tril_triu(x, k, gg):
     check_op(lambda t: t.tril(k), lambda a: np.tril(a, k), x, gradgrad=gg)
     check_op(lambda t: tl.triu(t, k), lambda a: np.triu(a, k), x, gradgrad=gg)
     check_op(lambda t: tl.tril(t), np.tril, x)
+
+
+@pytest.mark.parametrize("op", ["tril", "triu"])
+@pytest.mark.parametrize("shape", [(5,), ()])
+def test_tril_triu_refuse_fewer_than_two_axes_as_pytorch(op, shape):
+    """np.tril of a 1-D array broadcasts it to a matrix; PyTorch refuses, and so do we."""
+    with pytest.raises(
+        ValueError, match=f"{op}: needs a matrix .* got shape {re.escape(str(shape))}"
+    ):
+        getattr(tl.zeros(*shape), op)()
+    with pytest.raises(ValueError, match=f"{op}: needs a matrix"):
+        getattr(tl, op)(tl.zeros(*shape))
+
+
+def test_an_empty_index_list_selects_nothing():
+    x = tl.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
+    y = x[[]]
+    assert y.shape == (0, 2) and x[:, []].shape == (3, 0) and x[[], 0].shape == (0,)
+    (y.sum() + x[[]].sum()).backward()
+    assert x.grad.numpy().tolist() == [[0.0, 0.0]] * 3
+
+
+def test_mixed_advanced_indexing_follows_numpy_and_the_docs_say_so():
+    """x[0, :, [0, 1]]: advanced indices split by a slice put the advanced axis first (NumPy),
+    (2, 3); PyTorch gives (3, 2). Kept, and stated in the differences-from-PyTorch table."""
+    a = np.arange(24.0).reshape(2, 3, 4)
+    y = tl.tensor(a)[0, :, [0, 1]]
+    assert y.shape == (2, 3) == a[0, :, [0, 1]].shape
+    np.testing.assert_array_equal(y.numpy(), a[0, :, [0, 1]])
+    table = (Path(__file__).parents[2] / "docs" / "derivations_nn.md").read_text()
+    row = next((r for r in table.splitlines() if "x[0, :, [0, 1]]" in r), "")
+    assert "(2, 3)" in row and "(3, 2)" in row, "the table row for mixed advanced indexing"
 
 
 # ---------------------------------------------------------------- sort, argsort, topk

@@ -42,6 +42,13 @@ def test_matmul_second_order(pair):
         ((3, 4), (2, 4, 2)),  # matrix · batched
         ((2, 0, 3), (3, 2)),  # empty batch rows
         ((2, 0), (0, 3)),  # empty contraction: a zero matrix
+        ((2, 3, 0), (0, 4)),  # batched, empty contraction, folded GEMM (crashed: -1 of 0)
+        ((2, 3, 3), (3, 0)),  # batched, no output columns, folded GEMM (crashed)
+        ((0, 3, 2), (2, 4)),  # an empty batch, folded GEMM
+        ((0, 3), (3,)),  # matrix · vector with no rows
+        ((0, 2, 3), (3,)),  # empty batch · vector
+        ((3,), (0, 3, 2)),  # vector · empty batch
+        ((2, 0, 3), (2, 3, 0)),  # batched, empty on both outer sides
     ],
 )
 def test_matmul_fixed_forms(shape_a, shape_b):
@@ -132,3 +139,17 @@ def test_einsum_unsupported_specs_raise(spec):
 def test_einsum_operand_count_mismatch():
     with pytest.raises(ValueError, match="operands"):
         tl.einsum("ij,jk->ik", tl.ones(2, 2))
+
+
+def test_autocast_leaves_float64_products_alone_as_pytorch():
+    """tl.autocast("bfloat16") cast float64 operands to bfloat16 too; PyTorch's autocast only
+    casts lower-precision float types, so float64 asked for on purpose stays float64."""
+    a = tl.tensor(np.eye(2), requires_grad=True)  # float64
+    b = tl.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    with tl.autocast("float16"):
+        y = a @ b
+        z = tl.einsum("ij,jk->ik", a, b)
+        half = tl.ones(2, 2) @ tl.ones(2, 2)  # float32 is still cast
+    assert y.dtype == np.float64 and z.dtype == np.float64 and half.dtype == np.float16
+    y.sum().backward()
+    assert a.grad.dtype == np.float64

@@ -267,6 +267,50 @@ def test_var_without_degrees_of_freedom_is_nan_not_an_error():
     assert np.isnan(x.grad.numpy()).all()
 
 
+def test_prod_of_a_0d_tensor_passes_the_gradient_also_at_infinity():
+    """Found by the differential fuzzer: the product of no other entries is 1, so d(prod a)/da
+    is 1 for a 0-d a (PyTorch's answer); g * y / a gave inf / inf = NaN at a = inf."""
+    for value in (np.inf, 0.0, -2.0):
+        x = leaf(value)
+        with np.errstate(invalid="ignore"):
+            (x.prod() * 3.0).backward()
+        assert x.grad.item() == 3.0
+
+
+def test_var_and_std_with_ddof_past_the_count_divide_by_zero_as_pytorch():
+    """PyTorch divides by max(N - correction, 0): torch.tensor([1., 2.]).var(correction=3) is
+    inf (NaN before here), and NaN only where the sum of squares is 0 too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and without NumPy's warnings
+        for ddof in (2, 3):
+            assert tl.tensor([1.0, 2.0]).var(ddof=ddof).item() == np.inf
+            assert tl.tensor([1.0, 2.0]).std(ddof=ddof).item() == np.inf
+            assert np.isnan(tl.tensor([1.0, 1.0]).var(ddof=ddof).item())
+        rows = tl.tensor([[1.0, 2.0], [3.0, 3.0]]).var(axis=1, ddof=5)
+        assert rows.numpy()[0] == np.inf and np.isnan(rows.numpy()[1])
+    x = leaf([1.0, 2.0, 2.0])
+    with np.errstate(invalid="ignore"):
+        x.var(axis=0, ddof=3).backward()  # 2 (a - ā) / 0: -inf, +inf, +inf
+    assert x.grad.numpy().tolist() == [-np.inf, np.inf, np.inf]
+    x = leaf([1.0, 2.0])
+    with np.errstate(invalid="ignore"):
+        x.std(ddof=2).backward()
+    assert np.isnan(x.grad.numpy()).all()  # PyTorch's too
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var", "std", "prod", "logsumexp"])
+@pytest.mark.parametrize("shape", [(0, 3), (2, 3)])
+def test_a_repeated_axis_is_refused_also_on_empty_tensors(name, shape):
+    with pytest.raises(ValueError, match=f"{name}: axis \\(0, -2\\) names an axis twice"):
+        getattr(tl.zeros(*shape), name)(axis=(0, -2))
+
+
+@pytest.mark.parametrize("axis", ["0", 0.0, (0, "1"), [None]])
+def test_an_axis_that_is_not_an_integer_is_a_clear_error(axis):
+    with pytest.raises(TypeError, match="sum: axis must be an integer .*, got"):
+        tl.zeros(2, 3).sum(axis=axis)
+
+
 # ---------------------------------------------------------------- axes out of range, integers
 AXIS_OPS = {
     "sum": lambda t, ax: t.sum(ax),

@@ -112,6 +112,37 @@ def test_flatten(x):
         check_op(lambda t: t.flatten(1), lambda a: a.reshape(a.shape[0], -1), x)
 
 
+def test_flatten_of_zero_size_tensors_keeps_the_other_axes():
+    """zeros(5, 0).flatten(0, -2) crashed: reshape((-1, 0)) cannot tell what -1 stands for."""
+    x = tl.zeros(5, 0, requires_grad=True)
+    y = x.flatten(0, -2)
+    assert y.shape == (5, 0)
+    assert tl.zeros(2, 0, 3).flatten(1).shape == (2, 0)
+    assert tl.zeros(0, 4, 3).flatten(1, 2).shape == (0, 12)
+    y.sum().backward()
+    assert x.grad.shape == (5, 0)
+
+
+def test_flatten_refuses_a_start_after_the_end():
+    with pytest.raises(
+        ValueError, match=r"flatten: start axis 2 comes after end axis 1 .*\(2, 3, 4\)"
+    ):
+        tl.zeros(2, 3, 4).flatten(2, 1)
+    with pytest.raises(ValueError, match="flatten: start axis 1 comes after end axis 0"):
+        tl.zeros(2, 3).flatten(-1, 0)
+
+
+@pytest.mark.parametrize("join", [tl.cat, tl.concatenate, tl.stack])
+def test_joining_nothing_or_a_non_tensor_is_a_clear_error(join):
+    name = "stack" if join is tl.stack else "concatenate"
+    with pytest.raises(ValueError, match=f"{name}: needs at least one tensor, got an empty list"):
+        join([])
+    with pytest.raises(TypeError, match=f"{name}: element 1 is 3 of type int, not a Tensor"):
+        join([tl.zeros(3), 3])
+    with pytest.raises(TypeError, match=f"{name}: takes a list of tensors, got one tensor"):
+        join(tl.zeros(2, 3))
+
+
 @st.composite
 def join_case(draw, new_axis: bool):
     base = draw(nonscalar_shapes)

@@ -39,9 +39,50 @@ def test_explicit_dtype_wins():
     assert tl.tensor(np.ones(2), dtype="float32").dtype == np.float32
 
 
-def test_tensor_of_a_tensor_shares_the_array():
-    a = tl.tensor([1.0, 2.0])
-    assert tl.tensor(a).data is a.data
+def test_tensor_copies_arrays_and_tensors_as_torch_tensor_does():
+    a = np.array([1.0, 2.0])
+    t = tl.tensor(a)
+    a[0] = 5.0  # the caller's array changes; the tensor keeps its own copy
+    assert t.numpy().tolist() == [1.0, 2.0]
+    assert tl.Tensor(a).data is not a and tl.tensor(a[::2]).data.base is None  # views too
+    u = tl.tensor(t)
+    assert u.data is not t.data and not np.shares_memory(u.data, t.data)
+
+
+def test_tensor_of_a_tensor_is_a_copy_the_graph_does_not_see():
+    """The wrong-gradient case of the issue: a copy made with tl.tensor was changed in place,
+    and the backward read the changed values through the shared array."""
+    x = tl.tensor([0.0, 1.0], dtype="float64", requires_grad=True)
+    y = x.exp()
+    tl.tensor(y).add_(1.0)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([0.0, 1.0]))
+
+
+def test_from_numpy_shares_memory_and_keeps_the_dtype():
+    a = np.array([1.0, 2.0])  # float64 stays float64 (tl.tensor of Python floats: float32)
+    t = tl.from_numpy(a)
+    assert t.dtype == np.float64 and t.data is a
+    a[0] = 7.0
+    assert t.numpy()[0] == 7.0
+    t.add_(1.0)
+    assert a.tolist() == [8.0, 3.0]
+    with pytest.raises(TypeError, match="from_numpy: expected a NumPy array, got list"):
+        tl.from_numpy([1.0])
+    with pytest.raises(TypeError, match="from_numpy: dtype <U1 is not numeric"):
+        tl.from_numpy(np.array(["a"]))
+
+
+@pytest.mark.parametrize("data", ["abc", None, b"x", [object()], {"a": 1}], ids=repr)
+def test_non_numeric_data_is_refused(data):
+    with pytest.raises(TypeError, match="tensor: cannot make a tensor of .* data") as err:
+        tl.tensor(data)
+    assert "numbers" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_arange_with_step_zero_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"arange: step must not be 0 \(start 0, stop 10\)"):
+        tl.arange(0, 10, 0)
 
 
 @pytest.mark.parametrize(
@@ -239,6 +280,68 @@ def test_in_place_arithmetic_changes_the_memory():
     x.mul_(tl.tensor([2.0, 1.0, -1.0]))
     np.testing.assert_array_equal(x.numpy(), [4.0, 3.0, -4.0])
     assert x.data is view  # in place: the same array, changed
+
+
+def test_in_place_operators_change_the_tensor_not_the_name():
+    """``p -= lr * p.grad`` under no_grad updates the parameter itself (before: __sub__ made
+    a new tensor and rebound the name, and the parameter never changed)."""
+    p = tl.tensor([1.0, 2.0], requires_grad=True)
+    (p * p).sum().backward()
+    same, data, version = p, p.data, p._version
+    with tl.no_grad():
+        p -= 0.25 * p.grad
+    assert p is same and p.data is data and p._version == version + 1
+    np.testing.assert_allclose(p.numpy(), [0.5, 1.0])
+    x = tl.tensor([2.0, 4.0])
+    y = x
+    y += 1
+    y *= tl.tensor([2.0, 0.5])
+    y /= 2
+    y -= tl.tensor(1.0)
+    assert y is x and x.numpy().tolist() == [2.0, 0.25] and x._version == 4
+    x.div_(0.5)
+    assert x.numpy().tolist() == [4.0, 0.5]
+
+
+def test_in_place_on_a_leaf_that_requires_grad_is_refused_outside_no_grad():
+    p = tl.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"\+=: a leaf tensor that requires grad .* in-place"):
+        p += 1
+    with pytest.raises(RuntimeError, match="-=: a leaf tensor that requires grad"):
+        p -= 1
+    assert p.numpy().tolist() == [1.0, 2.0] and p._version == 0
+
+
+def test_in_place_on_an_ops_output_under_grad_mode_is_refused_not_recorded():
+    x = tl.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2
+    with pytest.raises(RuntimeError, match=r"\*=: in-place change .* out of place"):
+        h *= 3
+    a = tl.tensor([1.0, 2.0])  # requires no grad, but the operand does: its gradient is lost
+    with pytest.raises(RuntimeError, match=r"/=: the operand of shape \(2,\) requires grad"):
+        a /= x
+    with pytest.raises(RuntimeError, match="__setitem__: the operand of shape"):
+        a[:] = x
+
+
+def test_in_place_operator_errors_are_one_line_and_change_nothing():
+    x = tl.tensor([1, 2])  # int64
+    with pytest.raises(TypeError, match=r"\+=: cannot update a tensor of shape \(2,\) int64"):
+        x += 0.5
+    y = tl.ones(2)
+    with pytest.raises(ValueError, match=r"shape \(3, 2\) float32 .* must broadcast to \(2,\)"):
+        y += tl.ones(3, 2)
+    assert x._version == 0 and y._version == 0 and x.numpy().tolist() == [1, 2]
+
+
+def test_setitem_bumps_the_version_that_saved_tensors_check():
+    x = tl.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    w = tl.tensor([3.0, 4.0], dtype="float64")
+    y = (x * w).sum()  # Mul saves w for x's gradient
+    w[0] = 0.0
+    assert w._version == 1
+    with pytest.raises(RuntimeError, match="Mul: an input of shape .* modified in place"):
+        y.backward()
 
 
 # ---------------------------------------------------------------- devices
