@@ -13,7 +13,11 @@
   is valid here exactly when it is valid for every other reader (no gaps between tensors, no
   trailing bytes); this module also refuses a name that appears twice in one header, which the
   package would read as the last of the two. bfloat16 arrays need ``ml_dtypes``.
-- ``.npz`` (NumPy's zip of ``.npy`` files), read back with ``allow_pickle=False``.
+  Each tensor's CRC-32 is stored in the metadata as ``"checksum.<name>"`` and checked on
+  load, so a flipped byte in the data is refused (naming the file and the tensor) instead of
+  loading silently; a file without checksums (older, or another program's) loads unchecked.
+- ``.npz`` (NumPy's zip of ``.npy`` files), read back with ``allow_pickle=False``; the zip
+  format keeps a CRC-32 per member, which reading checks.
 
 How a nested state becomes a flat file: every array is stored as a tensor named by its path,
 joined with dots (``optimizer.state.0.m``; a flat model state dict keeps its own keys, so a
@@ -41,6 +45,7 @@ import os
 import secrets
 import struct
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -53,6 +58,7 @@ from tensorlab import Tensor
 from tensorlab.backend import to_device
 
 TREE_KEY = "tensorlab.tree"  # metadata entry holding the structure (safetensors)
+CHECKSUM_KEY = "checksum."  # + a tensor's name: the CRC-32 of its bytes (safetensors)
 NPZ_TREE_KEY = "__tensorlab_tree__"  # array holding the structure (npz)
 
 # bytes per element of each safetensors dtype, to say which tensor a rejected file gets wrong
@@ -176,14 +182,35 @@ def _storable(dtype: np.dtype) -> bool:
     return True
 
 
+def _crc32(a: np.ndarray) -> str:
+    """The CRC-32 of an array's raw bytes (C order, as stored), as 8 hex digits."""
+    return f"{zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8)):08x}"
+
+
 def _write_safetensors(f: IO[bytes], arrays: dict[str, np.ndarray], metadata: dict) -> None:
-    ready = {}
+    """Write ``arrays`` with ``metadata``, adding a ``checksum.<name>`` entry per tensor: the
+    CRC-32 of its bytes, which :func:`load` checks (other readers ignore it)."""
+    ready, sums = {}, {}
     for name, a in arrays.items():
         dtype = a.dtype.newbyteorder("<") if a.dtype.itemsize > 1 else a.dtype
         if not _storable(dtype):
             raise TypeError(f"save: array {name!r} has dtype {a.dtype}, which safetensors lacks")
         ready[name] = np.asarray(a, dtype=dtype, order="C")  # the package reads raw memory
-    f.write(safetensors.numpy.save(ready, metadata=metadata))
+        sums[CHECKSUM_KEY + name] = _crc32(ready[name])
+    f.write(safetensors.numpy.save(ready, metadata={**metadata, **sums}))
+
+
+def _verify(path, arrays: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Refuse a tensor whose bytes differ from the checksum written beside it. Files without
+    checksums (written before they existed, or by another program) load unchecked."""
+    for name, a in arrays.items():
+        want = metadata.get(CHECKSUM_KEY + name)
+        if want is not None and _crc32(a) != want:
+            raise _error(
+                path,
+                f"tensor {name!r} fails its checksum (CRC-32 {_crc32(a)}, the file says {want}): "
+                "its bytes were changed or damaged after saving",
+            )
 
 
 class _Twice(Exception):
@@ -272,6 +299,7 @@ def _read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         where = _first_wrong_entry(header, data_len) if isinstance(header, dict) else header
         detail = f"rejected by safetensors ({reason})" + (f": {where}" if where else "")
         raise _error(path, detail) from None
+    _verify(path, arrays, metadata)
     return arrays, metadata
 
 

@@ -356,6 +356,60 @@ def test_flipped_header_bytes(tmp_path):
     assert raised >= 8
 
 
+def test_flipped_data_bytes_fail_the_checksum_naming_file_and_tensor(tmp_path):
+    """A flipped byte in a tensor's data used to load silently (the header was still valid):
+    each tensor's CRC-32 is written beside it and checked, and the error names the tensor."""
+    raw = saved_file(tmp_path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    assert set(k for k in header["__metadata__"] if k.startswith("checksum.")) == {
+        "checksum.a",
+        "checksum.b.c",
+    }
+    path = tmp_path / "flip.safetensors"
+    for name in ("a", "b.c"):
+        begin, end = header[name]["data_offsets"]
+        for i in (begin, (begin + end) // 2, end - 1):
+            bad = bytearray(raw)
+            bad[8 + n + i] ^= 0x01
+            path.write_bytes(bytes(bad))
+            with pytest.raises(SerializationError, match=f"tensor '{name}' fails its checksum"):
+                load(path)
+            with pytest.raises(SerializationError, match=str(path)):
+                load(path)
+
+
+def test_a_damaged_checkpoint_is_refused_by_load_checkpoint(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    model = make(0)
+    save_checkpoint(path, model)
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0x10  # inside the last tensor's data
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SerializationError, match=f"{path}: tensor 'model.* fails its checksum"):
+        load_checkpoint(path, make(1))
+
+
+def test_files_without_checksums_load_unchecked(tmp_path):
+    """Files written before checksums existed, or by another program, carry none: they load."""
+    import safetensors.numpy
+
+    path = tmp_path / "plain.safetensors"
+    safetensors.numpy.save_file({"w": np.arange(4.0)}, str(path))
+    assert load(path)["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_flipped_data_bytes_in_npz_are_refused(tmp_path):
+    """.npz needs nothing extra: the zip format's own CRC-32 is checked on reading."""
+    path = tmp_path / "x.npz"
+    save({"a": np.arange(100.0)}, path)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(np.arange(100.0).tobytes()) + 50
+    raw[at] ^= 0x01
+    path.write_bytes(bytes(raw))
+    assert_serialization_error(path, "CRC")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_garbage_files(tmp_path, fmt):
     rng = np.random.default_rng(0)
