@@ -1478,14 +1478,14 @@ MUTANTS = {
         ),
         (
             "rms-no-square",
-            "scale = hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))",
-            "scale = hook_scale(xp.sqrt(xp.mean(xp.abs(x), axis=-1, keepdims=True) + eps))",
+            "rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))",
+            "rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(xp.abs(x), axis=-1, keepdims=True) + eps))",
             "RMS norm's forward formula: mean |x| instead of mean x²",
         ),
         (
             "eps-outside-sqrt",
-            "scale = hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))",
-            "scale = hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True)) + eps)",
+            "rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))",
+            "rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True)) + eps)",
             "layer norm's forward formula: σ = √var + ε",
         ),
     ],

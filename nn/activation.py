@@ -29,15 +29,17 @@ _TANH_K = 0.044715
 
 class GELUFn(FusedFunction):
     """y = x Φ(x), Φ(x) = ½(1 + erf(x/√2)) the standard normal CDF (Hendrycks & Gimpel 2016);
-    dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density."""
+    dx = g (Φ(x) + x φ(x)),  φ(x) = e^(-x²/2)/√(2π) the normal density. Saves Φ(x)."""
+
+    saves = 1
 
     @staticmethod
     def forward_math(xp, x):
-        return x * (0.5 + 0.5 * xp.erf(x * _SQRT_HALF))
+        cdf = 0.5 + 0.5 * xp.erf(x * _SQRT_HALF)
+        return x * cdf, cdf
 
     @staticmethod
-    def backward_math(xp, g, x):
-        cdf = 0.5 + 0.5 * xp.erf(x * _SQRT_HALF)
+    def backward_math(xp, g, cdf, x):
         pdf = xp.exp(-0.5 * x * x) * _INV_SQRT_2PI
         return g * (cdf + x * pdf)
 
@@ -45,31 +47,35 @@ class GELUFn(FusedFunction):
 class GELUTanhFn(FusedFunction):
     """The tanh form of GELU (GPT-2's): y = ½ x (1 + t),  t = tanh(u),  u = c (x + k x³)
     with c = √(2/π), k = 0.044715;
-    dx = g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²))."""
+    dx = g (½(1 + t) + ½ x (1 - t²) c (1 + 3k x²)). Saves t."""
+
+    saves = 1
 
     @staticmethod
     def forward_math(xp, x):
         t = xp.tanh(_TANH_C * (x + _TANH_K * x * x * x))
-        return 0.5 * x * (1.0 + t)
+        return 0.5 * x * (1.0 + t), t
 
     @staticmethod
-    def backward_math(xp, g, x):
-        t = xp.tanh(_TANH_C * (x + _TANH_K * x * x * x))
+    def backward_math(xp, g, t, x):
         du = _TANH_C * (1.0 + 3 * _TANH_K * x * x)
         return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
 class SiLUFn(FusedFunction):
     """y = x s, s = sigmoid(x) = 1/(1 + e^(-x)) (SiLU, a.k.a. Swish with β = 1);
-    dx = g s (1 + x (1 - s)).  (e^(-x) = ∞ far below zero gives s = 0 and y = -0, the limit.)"""
+    dx = g s (1 + x (1 - s)). Saves s. (e^(-x) = ∞ far below zero gives s = 0 and y = -0,
+    the limit.)"""
+
+    saves = 1
 
     @staticmethod
     def forward_math(xp, x):
-        return x / (1.0 + xp.exp(-x))
+        s = 1.0 / (1.0 + xp.exp(-x))
+        return x * s, s
 
     @staticmethod
-    def backward_math(xp, g, x):
-        s = 1.0 / (1.0 + xp.exp(-x))
+    def backward_math(xp, g, s, x):
         return g * s * (1.0 + x * (1.0 - s))
 
 

@@ -25,24 +25,24 @@ class CrossEntropyFn(FusedFunction):
     One loss per row: :func:`cross_entropy` sums or averages them. float16 and bfloat16 logits
     are taken in float32 and the loss stays float32 (a loss scaled for float16 training must
     not overflow float16's 65504); their gradient returns in their own dtype. logsumexp is
-    taken after shifting by the row's maximum m, so nothing overflows.
+    taken after shifting by the row's maximum m, so nothing overflows. Saves p.
     """
 
-    rows = True
+    rows, saves = True, 1
 
     @staticmethod
     def forward_math(xp, z, t, ignore_index=-100, label_smoothing=0.0):
         m = xp.max(z, axis=-1, keepdims=True)
-        lse = m[..., 0] + xp.log(xp.sum(xp.exp(z - m), axis=-1))
+        e = xp.exp(z - m)
+        s = xp.sum(e, axis=-1, keepdims=True)
+        lse = (m + xp.log(s))[..., 0]
         hit = xp.arange(z.shape[-1]) == t[..., None]  # the one-hot of t, as booleans
         z_t = xp.sum(xp.where(hit, z, 0.0), axis=-1)
         loss = lse - (1.0 - label_smoothing) * z_t - label_smoothing * xp.mean(z, axis=-1)
-        return xp.where(t != ignore_index, loss, 0.0)
+        return xp.where(t != ignore_index, loss, 0.0), e / s  # the loss, and p
 
     @staticmethod
-    def backward_math(xp, g, z, t, ignore_index=-100, label_smoothing=0.0):
-        e = xp.exp(z - xp.max(z, axis=-1, keepdims=True))
-        p = e / xp.sum(e, axis=-1, keepdims=True)
+    def backward_math(xp, g, p, z, t, ignore_index=-100, label_smoothing=0.0):
         hit = xp.arange(z.shape[-1]) == t[..., None]
         q_uniform = label_smoothing / z.shape[-1]  # q = (1 - ε) onehot + ε/C
         w = xp.where(t != ignore_index, g, 0.0)[..., None]

@@ -28,23 +28,21 @@ class LayerNormFn(FusedFunction):
         dx = (1/σ) (ĝ - mean(ĝ) - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g.
 
     ``apply(x, γ, β, eps=...)``; γ and β may be left out (``apply(x, γ)``, ``apply(x)``: γ = 1,
-    β = 0). The backward formula returns g ⊙ x̂ and g for γ and β; the engine sums them over
-    the rows (``Tensor.sum_to``). The composed form takes the hook points ``hook_scale`` (σ,
-    (..., 1)) and ``hook_normalized`` (x̂), which may replace what they see."""
+    β = 0). Saves x̂ and 1/σ. The backward formula returns g ⊙ x̂ and g for γ and β; the engine
+    sums them over the rows (``Tensor.sum_to``). The composed form takes the hook points
+    ``hook_scale`` (σ, (..., 1)) and ``hook_normalized`` (x̂), which may replace what they see."""
 
-    rows = True
+    rows, saves = True, 2
 
     @staticmethod
     def forward_math(xp, x, w=1.0, b=0.0, eps=1e-5, hook_scale=identity, hook_normalized=identity):
         xc = x - xp.mean(x, axis=-1, keepdims=True)
-        scale = hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))
-        return hook_normalized(xc / scale) * w + b
+        rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))
+        xhat = hook_normalized(xc * rstd)
+        return xhat * w + b, xhat, rstd
 
     @staticmethod
-    def backward_math(xp, g, x, w=1.0, b=0.0, eps=1e-5):
-        xc = x - xp.mean(x, axis=-1, keepdims=True)
-        rstd = 1.0 / xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps)
-        xhat = xc * rstd
+    def backward_math(xp, g, xhat, rstd, x, w=1.0, b=0.0, eps=1e-5):
         gh = g * w
         mean_gh = xp.mean(gh, axis=-1, keepdims=True)
         dx = rstd * (gh - mean_gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True))
@@ -59,19 +57,19 @@ class RMSNormFn(FusedFunction):
 
         dx = (1/σ) (ĝ - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂.
 
-    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``; hooks as :class:`LayerNormFn`."""
+    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``; saves and hooks as :class:`LayerNormFn`.
+    """
 
-    rows = True
+    rows, saves = True, 2
 
     @staticmethod
     def forward_math(xp, x, w=1.0, eps=1e-6, hook_scale=identity, hook_normalized=identity):
-        scale = hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))
-        return hook_normalized(x / scale) * w
+        rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))
+        xhat = hook_normalized(x * rstd)
+        return xhat * w, xhat, rstd
 
     @staticmethod
-    def backward_math(xp, g, x, w=1.0, eps=1e-6):
-        rstd = 1.0 / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
-        xhat = x * rstd
+    def backward_math(xp, g, xhat, rstd, x, w=1.0, eps=1e-6):
         gh = g * w
         return rstd * (gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True)), g * xhat
 

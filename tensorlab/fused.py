@@ -93,14 +93,19 @@ class _ArrayMath:
 NUMPY = _ArrayMath(np, _erf_numpy)
 
 # ------------------------------------------------------------------ the NumPy runner
-# Long chains of elementwise passes (exact GELU makes about 20) over an array larger than the
-# CPU's caches run at memory speed: every pass streams the whole array in and out again. Run
-# one block at a time, the block and its temporaries stay in cache between passes, and the
-# formula as written (a new array per operation) is as fast as hand-written in-place code.
-BLOCK = 1 << 14  # numbers per block (64 KiB of float32): benchmarks/bench_kernels.py --blocks
-THREADS = 2  # blocks run on this many threads (NumPy's ufuncs release the GIL): measured, ibid.
+# A formula runs as written, one NumPy operation after another, each a pass over the block.
+# Arrays larger than BLOCK numbers are cut into blocks of whole rows, so a formula's temporaries
+# stay near the size of the cache and every block reuses the same memory. Measured on this
+# project's 2-core machine (benchmarks/bench_kernels.py --runner): at the GPT's shapes (up to
+# 768 x 512 float32, 1.5 MB) blocks of 16k-64k numbers were 10-60% slower than the whole array
+# (the per-call cost of each ufunc, paid once per block, outweighs the cache), and two threads
+# over the blocks were slower than one (each ufunc call holds the GIL while it is set up).
+# So arrays up to 4 MB run whole, larger ones (a GPU-sized batch on the CPU) in 4 MB blocks,
+# on one thread.
+BLOCK = 1 << 20  # numbers per block
+NUMPY_THREADS = 1  # threads the blocks run on (1: no pool)
 HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
-_pool = ThreadPoolExecutor(THREADS) if THREADS > 1 else None
+_pool = ThreadPoolExecutor(NUMPY_THREADS) if NUMPY_THREADS > 1 else None
 
 
 def _widened(a):
@@ -125,14 +130,15 @@ def _as_tuple(out):
     return out if isinstance(out, tuple) else (out,)
 
 
-def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
+def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, keep: int = 0):
     """``math(NUMPY, *args, **kw)`` block by block. The largest array argument sets the shape:
     the arrays of its shape are cut into blocks of about :data:`BLOCK` numbers (whole rows of
     the last axis when ``rows``: a kernel that reduces over the last axis sees whole rows, and
     the arrays of one number per row, such as class targets, are cut with them); the other
     arguments are passed whole. Each output has the blocks' leading shape. With ``widen``,
     half inputs are computed in float32, and the outputs of the input's shape are rounded back
-    to its dtype, in the same call (one number per row, such as a loss, stays float32)."""
+    to its dtype, in the same call (one number per row, such as a loss, stays float32, and so
+    do the last ``keep`` outputs: what a forward saves for its backward)."""
     args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)
     ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
     half = ref.dtype if widen and ref.dtype in HALF else None
@@ -155,7 +161,11 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
         out = math(NUMPY, *[widened(a) for a in args], **kw)
         if out is None:
             return None
-        outs = tuple(_rounded(np.asarray(o), half, shape) for o in _as_tuple(out))
+        outs = _as_tuple(out)
+        outs = tuple(
+            _rounded(np.asarray(o), half if i < len(outs) - keep else None, shape)
+            for i, o in enumerate(outs)
+        )
         return outs if isinstance(out, tuple) else outs[0]
     n = ref.size // width
     step = max(1, BLOCK // width)
@@ -174,9 +184,11 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict):
             block(s)
         return None
     outs = []
-    for o in _as_tuple(first):
+    firsts = _as_tuple(first)
+    for i, o in enumerate(firsts):
         full = (*lead, *o.shape[1:]) if rows else shape
         rounds = half is not None and o.dtype == np.float32 and full == shape
+        rounds = rounds and i < len(firsts) - keep
         outs.append(np.empty((n, *o.shape[1:]), half if rounds else o.dtype))
 
     def write(s, result):
@@ -199,23 +211,26 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
     signature, on first use), run by :func:`run_numpy` (block by block) on NumPy arrays.
     ``kernel.math`` is the function. ``@fused(rows=True)`` for a kernel that reduces over the
     last axis (its NumPy blocks are whole rows). ``widen=True`` computes float16 and bfloat16
-    inputs in float32 and rounds float32 outputs back (the fused ops' kernels); without it the
+    inputs in float32 and rounds float32 outputs back (the fused ops' kernels), but for the
+    last ``keep`` outputs (what a forward saves for its backward stays float32); without it the
     arrays go in as they are (an in-place kernel must update the caller's arrays)."""
 
-    def __new__(cls, math: Callable | None = None, *, rows: bool = False, widen: bool = False):
+    def __new__(
+        cls, math: Callable | None = None, *, rows: bool = False, widen: bool = False, keep=0
+    ):
         if math is None:  # @fused(rows=True)
-            return lambda m: cls(m, rows=rows, widen=widen)
+            return lambda m: cls(m, rows=rows, widen=widen, keep=keep)
         return super().__new__(cls)
 
-    def __init__(self, math: Callable, *, rows: bool = False, widen: bool = False):
+    def __init__(self, math: Callable, *, rows: bool = False, widen: bool = False, keep=0):
         functools.update_wrapper(self, math)
-        self.math, self.rows, self.widen = math, rows, widen
+        self.math, self.rows, self.widen, self.keep = math, rows, widen, keep
         self._signature = inspect.signature(math)
         self._compiled = None
 
     def __call__(self, *args, **kw):
         if xp_of(args[0]) is np:
-            return run_numpy(self.math, self.rows, self.widen, args, kw)
+            return run_numpy(self.math, self.rows, self.widen, args, kw, self.keep)
         return self._on_gpu(args, kw)  # pragma: no cover
 
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
@@ -240,7 +255,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if out is None:
             return out
         if isinstance(out, tuple):
-            return tuple(_rounded(o, half, ref.shape) for o in out)
+            n = len(out) - self.keep
+            return tuple(_rounded(o, half if i < n else None, ref.shape) for i, o in enumerate(out))
         return _rounded(out, half, ref.shape)
 
     def each(self, arrays: Sequence[Sequence], *scalars) -> None:

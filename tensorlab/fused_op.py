@@ -3,22 +3,25 @@
 A fused op is one graph node for what would be many engine ops (GELU is about twenty). It is
 written as exactly two functions of an array namespace ``xp``::
 
-    class SiLU(FusedFunction):
+    class SiLUFn(FusedFunction):
         # y = x s, s = sigmoid(x);  dx = g s (1 + x (1 - s))
+        saves = 1
 
         @staticmethod
         def forward_math(xp, x):
-            return x / (1.0 + xp.exp(-x))
+            s = 1.0 / (1.0 + xp.exp(-x))
+            return x * s, s              # y, then what the backward reads
 
         @staticmethod
-        def backward_math(xp, g, x):
-            s = 1.0 / (1.0 + xp.exp(-x))
+        def backward_math(xp, g, s, x):  # g, what the forward saved, the inputs
             return g * s * (1.0 + x * (1.0 - s))
 
-``backward_math`` takes the incoming gradient, the op's inputs and its keyword parameters, and
-returns one gradient per input (in the inputs' shapes or broadcast against them: the engine
-sums a broadcast gradient back to its input's shape, which is how a norm's gain gets its
-column sum). Three runners run the same two functions:
+``backward_math`` takes the incoming gradient, the arrays the forward saved (``saves`` of
+them, returned after y: PyTorch's ``ctx.save_for_backward``), the op's inputs and its keyword
+parameters, and returns one gradient per input (in the inputs' shapes or broadcast against
+them: the engine sums a broadcast gradient back to its input's shape, which is how a norm's
+gain gets its column sum). A forward that saves nothing returns y alone.
+Three runners run the same two functions:
 
 - NumPy: :func:`tensorlab.fused.run_numpy`, block by block (cache-sized blocks of whole rows).
 - CuPy: ``cupy.fuse`` compiles each into one GPU kernel (:class:`tensorlab.fused.fused`).
@@ -94,10 +97,11 @@ class FusedFunction(Function):
     and ``backward_math(xp, g, *inputs, **params)`` (see the module docstring)."""
 
     rows = False  # True: the formulas reduce over the last axis
+    saves = 0  # arrays forward_math returns after y, which backward_math reads after g
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        cls._forward_kernel = fused(cls.forward_math, rows=cls.rows, widen=True)
+        cls._forward_kernel = fused(cls.forward_math, rows=cls.rows, widen=True, keep=cls.saves)
         cls._backward_kernel = fused(cls.backward_math, rows=cls.rows, widen=True)
         cls._forward_kernel.__name__ = f"{cls.__name__}_forward"  # the GPU kernels' names
         cls._backward_kernel.__name__ = f"{cls.__name__}_backward"
@@ -111,11 +115,16 @@ class FusedFunction(Function):
         raise NotImplementedError
 
     def forward(ctx, *arrays, **params):
-        return ctx._forward_kernel(*arrays, **params)
+        out = ctx._forward_kernel(*arrays, **params)
+        if not ctx.saves:
+            return out
+        ctx.saved = out[1:]
+        return out[0]
 
     def backward(ctx, g):
         arrays = [t.data for t in ctx.inputs]
-        grads = ctx._backward_kernel(g.data, *arrays, **ctx.params)
+        saved = ctx.saved if ctx.saves else ()
+        grads = ctx._backward_kernel(g.data, *saved, *arrays, **ctx.params)
         return grads if isinstance(grads, tuple) else (grads,)
 
     @classmethod
@@ -126,6 +135,7 @@ class FusedFunction(Function):
         if half is not None:
             inputs = tuple(t.astype(np.float32) if t.data.dtype in HALF else t for t in inputs)
         y = cls.forward_math(TENSOR, *inputs, **params)
+        y = y[0] if cls.saves else y
         return y if half is None else y.astype(half)
 
 

@@ -285,6 +285,7 @@ def test_blocks_give_what_the_whole_array_gives(dtype, threads, monkeypatch):
     import tensorlab.fused as fu
 
     monkeypatch.setattr(fu, "_pool", ThreadPoolExecutor(threads) if threads > 1 else None)
+    monkeypatch.setattr(fu, "BLOCK", 4096)  # small blocks: many of them, quickly
     rng = np.random.default_rng(0)
     rows = 3 * fu.BLOCK // 50 + 7  # rows of 50: three blocks and a bit
     x = rng.standard_normal((rows, 50)).astype(dtype)
