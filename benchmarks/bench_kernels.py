@@ -11,9 +11,8 @@ PyTorch's, ...), and prints the medians and their ratio (on the GPU each call en
 synchronisation, so the time is the kernels' and not only their launch). Both then time
 ``clip_grad_norm_`` of a 6-layer model's random gradients (6×128 on the CPU, 6×384 on the
 GPU; the float64 norm, nn/optim.py: sum_of_squares, and the scaling) against PyTorch's
-(``foreach``). The GPU also gets the AdamW update of the 6×384 model's parameters:
-``fused=True`` (one kernel per parameter, nn/optim.py: adam_kernel), ``fused=False`` (the
-CPU form's dozen operations per parameter) and PyTorch's default (multi-tensor ``foreach``).
+(``foreach``), and the AdamW update of the 6-layer model's parameters (nn/optim.py:
+adam_kernel, one launch for all of them on a GPU) against PyTorch's default (``foreach``).
 On the CPU the last lines time the reductions the fused kernels are built from: NumPy's ufunc
 reduction over a short last axis against the same sum as a BLAS matrix-vector product
 (``nn/linear.py`` explains why the kernels use the second), and then the ufuncs the
@@ -167,21 +166,15 @@ def adamw_cases(torch, device: str):
     """(name, our AdamW step, PyTorch's) over gpt_parameters(), float32."""
     arrays = gpt_parameters()
     rng = np.random.default_rng(0)
-    out = []
-    for fused in (True, False):
-        params = [nn.Parameter(tl.tensor(a.copy(), device=device)) for a in arrays]
-        for p in params:
-            p.grad = tl.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
-        opt = nn.optim.AdamW(params, lr=1e-4, fused=fused)
-        out.append(opt.step)
+    params = [nn.Parameter(tl.tensor(a.copy(), device=device)) for a in arrays]
+    for p in params:
+        p.grad = tl.tensor(rng.standard_normal(p.shape).astype(np.float32), device=device)
+    opt = nn.optim.AdamW(params, lr=1e-4)
     tparams = [torch.tensor(a, device=device, requires_grad=True) for a in arrays]
     for p in tparams:
         p.grad = torch.randn_like(p)
     topt = torch.optim.AdamW(tparams, lr=1e-4)
-    return [
-        (f"AdamW step, {len(arrays)} params, fused", out[0], topt.step),
-        ("AdamW step, fused=False", out[1], topt.step),
-    ]
+    return [(f"AdamW step, {len(arrays)} params", opt.step, topt.step)]
 
 
 def main() -> None:

@@ -253,20 +253,14 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float | None = None,
-        fused: bool | None = None,
     ):
-        """``fused`` (PyTorch's flag): a step is one kernel, :func:`adam_kernel`, over all the
-        parameters of a group (``adam_kernel.each``: one launch on a GPU, where the CPU form is
-        a dozen in-place array operations per parameter). The default is chosen here, once:
-        fused when the parameters are on a GPU (on the CPU the kernel runs through NumPy one
-        parameter at a time, slower than the CPU form but with the same numbers)."""
+        """A step is one kernel, :func:`adam_kernel`, over all the parameters of a group
+        (``adam_kernel.each``: one launch on a GPU; on the CPU the same formula runs through
+        NumPy, parameter by parameter)."""
         if weight_decay is None:
             weight_decay = self.default_weight_decay
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
-        if fused is None:
-            fused = any(xp_of(p.data) is not np for g in self.param_groups for p in g["params"])
-        self.fused = fused
 
     def check_group(self, group: dict) -> None:
         name = type(self).__name__
@@ -286,8 +280,6 @@ class Adam(Optimizer):
         return state
 
     def step(self) -> None:
-        if not self.fused:
-            return super().step()  # update() below, parameter by parameter
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = (group[k] for k in ("lr", "betas", "eps", "weight_decay"))
             decay, l2 = (1 - lr * wd, 0.0) if self.decoupled else (1.0, wd)
@@ -308,42 +300,14 @@ class Adam(Optimizer):
                 for p in params:
                     p._vc[0] += 1  # the in-place update is a new version
 
-    def update(self, p: Tensor, group: dict) -> None:
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        g, w = p.grad.data, p.data
-        xp = xp_of(w)
-        state = self._next_state(p)
-        t, m, v = state["step"], state["m"], state["v"]
-        if wd != 0:
-            if self.decoupled:
-                w *= 1 - lr * wd  # p ← p − η·λ·p
-            else:
-                g = g + wd * w
-        # One scratch array serves every temporary (this runs for every parameter of every
-        # step): m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g², then
-        # p ← p − (η / (1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), which is the formula above with
-        # m̂ and v̂ written out.
-        tmp = xp.multiply(g, 1 - b1, out=xp.empty_like(w))
-        m *= b1
-        m += tmp
-        xp.multiply(g, g, out=tmp)
-        tmp *= 1 - b2
-        v *= b2
-        v += tmp
-        xp.sqrt(v, out=tmp)
-        tmp /= math.sqrt(1 - b2**t)
-        tmp += eps
-        xp.divide(m, tmp, out=tmp)
-        tmp *= lr / (1 - b1**t)
-        w -= tmp
-        p._vc[0] += 1  # the in-place update is a new version
-
 
 @fused
 def adam_kernel(xp, w, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps, decay, l2):
-    """Adam.update as one GPU kernel, in place on w, m and v, with the CPU form's order of
-    operations (c1 = 1 − β1, c2 = 1 − β2, step_size = η/(1 − β1ᵗ), bc2_sqrt = √(1 − β2ᵗ));
-    AdamW passes decay = 1 − ηλ and l2 = 0, Adam decay = 1 and l2 = λ."""
+    """The Adam update of one parameter, in place on w, m and v: the class's formula with m̂
+    and v̂ written out, p ← decay·p − (η/(1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), after
+    g ← g + l2·w (c1 = 1 − β1, c2 = 1 − β2, step_size = η/(1 − β1ᵗ),
+    bc2_sqrt = √(1 − β2ᵗ)). AdamW passes decay = 1 − ηλ and l2 = 0, Adam decay = 1 and
+    l2 = λ."""
     g = g + l2 * w
     w *= decay
     m *= b1
