@@ -386,6 +386,13 @@ def _function(name: str, table: dict, numpy_namespace=np):
         result = fn(*_unwrap(args, host_ok), **_unwrap(kwargs, host_ok))
         if host_ok and not isinstance(result, np.ndarray):
             result = np.asarray(result)
+        if (
+            host_ok
+            and args
+            and isinstance(args[0], np.ndarray)
+            and np.shares_memory(result, args[0])
+        ):
+            result = result.copy()  # a transfer copies: the device never shares host memory
         return _wrap(result)
 
     call.__name__ = name
