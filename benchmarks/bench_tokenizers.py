@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 
 import gpt.tokenizers as tk  # noqa: E402
 
-DEFAULT_TEXT = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+DEFAULT_TEXT = REPO / "data" / "tinyshakespeare.txt"
 
 
 CLOCK = time.perf_counter

@@ -48,7 +48,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-DATA = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 
 CONFIGS = {
     "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64, batch_size=12),

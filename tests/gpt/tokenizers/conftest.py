@@ -8,14 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
-
-
-def _fallback_corpus() -> str:
-    """English text that ships with CPython, for machines without the shared corpus."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[k] for k in sorted(topics))
+SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"  # ships with the repository
 
 
 @pytest.fixture(scope="session")
@@ -25,10 +18,8 @@ def shakespeare_path() -> Path:
 
 @pytest.fixture(scope="session")
 def corpus() -> str:
-    """About 300 KB of English: the start of tinyshakespeare, or CPython's help topics."""
-    if SHAKESPEARE.exists():
-        return SHAKESPEARE.read_text(encoding="utf-8")[:300_000]
-    return _fallback_corpus()[:300_000]
+    """About 300 KB of English: the start of tinyshakespeare."""
+    return SHAKESPEARE.read_text(encoding="utf-8")[:300_000]
 
 
 @pytest.fixture(scope="session")

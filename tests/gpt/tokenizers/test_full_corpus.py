@@ -11,8 +11,6 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def full_text(shakespeare_path):
-    if not shakespeare_path.exists():
-        pytest.skip("tinyshakespeare is not available")
     return shakespeare_path.read_text(encoding="utf-8")
 
 
