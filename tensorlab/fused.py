@@ -64,13 +64,13 @@ _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 def erf_float32(z):
     """Abramowitz & Stegun 7.1.26 on a NumPy array (|error| ≤ 1.5e-7)."""
-    a = np.abs(z)
+    a = np.abs(z)  # host: NumPy's erf
     t = 1.0 / (1.0 + _P * a)
     poly = _A[4] * t
     for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
         poly += c
         poly *= t
-    return np.copysign(1.0 - poly * np.exp(-(a * a)), z)
+    return np.copysign(1.0 - poly * np.exp(-(a * a)), z)  # host: NumPy's erf
 
 
 ERF_BY_DTYPE = {np.dtype(np.float64): erf_exact, np.dtype(np.float32): erf_float32}
@@ -164,7 +164,8 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
     half inputs are computed in float32, and the outputs of the input's shape are rounded back
     to its dtype, in the same call (one number per row, such as a loss, stays float32, and so
     do the last ``keep`` outputs: what a forward saves for its backward)."""
-    args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)
+    host = np.asarray  # host: the NumPy runner's arrays are NumPy's
+    args = tuple(host(a) if isinstance(a, np.generic) else a for a in args)
     ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
     half = ref.dtype if widen and ref.dtype in HALF else None
     widened = _widened if half is not None else _same
@@ -188,7 +189,7 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
             return None
         outs = _as_tuple(out)
         outs = tuple(
-            _rounded(np.asarray(o), half if i < len(outs) - keep else None, shape)
+            _rounded(host(o), half if i < len(outs) - keep else None, shape)
             for i, o in enumerate(outs)
         )
         return outs if isinstance(out, tuple) else outs[0]
@@ -214,7 +215,8 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
         full = (*lead, *o.shape[1:]) if rows else shape
         rounds = half is not None and o.dtype == np.float32 and full == shape
         rounds = rounds and i < len(firsts) - keep
-        outs.append(np.empty((n, *o.shape[1:]), half if rounds else o.dtype))
+        dtype = half if rounds else o.dtype
+        outs.append(np.empty((n, *o.shape[1:]), dtype))  # host: the NumPy runner
 
     def write(s, result):
         for o, r in zip(outs, _as_tuple(result)):

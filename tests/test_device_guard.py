@@ -189,7 +189,8 @@ def test_the_guard_finds_numpy_math(source, want):
 # by tests/cupy_api.py from an installed CuPy (no GPU needed).
 CUPY = cupy_api.load()
 ARRAY_MODULE_CALLS = ("xp_of", "xp_for")  # calls that return the array module
-# ``xp.erf`` inside a @fused kernel is the kernel namespace's own (tensorlab/fused.py)
+# ``xp.erf`` inside a @fused kernel or a FusedFunction's formula is the kernel namespace's own
+# (tensorlab/fused.py)
 FUSED_EXTRAS = {"erf"}
 # Array methods whose calls are checked: numeric methods of both NumPy's and CuPy's arrays
 # (not copy, get, sort, ...: dicts and lists have methods of those names too).
@@ -232,10 +233,17 @@ def cupy_misfits(source: str) -> list[tuple[int, str]]:
     arrays have) given arguments CuPy's does not take."""
     found = []
     tree = ast.parse(source)
-    fused_kernels = [
+    fused_kernels = [  # @fused / @fused(...) kernels, and a FusedFunction's two formulas
         f
         for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef) and any(_dotted(d) == ["fused"] for d in f.decorator_list)
+        if isinstance(f, ast.FunctionDef)
+        and (
+            f.name in ("forward_math", "backward_math")
+            or any(
+                _dotted(d.func if isinstance(d, ast.Call) else d) == ["fused"]
+                for d in f.decorator_list
+            )
+        )
     ]
     in_kernel = {id(n) for f in fused_kernels for n in ast.walk(f)}
     for node in ast.walk(tree):
