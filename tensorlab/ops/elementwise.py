@@ -94,8 +94,9 @@ class Pow(Function):
     At a = 0 the formulas give 0 * inf = NaN in two places, where PyTorch takes the limits:
     da = 0 where b = 0 too (a⁰ = 1 for every a), and db = 0 where b ≥ 0 (0^b is constant
     for b > 0). Those entries read a safe base of 1 instead of a, so that no inf enters the
-    graph and the second derivative has no NaN there either. (Only a = 0 is masked: at
-    b = 0 and a ≠ 0, da = 0 already and its derivative in b, 1/a, must survive.)"""
+    graph and the second derivative has no NaN there either. At b = 0 and a ≠ 0 the formula
+    gives da = 0 already, and its derivative in b, g/a, must survive: masked only where g is
+    inf or NaN (0 there, as PyTorch, not g · 0 = NaN)."""
 
     saves_output = True  # backward reads ctx.output
 
@@ -106,7 +107,7 @@ class Pow(Function):
         a, b = ctx.inputs
         ga = gb = None
         if a.requires_grad:
-            flat = (a.data == 0) & (b.data == 0)
+            flat = (b.data == 0) & ((a.data == 0) | ~xp_of(g.data).isfinite(g.data))
             ga = select(flat, 0.0, g * b * select(flat, 1.0, a) ** (b - 1))
         if b.requires_grad:
             flat = (a.data == 0) & (b.data >= 0)

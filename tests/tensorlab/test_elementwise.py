@@ -222,9 +222,10 @@ INF = np.inf
         (lambda x: x.max().sqrt(), [[0.0, -1.0]], [[INF, 0.0]]),
         (lambda x: x.min(axis=0, keepdims=True).sqrt(), [[0.0, 3.0]], [[INF, 0.0]]),
         (lambda x: (x**0 - 1.0).sqrt(), [[2.0, 3.0]], [[0.0, 0.0]]),
+        (lambda a, b: (a**b - 1.0).sqrt(), [[2.0, INF], [0.0, 0.0]], [[0.0, 0.0], [INF, INF]]),
     ],
     ids=["relu", "clip", "clip-min", "clip-max", "maximum", "minimum", "max-axis", "max", "min",
-         "pow-0"],
+         "pow-0", "pow-b-0"],
 )  # fmt: skip
 def test_masked_backwards_give_zero_not_nan_where_an_infinite_gradient_is_masked(f, inputs, grads):
     """x.relu().sqrt() at x = 0 sends an infinite gradient into relu's masked entry: 0 there
