@@ -26,7 +26,8 @@ OPTIONAL = (
     "cupyx",
 )
 
-# The child: a finder placed first on sys.meta_path refuses the optional modules, then pytest.
+# The child: a finder placed first on sys.meta_path refuses the optional modules (and
+# importlib.util.find_spec does not find them), then pytest.
 _CHILD = """
 import sys
 HIDDEN = set(sys.argv[1].split(","))
@@ -38,6 +39,12 @@ class Hide:
         return None
 
 sys.meta_path.insert(0, Hide())
+
+import importlib.util  # "is it installed?" answers no for them, as it does where they are not
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: (
+    None if name.split(".")[0] in HIDDEN else _find_spec(name, package)
+)
 import pytest
 sys.exit(pytest.main(sys.argv[2:]))
 """
