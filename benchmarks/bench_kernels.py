@@ -95,15 +95,14 @@ def cases(torch, device: str = "cpu"):
     out.append(("layer norm", lambda: ln(x).backward(g), lambda: lnt(xt).backward(gt)))
     (h, ht), (g4, gt4) = pair(B, T, 4 * D), grads(B, T, 4 * D)
     out.append(("gelu (erf)", lambda: F.gelu(h).backward(g4), lambda: TF.gelu(ht).backward(gt4)))
-    if device != "cpu":
-        out += [
-            (
-                "gelu (tanh)",
-                lambda: F.gelu(h, approximate="tanh").backward(g4),
-                lambda: TF.gelu(ht, approximate="tanh").backward(gt4),
-            ),
-            ("silu", lambda: F.silu(h).backward(g4), lambda: TF.silu(ht).backward(gt4)),
-        ]
+    out += [  # the tanh form (GPT-2's) and SiLU (Llama's SwiGLU)
+        (
+            "gelu (tanh)",
+            lambda: F.gelu(h, approximate="tanh").backward(g4),
+            lambda: TF.gelu(ht, approximate="tanh").backward(gt4),
+        ),
+        ("silu", lambda: F.silu(h).backward(g4), lambda: TF.silu(ht).backward(gt4)),
+    ]
     (qkv, qkvt), (g, gt) = pair(B, T, 3 * D), grads(B, T, D)
 
     def attn_ours():
