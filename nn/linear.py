@@ -59,6 +59,14 @@ def sum_rows(a):
     return matmul(_filled(a, a2.shape[0], 1.0), a2)
 
 
+def _as_matrices(x, W, in_dims: int):
+    """x as (rows, d_in) and W as (d_in, d_out), the sizes spelled out (with a size of 0 in
+    them, -1 could be any size)."""
+    lead = x.shape[: x.ndim - in_dims]
+    d_in, d_out = math.prod(W.shape[:in_dims]), math.prod(W.shape[in_dims:])
+    return x.reshape(math.prod(lead), d_in), W.reshape(d_in, d_out)
+
+
 class LinearFn(Function):
     """y = x W + b, with x (..., d_in), W (d_in, d_out), b (d_out,) optional, as one node
     (instead of MatMul, Add and a broadcast SumTo).
@@ -77,8 +85,7 @@ class LinearFn(Function):
     """
 
     def forward(ctx, x, W, *b, in_dims=1):
-        d_in = math.prod(W.shape[:in_dims])
-        x2, W2 = x.reshape(-1, d_in), W.reshape(d_in, -1)
+        x2, W2 = _as_matrices(x, W, in_dims)
         y = matmul(x2, W2)  # float16/bfloat16: products summed in float32 (backend.matmul)
         if b:
             y += b[0]
@@ -87,21 +94,20 @@ class LinearFn(Function):
     def backward(ctx, g):
         x, W = ctx.inputs[0], ctx.inputs[1]
         xa, Wa = x.data, W.data
-        d_in = math.prod(Wa.shape[: ctx.params.get("in_dims", 1)])
-        g2 = g.data.reshape(-1, Wa.size // d_in)
-        x2, W2 = xa.reshape(-1, d_in), Wa.reshape(d_in, -1)
+        x2, W2 = _as_matrices(xa, Wa, ctx.params.get("in_dims", 1))
+        g2 = g.data.reshape(x2.shape[0], W2.shape[1])
         gx = matmul(g2, W2.T).reshape(xa.shape) if x.requires_grad else None
         gW = None
         if W.requires_grad:  # written in W's shape (the engine would copy a view it stores)
             gW = xp_of(Wa).empty(Wa.shape, np.promote_types(x2.dtype, g2.dtype))
-            matmul(x2.T, g2, out=gW.reshape(d_in, -1))
+            matmul(x2.T, g2, out=gW.reshape(W2.shape))
         gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
         return gx, gW, gb
 
     @staticmethod
     def composed(x, W, *b, in_dims=1):
-        d_in = math.prod(W.shape[:in_dims])
-        y = x.reshape(x.shape[: x.ndim - in_dims] + (d_in,)) @ W.reshape(d_in, -1)
+        d_in, d_out = math.prod(W.shape[:in_dims]), math.prod(W.shape[in_dims:])
+        y = x.reshape(x.shape[: x.ndim - in_dims] + (d_in,)) @ W.reshape(d_in, d_out)
         if b:
             y = y + b[0]
         return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])

@@ -141,3 +141,22 @@ def test_linear_refuses_sizes_that_are_not_counts(sizes):
     with pytest.raises(ValueError, match=f"Linear: {name}={value!r} must be an integer >= 1"):
         nn.Linear(*sizes)
     assert nn.Linear(np.int64(3), 2).W.shape == (3, 2)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape", [((3, 0), (0, 4)), ((2, 3, 0), (0, 4)), ((0, 3), (3, 4))]
+)
+def test_linear_with_zero_features_or_rows_is_pytorchs(x_shape, w_shape):
+    """0 input features: y = b in every row and db counts the rows (PyTorch's answer; the
+    folded (rows, d_in) view could not be made with -1 for a size of 0). 0 rows: an empty y.
+    The create_graph path (the composed form) gives the same gradients."""
+    x = tl.tensor(np.zeros(x_shape), requires_grad=True)
+    W = tl.tensor(np.ones(w_shape), requires_grad=True)
+    b = tl.tensor(np.arange(4.0), requires_grad=True)
+    y = F.linear(x, W, b)
+    assert y.shape == x_shape[:-1] + (4,)
+    np.testing.assert_array_equal(y.numpy(), np.broadcast_to(np.arange(4.0), y.shape))
+    for create_graph in (False, True):
+        gx, gW, gb = tl.grad(y.sum(), [x, W, b], create_graph=create_graph, retain_graph=True)
+        assert gx.shape == x_shape and gW.shape == w_shape
+        np.testing.assert_array_equal(gb.numpy(), np.full(4, np.prod(x_shape[:-1])))
