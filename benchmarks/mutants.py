@@ -1440,8 +1440,8 @@ MUTANTS = {
         ),
         (
             "linear-dw-scale",
-            "matmul(x2.T, g2, out=gW.reshape(d_in, -1))",
-            "matmul(x2.T / x2.shape[0], g2, out=gW.reshape(d_in, -1))",
+            "matmul(x2.T, g2, out=gW.reshape(W2.shape))",
+            "matmul(x2.T / x2.shape[0], g2, out=gW.reshape(W2.shape))",
             "LinearFn: dW averaged over rows",
         ),
         (

@@ -180,9 +180,10 @@ def test_html_page_shows_the_text_and_its_characters_per_token(trained):
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from test_pipeline_parity import NORMALIZERS, PRE_TOKENIZERS, STRESS, bpe  # noqa: E402
-from test_pipeline_parity import trained as hf_trained  # noqa: E402
 from tokenizers import models, pre_tokenizers, trainers  # noqa: E402
+
+from .test_pipeline_parity import NORMALIZERS, PRE_TOKENIZERS, STRESS, bpe  # noqa: E402
+from .test_pipeline_parity import trained as hf_trained  # noqa: E402
 
 #: pre-tokenizers that drop characters other than whitespace: a token next to the dropped text
 #: cannot be told from it by its spelling, so their offsets are left out of the comparison
