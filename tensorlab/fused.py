@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -121,16 +120,15 @@ NUMPY = _ArrayMath(np, _erf_numpy)
 # A formula runs as written, one NumPy operation after another, each a pass over the block.
 # Arrays larger than BLOCK numbers are cut into blocks of whole rows, so a formula's temporaries
 # stay near the size of the cache and every block reuses the same memory. Measured on this
-# project's 2-core machine (benchmarks/bench_kernels.py --runner): at the GPT's shapes (up to
+# project's 2-core machine (session 21, forward + backward of F.gelu and F.silu timed with BLOCK
+# set by hand; no script kept): at the GPT's shapes (up to
 # 768 x 512 float32, 1.5 MB) blocks of 16k-64k numbers were 10-60% slower than the whole array
 # (the per-call cost of each ufunc, paid once per block, outweighs the cache), and two threads
 # over the blocks were slower than one (each ufunc call holds the GIL while it is set up).
 # So arrays up to 4 MB run whole, larger ones (a GPU-sized batch on the CPU) in 4 MB blocks,
-# on one thread.
+# one after another.
 BLOCK = 1 << 20  # numbers per block
-NUMPY_THREADS = 1  # threads the blocks run on (1: no pool)
 HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
-_pool = ThreadPoolExecutor(NUMPY_THREADS) if NUMPY_THREADS > 1 else None
 
 
 def _widened(a):
@@ -223,12 +221,8 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
             o[s] = r
 
     write(spans[0], first)
-    if _pool is not None and len(spans) > 2:
-        for s, result in zip(spans[1:], _pool.map(block, spans[1:])):
-            write(s, result)
-    else:
-        for s in spans[1:]:
-            write(s, block(s))
+    for s in spans[1:]:
+        write(s, block(s))
     outs = [o.reshape(*lead, *o.shape[1:]) if rows else o.reshape(shape) for o in outs]
     return tuple(outs) if isinstance(first, tuple) else outs[0]
 
