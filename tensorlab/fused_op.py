@@ -67,14 +67,11 @@ class _TensorMath:
     where = staticmethod(_where)
     maximum = staticmethod(F.maximum)
     minimum = staticmethod(F.minimum)
+    arange = staticmethod(arange)
 
     @staticmethod
     def max(x, axis=None, keepdims=False):
         return x.max(axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def arange(*args):
-        return arange(*args)
 
     @staticmethod
     def expm1(x):
