@@ -1548,14 +1548,14 @@ MUTANTS = {
         ),
         (
             "ce-smoothing-sign",
-            "loss = lse - (1.0 - label_smoothing) * z_t - label_smoothing * xp.mean",
-            "loss = lse - (1.0 - label_smoothing) * z_t + label_smoothing * xp.mean",
+            "loss = loss - label_smoothing * xp.mean(z, axis=-1)",
+            "loss = loss + label_smoothing * xp.mean(z, axis=-1)",
             "cross-entropy forward formula: the smoothing term added",
         ),
         (
             "ce-smoothing-grad-scale",
-            "q_uniform = label_smoothing / z.shape[-1]",
-            "q_uniform = label_smoothing",
+            "dz -= w * (label_smoothing / z.shape[-1])",
+            "dz -= w * label_smoothing",
             "cross-entropy backward formula: ε instead of ε/C",
         ),
         (
@@ -1666,10 +1666,10 @@ MUTANTS = {
     ],
     "nn/attention.py": [
         (
-            "gpu-softmax-grad-no-rowsum",
-            "dS = softmax_grad_kernel(dA, D_b, E, inv_b)",
-            "dS = softmax_grad_kernel(dA, 0.0, E, inv_b)",
-            "attention's GPU backward drops rowsum(G ⊙ Y) from the softmax gradient",
+            "softmax-grad-no-rowsum",
+            "softmax_grad_in_place(dA, D_b, E, inv_b)  # dA becomes s dS",
+            "softmax_grad_in_place(dA, 0.0, E, inv_b)  # dA becomes s dS",
+            "attention's backward drops rowsum(G ⊙ Y) from the softmax gradient",
         ),
         (
             "causal-diagonal",
@@ -1679,8 +1679,8 @@ MUTANTS = {
         ),
         (
             "ds-drop-a",
-            "dA -= D_b\n                dA *= E",
-            "dA -= D_b * E\n                dA *= E",
+            "dA -= D\n    dA *= E",
+            "dA -= D * E\n    dA *= E",
             "AttentionFn: (dA - D) ⊙ E with D weighted by E again",
         ),
         (
@@ -1874,8 +1874,8 @@ MUTANTS = {
         ),
         (
             "sum-of-squares-no-square",
-            "total = total + flat @ flat",
-            "total = total + flat.sum()",
+            "    return g * g",
+            "    return g",
             "sum_of_squares: Σ g instead of Σ g²",
         ),
         (

@@ -61,7 +61,6 @@ from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, device_of, in_float32, rounded, xp_of
 from tensorlab.function import Function
 from tensorlab.fused import fused
-from tensorlab.ops.nnops import shifted_exp
 
 _causal_cache: dict = {}
 
@@ -179,7 +178,8 @@ def _unnormalized_pattern(q, k, bias, causal, mask, window):
     maybe_empty = mask is not None or (causal and T_q > T_k) or T_k == 0
     if maybe_empty:
         m[m == -xp.inf] = 0
-    E = shifted_exp(S, m, out=S)  # in place on the CPU
+    exp_shifted_in_place(S, m)  # S becomes E
+    E = S
     total = sum_last(E)  # l
     if maybe_empty:  # elsewhere every row holds an exp(0) = 1
         total[total == 0] = 1
@@ -270,13 +270,8 @@ class AttentionFn(Function):
             if M_b is not None:
                 dA *= M_b
             D_b, inv_b = D[..., rows, :], inv[..., rows, :]
-            if xp is np:  # s dS = (dA - D) ⊙ E (s/l), in place
-                dA -= D_b
-                dA *= E
-                dA *= inv_b
-                dS = dA
-            else:  # a GPU: one kernel
-                dS = softmax_grad_kernel(dA, D_b, E, inv_b)
+            softmax_grad_in_place(dA, D_b, E, inv_b)  # dA becomes s dS
+            dS = dA
             xp.matmul(dS, _heads_first(k_b), out=_heads_first(dq[..., rows, :, :]))  # s dS K
             dk_b = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q_b), k_b.shape, dtype)
             if whole:
@@ -313,10 +308,21 @@ class AttentionFn(Function):
 
 
 @fused
-def softmax_grad_kernel(xp, dA, D, E, c):
-    """dS = A ⊙ (dA - D) with A = E/l and D = rowsum(dA ⊙ A), times s when c = s/l
-    (c = 1/l otherwise)."""
-    return (dA - D) * E * c
+def exp_shifted_in_place(xp, S, m):
+    """S ← exp(S - m), m the row maxima (broadcast): the pattern's numerators E, written over
+    the scores (two passes on NumPy, one kernel on a GPU)."""
+    S -= m
+    xp.exp(S, out=S)
+
+
+@fused
+def softmax_grad_in_place(xp, dA, D, E, c):
+    """dA ← (dA - D) ⊙ E ⊙ c: dS = A ⊙ (dA - D) with A = E/l and D = rowsum(dA ⊙ A), times s
+    when c = s/l (c = 1/l otherwise), written over dA (three passes on NumPy, one kernel on a
+    GPU)."""
+    dA -= D
+    dA *= E
+    dA *= c
 
 
 def attention_composed(

@@ -25,28 +25,40 @@ class CrossEntropyFn(FusedFunction):
     One loss per row: :func:`cross_entropy` sums or averages them. float16 and bfloat16 logits
     are taken in float32 and the loss stays float32 (a loss scaled for float16 training must
     not overflow float16's 65504); their gradient returns in their own dtype. logsumexp is
-    taken after shifting by the row's maximum m, so nothing overflows. Saves p.
+    taken after shifting by the row's maximum m, so nothing overflows. The softmax is kept
+    unnormalized: the forward saves e = exp(z - m) and its row sums s (p = e/s), and z_t and
+    the backward's - (1 - ε) at the target are a gather and a scatter of one number per row.
     """
 
-    rows, saves = True, 1
+    rows, saves = True, 2
 
     @staticmethod
     def forward_math(xp, z, t, ignore_index=-100, label_smoothing=0.0):
         m = xp.max(z, axis=-1, keepdims=True)
         e = xp.exp(z - m)
         s = xp.sum(e, axis=-1, keepdims=True)
-        lse = (m + xp.log(s))[..., 0]
-        hit = xp.arange(z.shape[-1]) == t[..., None]  # the one-hot of t, as booleans
-        z_t = xp.sum(xp.where(hit, z, 0.0), axis=-1)
-        loss = lse - (1.0 - label_smoothing) * z_t - label_smoothing * xp.mean(z, axis=-1)
-        return xp.where(t != ignore_index, loss, 0.0), e / s  # the loss, and p
+        z_t = xp.take_along_axis(z, _target(xp, t, ignore_index), axis=-1)
+        loss = (m + xp.log(s) - (1.0 - label_smoothing) * z_t)[..., 0]
+        if label_smoothing:
+            loss = loss - label_smoothing * xp.mean(z, axis=-1)
+        return xp.where(t != ignore_index, loss, 0.0), e, s[..., 0]  # the loss; e and s
 
     @staticmethod
-    def backward_math(xp, g, p, z, t, ignore_index=-100, label_smoothing=0.0):
-        hit = xp.arange(z.shape[-1]) == t[..., None]
-        q_uniform = label_smoothing / z.shape[-1]  # q = (1 - ε) onehot + ε/C
-        w = xp.where(t != ignore_index, g, 0.0)[..., None]
-        return w * (xp.where(hit, p - (1.0 - label_smoothing), p) - q_uniform)
+    def backward_math(xp, g, e, s, z, t, ignore_index=-100, label_smoothing=0.0):
+        w = xp.where(t != ignore_index, g, 0.0)[..., None]  # g, 0 for ignored rows
+        dz = e * (w / s[..., None])  # g p
+        if label_smoothing:
+            dz -= w * (label_smoothing / z.shape[-1])  # g (p - ε/C)
+        at = _target(xp, t, ignore_index)  # and - g (1 - ε) at the target
+        xp.put_along_axis(
+            dz, at, xp.take_along_axis(dz, at, axis=-1) - (1.0 - label_smoothing) * w, axis=-1
+        )
+        return dz
+
+
+def _target(xp, t, ignore_index):
+    """t as a (..., 1) index, an ignored row's pointing at class 0 (its loss is masked)."""
+    return xp.where(t != ignore_index, t, 0)[..., None]
 
 
 def cross_entropy(

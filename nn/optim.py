@@ -381,20 +381,10 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
 def sum_of_squares(grads: list) -> object:
     """Σ g² over all the arrays, in float64, as a 0-d array on their device (read it with
     ``float()``, one wait for the GPU). Not finite exactly when some entry is inf or NaN (a
-    float32 entry squared is at most 1.2e77: float64 does not overflow).
-
-    On a GPU it is :func:`square_kernel` summed over every gradient by one launch
-    (``fused.each_sum``), which reads each number once. On the CPU the arrays are summed in
-    groups of about :data:`CLIP_GROUP` numbers, each group copied into one float64 vector that
-    stays in cache and dotted with itself (a BLAS dot: faster than squaring array by array).
-    """
-    if xp_of(grads[0]) is not np:
-        return square_kernel.each_sum((grads,))
-    total = 0.0
-    for group in _groups(grads, CLIP_GROUP):
-        flat = np.concatenate([g.ravel() for g in group], dtype=np.float64)  # host: CPU branch
-        total = total + flat @ flat
-    return np.asarray(total)  # host: CPU branch
+    float32 entry squared is at most 1.2e77: float64 does not overflow). It is
+    :func:`square_kernel` summed over every gradient (``fused.each_sum``): on a GPU one launch
+    that reads each number once, on NumPy the kernel on each array in turn."""
+    return square_kernel.each_sum((grads,))
 
 
 @fused
@@ -408,25 +398,6 @@ def square_kernel(xp, g):
 def scale_kernel(xp, g, s):
     """g ← s·g, in place: clipping's and the loss scaler's rescaling of every gradient."""
     g *= s
-
-
-# Numbers per float64 group in sum_of_squares on the CPU (2 MiB: a group larger than the cache
-# is slower than one group per parameter). benchmarks/bench_kernels.py times clipping against
-# PyTorch's.
-CLIP_GROUP = 1 << 18
-
-
-def _groups(arrays: list, size: int) -> list[list]:
-    """``arrays`` in order, cut into runs of about ``size`` numbers together (an array larger
-    than ``size`` is a run of its own)."""
-    groups, current, n = [], [], 0
-    for a in arrays:
-        if current and n + a.size > size:
-            groups.append(current)
-            current, n = [], 0
-        current.append(a)
-        n += a.size
-    return groups + [current]
 
 
 # ------------------------------------------------------------------ learning-rate schedules

@@ -74,6 +74,10 @@ class _TensorMath:
         return x.max(axis=axis, keepdims=keepdims)
 
     @staticmethod
+    def take_along_axis(x, index, axis):
+        return x.gather(axis, index)
+
+    @staticmethod
     def expm1(x):
         return F.exp(x) - 1.0
 

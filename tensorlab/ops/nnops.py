@@ -8,28 +8,8 @@ the result rounded back.
 
 from __future__ import annotations
 
-import numpy as np
-
 from tensorlab.backend import in_float32, rounded, xp_of
 from tensorlab.function import Function
-from tensorlab.fused import fused
-
-
-def shifted_exp(x, m, out=None):
-    """exp(x - m) on a raw array, m broadcast against x (a row's maximum: no overflow): the
-    numerators of a softmax. On the CPU two passes, written into ``out`` when given (``x``
-    itself for an array the caller owns); on a GPU one kernel (:func:`shifted_exp_kernel`)."""
-    xp = xp_of(x)
-    if xp is not np:
-        return shifted_exp_kernel(x, m)
-    e = xp.subtract(x, m, out=out)
-    return xp.exp(e, out=e)
-
-
-@fused
-def shifted_exp_kernel(xp, x, m):
-    """exp(x - m) as one GPU kernel."""
-    return xp.exp(x - m)
 
 
 class Softmax(Function):
@@ -42,7 +22,8 @@ class Softmax(Function):
         if a.size == 0:  # nothing to normalize (an empty axis): an empty result, as PyTorch
             return a.copy()
         x, half = in_float32(a)
-        e = shifted_exp(x, x.max(axis=axis, keepdims=True))
+        e = x - x.max(axis=axis, keepdims=True)
+        xp_of(e).exp(e, out=e)
         e /= e.sum(axis=axis, keepdims=True)
         return rounded(e, half)
 

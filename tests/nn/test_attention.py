@@ -466,8 +466,9 @@ GPU_LAUNCHES = {"causal": (8, 10)}  # (forward, backward) in float32 and float64
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
 def test_on_a_gpu_attention_is_its_cpu_form(case, dtype, monkeypatch):
-    """On CuPy arrays AttentionFn runs one kernel (shifted_exp_kernel, softmax_grad_kernel)
-    where the CPU form runs two and three in-place operations, in the same order: on CuPy
+    """On CuPy arrays each of AttentionFn's in-place kernels (exp_shifted_in_place,
+    softmax_grad_in_place) is one launch where NumPy runs its two and three in-place
+    operations, in the same order: on CuPy
     emulated by NumPy (tests/fake_cupy.py) its values and the gradients of q, k, v and the
     bias are bitwise those of the CPU (bfloat16 inputs too: both compute in float32), and in
     float64 the GPU form passes gradcheck. Launches are pinned for the causal case."""

@@ -49,8 +49,8 @@ FORMS = {
     "adam_kernel": ["aaaa" + "s" * 9],
     "scale_kernel": ["as"],  # clipping, the loss scaler
     "square_kernel": ["a"],  # their sum of squares
-    "shifted_exp_kernel": ["aa"],  # softmax, attention, cross-entropy
-    "softmax_grad_kernel": ["aaaa"],
+    "exp_shifted_in_place": ["aa"],  # attention's pattern
+    "softmax_grad_in_place": ["aaaa"],
 }
 CASES = [(name, form) for name, forms in sorted(FORMS.items()) for form in forms]
 WIDENS = {"square_kernel": "float64"}  # kernels whose output is not in their inputs' dtype
