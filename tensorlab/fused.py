@@ -69,7 +69,9 @@ def erf_float32(z):
     for c in _A[3::-1]:  # Horner: ((a₅t + a₄)t + a₃)t ...
         poly += c
         poly *= t
-    return np.copysign(1.0 - poly * np.exp(-(a * a)), z)  # host: NumPy's erf
+    r = np.asarray(1.0 - poly * np.exp(-(a * a)))  # host: erf(|z|) ≥ 0; then z's sign bit
+    r.view(np.uint32)[...] |= z.view(np.uint32) & 0x80000000  # on it (np.copysign: 5x slower)
+    return r
 
 
 ERF_BY_DTYPE = {np.dtype(np.float64): erf_exact, np.dtype(np.float32): erf_float32}
