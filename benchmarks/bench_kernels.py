@@ -15,8 +15,8 @@ GPU; the float64 norm, nn/optim.py: sum_of_squares, and the scaling) against PyT
 adam_kernel, one launch for all of them on a GPU) against PyTorch's default (``foreach``).
 On the CPU the last lines time the reductions the fused kernels are built from: NumPy's ufunc
 reduction over a short last axis against the same sum as a BLAS matrix-vector product
-(``nn/linear.py`` explains why the kernels use the second), and then the ufuncs the
-elementwise kernels are made of, against a multiplication.
+(``tensorlab/fused.py: _ArrayMath`` explains why the kernels use the second), and then the
+ufuncs the elementwise kernels are made of, against a multiplication.
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
@@ -38,7 +38,7 @@ import nn  # noqa: E402
 import nn.functional as F  # noqa: E402
 import tensorlab as tl  # noqa: E402
 from nn.attention import AttentionFn  # noqa: E402
-from nn.linear import mean_last, sum_rows  # noqa: E402
+from tensorlab.fused import NUMPY  # noqa: E402
 
 B, T, D, H, V = 12, 64, 128, 4, 65
 PAUSE = 0.3  # seconds between turns
@@ -218,9 +218,10 @@ def main() -> None:
 
     print("\nreductions on (768, 512) float32, µs: NumPy ufunc reduction vs BLAS mat-vec")
     x = np.random.default_rng(1).standard_normal((B * T, 4 * D)).astype(np.float32)
-    a, b = in_turns([lambda: x.mean(axis=-1, keepdims=True), lambda: mean_last(x)], args.rounds)
+    means = [lambda: x.mean(axis=-1, keepdims=True), lambda: NUMPY.mean(x, axis=-1, keepdims=True)]
+    a, b = in_turns(means, args.rounds)
     print(f"{'mean over the last axis':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
-    a, b = in_turns([lambda: x.sum(axis=0), lambda: sum_rows(x)], args.rounds)
+    a, b = in_turns([lambda: x.sum(axis=0), lambda: NUMPY.sum(x, axis=0)], args.rounds)
     print(f"{'sum over rows':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
 
     # The elementwise kernels are chains of ufunc passes; these are the ones that cost more

@@ -856,6 +856,18 @@ MUTANTS = {
     ],
     "tensorlab/fused.py": [
         (
+            "sum-rows-mean",
+            "return backend.matmul(self._ones_of(x, x.shape[0]), x)",
+            "return backend.matmul(self._ones_of(x, x.shape[0]), x) / x.shape[0]",
+            "the namespace's row sum: a mean (db of a bias scaled by 1/rows)",
+        ),
+        (
+            "mean-last-bessel",
+            "total = total * (1.0 / x.shape[axis])",
+            "total = total * (1.0 / (x.shape[axis] - 1))",
+            "the namespace's mean: divides by d - 1",
+        ),
+        (
             "table-block-start",
             "first_block[block_tensor]) * CHUNK",
             "first_block[block_tensor]) * (CHUNK - 1)",
@@ -1426,18 +1438,6 @@ MUTANTS = {
         ),
     ],
     "nn/linear.py": [
-        (
-            "sum-rows-mean",
-            "return matmul(_filled(a, a2.shape[0], 1.0), a2)",
-            "return matmul(_filled(a, a2.shape[0], 1.0 / a2.shape[0]), a2)",
-            "sum_rows: a mean (db of a bias scaled by 1/rows)",
-        ),
-        (
-            "mean-last-bessel",
-            "_filled(a, d, 1.0 / d)",
-            "_filled(a, d, 1.0 / (d - 1))",
-            "mean_last: divides by d - 1",
-        ),
         (
             "linear-dw-scale",
             "matmul(x2.T, g2, out=gW.reshape(W2.shape))",

@@ -55,12 +55,12 @@ import tensorlab as tl
 from nn.dropout import check_p, dropout, dropout_mask
 from nn.embedding import RelativePositionBias, RotaryEmbedding
 from nn.init import constant, uniform
-from nn.linear import linear, sum_last
+from nn.linear import linear
 from nn.module import HookPoint, Module, close_hook_points, identity, switched
 from tensorlab import Tensor, cat
 from tensorlab.backend import DEFAULT_DTYPE, device_of, in_float32, rounded, xp_of
 from tensorlab.function import Function
-from tensorlab.fused import fused
+from tensorlab.fused import array_math, fused
 
 _causal_cache: dict = {}
 
@@ -180,7 +180,7 @@ def _unnormalized_pattern(q, k, bias, causal, mask, window):
         m[m == -xp.inf] = 0
     exp_shifted_in_place(S, m)  # S becomes E
     E = S
-    total = sum_last(E)  # l
+    total = array_math(E).sum(E, axis=-1, keepdims=True)  # l
     if maybe_empty:  # elsewhere every row holds an exp(0) = 1
         total[total == 0] = 1
     return E, total
@@ -254,7 +254,8 @@ class AttentionFn(Function):
         xp = xp_of(g)
         inv = 1.0 / ctx.total  # 1/l, (..., H, T_q, 1)
         G_l = _heads_first(g * _heads_first(inv))  # G/l, heads first
-        D = _heads_first(sum_last(g * ctx.Y))  # rowsum(dA ⊙ A) = rowsum(G ⊙ Y)
+        GY = g * ctx.Y
+        D = _heads_first(array_math(GY).sum(GY, axis=-1, keepdims=True))  # rowsum(G ⊙ Y)
         if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
             inv *= s
         whole = len(ctx.blocks) == 1

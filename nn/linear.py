@@ -1,6 +1,4 @@
-"""The affine map y = x W + b: its op, its function ``linear`` and its layer ``Linear``; and
-sums over rows or over the last axis, written as the matrix-vector products they are (the
-fused ops of ``nn`` take their reductions from here)."""
+"""The affine map y = x W + b: its op, its function ``linear`` and its layer ``Linear``."""
 
 from __future__ import annotations
 
@@ -14,49 +12,8 @@ from nn.module import Module
 from tensorlab import Tensor
 from tensorlab.backend import DEFAULT_DTYPE, matmul, xp_of
 from tensorlab.function import Function, modes
+from tensorlab.fused import array_math
 from tensorlab.ops.linalg import autocast_inputs
-
-# Reductions as matrix-vector products. NumPy's ufunc reductions pay a fixed cost per row when
-# the reduced axis is short and contiguous (rows of 64-512 numbers, as in every fused op here),
-# while BLAS gemv streams through the whole array at memory speed, so the product is faster on
-# the GPT benchmark shapes (benchmarks/bench_kernels.py prints both). Both sum in float32 for
-# float32 input; rows this short lose nothing that matters. float16 and bfloat16 sum in float32
-# (backend.matmul), and the result is cast back to the input's dtype.
-_constant_vectors: dict = {}
-
-
-def _filled(a, n: int, value: float):
-    """A vector of ``n`` copies of ``value`` in ``a``'s dtype and array module, made once and
-    then reused (the products below only read it)."""
-    key = (type(a), a.dtype, n, value)
-    v = _constant_vectors.get(key)
-    if v is None:
-        v = _constant_vectors[key] = xp_of(a).full(n, value, dtype=a.dtype)
-    return v
-
-
-def _rows(a):
-    """The (rows, d) view of ``a``: every axis but the last folded (also when d = 0)."""
-    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
-
-
-def sum_last(a):
-    """Σ over the last axis, kept as an axis of length 1: a·1 (one gemv on the (rows, d) view)."""
-    d = a.shape[-1]
-    return matmul(_rows(a), _filled(a, d, 1.0)).reshape(a.shape[:-1] + (1,))
-
-
-def mean_last(a):
-    """Mean over the last axis, kept as an axis of length 1: a·(1/d) (see :func:`sum_last`)."""
-    d = a.shape[-1]
-    return matmul(_rows(a), _filled(a, d, 1.0 / d)).reshape(a.shape[:-1] + (1,))
-
-
-def sum_rows(a):
-    """Σ over every axis but the last, shape (d,): 1ᵀ a on the (rows, d) view (a gemv). It is
-    the gradient of a bias (``LinearFn``'s db, and layer norm's dβ)."""
-    a2 = _rows(a)
-    return matmul(_filled(a, a2.shape[0], 1.0), a2)
 
 
 def _as_matrices(x, W, in_dims: int):
@@ -101,7 +58,8 @@ class LinearFn(Function):
         if W.requires_grad:  # written in W's shape (the engine would copy a view it stores)
             gW = xp_of(Wa).empty(Wa.shape, np.promote_types(x2.dtype, g2.dtype))
             matmul(x2.T, g2, out=gW.reshape(W2.shape))
-        gb = sum_rows(g2) if len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad else None
+        need_b = len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad
+        gb = array_math(g2).sum(g2, axis=0) if need_b else None  # Σ_rows g: 1ᵀ g, a gemv
         return gx, gW, gb
 
     @staticmethod

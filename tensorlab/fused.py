@@ -1,11 +1,11 @@
-"""Fused GPU kernels, written once as Python and checked on the CPU.
+"""Kernels written once, as Python functions of an array namespace, and run by every backend.
 
 On a GPU every array operation is one kernel launch that reads its inputs from memory and
-writes its output back. GELU's forward written as array operations (its CPU form in
-``nn/activation.py``) is about twenty of them: twenty launches, twenty trips through memory,
-where one kernel that keeps each number in a register would do. ``cupy.fuse`` makes that one
-kernel from a Python function of arrays: it traces the function once per signature (dtypes
-and numbers of axes) and compiles the traced elementwise code.
+writes its output back. GELU's forward written as array operations is about twenty of them:
+twenty launches, twenty trips through memory, where one kernel that keeps each number in a
+register would do. ``cupy.fuse`` makes that one kernel from a Python function of arrays: it
+traces the function once per signature (dtypes and numbers of axes) and compiles the traced
+elementwise code.
 
 :func:`fused` turns ``math(xp, *arrays)``, a function written with ``xp``'s operations, into
 such a kernel::
@@ -17,13 +17,13 @@ such a kernel::
     silu_kernel(cupy_array)   # one compiled kernel (traced on the first call)
     silu_kernel(numpy_array)  # the same function, run by NumPy operation by operation
 
-The NumPy run is how the CPU test suite checks a kernel's arithmetic against the op's CPU
-form without a GPU; on a GPU the same tests compare the compiled kernel with the CPU form.
-The ops call their kernels on CuPy arrays only: NumPy has no kernel fusion, and the CPU forms
-are written for its speed (in place, in cache-sized blocks).
+On NumPy arrays the same function runs operation by operation (:func:`run_numpy`, in blocks of
+whole rows for arrays larger than the cache). There is no second, CPU form of any kernel: the
+tests check the arithmetic on NumPy, and on the emulated GPU (tests/fake_cupy.py) that the
+CuPy run gives the same numbers.
 
 A kernel may use arithmetic, comparisons, ufuncs and ``xp.where`` (``xp.erf`` too, which is
-``cupyx.scipy.special.erf`` on the GPU and :func:`tensorlab.backend.erf_exact` on NumPy), may
+``cupyx.scipy.special.erf`` on the GPU and one formula per dtype on NumPy, ERF_BY_DTYPE), may
 update its arguments in place (``m *= b``; it then returns nothing) and may return one array
 or a tuple. Python scalars among the arguments keep the arrays' dtype, as they do in NumPy.
 
@@ -75,6 +75,7 @@ def erf_float32(z):
 
 
 ERF_BY_DTYPE = {np.dtype(np.float64): erf_exact, np.dtype(np.float32): erf_float32}
+HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
 
 
 def _erf_numpy(z):
@@ -82,12 +83,13 @@ def _erf_numpy(z):
 
 
 class _ArrayMath:
-    """The ``xp`` a kernel is written against: an array module's functions, plus ``erf``, and
-    row sums and means over the last axis taken as a matrix-vector product x·1 (BLAS streams
-    through the rows at memory speed, where NumPy's reduction pays a fixed cost per short row:
-    4x slower on (768, 512) float32, ``bench_kernels.py``; the GPU sums rows the same way, so
-    both give the same numbers). Only float32 and float64 rows of one or more numbers; any
-    other sum or mean is the module's own."""
+    """The ``xp`` a kernel is written against: an array module's functions, plus ``erf``, with
+    sums and means over the last axis (x·1) and sums of a matrix's rows (1ᵀx, a bias's
+    gradient) taken as matrix-vector products. BLAS streams through the rows at memory speed
+    where NumPy's reduction pays a fixed cost per short row (4x slower on (768, 512) float32,
+    ``bench_kernels.py``), and float16 and bfloat16 are summed in float32 (``backend.matmul``);
+    the GPU sums the same way, so both give the same numbers. Any other sum or mean is the
+    module's own."""
 
     def __init__(self, module, erf):
         self._module, self.erf = module, erf
@@ -96,27 +98,53 @@ class _ArrayMath:
     def __getattr__(self, name):
         return getattr(self._module, name)
 
-    def _row_sums(self, x, keepdims):
-        key = (x.dtype, x.shape[-1])
-        ones = self._ones.get(key)
-        if ones is None:  # made once per dtype and row length, then reused
-            ones = self._ones[key] = self._module.ones(x.shape[-1], x.dtype)
-        rows = x.reshape(-1, x.shape[-1]) @ ones
-        return rows.reshape(x.shape[:-1] + ((1,) if keepdims else ()))
+    def _gemv(self, x, axis):
+        """Σ over ``axis`` (-1, or 0 of a matrix) as a product with a vector of ones, or None
+        where the module's own sum is the one to take."""
+        if x.dtype not in _BY_GEMV or x.ndim == 0 or 0 in x.shape:
+            return None
+        if axis == 0 and x.ndim == 2:
+            return backend.matmul(self._ones_of(x, x.shape[0]), x)
+        if axis == -1 or axis == x.ndim - 1:
+            rows = backend.matmul(x.reshape(-1, x.shape[-1]), self._ones_of(x, x.shape[-1]))
+            return rows.reshape(x.shape[:-1])
+        return None
+
+    def _ones_of(self, x, n):
+        ones = self._ones.get((x.dtype, n))
+        if ones is None:  # made once per dtype and length, then reused (the products only read)
+            ones = self._ones[x.dtype, n] = self._module.ones(n, x.dtype)
+        return ones
 
     def sum(self, x, axis=None, keepdims=False, **kw):
-        if axis != -1 or kw or x.dtype not in _BLAS or x.ndim == 0 or x.shape[-1] == 0:
+        total = None if kw else self._gemv(x, axis)
+        if total is None:
             return self._module.sum(x, axis=axis, keepdims=keepdims, **kw)
-        return self._row_sums(x, keepdims)
+        return self._module.expand_dims(total, axis) if keepdims else total
 
     def mean(self, x, axis=None, keepdims=False, **kw):
-        if axis != -1 or kw or x.dtype not in _BLAS or x.ndim == 0 or x.shape[-1] == 0:
+        total = None if kw else self._gemv(x, axis)
+        if total is None:
             return self._module.mean(x, axis=axis, keepdims=keepdims, **kw)
-        return self._row_sums(x, keepdims) * (1.0 / x.shape[-1])
+        total = total * (1.0 / x.shape[axis])
+        return self._module.expand_dims(total, axis) if keepdims else total
 
 
-_BLAS = {np.dtype(np.float32), np.dtype(np.float64)}
+_BY_GEMV = {np.dtype(np.float32), np.dtype(np.float64)} | HALF
 NUMPY = _ArrayMath(np, _erf_numpy)
+_NAMESPACES: dict = {np: NUMPY}
+
+
+def array_math(a) -> _ArrayMath:
+    """The ``xp`` of kernels for ``a``'s array module: :data:`NUMPY`, or CuPy's (made once)."""
+    xp = xp_of(a)
+    space = _NAMESPACES.get(xp)
+    if space is None:
+        from cupyx.scipy.special import erf
+
+        space = _NAMESPACES[xp] = _ArrayMath(xp, erf)
+    return space
+
 
 # ------------------------------------------------------------------ the NumPy runner
 # A formula runs as written, one NumPy operation after another, each a pass over the block.
@@ -130,7 +158,6 @@ NUMPY = _ArrayMath(np, _erf_numpy)
 # So arrays up to 4 MB run whole, larger ones (a GPU-sized batch on the CPU) in 4 MB blocks,
 # one after another.
 BLOCK = 1 << 20  # numbers per block
-HALF = {np.dtype(np.float16)} | ({np.dtype(BFLOAT16)} if BFLOAT16 is not None else set())
 
 
 def _widened(a):
@@ -354,9 +381,11 @@ def _plus(total, value):
 def on_cupy(math: Callable, cupy) -> Callable:
     """``math`` with CuPy as its ``xp``: the function of arrays that ``cupy.fuse`` traces
     (tests/cuda_compile.py traces and compiles it on a machine with no GPU)."""
-    from cupyx.scipy.special import erf
+    if cupy not in _NAMESPACES:
+        from cupyx.scipy.special import erf
 
-    return functools.partial(math, _ArrayMath(cupy, erf))
+        _NAMESPACES[cupy] = _ArrayMath(cupy, erf)
+    return functools.partial(math, _NAMESPACES[cupy])
 
 
 def _compile(math: Callable, name: str):  # pragma: no cover - needs a GPU

@@ -7,10 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import tensorlab as tl
 from tensorlab.backend import erf_exact, to_device
 from tensorlab.fused import CHUNK, NUMPY, fused, pointer_table
+from tests.strategies import values
 
 
 @fused
@@ -296,3 +300,44 @@ def test_blocks_give_what_the_whole_array_gives(dtype, monkeypatch):
         np.testing.assert_array_equal(sq, want_sq.astype(dtype))
         r = _row_centred(a, b)
         np.testing.assert_array_equal(r, _row_centred.math(NUMPY, wide(a), wide(b)).astype(dtype))
+
+
+# ---------------------------------------------------------------------- the namespace's sums
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, max_side=5), data=st.data())
+def test_reductions_are_sums_and_means(dtype, shape, data):
+    """The kernels' namespace takes sums and means over the last axis (kept as length 1 here)
+    and the sum of a matrix's rows (the rows of every axis but the last, folded) as
+    matrix-vector products; same dtype as the input. Compared with the exact sums (float64
+    sums of the same values): any order of n additions is off by at most n·u·Σ|a| (u = 2⁻²⁴
+    for float32, 2⁻⁵³ for float64), plus half a unit of the result for the mean's division;
+    the row sum adds up to 25 rows (not 5), so in float32 a sum near 50 may round by several
+    1e-6 (a fixed atol 1e-5 failed for 20 equal rows of 1.866, where NumPy's own axis-0 sum is
+    the one 3 ulp off the exact 37.3218352)."""
+    a = data.draw(values(shape)).astype(dtype)
+    exact = a.astype(np.float64)
+    u = np.finfo(dtype).eps / 2
+    # (float64: the reference rounds as much as the sums tested, hence the factor 2 below)
+    for got, expect, n, abs_sum in (
+        (
+            NUMPY.sum(a, axis=-1, keepdims=True),
+            exact.sum(-1, keepdims=True),
+            shape[-1],
+            np.abs(exact).sum(-1, keepdims=True),
+        ),
+        (
+            NUMPY.mean(a, axis=-1, keepdims=True),
+            exact.mean(-1, keepdims=True),
+            shape[-1],
+            np.abs(exact).mean(-1, keepdims=True),
+        ),
+        (
+            NUMPY.sum(a.reshape(-1, shape[-1]), axis=0),
+            exact.reshape(-1, shape[-1]).sum(0),
+            int(np.prod(shape[:-1])),
+            np.abs(exact).reshape(-1, shape[-1]).sum(0),
+        ),
+    ):
+        assert got.dtype == dtype and got.shape == expect.shape
+        bound = 2 * (n + 1) * u * abs_sum + np.finfo(dtype).tiny
+        assert (np.abs(got - expect) <= bound).all(), (got, expect, bound)
