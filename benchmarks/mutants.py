@@ -25,7 +25,7 @@ TESTS = {
         ON_FAKE_CUDA,
     ],
     "tensorlab/ops/reduce.py": ["tests/tensorlab/test_reduce.py", "tests/tensorlab"],
-    "tensorlab/ops/nnops.py": ["tests/tensorlab/test_nnops.py", "tests/tensorlab"],
+    "tensorlab/ops/softmax.py": ["tests/tensorlab/test_softmax.py", "tests/tensorlab"],
     "tensorlab/ops/shape.py": ["tests/tensorlab/test_shape.py", "tests/tensorlab"],
     "tensorlab/ops/index.py": [
         "tests/tensorlab/test_index.py",
@@ -1279,7 +1279,7 @@ MUTANTS = {
             "LogSumExp: exp(a) instead of softmax(a)",
         ),
     ],
-    "tensorlab/ops/nnops.py": [
+    "tensorlab/ops/softmax.py": [
         (
             "softmax-drop-y",
             "return y * (g - (g * y).sum(axis=ctx.axis, keepdims=True))",

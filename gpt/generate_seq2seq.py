@@ -15,7 +15,7 @@ import nn
 from gpt.seq2seq import Transformer
 from tensorlab import Tensor
 from tensorlab.backend import xp_of
-from tensorlab.ops.nnops import log_softmax_array
+from tensorlab.ops.softmax import log_softmax_array
 
 __all__ = ["greedy_decode", "beam_search", "length_penalty", "sequence_logprob", "sequence_score"]
 

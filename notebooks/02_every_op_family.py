@@ -32,7 +32,7 @@ import numpy as np
 
 import tensorlab as tl
 from nn.exercises import check
-from tensorlab.ops import elementwise, index, linalg, nnops, reduce, shape
+from tensorlab.ops import elementwise, index, linalg, reduce, shape, softmax
 
 
 def show(op):
@@ -149,7 +149,7 @@ print("a[[0, 0, 2]] with g = [1, 2, 3] -> da =", a.grad.numpy())
 # Jacobian needs to be built (`docs/derivations.md`, section 9).
 
 # %%
-show(nnops.Softmax)
+show(softmax.Softmax)
 print("gradcheck softmax", tl.gradcheck(lambda a: a.softmax(axis=-1), [x(3, 5)]))
 
 # %% [markdown]

@@ -1034,7 +1034,6 @@ from tensorlab.ops.index import (  # noqa: E402
     Triu,
 )
 from tensorlab.ops.linalg import MatMul, autocast_inputs  # noqa: E402
-from tensorlab.ops.nnops import LogSoftmax, Softmax  # noqa: E402
 from tensorlab.ops.reduce import (  # noqa: E402
     Cumsum,
     LogSumExp,
@@ -1047,3 +1046,4 @@ from tensorlab.ops.reduce import (  # noqa: E402
     Var,
 )
 from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, Roll, SumTo  # noqa: E402
+from tensorlab.ops.softmax import LogSoftmax, Softmax  # noqa: E402

@@ -39,7 +39,7 @@ clear, each for a stated reason:
   PyTorch's gradients differ between its full and per-axis forms (``Var``'s docstring).
 - ``torch.cat`` skips 1-D empty tensors whatever the other shapes (a legacy rule): the
   programs concatenate no tensor of shape (0,).
-- Softmax of a 0-d tensor: its backward is a known bug of ``tensorlab/ops/nnops.py`` (issue
+- Softmax of a 0-d tensor: its backward is a known bug of ``tensorlab/ops/softmax.py`` (issue
   41), which this file cannot fix.
 - In the second-derivative test a power a**b keeps b off 0 (b + 1e-4): there PyTorch masks
   da = g b a^(b-1) to a constant 0, which loses its derivative in b, g / a; tensorlab keeps
@@ -276,7 +276,7 @@ def op_reduce(data, pool):
 
 
 def op_softmax(data, pool):
-    found = pick(data, pool, min_ndim=1)  # (0-d: nnops.py's known bug, see the docstring)
+    found = pick(data, pool, min_ndim=1)  # (0-d: softmax.py's known bug, see the docstring)
     if found is None:
         return None
     i, x, xt = found
