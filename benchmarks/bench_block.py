@@ -38,7 +38,7 @@ class Block(nn.Module):
     def __init__(self, approximate: str):
         super().__init__()
         self.ln1 = nn.LayerNorm(D)
-        self.attn = nn.MultiHeadAttention(D, H, causal=True)
+        self.attn = nn.SelfAttention(D, H, causal=True)
         self.ln2 = nn.LayerNorm(D)
         self.mlp = nn.FeedForward(D, activation="gelu" if approximate == "none" else "gelu_tanh")
 

@@ -31,6 +31,9 @@ from gpt.config import GPTConfig
 from nn.init import gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
 
+# The attention's biases for the config's (bias, qkv_bias): all, none, q/k/v only, output only
+BIASES = {(True, True): True, (False, False): False, (False, True): "qkv", (True, False): "out"}
+
 
 class NoNorm(nn.Module):
     """The identity, with no parameters: ``norm="none"`` (toy models read with
@@ -72,22 +75,21 @@ class Block(nn.Module):
     pre-norm they share one norm, as in GPT-J.
     """
 
-    def __init__(self, cfg: GPTConfig, rotary=None):
+    def __init__(self, cfg: GPTConfig, positions=None):
         super().__init__()
         self.post, self.parallel = cfg.norm_placement == "post", cfg.parallel
         self.ln1 = make_norm(cfg)
-        self.attn = nn.MultiHeadAttention(
+        if cfg.positional == "relative":  # each block its own; a rotary one is shared
+            positions = nn.RelativePositionBias(cfg.n_head, cfg.max_relative_distance)
+        self.attn = nn.SelfAttention(
             cfg.d_model,
             cfg.n_head,
             d_head=cfg.d_head,
             n_kv_head=cfg.n_kv_head,
-            bias=cfg.bias,
-            qkv_bias=cfg.qkv_bias,
+            bias=BIASES[cfg.bias, cfg.qkv_bias],
             dropout=cfg.dropout,
-            causal=True,
-            rotary=rotary,
-            relative_bias=cfg.max_relative_distance if cfg.positional == "relative" else None,
-            window=cfg.sliding_window,
+            causal=cfg.sliding_window or True,
+            positions=positions,
         )
         self.ln1_out = make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
         self.mlp = None

@@ -76,9 +76,7 @@ class EncoderBlock(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig):
         super().__init__()
         self.post = cfg.norm_placement == "post"
-        self.attn = nn.MultiHeadAttention(
-            cfg.d_model, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout
-        )
+        self.attn = nn.SelfAttention(cfg.d_model, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout)
         self.mlp = _feed_forward(cfg)
         _norms(self, cfg, 2)
         self.hook_resid_pre = nn.HookPoint()
@@ -103,10 +101,8 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.post = cfg.norm_placement == "post"
         d, H = cfg.d_model, cfg.n_head
-        self.attn = nn.MultiHeadAttention(d, H, bias=cfg.bias, dropout=cfg.dropout, causal=True)
-        self.cross_attn = nn.MultiHeadAttention(
-            d, H, bias=cfg.bias, dropout=cfg.dropout, cross=True
-        )
+        self.attn = nn.SelfAttention(d, H, bias=cfg.bias, dropout=cfg.dropout, causal=True)
+        self.cross_attn = nn.CrossAttention(d, H, bias=cfg.bias, dropout=cfg.dropout)
         self.mlp = _feed_forward(cfg)
         _norms(self, cfg, 3)
         self.hook_resid_pre = nn.HookPoint()

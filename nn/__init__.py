@@ -7,7 +7,13 @@ feed-forward block), ``dropout``, ``attention``, ``loss``.
 """
 
 from nn.activation import ELU, GELU, FeedForward, ReLU, Sigmoid, SiLU, Swish, Tanh, activation_fn
-from nn.attention import KVCache, MultiHeadAttention, composed_attention
+from nn.attention import (
+    CrossAttention,
+    KVCache,
+    MultiHeadAttention,
+    SelfAttention,
+    composed_attention,
+)
 from nn.dropout import Dropout
 from nn.embedding import (
     Embedding,

@@ -31,14 +31,16 @@ are (n + 1)/2n of their size.
 The math is written twice on purpose, and only twice: :class:`AttentionFn` is one graph node
 with the closed-form backward above on arrays (fast, and it never keeps S or softmax
 intermediates), and :func:`attention_composed` is the same function in engine ops (readable,
-every intermediate a Tensor that a hook can read or replace). ``MultiHeadAttention(fused=...)``
-picks one when it is built; the engine differentiates the composed form when it needs the
+every intermediate a Tensor that a hook can read or replace). A layer's ``fused`` attribute
+picks one (True by default); the engine differentiates the composed form when it needs the
 fused op's gradient as a graph (``create_graph=True``), and the tests hold the two together.
 
-Shapes in :class:`MultiHeadAttention`: B batch, T_q query positions, T_k key positions, H heads
-of width d_head. Following "A Mathematical Framework for Transformer Circuits", head h reads
-the residual stream through W_Q^h, W_K^h, W_V^h (d_model × d_head) and writes back through
-W_O^h (d_head × d_model)::
+The layers: :class:`SelfAttention` (bidirectional, causal or a causal sliding window, with
+rotary or relative positions) and :class:`CrossAttention` (queries from x, keys and values
+from a source), over what they share, :class:`MultiHeadAttention`. Shapes: B batch, T_q
+query positions, T_k key positions, H heads of width d_head. Following "A Mathematical
+Framework for Transformer Circuits", head h reads the residual stream through W_Q^h, W_K^h,
+W_V^h (d_model × d_head) and writes back through W_O^h (d_head × d_model)::
 
     q = x W_Q^h + b_Q^h,  k = x W_K^h + b_K^h,  v = x W_V^h + b_V^h,
     A^h = softmax(q kᵀ/√d_head + mask),   out = Σ_h (A^h v) W_O^h + b_O.
@@ -469,35 +471,26 @@ def _mask_error(what: str, scores: tuple, cache) -> ValueError:
 
 
 class MultiHeadAttention(Module):
-    """Multi-head scaled dot-product attention (self, causal or cross).
+    """Multi-head scaled dot-product attention: what :class:`SelfAttention` and
+    :class:`CrossAttention` share (the projections, the heads, the hooks, the attention itself).
+    Build one of those two.
 
-    Args:
-        d_model: width of the residual stream.
-        n_head: number of heads H (query heads).
-        d_head: width of each head (default d_model / H; any width works).
-        n_kv_head: number of key/value heads H_kv, dividing H (default H). With H_kv < H
-            (grouped-query attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention,
-            Shazeer 2019) each key/value head serves a group of H / H_kv consecutive query
-            heads: query head h reads key/value head h // (H / H_kv). The keys and values are
-            computed and cached for the H_kv heads only, then repeated to H heads before the
-            attention node, whose backward sums the repeated copies' gradients back.
-        bias: learn biases for the projections.
-        qkv_bias: biases on the query, key and value projections only (default: ``bias``);
-            Qwen2 has them with no output bias.
-        dropout: probability for dropout on the pattern and on the output (training only).
-        causal: each query sees only keys at its own position or earlier.
-        cross: keys and values come from ``source`` (an encoder's output) instead of ``x``.
-        d_source: width of ``source`` (default d_model), for cross-attention.
-        rotary: a :class:`RotaryEmbedding` (or True for one of width d_head) applied to
-            queries and keys (self-attention only).
-        relative_bias: a :class:`RelativePositionBias` (or an int max distance to make one)
-            whose (H, T_q, T_k) bias is added to the scores.
-        window: a sliding window W for causal attention (Mistral): each query sees itself
-            and the W - 1 positions before it; a :class:`KVCache` then keeps W - 1 positions.
-        fused: compute softmax(q kᵀ/√d + mask) v as one node (:class:`AttentionFn`, the fast
-            path) or in engine ops (:func:`attention_composed`), where ``hook_attn_scores`` and
-            ``hook_pattern`` see every score and pattern. Set ``attn.fused`` (or use
-            :func:`composed_attention`) to switch; both give the same numbers up to rounding.
+    Heads: ``n_head`` query heads H of width ``d_head`` (default d_model / H; any width works)
+    and ``n_kv_head`` key/value heads H_kv dividing H (default H). With H_kv < H (grouped-query
+    attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention, Shazeer 2019) each
+    key/value head serves a group of H / H_kv consecutive query heads: query head h reads
+    key/value head h // (H / H_kv). The keys and values are computed and cached for the H_kv
+    heads only, then repeated to H heads before the attention node, whose backward sums the
+    repeated copies' gradients back. ``bias``: True (every projection), False (none),
+    ``"qkv"`` (the query, key and value projections only, as Qwen2) or ``"out"`` (the output
+    projection only). ``dropout``: on the
+    pattern and on the output (training only).
+
+    ``attn.fused`` (default True) computes softmax(q kᵀ/√d + mask) v as one node
+    (:class:`AttentionFn`, the fast path); False takes the engine ops
+    (:func:`attention_composed`), where ``hook_attn_scores`` and ``hook_pattern`` see every
+    score and pattern (:func:`composed_attention` switches a whole model); both give the same
+    numbers up to rounding.
 
     Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b): ``W_q``
     (d_model, H, d_head), ``W_k`` and ``W_v`` (d_in, H_kv, d_head) with d_in = d_source for
@@ -519,76 +512,52 @@ class MultiHeadAttention(Module):
     see :func:`attention_results`: by default W_O sums over heads inside one product, so
     there is no per-head result to hook and the training path pays nothing for it).
 
-    ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
-    d_model); source (B, T_k, d_source) for cross-attention; key_padding_mask (B, T_k) boolean,
-    True at padding keys (ignored), as in PyTorch; mask boolean, broadcastable to
-    (B, H, T_q, T_k), True where attending is allowed; cache a :class:`KVCache`, with x then
-    holding only the new positions. Returns (B, T_q, d_model).
+    Masks, in ``forward``: key_padding_mask (B, T_k) boolean, True at padding keys (ignored),
+    as in PyTorch; mask boolean, broadcastable to (B, H, T_q, T_k), True where attending is
+    allowed; cache a :class:`KVCache`, with x then holding only the new positions.
     """
 
+    cross = False  # keys and values from a source other than x
+    rotary = relative_bias = None  # a position scheme (self-attention only)
+
     def __init__(
-        self,
-        d_model: int,
-        n_head: int,
-        d_head: int | None = None,
-        bias: bool = True,
-        dropout: float = 0.0,
-        causal: bool = False,
-        cross: bool = False,
-        d_source: int | None = None,
-        rotary: RotaryEmbedding | bool | None = None,
-        relative_bias: RelativePositionBias | int | None = None,
-        n_kv_head: int | None = None,
-        qkv_bias: bool | None = None,
-        window: int | None = None,
-        fused: bool = True,
-        dtype=DEFAULT_DTYPE,
-        device: str | None = None,
+        self, d_model, n_head, d_head, n_kv_head, d_in, bias, dropout, causal, dtype, device
     ):
         super().__init__()
+        name = type(self).__name__
         if d_head is None:
             if d_model % n_head:
                 raise ValueError(
-                    f"MultiHeadAttention: d_model={d_model} is not divisible by "
-                    f"n_head={n_head}; choose them so, or give d_head"
+                    f"{name}: d_model={d_model} is not divisible by n_head={n_head}; choose "
+                    "them so, or give d_head"
                 )
             d_head = d_model // n_head
-        check_p(dropout, "MultiHeadAttention")
+        check_p(dropout, name)
         H, dh = n_head, d_head
         H_kv = H if n_kv_head is None else n_kv_head
         if isinstance(H_kv, bool) or not isinstance(H_kv, int) or H_kv < 1 or H % H_kv:
             raise ValueError(
-                f"MultiHeadAttention: n_kv_head={n_kv_head!r} must be a whole number ≥ 1 "
-                f"dividing n_head={H}"
+                f"{name}: n_kv_head={n_kv_head!r} must be a whole number ≥ 1 dividing n_head={H}"
             )
-        if window is not None and (not causal or isinstance(window, bool) or window < 1):
+        if bias not in (True, False, "qkv", "out"):
+            raise ValueError(f"{name}: bias={bias!r} must be True, False, 'qkv' or 'out'")
+        window = None if isinstance(causal, bool) else causal
+        if window is not None and (not isinstance(window, int) or window < 1):
             raise ValueError(
-                f"MultiHeadAttention: window={window!r} needs causal=True and an integer ≥ 1"
+                f"{name}: causal={causal!r} must be True, False or a sliding window W ≥ 1 (an int)"
             )
         self.d_model, self.n_head, self.d_head, self.n_kv_head = d_model, H, dh, H_kv
-        self.causal, self.cross, self.dropout, self.window = causal, cross, dropout, window
+        self.causal, self.window, self.dropout = bool(causal), window, dropout
         self.scale = 1.0 / math.sqrt(dh)
-        d_in = (d_source or d_model) if cross else d_model
         self.d_source = d_in
         self.W_q = uniform((d_model, H, dh), 1.0 / math.sqrt(d_model), dtype, device)
         self.W_k = uniform((d_in, H_kv, dh), 1.0 / math.sqrt(d_in), dtype, device)
         self.W_v = uniform((d_in, H_kv, dh), 1.0 / math.sqrt(d_in), dtype, device)
         self.W_O = uniform((H, dh, d_model), 1.0 / math.sqrt(H * dh), dtype, device)
-        qkv_bias = bias if qkv_bias is None else qkv_bias
         widths = (("b_q", H * dh), ("b_k", H_kv * dh), ("b_v", H_kv * dh))
         for name, width in (*widths, ("b_O", d_model)):
-            on = qkv_bias if name != "b_O" else bias
+            on = bias in (True, "qkv") if name != "b_O" else bias in (True, "out")
             setattr(self, name, constant((width,), 0.0, dtype, device) if on else None)
-
-        if rotary is True:
-            rotary = RotaryEmbedding(dh)
-        if rotary is not None and rotary is not False and cross:
-            raise ValueError("rotary embeddings are for self-attention (cross=False)")
-        self.rotary = rotary or None
-        if isinstance(relative_bias, int) and not isinstance(relative_bias, bool):
-            relative_bias = RelativePositionBias(H, relative_bias, dtype, device)
-        self.relative_bias = relative_bias
-
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
@@ -596,7 +565,7 @@ class MultiHeadAttention(Module):
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
         self.hook_result = HookPoint()
-        self.fused = fused
+        self.fused = True
         self.use_attn_result = False
 
     @property
@@ -690,41 +659,17 @@ class MultiHeadAttention(Module):
         return self._kv_head_bias(self.b_v)
 
     # ------------------------------------------------------------------ forward
-    def forward(
-        self,
-        x: Tensor,
-        source: Tensor | None = None,
-        key_padding_mask=None,
-        mask=None,
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        q = self.hook_q(linear(x, self.W_q, self.b_q))  # (B, T, H, d_head)
-        k = v = None
-        if not (self.cross and cache is not None and cache.k is not None):
-            src = x
-            if self.cross:
-                if source is None:
-                    raise ValueError("cross-attention needs a source (the encoder's output)")
-                src = source
-            k = self.hook_k(linear(src, self.W_k, self.b_k))
-            v = self.hook_v(linear(src, self.W_v, self.b_v))
-        if self.rotary is not None:
-            past = cache.seen if cache is not None else 0
-            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
-        if cache is not None:
-            if not self.cross:
-                k, v = cache.append(k, v, self.window)
-            elif cache.k is None:
-                cache.k, cache.v = k, v
-            else:
-                k, v = cache.k, cache.v
+    def _project(self, x: Tensor, src: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Every head's queries from x and keys and values from src: (B, T, H or H_kv, d_head)."""
+        q = self.hook_q(linear(x, self.W_q, self.b_q))
+        k = self.hook_k(linear(src, self.W_k, self.b_k))
+        return q, k, self.hook_v(linear(src, self.W_v, self.b_v))
+
+    def _heads(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask, mask, cache) -> Tensor:
+        """The attention of every head and W_O's sum over them, (B, T_q, d_model)."""
         k, v = self._per_query_head(k, -2), self._per_query_head(v, -2)  # (B, T_k, H, d_head)
-        keep = self._keep(
-            key_padding_mask,
-            mask,
-            q.shape[:-3] + (self.n_head,) + q.shape[-3:-2] + k.shape[-3:-2],
-            cache,
-        )
+        scores = q.shape[:-3] + (self.n_head,) + q.shape[-3:-2] + k.shape[-3:-2]
+        keep = self._keep(key_padding_mask, mask, scores, cache)
         z = self.hook_z(self.attend(q, k, v, keep))
         if self.use_attn_result:  # each head's output in the residual basis, then their sum
             out = self.hook_result(head_results(z, self.W_O)).sum(axis=-2)
@@ -799,6 +744,110 @@ class MultiHeadAttention(Module):
             f"d_model={self.d_model}, n_head={self.n_head}{kv}, d_head={self.d_head}, {kind}, "
             f"{path}"
         )
+
+
+class SelfAttention(MultiHeadAttention):
+    """Attention of a sequence to itself, bidirectional or causal.
+
+    Args: ``d_model``, ``n_head``, ``d_head``, ``n_kv_head``, ``bias``, ``dropout`` (see
+    :class:`MultiHeadAttention`); ``causal``: True lets each query see only keys at its own
+    position or earlier; an int W is a causal sliding window (Mistral): each query sees
+    itself and the W - 1 positions before it, and a :class:`KVCache` then keeps W - 1
+    positions. ``positions``: a :class:`RotaryEmbedding` applied to queries and keys, or a
+    :class:`RelativePositionBias` whose (H, T_q, T_k) bias is added to the scores, or None.
+
+    ``forward(x, key_padding_mask=None, mask=None, cache=None)``: x (B, T, d_model) → (B, T,
+    d_model); with a cache, x holds only the new positions.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        d_head: int | None = None,
+        n_kv_head: int | None = None,
+        bias: bool | str = True,
+        dropout: float = 0.0,
+        causal: bool | int = False,
+        positions: RotaryEmbedding | RelativePositionBias | None = None,
+        dtype=DEFAULT_DTYPE,
+        device: str | None = None,
+    ):
+        super().__init__(
+            d_model, n_head, d_head, n_kv_head, d_model, bias, dropout, causal, dtype, device
+        )
+        if positions is not None and not isinstance(
+            positions, RotaryEmbedding | RelativePositionBias
+        ):
+            raise TypeError(
+                f"SelfAttention: positions must be a RotaryEmbedding, a RelativePositionBias "
+                f"or None, not {type(positions).__name__}"
+            )
+        if isinstance(positions, RotaryEmbedding):
+            self.rotary = positions
+        elif positions is not None:
+            self.relative_bias = positions
+
+    def forward(
+        self, x: Tensor, key_padding_mask=None, mask=None, cache: KVCache | None = None
+    ) -> Tensor:
+        q, k, v = self._project(x, x)
+        if self.rotary is not None:
+            past = 0 if cache is None else cache.seen
+            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
+        if cache is not None:
+            k, v = cache.append(k, v, self.window)
+        return self._heads(q, k, v, key_padding_mask, mask, cache)
+
+
+class CrossAttention(MultiHeadAttention):
+    """Attention of a sequence x to another, ``source`` (an encoder's output): queries from x,
+    keys and values from the source, no causal mask.
+
+    Args: ``d_model``, ``n_head``, ``d_source`` (the source's width, default d_model),
+    ``d_head``, ``n_kv_head``, ``bias``, ``dropout`` (see :class:`MultiHeadAttention`).
+
+    ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
+    d_model), source (B, T_k, d_source) → (B, T_q, d_model). A :class:`KVCache` keeps the
+    source's keys and values from the first call (later calls may leave the source out).
+    """
+
+    cross = True
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        d_source: int | None = None,
+        d_head: int | None = None,
+        n_kv_head: int | None = None,
+        bias: bool | str = True,
+        dropout: float = 0.0,
+        dtype=DEFAULT_DTYPE,
+        device: str | None = None,
+    ):
+        d_in = d_model if d_source is None else d_source
+        super().__init__(
+            d_model, n_head, d_head, n_kv_head, d_in, bias, dropout, False, dtype, device
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        source: Tensor | None = None,
+        key_padding_mask=None,
+        mask=None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        if cache is not None and cache.k is not None:  # the source's keys and values, kept
+            q, k, v = self.hook_q(linear(x, self.W_q, self.b_q)), cache.k, cache.v
+        elif source is None:
+            raise ValueError("CrossAttention needs a source (the encoder's output)")
+        else:
+            q, k, v = self._project(x, source)
+            if cache is not None:
+                cache.k, cache.v = k, v
+        return self._heads(q, k, v, key_padding_mask, mask, cache)
 
 
 def head_results(z: Tensor, W_O: Tensor) -> Tensor:

@@ -11,8 +11,8 @@
 - :class:`RotaryEmbedding` (RoPE, Su et al. 2021): queries and keys are rotated pair by pair by
   angles proportional to their position, so q_i · k_j depends on i and j only through j - i.
 
-The last two plug into :class:`~nn.attention.MultiHeadAttention` (``rotary=`` and
-``relative_bias=``); the two before are added to the residual stream by the model.
+The last two plug into :class:`~nn.attention.SelfAttention` (its ``positions``); the two
+before are added to the residual stream by the model.
 Each takes an ``offset``: the position of the first token, for decoding with a cache.
 """
 

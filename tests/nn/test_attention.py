@@ -41,15 +41,39 @@ def t64(a, requires_grad=False):
     return tl.tensor(np.asarray(a, dtype=np.float64), dtype=np.float64, requires_grad=requires_grad)
 
 
-def make(seed=0, d_model=D, n_head=H, **kw):
+def layer(d_model, n_head, cross=False, rotary=None, relative_bias=None, window=None, **kw):
+    """A SelfAttention, or with ``cross`` a CrossAttention. Shorthands the tests use: rotary=True
+    for positions=RotaryEmbedding(d_head), relative_bias=n for positions=RelativePositionBias(H,
+    n), window=W for causal=W."""
+    if cross:
+        assert not kw.pop("causal", False), "cross-attention is never causal"
+        return nn.CrossAttention(d_model, n_head, **kw)
+    assert kw.pop("d_source", None) is None, "self-attention has no source"
+    d_head = kw.get("d_head") or d_model // n_head
+    if rotary:
+        kw["positions"] = nn.RotaryEmbedding(d_head)
+    if relative_bias is not None:
+        kw["positions"] = nn.RelativePositionBias(n_head, relative_bias, kw.get("dtype"))
+    if window is not None:
+        kw["causal"] = window
+    return nn.SelfAttention(d_model, n_head, **kw)
+
+
+def make(seed=0, d_model=D, n_head=H, fused=True, **kw):
     """A float64 layer with every parameter (biases and a relative bias too) drawn N(0, ¼)."""
     tl.manual_seed(seed)
-    m = nn.MultiHeadAttention(d_model, n_head, dtype=np.float64, **kw)
+    m = layer(d_model, n_head, dtype=np.float64, **kw)
+    m.fused = fused
     rng = np.random.default_rng(seed)
     with tl.no_grad():
         for p in m.parameters():
             p.copy_(rng.standard_normal(p.shape) * 0.5)
     return m
+
+
+def apply(m, x, src, **kw):
+    """m on x, with the source for a cross-attention layer."""
+    return m(x, src, **kw) if m.cross else m(x, **kw)
 
 
 def x64(seed=1, T=T, requires_grad=False, d=D):
@@ -614,7 +638,7 @@ def run_layer(m, x, src, kpm, cache, g=None):
     position at a time), and, given g, the gradients of Σ g ⊙ output with respect to every
     parameter, x and the source."""
     if not cache:
-        out = m(x, source=src, key_padding_mask=kpm)
+        out = apply(m, x, src, key_padding_mask=kpm)
     else:
         c, outs, T_q = nn.KVCache(), [], x.shape[1]
         bounds = [0, (T_q + 1) // 2, *range((T_q + 1) // 2 + 1, T_q + 1)]
@@ -625,7 +649,7 @@ def run_layer(m, x, src, kpm, cache, g=None):
             # new ones
             first = 0 if m.window is None else max(0, lo - (m.window - 1))
             pad = kpm if kpm is None or m.cross else kpm[:, first:hi]
-            outs.append(m(x[:, lo:hi], source=src, key_padding_mask=pad, cache=c))
+            outs.append(apply(m, x[:, lo:hi], src, key_padding_mask=pad, cache=c))
         out = tl.cat(outs, axis=1)
     if g is None:
         return out.numpy(), []
@@ -964,7 +988,7 @@ def test_key_padding_mask():
 
 
 def test_cross_attention_shapes_and_views():
-    m = nn.MultiHeadAttention(D, H, cross=True, d_source=6, dtype=np.float64)
+    m = nn.CrossAttention(D, H, d_source=6, dtype=np.float64)
     x, src = x64(), t64(np.random.default_rng(2).standard_normal((B, 7, 6)))
     y = m(x, source=src)
     with nn.composed_attention(m):
@@ -974,10 +998,8 @@ def test_cross_attention_shapes_and_views():
     assert m.W_Q.shape == (H, D, D // H) and m.W_K.shape == (H, 6, D // H)
     assert m.W_V.shape == (H, 6, D // H) and m.W_O.shape == (H, D // H, D)
     assert np.shares_memory(m.W_K.data, m.W_k.data) and np.shares_memory(m.W_V.data, m.W_v.data)
-    with pytest.raises(ValueError):
-        m(x)
-    with pytest.raises(ValueError):
-        nn.MultiHeadAttention(D, H, cross=True, rotary=True)
+    with pytest.raises(ValueError, match="CrossAttention needs a source"):
+        m(x, None)
 
 
 def test_per_head_views_share_memory():
@@ -1012,7 +1034,7 @@ def test_biases_are_one_dimensional_and_per_head_biases_are_views(cross):
     assert m.b_K.data[1, 1] == 9.0
     (m.b_V.sum() * 3).backward()
     assert (m.b_v.grad.data == 3).all()
-    plain = nn.MultiHeadAttention(6, 3, bias=False)
+    plain = nn.SelfAttention(6, 3, bias=False)
     assert all(getattr(plain, n) is None for n in ("b_q", "b_k", "b_v", "b_O", "b_Q"))
 
 
@@ -1036,13 +1058,13 @@ def test_d_head_apart_from_d_model(kw):
     x = x64(T=3, d=5, requires_grad=True)
     src = t64(np.random.default_rng(5).standard_normal((B, 4, 3)), True) if m.cross else None
     seen, handles = capture(m, ["hook_q", "hook_z"])
-    y = m(x, source=src)
+    y = apply(m, x, src)
     for h in handles:
         h.remove()
     assert y.shape == (B, 3, 5)
     assert seen["hook_q"].shape == seen["hook_z"].shape == (B, 3, 3, 4)
     leaves = [x] + ([src] if src is not None else [])
-    tl.gradcheck(lambda *a: m(a[0], source=src), [*leaves, *m.parameters()])
+    tl.gradcheck(lambda *a: apply(m, a[0], src), [*leaves, *m.parameters()])
     g = np.random.default_rng(6).standard_normal(y.shape)
     fused = run_layer(m, x, src, None, False, g)
     m.fused = False
@@ -1069,7 +1091,7 @@ def test_kv_cache_equals_full_recompute(kw, fused):
 
 
 def test_cross_attention_cache_reuses_source():
-    m = nn.MultiHeadAttention(D, H, cross=True, dtype=np.float64)
+    m = nn.CrossAttention(D, H, dtype=np.float64)
     x, src = x64(T=4), x64(seed=5, T=6)
     full = m(x, source=src).data
     cache = nn.KVCache()
@@ -1081,7 +1103,7 @@ def test_cross_attention_cache_reuses_source():
 @settings(max_examples=10)
 @given(st.integers(1, 3), st.integers(1, 4), st.booleans())
 def test_shapes(n_head, T_, causal):
-    m = nn.MultiHeadAttention(4 * n_head, n_head, causal=causal)
+    m = nn.SelfAttention(4 * n_head, n_head, causal=causal)
     assert m(tl.randn(2, T_, 4 * n_head)).shape == (2, T_, 4 * n_head)
 
 
@@ -1152,11 +1174,11 @@ def test_dropout_draws_are_the_same_on_both_paths():
 # ---------------------------------------------------------------------- construction
 def test_bad_sizes():
     with pytest.raises(ValueError):
-        nn.MultiHeadAttention(10, 3)
+        nn.SelfAttention(10, 3)
 
 
 def test_float32_default_and_state_dict_names():
-    m = nn.MultiHeadAttention(16, 4, causal=True)
+    m = nn.SelfAttention(16, 4, causal=True)
     assert m.W_q.dtype == np.float32
     assert list(m.state_dict()) == ["W_q", "W_k", "W_v", "W_O", "b_q", "b_k", "b_v", "b_O"]
     assert m(tl.randn(1, 3, 16)).dtype == np.float32
@@ -1280,9 +1302,14 @@ def test_bad_kv_heads_and_window_are_refused():
     with pytest.raises(
         ValueError, match="n_kv_head=3 must be a whole number ≥ 1 dividing n_head=4"
     ):
-        nn.MultiHeadAttention(8, 4, n_kv_head=3)
-    with pytest.raises(ValueError, match="window=2 needs causal=True"):
-        nn.MultiHeadAttention(8, 4, window=2)
+        nn.SelfAttention(8, 4, n_kv_head=3)
+    for causal in (0.5, 0, -2, "yes"):
+        with pytest.raises(ValueError, match="must be True, False or a sliding window W ≥ 1"):
+            nn.SelfAttention(8, 4, causal=causal)
+    with pytest.raises(TypeError, match="positions must be a RotaryEmbedding"):
+        nn.SelfAttention(8, 4, positions=True)
+    with pytest.raises(ValueError, match="bias='kv' must be True, False, 'qkv' or 'out'"):
+        nn.CrossAttention(8, 4, bias="kv")
 
 
 def test_masks_of_the_wrong_shape_are_one_line_errors():
@@ -1334,20 +1361,20 @@ def test_half_inputs_are_computed_in_float32_and_rounded_once(half, rows):
 
 
 @pytest.mark.parametrize(
-    "bias, qkv_bias, names",
+    "bias, names",
     [
-        (False, True, ["b_q", "b_k", "b_v"]),  # Qwen2
-        (True, False, ["b_O"]),
-        (False, None, []),  # qkv_bias follows bias
-        (True, None, ["b_q", "b_k", "b_v", "b_O"]),
+        ("qkv", ["b_q", "b_k", "b_v"]),  # Qwen2
+        ("out", ["b_O"]),
+        (False, []),
+        (True, ["b_q", "b_k", "b_v", "b_O"]),
     ],
 )
-def test_qkv_bias_switches_the_query_key_value_biases_apart_from_b_O(bias, qkv_bias, names):
-    """qkv_bias puts biases on q, k, v (key/value ones of width H_kv·d_head) independently of
-    the output bias. b_q, b_v and b_O each move the output when raised by 1 (by far more than
+def test_bias_puts_the_query_key_value_biases_apart_from_b_O(bias, names):
+    """bias="qkv" puts biases on q, k, v (key/value ones of width H_kv·d_head) and "out" on
+    the output only. b_q, b_v and b_O each move the output when raised by 1 (by far more than
     rounding); b_k does not (up to 1e-12): it adds q·b_k to every score of a query, which the
     softmax cancels."""
-    m = make(d_model=8, n_head=4, n_kv_head=2, bias=bias, qkv_bias=qkv_bias, causal=True)
+    m = make(d_model=8, n_head=4, n_kv_head=2, bias=bias, causal=True)
     got = [k for k in m.state_dict() if k.startswith("b_")]
     assert got == names
     widths = {"b_q": 8, "b_k": 4, "b_v": 4, "b_O": 8}
