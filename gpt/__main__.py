@@ -177,8 +177,9 @@ def resolve_configs(args) -> tuple[GPTConfig, object]:
 
 
 def _train(args) -> int:
+    from gpt import plots
     from gpt.run_folder import RunError
-    from gpt.train import Trainer, config_summary, plot_history
+    from gpt.train import Trainer, config_summary
     from nn.distributed import world
 
     dist = world()
@@ -215,8 +216,8 @@ def _train(args) -> int:
         print(f"loss curve not drawn: {err}", file=sys.stderr)
     else:
         try:
-            if plot_history(folder.read_log(), folder.plot):
-                print(f"loss curve: {folder.plot}")
+            if plots.available():
+                print(f"loss curve: {plots.loss_curve(folder.read_log(), folder.plot)}")
         finally:
             folder.unlock()
     print("sample:\n" + trainer.sample())

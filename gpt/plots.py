@@ -1,6 +1,7 @@
-"""Matplotlib figures for circuits work, saved as PNG files: attention patterns, loss curves,
-scores per head. matplotlib is an optional extra (``pip install 'tensorlab[plot]'``); it is
-imported only when a figure is drawn, and :func:`available` says whether it can be.
+"""Matplotlib figures, saved as PNG files: a training run's loss curve, and for circuits work
+attention patterns and scores per head. matplotlib is an optional extra (``pip install
+'tensorlab[plot]'``); it is imported only when a figure is drawn, and :func:`available` says
+whether it can be.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["available", "attention_pattern", "loss_curves", "head_scores"]
+__all__ = ["available", "attention_pattern", "loss_curve", "head_scores"]
 
 
 def available() -> bool:
@@ -77,27 +78,35 @@ def attention_pattern(
     return _save(fig, path)
 
 
-def loss_curves(
-    history: Sequence[dict],
-    path,
-    keys: Sequence[str] = ("train_loss", "val_loss"),
-    x: str = "iter",
-    title: str = "",
-) -> str:
-    """Line plot of ``keys`` from a list of records (e.g. a training history) against ``x``;
-    keys a record lacks are skipped."""
+def loss_curve(records: Sequence[dict], path) -> str:
+    """A training run's loss curve, from its log (``log.jsonl``): the training loss of every
+    step drawn faintly, with an exponential moving average over it (span about 1/50 of the
+    run, so the curve reads the same for 10 iterations or 100k), and the evaluations on top
+    as points. A record without a key is skipped (the log mixes steps and evaluations)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [h[x] for h in history]
-    for k in keys:
-        pts = [(xv, h[k]) for xv, h in zip(xs, history) if k in h]
-        if pts:
-            ax.plot(*zip(*pts), label=k)
-    ax.set_xlabel(x)
+    steps = [r for r in records if "loss" in r]
+    evals = [r for r in records if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if steps:
+        its = np.array([r["iter"] for r in steps])  # host: the log's numbers, for a plot
+        loss = np.array([r["loss"] for r in steps])  # host: as above
+        ax.plot(its, loss, color="C0", alpha=0.25, lw=0.8)
+        smooth = np.empty_like(loss)  # host: as above
+        alpha = 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
+        smooth[0] = loss[0]
+        for i in range(1, len(loss)):
+            smooth[i] = smooth[i - 1] + alpha * (loss[i] - smooth[i - 1])
+        ax.plot(its, smooth, color="C0", label="train (each step, smoothed)")
+    if evals:
+        its = [r["iter"] for r in evals]
+        ax.plot(
+            its, [r["train_loss"] for r in evals], "o", color="C0", ms=4, label="train (evaluated)"
+        )
+        ax.plot(its, [r["val_loss"] for r in evals], "s-", color="C1", ms=4, label="val")
+    ax.set_xlabel("iteration")
     ax.set_ylabel("cross-entropy (nats/token)")
+    ax.grid(alpha=0.3)
     ax.legend()
-    if title:
-        ax.set_title(title)
     return _save(fig, path)
 
 

@@ -762,48 +762,6 @@ class Progress:
             self.bar.close()
 
 
-def plot_history(records: list[dict], path: str | os.PathLike) -> bool:
-    """Save a PNG loss curve if matplotlib is installed; returns whether it did.
-
-    ``records`` is the run's log (``log.jsonl``): the training loss of every step is drawn
-    faintly, with an exponential moving average over it (span about 1/50 of the run, so the
-    curve reads the same for 10 iterations or 100k), and the evaluations on top as points."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    steps = [r for r in records if "loss" in r]
-    evals = [r for r in records if "val_loss" in r]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    if steps:
-        its = np.array([r["iter"] for r in steps])  # host: the log's numbers, for a plot
-        loss = np.array([r["loss"] for r in steps])  # host: as above
-        ax.plot(its, loss, color="C0", alpha=0.25, lw=0.8)
-        smooth = np.empty_like(loss)  # host: as above
-        alpha = 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
-        smooth[0] = loss[0]
-        for i in range(1, len(loss)):
-            smooth[i] = smooth[i - 1] + alpha * (loss[i] - smooth[i - 1])
-        ax.plot(its, smooth, color="C0", label="train (each step, smoothed)")
-    if evals:
-        its = [r["iter"] for r in evals]
-        ax.plot(
-            its, [r["train_loss"] for r in evals], "o", color="C0", ms=4, label="train (evaluated)"
-        )
-        ax.plot(its, [r["val_loss"] for r in evals], "s-", color="C1", ms=4, label="val")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
 def config_summary(model_cfg: GPTConfig, cfg: TrainConfig) -> str:
     """The resolved configs, one JSON line each (printed when a run starts)."""
     return f"model: {json.dumps(model_cfg.to_dict())}\ntrain: {json.dumps(asdict(cfg))}"

@@ -107,3 +107,18 @@ def test_head_scores_bars_stand_side_by_side(figure, tmp_path):
         np.testing.assert_allclose(
             [b.get_x() + b.get_width() / 2 for b in bars], np.arange(3) + 0.4 * layer
         )  # width 0.8 / 2 layers
+
+
+def test_loss_curve_reads_a_runs_log(figure, tmp_path):
+    """A run's log mixes step records and evaluations: the steps give the faint curve and its
+    moving average (starting at the first loss), the evaluations the points."""
+    log = [{"iter": 0, "train_loss": 4.0, "val_loss": 4.1}]
+    log += [{"iter": i, "loss": 4.0 - 0.01 * i, "lr": 1e-3} for i in range(1, 201)]
+    log += [{"iter": 200, "train_loss": 3.0, "val_loss": 3.2}]
+    path = plots.loss_curve(log, tmp_path / "loss.png")
+    assert (tmp_path / "loss.png").exists() and path == str(tmp_path / "loss.png")
+    raw, smooth, train, val = figure().axes[0].lines
+    np.testing.assert_allclose(raw.get_ydata(), [4.0 - 0.01 * i for i in range(1, 201)])
+    assert smooth.get_ydata()[0] == 3.99  # then it lags the falling loss (span 200/50 = 4)
+    assert raw.get_ydata()[-1] < smooth.get_ydata()[-1] < raw.get_ydata()[-1] + 0.05
+    assert list(train.get_ydata()) == [4.0, 3.0] and list(val.get_ydata()) == [4.1, 3.2]
