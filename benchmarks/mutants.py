@@ -1368,6 +1368,12 @@ MUTANTS = {
     ],
     "tensorlab/ops/linalg.py": [
         (
+            "linear-dw-scale",
+            "return da, product(a.mT, g)",
+            "return da, product(a.mT / a.shape[-2], g)",
+            "matmul_grads: db averaged over rows (MatMul's and LinearFn's dW)",
+        ),
+        (
             "autocast-casts-nothing",
             "and is_float(t.dtype) and t.dtype != dtype",
             "and is_float(t.dtype) and t.dtype == dtype",
@@ -1438,12 +1444,6 @@ MUTANTS = {
         ),
     ],
     "nn/linear.py": [
-        (
-            "linear-dw-scale",
-            "matmul(x2.T, g2, out=gW.reshape(W2.shape))",
-            "matmul(x2.T / x2.shape[0], g2, out=gW.reshape(W2.shape))",
-            "LinearFn: dW averaged over rows",
-        ),
         (
             "linear-init-fan",
             "uniform((d_in, d_out), 1.0 / math.sqrt(d_in)",

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from nn.checks import check_count
 from nn.init import constant, uniform
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import DEFAULT_DTYPE, matmul, xp_of
+from tensorlab.backend import DEFAULT_DTYPE, matmul
 from tensorlab.function import Function, modes
 from tensorlab.fused import array_math
-from tensorlab.ops.linalg import autocast_inputs
+from tensorlab.ops.linalg import autocast_inputs, matmul_grads
 
 
 def _as_matrices(x, W, in_dims: int):
@@ -53,11 +51,10 @@ class LinearFn(Function):
         xa, Wa = x.data, W.data
         x2, W2 = _as_matrices(xa, Wa, ctx.params.get("in_dims", 1))
         g2 = g.data.reshape(x2.shape[0], W2.shape[1])
-        gx = matmul(g2, W2.T).reshape(xa.shape) if x.requires_grad else None
-        gW = None
-        if W.requires_grad:  # written in W's shape (the engine would copy a view it stores)
-            gW = xp_of(Wa).empty(Wa.shape, np.promote_types(x2.dtype, g2.dtype))
-            matmul(x2.T, g2, out=gW.reshape(W2.shape))
+        gx, gW = matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, product=matmul)
+        gx = None if gx is None else gx.reshape(xa.shape)
+        if gW is not None and gW.shape != Wa.shape:  # (a reshaped 2-D gW would be a view, copied)
+            gW = gW.reshape(Wa.shape)
         need_b = len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad
         gb = array_math(g2).sum(g2, axis=0) if need_b else None  # Σ_rows g: 1ᵀ g, a gemv
         return gx, gW, gb

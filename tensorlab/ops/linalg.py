@@ -9,6 +9,7 @@ entry; batch axes that were broadcast are summed back by the engine's ``sum_to``
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -40,23 +41,28 @@ class MatMul(Function):
             g = g.unsqueeze(-2)
         elif b_vec:
             g = g.unsqueeze(-1)
-        ga = gb = None
-        if ctx.inputs[0].requires_grad:
-            ga = g @ b.mT
-            if a_vec:
-                ga = ga.reshape(ga.shape[:-2] + ga.shape[-1:]).sum_to(ctx.inputs[0].shape)
-        if ctx.inputs[1].requires_grad:
-            if b.ndim == 2 and a.ndim > 2:
-                # (..., n, k) @ (k, m): fold the batch into rows, one GEMM instead of a
-                # batch of products that would then be summed. (The row count is spelled
-                # out: with k or m 0, -1 could be any size.)
-                rows, k, m = math.prod(a.shape[:-1]), a.shape[-1], g.shape[-1]
-                gb = a.reshape(rows, k).mT @ g.reshape(rows, m)
-            else:
-                gb = a.mT @ g
-            if b_vec:
-                gb = gb.reshape(gb.shape[:-1]).sum_to(ctx.inputs[1].shape)
+        need_a, need_b = ctx.inputs[0].requires_grad, ctx.inputs[1].requires_grad
+        ga, gb = matmul_grads(a, b, g, need_a, need_b)
+        if a_vec and need_a:
+            ga = ga.reshape(ga.shape[:-2] + ga.shape[-1:]).sum_to(ctx.inputs[0].shape)
+        if b_vec and need_b:
+            gb = gb.reshape(gb.shape[:-1]).sum_to(ctx.inputs[1].shape)
         return ga, gb
+
+
+def matmul_grads(a, b, g, need_a: bool, need_b: bool, product=operator.matmul):
+    """da = g bᵀ and db = aᵀ g for y = a @ b, with a (..., n, k), b (k, m) or (..., k, m) and
+    g (..., n, m): :class:`MatMul`'s backward on Tensors, and ``nn``'s LinearFn's on arrays
+    (``product``: the matrix product to take, ``backend.matmul`` for half arrays). A stack of
+    rows times one matrix b gets db as one product over all rows, the batch folded into the
+    rows (one GEMM, not a batch of products then summed). None for a gradient not needed."""
+    da = product(g, b.mT) if need_a else None
+    if not need_b:
+        return da, None
+    if b.ndim == 2 and a.ndim > 2:  # (the row count spelled out: with k or m 0, -1 is any size)
+        rows, k, m = math.prod(a.shape[:-1]), a.shape[-1], g.shape[-1]
+        return da, product(a.reshape(rows, k).mT, g.reshape(rows, m))
+    return da, product(a.mT, g)
 
 
 class Einsum(Function):
