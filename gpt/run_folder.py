@@ -28,6 +28,12 @@ and takes the lock over; a lock from another machine has to be deleted by hand. 
 not one of the run's files: it does not make a folder "hold a run", and overwriting a run does
 not remove it.
 
+Resuming (:meth:`RunFolder.check_resume`, once, before any work): the run continues the one
+its checkpoint records, or is refused with every difference named. The checkpoint records the
+model config, the data settings (``SAME_ON_RESUME``), the text's digest, prepared data's token
+counts and the tokenizer's fingerprint; config.json is the same record for people and for
+``--resume``'s flags, not a second check.
+
 ``gpt.load("out")`` gives back the model and tokenizer of a finished run in one call.
 """
 
@@ -37,6 +43,8 @@ import hashlib
 import json
 import os
 import socket
+import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from gpt.config import bad_value
@@ -188,22 +196,69 @@ class RunFolder:
             "longer running"
         )
 
-    def tokenizer_digest(self) -> str:
-        """A fingerprint of ``tokenizer.json``'s bytes; each checkpoint records the one it was
-        trained with (``tokenizer_digest``), see :meth:`check_tokenizer`."""
-        return hashlib.sha256(self.tokenizer.read_bytes()).hexdigest()[:16]
-
-    def check_tokenizer(self, extra: dict, file: Path) -> None:
-        """Refuse a ``tokenizer.json`` other than the one the checkpoint ``file`` (whose extras
-        are ``extra``) was trained with: its ids would mean other text, and a resumed run
-        would go on training on text encoded another way, without a word. (Checkpoints from
-        before the fingerprint was recorded are not checked.)"""
-        saved = extra.get("tokenizer_digest")
-        if saved is not None and saved != self.tokenizer_digest():
+    # ------------------------------------------------------------------ resume
+    def check_tokenizer(self, extra: dict, file: Path, tokenizer) -> str:
+        """Refuse a ``tokenizer.json`` (loaded as ``tokenizer``) other than the one the
+        checkpoint ``file`` (whose extras are ``extra``) was trained with: its ids would mean
+        other text, and a resumed run would go on training on text encoded another way,
+        without a word. Returns its fingerprint. (Checkpoints from before the fingerprint was
+        recorded are not checked.)"""
+        digest = tokenizer_digest(tokenizer)
+        if extra.get("tokenizer_digest", digest) != digest:
             raise RunError(
                 f"{self.tokenizer} is not the tokenizer {file} was trained with (it was "
                 "replaced since); put the run's own tokenizer.json back"
             )
+        return digest
+
+    def check_resume(self, now: dict, data_tokenizer=None):
+        """The run's own tokenizer, after checking that this run continues the run of the
+        checkpoint faithfully. ``now`` is what this run would record (``model``: a
+        GPTConfig's dict, whose vocabulary becomes the run tokenizer's; ``train``:
+        :func:`recorded`; ``text_digest``; prepared data's ``data_tokens``; ``processes``).
+        The same model, the same data settings (the text the same file by any path, and the
+        same contents), prepared data of the same tokens (the same counts, tokenized by the
+        run's own tokenizer: ``data_tokenizer`` is the data folder's; else the ids would mean
+        other text), and as many processes (each restores its own random state). Every
+        difference is named in one RunError. (A checkpoint from before a record was kept is
+        not checked for it.)"""
+        import gpt.tokenizers as tk
+        from nn.serialization import load_checkpoint
+
+        saved = load_checkpoint(self.ckpt, model=None)
+        tokenizer = tk.load(self.tokenizer)
+        digest = self.check_tokenizer(saved, self.ckpt, tokenizer)
+        diff = []
+        if saved.get("train"):
+            diff += config_differences(saved["train"], now["train"], SAME_ON_RESUME)
+        if saved.get("text_digest", now["text_digest"]) != now["text_digest"]:
+            diff.append("the text's contents changed since the run began")
+        tokens = now.get("data_tokens")
+        if tokens and saved.get("data_tokens", tokens) != tokens:
+            diff.append(
+                f"the prepared data's token counts changed ({saved['data_tokens']} -> {tokens})"
+            )
+        if data_tokenizer is not None and tokenizer_digest(data_tokenizer) != digest:
+            diff.append(
+                f"the data was tokenized by another tokenizer than the run's own {self.tokenizer}"
+            )
+        if saved.get("model_config"):
+            model = {**now["model"], "vocab_size": tokenizer.vocab_size}
+            diff += config_differences(saved["model_config"], model)
+        n = len(saved.get("tl_rng_states") or ())
+        if n and n != now["processes"]:
+            diff.append(
+                f"the checkpoint was written by a run of {n} processes; resume it with as many "
+                f"(mpiexec -n {n}), not {now['processes']}"
+            )
+        if diff:
+            raise RunError(
+                f"resume: this run differs from the one in {self.path} ("
+                + "; ".join(diff)
+                + "); resume with the run's own settings, or start a new run in another "
+                "--out-dir"
+            )
+        return tokenizer
 
     def _describe(self) -> str:
         records = [r for r in self.read_log() if "val_loss" in r]
@@ -290,6 +345,79 @@ def _gone(owner: dict | None) -> bool:
     return False
 
 
+# What a resumed run must share with the run it continues (the data and its tokens).
+SAME_ON_RESUME = ("text", "data", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
+
+
+def text_digest(text: str) -> str:
+    """A fingerprint of the training text (a resumed run must train on the same text)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A fingerprint of a tokenizer: its saved file's bytes, hashed. Two tokenizers with the
+    same one give every text the same ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer.json"
+        tokenizer.save(path)
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def recorded(cfg) -> dict:
+    """A TrainConfig as the run records it (config.json, the checkpoint): ``asdict(cfg)`` with
+    the paths of the text, the data and a tokenizer file made absolute. ``--resume`` reads them
+    back, maybe from another working directory or from a run folder that was moved since: a
+    relative path is relative to the directory the run was started in, and would then name
+    another file or none. (An absolute path still works when the run folder moves; when the
+    data moves, give its new path and the contents are checked, see :func:`same_file`.)"""
+    config = asdict(cfg)
+    for name in ("text", "data", "tokenizer"):
+        if _names_file(name, config[name]):
+            config[name] = os.path.abspath(config[name])
+    return config
+
+
+def config_differences(saved: dict, now: dict, names=None) -> list[str]:
+    """``name: saved -> now`` for each field that differs (all fields, or ``names``). The
+    files of a training config (``text``, ``data``, a ``tokenizer`` file) differ only when
+    they are other files (:func:`same_file`), not when one path is relative and one absolute."""
+    names = sorted(set(saved) | set(now)) if names is None else names
+    return [
+        f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
+        for k in names
+        if not _same_value(k, saved.get(k), now.get(k))
+    ]
+
+
+def _names_file(name: str, value) -> bool:
+    """Whether the TrainConfig field ``name`` holds the path of a file or folder."""
+    import gpt.tokenizers as tk
+
+    if not isinstance(value, str):
+        return False
+    return name in ("text", "data") or (name == "tokenizer" and value not in tk.KINDS)
+
+
+def _same_value(name: str, saved, now) -> bool:
+    if _names_file(name, saved) and _names_file(name, now):
+        return same_file(saved, now)
+    return saved == now
+
+
+def same_file(saved: str, now: str) -> bool:
+    """Whether the path ``now`` names the file (or folder) the run recorded as ``saved``.
+
+    The same path, or another path to the same file (relative or absolute, from another
+    working directory, through a link) is the same file. When ``saved`` no longer exists (the
+    file was moved) any path is accepted here: the run checks the contents themselves (the
+    text's digest; prepared data's tokenizer and token counts). A path to another file that
+    exists beside the recorded one is refused, whatever it holds. (A relative ``saved``, from
+    a run begun before paths were recorded absolute, is taken from the working directory.)"""
+    if saved == now or not os.path.exists(saved):
+        return True
+    return os.path.exists(now) and os.path.samefile(saved, now)
+
+
 def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):
     """A trained run's model and tokenizer: ``model, tokenizer = gpt.load("out")``.
 
@@ -314,7 +442,7 @@ def load(path: str | os.PathLike, which: str = "ckpt", device: str = "cpu"):
             f"{run.tokenizer} has {tokenizer.vocab_size} tokens but the model of {file} has "
             f"{config.vocab_size}: it is not the tokenizer this run was trained with"
         )
-    run.check_tokenizer(meta, file)
+    run.check_tokenizer(meta, file, tokenizer)
     model = GPT(config)
     load_checkpoint(file, model)
     return model.to(device).eval(), tokenizer

@@ -17,13 +17,11 @@ checkpoints are both kept.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -46,7 +44,7 @@ from gpt.config import (
 )
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
-from gpt.run_folder import RunError, RunFolder
+from gpt.run_folder import RunFolder, recorded, text_digest, tokenizer_digest
 from tensorlab.blas_threads import blas_threads
 
 
@@ -125,9 +123,6 @@ class TrainConfig:
 
 DTYPES = ("float32", "bfloat16", "float16")  # TrainConfig.dtype's choices
 
-# What a resumed run must share with the run it continues (the data and its tokens).
-SAME_ON_RESUME = ("text", "data", "tokenizer", "tokenizer_vocab_size", "val_fraction", "seed")
-
 
 class Diverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
@@ -196,75 +191,6 @@ def estimate_loss(
     return {name: float(v) / cfg.eval_iters for name, v in zip(splits, sums)}
 
 
-def text_digest(text: str) -> str:
-    """A fingerprint of the training text (a resumed run must train on the same text)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def config_differences(saved: dict, now: dict, names=None) -> list[str]:
-    """``name: saved -> now`` for each field that differs (all fields, or ``names``). The
-    files of a training config (``text``, ``data``, a ``tokenizer`` file) differ only when
-    they are other files (:func:`same_file`), not when one path is relative and one absolute."""
-    names = sorted(set(saved) | set(now)) if names is None else names
-    return [
-        f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
-        for k in names
-        if not _same_value(k, saved.get(k), now.get(k))
-    ]
-
-
-def _names_file(name: str, value) -> bool:
-    """Whether the TrainConfig field ``name`` holds the path of a file or folder."""
-    import gpt.tokenizers as tk
-
-    if not isinstance(value, str):
-        return False
-    return name in ("text", "data") or (name == "tokenizer" and value not in tk.KINDS)
-
-
-def _same_value(name: str, saved, now) -> bool:
-    if _names_file(name, saved) and _names_file(name, now):
-        return same_file(saved, now)
-    return saved == now
-
-
-def same_file(saved: str, now: str) -> bool:
-    """Whether the path ``now`` names the file (or folder) the run recorded as ``saved``.
-
-    The same path, or another path to the same file (relative or absolute, from another
-    working directory, through a link) is the same file. When ``saved`` no longer exists (the
-    file was moved) any path is accepted here: the run checks the contents themselves (the
-    text's digest; prepared data's tokenizer and token counts). A path to another file that
-    exists beside the recorded one is refused, whatever it holds. (A relative ``saved``, from
-    a run begun before paths were recorded absolute, is taken from the working directory.)"""
-    if saved == now or not os.path.exists(saved):
-        return True
-    return os.path.exists(now) and os.path.samefile(saved, now)
-
-
-def recorded(cfg: TrainConfig) -> dict:
-    """The training config as the run folder's config.json records it: ``asdict(cfg)`` with
-    the paths of the text, the data and a tokenizer file made absolute. ``--resume`` reads them
-    back, maybe from another working directory or from a run folder that was moved since: a
-    relative path is relative to the directory the run was started in, and would then name
-    another file or none. (An absolute path still works when the run folder moves; when the
-    data moves, give its new path and the contents are checked, see :func:`same_file`.)"""
-    config = asdict(cfg)
-    for name in ("text", "data", "tokenizer"):
-        if _names_file(name, config[name]):
-            config[name] = os.path.abspath(config[name])
-    return config
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A fingerprint of a tokenizer: its saved file's bytes, hashed. Two tokenizers with the
-    same one give every text the same ids."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tokenizer.json"
-        tokenizer.save(path)
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
 def _float16_scaler(state) -> bool:
     """Whether a checkpoint's ``loss_scaler`` entry is a float16 run's scale (to resume).
 
@@ -282,7 +208,7 @@ class Trainer:
 
     With ``cfg.resume`` the tokenizer is the run's own (``tokenizer.json`` in the run folder),
     and the model config and the data settings must equal the run's (refused otherwise, naming
-    each difference).
+    each difference: :meth:`RunFolder.check_resume`).
 
     Started by ``mpiexec -n N``, each process trains on its share of every batch and the
     gradients are averaged (nn/distributed.py); rank 0 alone writes the run's files."""
@@ -313,17 +239,20 @@ class Trainer:
                 cfg.device,
                 "no CUDA GPU with CuPy on this machine",
             )
+        # What the run trains on, as config.json and every checkpoint record it.
+        self.record = {"train": recorded(cfg), "processes": dist.size}
         if cfg.data is not None:  # tokenized once by ``prepare``, read through memory maps
             tokenizer, self.splits, meta = token_files.load(cfg.data)
-            self.text_digest = meta["text_digest"]
-            self.data_tokens = {name: len(ids) for name, ids in self.splits.items()}
+            self.record["text_digest"] = meta["text_digest"]
+            self.record["data_tokens"] = {name: len(ids) for name, ids in self.splits.items()}
         else:
             text = load_text(cfg.text) if text is None else text
-            self.text_digest = text_digest(text)
-            self.data_tokens = None
-        if cfg.resume:
-            tokenizer = self._check_resume(model_cfg, tokenizer if cfg.data else None)
+            self.record["text_digest"] = text_digest(text)
+        if cfg.resume:  # the run's own tokenizer, once this run is checked to continue it
+            now = {**self.record, "model": model_cfg.to_dict()}
+            tokenizer = self.run_folder.check_resume(now, tokenizer if cfg.data else None)
         self.tokenizer = tokenizer or build_tokenizer(cfg, text)
+        self.tokenizer_digest = tokenizer_digest(self.tokenizer)  # (each checkpoint records it)
         if model_cfg.vocab_size != self.tokenizer.vocab_size:
             model_cfg = GPTConfig.from_dict(
                 {**model_cfg.to_dict(), "vocab_size": self.tokenizer.vocab_size}
@@ -352,45 +281,6 @@ class Trainer:
         self._stopping: str | None = None  # the same, once all ranks know (see step)
         self._began = False  # whether run() has taken the folder once (then it is this run's)
 
-    def _check_resume(self, model_cfg: GPTConfig, data_tokenizer=None):
-        """The run's tokenizer, after checking that this run continues it faithfully.
-
-        The text must be the run's: the same file (by any path) and the same contents. Data
-        prepared by ``prepare`` must hold the same tokens: the same text, cut into the same
-        training and validation parts, by the run's own tokenizer (``data_tokenizer`` is the
-        data folder's), or the ids would mean other text."""
-        import gpt.tokenizers as tk
-
-        run = self.run_folder
-        saved = run.read_config() if run.config.exists() else {}
-        train = saved.get("train", {})
-        diff = config_differences(train, asdict(self.cfg), SAME_ON_RESUME) if train else []
-        if saved.get("text_digest", self.text_digest) != self.text_digest:
-            diff.append("the text's contents changed since the run began")
-        if self.data_tokens and saved.get("data_tokens", self.data_tokens) != self.data_tokens:
-            diff.append(
-                f"the prepared data's token counts changed ({saved['data_tokens']} -> "
-                f"{self.data_tokens})"
-            )
-        tokenizer = tk.load(run.tokenizer)
-        if data_tokenizer is not None:
-            if tokenizer_fingerprint(data_tokenizer) != tokenizer_fingerprint(tokenizer):
-                diff.append(
-                    f"the data was tokenized by another tokenizer than the run's own "
-                    f"{run.tokenizer}"
-                )
-        model = {**model_cfg.to_dict(), "vocab_size": tokenizer.vocab_size}
-        if saved.get("model"):
-            diff += config_differences(saved["model"], model)
-        if diff:
-            raise RunError(
-                f"resume: this run differs from the one in {run.path} ("
-                + "; ".join(diff)
-                + "); resume with the run's own settings, or start a new run in another "
-                "--out-dir"
-            )
-        return tokenizer
-
     # ------------------------------------------------------------------ checkpoints
     @property
     def checkpoint_path(self) -> Path:
@@ -406,10 +296,11 @@ class Trainer:
             loss_scaler=self.scaler.state_dict() if self.scaler.enabled else None,
             log_tail=self.pending,
             best_val=self.best_val,
-            # what the run trains on, as config.json records it: checked by load() too, so a
-            # run whose config.json was lost or edited cannot resume on other text
-            text_digest=self.text_digest,
-            data_tokens=self.data_tokens,
+            # what the run trains on: RunFolder.check_resume checks a resumed run against it
+            train=self.record["train"],
+            text_digest=self.record["text_digest"],
+            data_tokens=self.record.get("data_tokens"),
+            tokenizer_digest=self.tokenizer_digest,
         )
 
     def save(self) -> None:
@@ -423,7 +314,6 @@ class Trainer:
         if self.dist.rank == 0:
             if not run.tokenizer.exists():
                 self.tokenizer.save(run.tokenizer)
-            extra["tokenizer_digest"] = run.tokenizer_digest()  # (see RunFolder.check_tokenizer)
             if best:
                 nn.serialization.save_checkpoint(run.best, self.model, None, **extra)
             nn.serialization.save_checkpoint(run.ckpt, self.model, self.optimizer, **extra)
@@ -431,26 +321,11 @@ class Trainer:
         self.pending = []
 
     def load(self) -> None:
-        """Restore everything :meth:`save` wrote (the model config must match), and make the
-        log agree with the checkpoint."""
+        """Restore everything :meth:`save` wrote, and make the log agree with the checkpoint.
+        (That this run may continue the checkpoint's was checked when it was made:
+        :meth:`RunFolder.check_resume`.)"""
         path = self.checkpoint_path
-        extra = nn.serialization.load_checkpoint(path, model=None)
-        if extra.get("model_config") != self.model_cfg.to_dict():
-            diff = config_differences(extra.get("model_config") or {}, self.model_cfg.to_dict())
-            raise RunError(f"{path} was written for a different model config ({'; '.join(diff)})")
-        self.run_folder.check_tokenizer(extra, path)
-        if extra.get("text_digest", self.text_digest) != self.text_digest:
-            raise RunError(
-                f"{path} was trained on another text (digest {extra['text_digest']}, this "
-                f"one's {self.text_digest}); resume with the run's own text"
-            )
-        if self.data_tokens and extra.get("data_tokens", self.data_tokens) != self.data_tokens:
-            raise RunError(
-                f"{path} was trained on prepared data of other token counts "
-                f"({extra['data_tokens']}, this data's {self.data_tokens}); resume with the "
-                "run's own data"
-            )
-        nn.serialization.load_checkpoint(path, self.model, self.optimizer)
+        extra = nn.serialization.load_checkpoint(path, self.model, self.optimizer)
         # The optimizer's state brings back the hyperparameters it was saved with; this run's
         # config decides them instead (as it does the learning rate at every step), so that a
         # resume with another --weight-decay, --beta1 or --beta2 trains as its config.json says.
@@ -471,11 +346,6 @@ class Trainer:
             raise nn.serialization.SerializationError(
                 f"{path}: damaged checkpoint metadata ({type(err).__name__}: {err})"
             ) from err
-        if len(states) != self.dist.size:
-            raise RunError(
-                f"{path} was written by a run of {len(states)} processes; resume it with as "
-                f"many (mpiexec -n {len(states)}), not {self.dist.size}"
-            )
         tl.backend.set_generator_state(states[self.dist.rank], self.cfg.device)
         # The log holds every record up to the previous save; the checkpoint holds the
         # records since then. Records past the checkpoint (from a run killed later) go.
@@ -621,12 +491,7 @@ class Trainer:
         if cfg.resume and cfg.progress and lead:
             print(f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr)
         if lead:
-            config = {"model": self.model_cfg.to_dict(), "train": recorded(cfg)}
-            config["text_digest"] = self.text_digest
-            if self.data_tokens is not None:
-                config["data_tokens"] = self.data_tokens
-            config["processes"] = self.dist.size
-            self.run_folder.write_config(config)
+            self.run_folder.write_config({"model": self.model_cfg.to_dict(), **self.record})
         # Processes of one MPI job on one machine share its cores: each one's matrix products
         # get its share of them (BLAS would otherwise start a thread per core in every one).
         if dist.size > 1:

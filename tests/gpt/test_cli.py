@@ -352,7 +352,8 @@ def test_a_moved_run_folder_resumes_where_it_is(tmp_path, monkeypatch):
     from gpt.__main__ import build_parser, resolve_configs
     from gpt.config import GPTConfig
     from gpt.run_folder import RunFolder
-    from gpt.train import TrainConfig, recorded
+    from gpt.run_folder import recorded
+    from gpt.train import TrainConfig
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()

@@ -80,7 +80,7 @@ def test_without_its_config_json_a_run_still_refuses_another_text(tmp_path, text
     trainer(tmp_path / "run", text=str(text_file)).run()
     (tmp_path / "run" / "config.json").unlink()
     text_file.write_text(TEXT[::-1])  # the same characters: the run's tokenizer reads it
-    with pytest.raises(RunError, match="was trained on another text"):
+    with pytest.raises(RunError, match="the text's contents changed"):
         trainer(tmp_path / "run", text=str(text_file), resume=True, max_iters=7).run()
     text_file.write_text(TEXT)
     resumed = trainer(tmp_path / "run", text=str(text_file), resume=True, max_iters=7)
@@ -93,7 +93,7 @@ def test_without_its_config_json_a_run_still_refuses_other_data(tmp_path, text_f
     trainer(tmp_path / "run", data=data).run()
     (tmp_path / "run" / "config.json").unlink()
     other = _prepare(text_file, tmp_path / "d2", val_fraction=0.2)  # cut at another place
-    with pytest.raises(RunError, match="prepared data of other token counts"):
+    with pytest.raises(RunError, match="the prepared data's token counts changed"):
         trainer(tmp_path / "run", data=other, resume=True, max_iters=7).run()
     resumed = trainer(tmp_path / "run", data=data, resume=True, max_iters=7)
     resumed.run()
