@@ -53,6 +53,15 @@ def _numeric_jacobian(fn, inputs, x: Tensor, n_out: int, eps: float) -> np.ndarr
     return jac
 
 
+def numeric_vjp(fn: Callable, inputs: Sequence[Tensor], g, eps: float = 1e-6) -> list:
+    """Central differences of L = Σ g ⊙ fn(*inputs) in every entry of every input: the
+    vector-Jacobian product gᵀJ from the numeric Jacobian (the course's grader checks a
+    student's backward against it)."""
+    n_out = int(np.size(g))
+    g = np.asarray(g, dtype=np.float64).ravel()
+    return [(g @ _numeric_jacobian(fn, inputs, x, n_out, eps)).reshape(x.shape) for x in inputs]
+
+
 def _analytic_jacobians(fn, inputs, wrt: list[Tensor]) -> list[np.ndarray]:
     outs = _as_list(fn(*inputs))
     n_out = sum(o.size for o in outs)

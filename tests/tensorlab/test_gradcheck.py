@@ -186,3 +186,17 @@ def test_gradgradcheck_with_given_grad_outputs():
     # d/da (v · 2a) = 2v = 3 at v = 1.5; the raw-array backward makes it 0
     with pytest.raises(tl.GradcheckError, match=r"analytic 0, numeric 3,"):
         tl.gradgradcheck(SquareRawBackward.apply, [leaf([[1.0]])], grad_outputs=[leaf([[1.5]])])
+
+
+def test_numeric_vjp_is_g_times_the_jacobian():
+    """numeric_vjp of y = (x₁², x₁x₂) against g: gᵀJ = (2x₁g₁ + x₂g₂, x₁g₂) per entry, to the
+    central difference's truncation (ε² f''' = 0 here: f is quadratic) and rounding (~1e-10)."""
+    from tensorlab.gradcheck import numeric_vjp
+
+    rng = np.random.default_rng(0)
+    a, b, g = rng.standard_normal((3, 4, 5))
+    x1, x2 = tl.tensor(a), tl.tensor(b)
+    got = numeric_vjp(lambda u, v: tl.stack([u * u, u * v]), [x1, x2], np.stack([g, g * 2]))
+    np.testing.assert_allclose(got[0], 2 * a * g + b * 2 * g, atol=1e-8)
+    np.testing.assert_allclose(got[1], a * 2 * g, atol=1e-8)
+    np.testing.assert_array_equal(x1.numpy(), a)  # the inputs are left as they were
