@@ -76,7 +76,7 @@ def _defaults(cls) -> dict:
 
 
 def _add_train_parser(sub) -> None:
-    from gpt.train import DTYPES, TrainConfig
+    from gpt.config import DTYPES, TrainConfig
 
     choices = {"device": ("cpu", "cuda"), "dtype": DTYPES}
     p = sub.add_parser(
@@ -124,8 +124,7 @@ def _add_train_parser(sub) -> None:
 
 def read_config_file(path: str) -> dict:
     """A TOML file's ``field = value`` pairs (TrainConfig and GPTConfig fields, ``preset``)."""
-    from gpt.config import ConfigError
-    from gpt.train import TrainConfig
+    from gpt.config import ConfigError, TrainConfig
 
     try:
         with open(path, "rb") as f:
@@ -149,9 +148,8 @@ def read_config_file(path: str) -> dict:
 
 def resolve_configs(args) -> tuple[GPTConfig, object]:
     """The model and training configs this command asks for (see ``train --help``)."""
-    from gpt.config import preset
+    from gpt.config import TrainConfig, preset
     from gpt.run_folder import RunFolder
-    from gpt.train import TrainConfig
 
     given = {k: v for k, v in vars(args).items() if v is not None}
     given.pop("func", None)

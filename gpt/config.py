@@ -1,4 +1,5 @@
-"""Model configurations: one dataclass per architecture, its rules of thumb, and its costs.
+"""Configurations: one dataclass per architecture, its rules of thumb and its costs, and the
+training config (:class:`TrainConfig`).
 
 Leave a field as ``None`` and the usual rule fills it in:
 
@@ -40,7 +41,7 @@ class ConfigNote(UserWarning):
 
 
 # ------------------------------------------------------------------ field checks
-# Every config field (the model's here, training's in gpt/train.py, sampling's in
+# Every config field (the models' and training's here, sampling's in
 # gpt/generate.py) is checked by one of these, so that a bad value is one error in one form:
 # ``field=value: rule``.
 def bad_value(name: str, value, rule: str) -> ConfigError:
@@ -379,6 +380,75 @@ class Seq2SeqConfig(_Fields):
             + final
             + head
         )
+
+
+@dataclass
+class TrainConfig(_Fields):
+    """How to train (gpt/train.py; the model's shape lives in GPTConfig). Every field is
+    checked when the config is made; a bad value is a :class:`ConfigError` naming it and its
+    valid range."""
+
+    text: str | None = None  # path; None = the CPython docs text (gpt.data.default_text)
+    data: str | None = None  # a folder made by ``python -m gpt prepare`` (instead of text)
+    tokenizer: str = "char"  # char | bpe | wordpiece | unigram | path to a saved tokenizer
+    tokenizer_vocab_size: int = 512  # for trained subword tokenizers
+    out_dir: str = "out"
+    overwrite: bool = False  # replace a run already in out_dir
+    resume: bool = False  # continue the run in out_dir from its checkpoint
+    max_iters: int = 2000
+    eval_interval: int = 250
+    eval_iters: int = 200
+    log_interval: int = 10
+    batch_size: int = 12
+    grad_accum_steps: int = 1  # micro-batches of batch_size per optimizer step
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # None = max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 = no clipping
+    val_fraction: float = 0.1
+    seed: int = 1337
+    device: str = "cpu"
+    dtype: str = "float32"  # of the matrix products: float32, or bfloat16/float16 (tl.autocast)
+    sample_tokens: int = 200
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("text", "data", "tokenizer", "out_dir"):
+            v = getattr(self, name)
+            if not (v is None and name in ("text", "data")) and (not isinstance(v, str) or not v):
+                raise bad_value(name, v, "must be a non-empty string")
+        if self.data is not None and (self.text is not None or self.tokenizer != "char"):
+            raise ConfigError(
+                f"data={self.data!r}: prepared data brings its own text and tokenizer; "
+                "leave out text and tokenizer"
+            )
+        check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1)
+        for name in ("max_iters", "eval_interval", "eval_iters", "log_interval", "batch_size"):
+            check_int(name, getattr(self, name), 1)
+        check_int("grad_accum_steps", self.grad_accum_steps, 1)
+        check_real("learning_rate", self.learning_rate, 0.0, open_lo=True)
+        check_real("min_lr", self.min_lr, 0.0, self.learning_rate)
+        check_int("warmup_iters", self.warmup_iters, 0)
+        if self.lr_decay_iters is not None:
+            check_int("lr_decay_iters", self.lr_decay_iters, 1)
+        check_real("weight_decay", self.weight_decay, 0.0)
+        check_real("beta1", self.beta1, 0.0, 1.0, open_hi=True)
+        check_real("beta2", self.beta2, 0.0, 1.0, open_hi=True)
+        check_real("grad_clip", self.grad_clip, 0.0)
+        check_real("val_fraction", self.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
+        check_int("seed", self.seed, 0)
+        check_choice("device", self.device, ("cpu", "cuda"))
+        check_choice("dtype", self.dtype, DTYPES)
+        check_int("sample_tokens", self.sample_tokens, 0)
+        for name in ("overwrite", "resume", "progress"):
+            check_bool(name, getattr(self, name))
+
+
+DTYPES = ("float32", "bfloat16", "float16")  # TrainConfig.dtype's choices
 
 
 PRESETS: dict[str, dict] = {
