@@ -1897,12 +1897,6 @@ MUTANTS = {
             "cosine_with_warmup: decay measured from step 0",
         ),
         (
-            "steplr-floordiv",
-            "self.gamma ** (step // self.step_size)",
-            "self.gamma ** (step / self.step_size)",
-            "StepLR: smooth decay instead of steps",
-        ),
-        (
             "decay-vectors",
             "(decay if p.ndim >= 2 else no_decay)",
             "(decay if p.ndim >= 1 else no_decay)",

@@ -1,4 +1,4 @@
-"""Optimizers, gradient clipping and learning-rate schedules.
+"""Optimizers, gradient clipping and the learning-rate schedule.
 
 An optimizer owns *param groups*: a list of dicts, each with ``"params"`` (a list of Parameters)
 and that group's hyperparameters (``lr``, ``weight_decay``, ...), so that for example biases and
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -421,84 +421,6 @@ def cosine_with_warmup(step: int, warmup: int, total: int, lr: float, min_lr: fl
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (lr - min_lr)
 
 
-class LRScheduler:
-    """Sets each group's ``lr`` to ``base_lr · factor(step)``; call ``step()`` once per update.
-
-    ``base_lr`` is each group's ``lr`` when the scheduler is made (kept in the group as
-    ``"initial_lr"``, so a second scheduler on the same optimizer starts from the same place).
-    The schedule is applied for step 0 at construction. Subclasses define :meth:`factor`.
-    """
-
-    def __init__(self, optimizer: Optimizer):
-        self.optimizer = optimizer
-        self.base_lrs = [g.setdefault("initial_lr", g["lr"]) for g in optimizer.param_groups]
-        self.last_step = 0
-        self._apply()
-
-    def factor(self, step: int) -> float:
-        raise NotImplementedError
-
-    def get_lr(self) -> list[float]:
-        """The learning rate of each group at the current step."""
-        f = self.factor(self.last_step)
-        return [base * f for base in self.base_lrs]
-
-    def _apply(self) -> None:
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
-            group["lr"] = lr
-
-    def step(self) -> None:
-        self.last_step += 1
-        self._apply()
-
-    def state_dict(self) -> dict:
-        """``{"last_step": int, "base_lrs": [float, ...]}`` (the schedule itself is code)."""
-        return {"last_step": self.last_step, "base_lrs": list(self.base_lrs)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.last_step = int(state["last_step"])
-        self.base_lrs = [float(x) for x in state["base_lrs"]]
-        self._apply()
-
-
-class LambdaLR(LRScheduler):
-    """``lr = base_lr · lr_lambda(step)`` for a function of your choice."""
-
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float]):
-        self.lr_lambda = lr_lambda
-        super().__init__(optimizer)
-
-    def factor(self, step: int) -> float:
-        return self.lr_lambda(step)
-
-
-class StepLR(LRScheduler):
-    """``lr = base_lr · γ^⌊step / step_size⌋``: divide by ``1/γ`` every ``step_size`` steps."""
-
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
-        if step_size < 1:
-            raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}")
-        check_nonnegative("StepLR", gamma=gamma)  # (a negative γ would flip the lr's sign)
-        self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer)
-
-    def factor(self, step: int) -> float:
-        return self.gamma ** (step // self.step_size)
-
-
-class CosineWithWarmupLR(LRScheduler):
-    """:func:`cosine_with_warmup` as a scheduler: each group goes from ``base_lr`` (after
-    ``warmup`` steps) down to ``min_lr_ratio · base_lr`` at ``total`` steps."""
-
-    def __init__(self, optimizer: Optimizer, warmup: int, total: int, min_lr_ratio: float = 0.1):
-        check_nonnegative("CosineWithWarmupLR", min_lr_ratio=min_lr_ratio)
-        self.warmup, self.total, self.min_lr_ratio = warmup, total, min_lr_ratio
-        super().__init__(optimizer)
-
-    def factor(self, step: int) -> float:
-        return cosine_with_warmup(step, self.warmup, self.total, 1.0, self.min_lr_ratio)
-
-
 __all__ = [
     "Optimizer",
     "SGD",
@@ -508,8 +430,4 @@ __all__ = [
     "clip_grad_norm_",
     "sum_of_squares",
     "cosine_with_warmup",
-    "LRScheduler",
-    "LambdaLR",
-    "StepLR",
-    "CosineWithWarmupLR",
 ]
