@@ -351,8 +351,7 @@ def test_a_moved_run_folder_resumes_where_it_is(tmp_path, monkeypatch):
     `train --resume` continues (and writes) in ./out, the folder it was read from."""
     from gpt.__main__ import build_parser, resolve_configs
     from gpt.config import GPTConfig
-    from gpt.run_folder import RunFolder
-    from gpt.run_folder import recorded
+    from gpt.run_folder import RunFolder, recorded
     from gpt.train import TrainConfig
 
     monkeypatch.chdir(tmp_path)
