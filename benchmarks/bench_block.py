@@ -134,7 +134,7 @@ def torch_step(approximate: str, threads: int):
 
 
 def bench_embedding() -> None:
-    from nn.embedding import scatter_add_rows
+    from tensorlab.ops.index import scatter_add_rows
 
     rng = np.random.default_rng(0)
     for V in (65, 1024, 50257):

@@ -26,10 +26,7 @@ from tensorlab import Tensor
 from tensorlab.backend import (
     DEFAULT_DTYPE,
     default_device,
-    device_of,
-    in_float32,
     min_max,
-    rounded,
     xp_for,
     xp_of,
 )
@@ -37,49 +34,6 @@ from tensorlab.function import Function
 
 
 # ---------------------------------------------------------------------- token embedding
-def scatter_add_rows(idx, g, num_rows: int):
-    """out = zeros((num_rows, d)) with out[idx[n]] += g[n] for every n (repeats add up).
-
-    Sorting the indices makes equal ones adjacent; ``add.reduceat`` then sums each run of
-    equal indices in one pass and each distinct row is written once, which beats ``add.at``
-    from the character vocabulary to GPT-2's (``benchmarks/bench_block.py --embedding``).
-    """
-    xp = xp_of(g)
-    d = g.shape[-1]
-    flat, rows = idx.reshape(-1), g.reshape(-1, d)
-    out = xp.zeros((num_rows, d), dtype=g.dtype)
-    if flat.size == 0:
-        return out
-    if device_of(g) == "cuda":
-        # CuPy's add.at: an atomic scatter, fast on a GPU, whose float sums come in no fixed
-        # order (the last bits can differ between runs); it takes no bfloat16, and half rows
-        # are summed in float32 as every sum here
-        rows, half = in_float32(rows)
-        out = out.astype(rows.dtype, copy=False)
-        xp.add.at(out, flat, rows)
-        return rounded(out, half)
-    order = xp.argsort(flat, kind="stable")
-    s = flat[order]
-    starts = xp.flatnonzero(xp.concatenate(([True], s[1:] != s[:-1])))
-    out[s[starts]] = xp.add.reduceat(rows[order], starts, axis=0)
-    return out
-
-
-class EmbeddingFn(Function):
-    """y = W[idx]: row idx[n] of the table W (V, d) for every index (idx any integer shape);
-    dW = Σ_n onehot(idx[n]) g[n], a scatter-add of the gradient rows into zeros (V, d)."""
-
-    def forward(ctx, W, idx):
-        return W[idx]
-
-    def backward(ctx, g):
-        return scatter_add_rows(ctx.params["idx"], g.data, ctx.inputs[0].shape[0])
-
-    @staticmethod
-    def composed(W, idx):
-        return W[idx]
-
-
 def embedding(idx, W: Tensor) -> Tensor:
     """Rows of the table W (V, d) at the integer indices ``idx`` (any shape): (*idx.shape, d)."""
     data = idx.data if isinstance(idx, Tensor) else xp_of(W.data).asarray(idx)
@@ -91,14 +45,15 @@ def embedding(idx, W: Tensor) -> Tensor:
         raise ValueError(
             f"embedding: index {lo if lo < 0 else hi} is outside the table's rows 0..{V - 1}"
         )
-    return EmbeddingFn.apply(W, idx=data)
+    return W[data]  # integer indexing: its backward is the engine's scatter-add of rows
 
 
 class Embedding(Module):
     """y = W[idx]: the row of the table for each integer index, shape (*idx.shape, d).
 
     Parameter ``W`` (num_embeddings, d), drawn from N(0, std²) (std 1 as in PyTorch; GPTs
-    usually pass 0.02). Its gradient is a scatter-add of the gradient rows (:class:`EmbeddingFn`).
+    usually pass 0.02). Its gradient is a scatter-add of the gradient rows
+    (``tensorlab/ops/index.py: scatter_add_rows``).
     """
 
     def __init__(
@@ -185,7 +140,7 @@ class LearnedPositionalEmbedding(Module):
         if offset + T > self.max_len:
             raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
         positions = xp_of(self.W_pos.data).arange(offset, offset + T)
-        return EmbeddingFn.apply(self.W_pos, idx=positions).expand(x.shape)
+        return self.W_pos[positions].expand(x.shape)
 
 
 class RelativePositionBias(Module):

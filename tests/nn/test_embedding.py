@@ -1,5 +1,5 @@
-"""nn/embedding.py: the token lookup (EmbeddingFn against its composed form, first and second
-order, the scatter-add of its gradient, F.embedding and the layer Embedding) and positions
+"""nn/embedding.py: the token lookup (first and second order, the scatter-add of rows that is
+its gradient, with negative and repeated indices, F.embedding and the layer Embedding) and positions
 (sinusoidal values by hand, learned absolute, relative bias clipping, RoPE: RotaryFn against
 a rotation written in engine ops, and its defining property, scores that depend only on the
 offset j - i)."""
@@ -17,30 +17,13 @@ from hypothesis.extra import numpy as hnp
 import nn
 import nn.functional as F
 import tensorlab as tl
-from nn.embedding import EmbeddingFn, RotaryFn, scatter_add_rows
+from nn.embedding import RotaryFn
 from tensorlab import Tensor
+from tensorlab.ops.index import scatter_add_rows
 from tests.strategies import check_fused_op, grads, rand64, t64, values
 
 
 # ---------------------------------------------------------------------- token embedding
-@given(
-    V=st.integers(1, 6),
-    idx_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5),
-    d=st.integers(1, 3),
-    data=st.data(),
-)
-def test_embedding_fn_matches_composed(V, idx_shape, d, data):
-    """EmbeddingFn (scatter-add backward) against EmbeddingFn.composed (W[idx], an engine
-    index op), indices repeated as they come. Tolerance 1e-12 absolute: the forward is the
-    same copy of rows, and the gradient sums the same rows of g (≤ 10 of them) in another
-    order, ≲ 1e-15 apart; the lookup is linear in W, so every second derivative is 0 on both."""
-    idx = data.draw(hnp.arrays(np.int64, idx_shape, elements=st.integers(0, V - 1)))
-    W = t64(data.draw(values((V, d))))
-    check_fused_op(
-        lambda W: EmbeddingFn.apply(W, idx=idx), lambda W: EmbeddingFn.composed(W, idx), [W], 1e-12
-    )
-
-
 @given(st.integers(1, 6), hnp.array_shapes(min_dims=1, max_dims=2, max_side=5), st.data())
 def test_embedding_gradcheck(V, idx_shape, data):
     idx = data.draw(hnp.arrays(np.int64, idx_shape, elements=st.integers(0, V - 1)))
@@ -81,6 +64,15 @@ def test_embedding_scatter_matches_add_at_for_large_tables():
         np.testing.assert_allclose(scatter_add_rows(idx, g, V), expect, atol=1e-5)
     empty = scatter_add_rows(np.zeros((0,), np.int64), np.zeros((0, 3)), 4)
     assert empty.shape == (4, 3) and (empty == 0).all()
+    # the engine's x[idx] takes the same scatter: negative indices name the same rows as
+    # their positive twins, and rows of more than one axis are kept whole
+    x = t64(rng.standard_normal((5, 2, 3)), requires_grad=True)
+    idx = np.array([[-1, 4, 0], [0, 1, -5]])
+    g = rng.standard_normal((2, 3, 2, 3))
+    x[idx].backward(tl.tensor(g))
+    expect = np.zeros((5, 2, 3))
+    np.add.at(expect, idx.ravel(), g.reshape(-1, 2, 3))
+    np.testing.assert_allclose(x.grad.numpy(), expect, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- positions
