@@ -211,11 +211,9 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {offset + T} positions is longer than block_size={cfg.block_size}"
             )
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"token ids must be integers, got dtype {idx.dtype}")
         if idx.size == 0:
             raise ValueError(f"GPT: the batch of token ids is empty (shape {idx.shape})")
-        try:  # the embedding checks the ids' range (on a GPU one read, which waits for it)
+        try:  # the embedding checks the ids: integers, in range (on a GPU one read, a wait)
             resid = self.embed(idx)
         except ValueError as err:
             raise ValueError(

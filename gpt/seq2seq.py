@@ -147,7 +147,13 @@ class _Stack(nn.Module):
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
 
     def embed_tokens(self, ids: Tensor, offset: int = 0) -> Tensor:
-        x = self.embed(ids)
+        try:  # the embedding checks the ids: integers, in range
+            x = self.embed(ids)
+        except ValueError as err:
+            vocab = self.embed.num_embeddings
+            raise ValueError(
+                f"{self.ids}: token ids outside the vocabulary of {vocab} ({err})"
+            ) from None
         if self.scale != 1.0:
             x = x * self.scale
         x = self.hook_embed(x)
@@ -159,6 +165,8 @@ class _Stack(nn.Module):
 
 class Encoder(_Stack):
     """Source ids (B, S) -> memory (B, S, d_model)."""
+
+    ids = "src"
 
     def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
         super().__init__(cfg, embed)
@@ -173,6 +181,8 @@ class Encoder(_Stack):
 
 class Decoder(_Stack):
     """Target ids (B, T) and memory -> final residual stream (B, T, d_model)."""
+
+    ids = "tgt_in"
 
     def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
         super().__init__(cfg, embed)
@@ -212,17 +222,11 @@ class Seq2SeqCache:
 
 
 # ---------------------------------------------------------------------- the model
-def _ids(x, vocab: int, name: str, device: str = "cpu") -> Tensor:
+def _ids(x, name: str, device: str = "cpu") -> Tensor:
+    """Token ids (B, T) as a Tensor; the embedding checks the ids themselves (_Stack)."""
     x = x if isinstance(x, Tensor) else Tensor(np.asarray(x), device=device)  # host: ids
     if x.ndim != 2:
         raise ValueError(f"{name}: expected token ids of shape (batch, time), got {x.shape}")
-    if x.dtype.kind not in "iu":
-        raise TypeError(f"{name}: token ids must be integers, got dtype {x.dtype}")
-    if x.size:
-        lo, hi = int(x.data.min()), int(x.data.max())
-        if lo < 0 or hi >= vocab:
-            bad = hi if hi >= vocab else lo
-            raise ValueError(f"{name}: token id {bad} is outside the vocabulary of {vocab}")
     return x
 
 
@@ -289,7 +293,7 @@ class Transformer(nn.Module):
     def encode(self, src) -> Tensor:
         """Source ids (B, S) -> memory (B, S, d_model)."""
         cfg = self.config
-        src = _ids(src, cfg.src_vocab_size, "src", self.device)
+        src = _ids(src, "src", self.device)
         if src.shape[1] > cfg.max_len:
             raise ValueError(f"source of {src.shape[1]} positions exceeds max_len={cfg.max_len}")
         return self.encoder(src, self.padding_mask(src))
@@ -298,7 +302,7 @@ class Transformer(nn.Module):
         """Logits (B, T, tgt_vocab_size) for decoder input ids (B, T). With a cache, tgt_in
         holds only the new positions (which continue from ``cache.length``)."""
         cfg = self.config
-        tgt_in = _ids(tgt_in, cfg.tgt_vocab_size, "tgt_in", self.device)
+        tgt_in = _ids(tgt_in, "tgt_in", self.device)
         if tgt_in.shape[0] != memory.shape[0]:
             raise ValueError(
                 f"decode: {tgt_in.shape[0]} target sequences (tgt_in {tgt_in.shape}) for "
@@ -313,7 +317,7 @@ class Transformer(nn.Module):
         return F.linear(resid, self.W_U)
 
     def forward(self, src, tgt_in, tgt_out=None):
-        src = _ids(src, self.config.src_vocab_size, "src", self.device)
+        src = _ids(src, "src", self.device)
         logits = self.decode(self.encode(src), self.padding_mask(src), tgt_in)
         loss = None
         if tgt_out is not None:

@@ -162,6 +162,8 @@ def test_bad_inputs_have_clear_errors():
         model(np.zeros((1, 13), dtype=np.int64))
     with pytest.raises(ValueError, match=r"\(batch, time\)"):
         model(np.zeros(5, dtype=np.int64))
+    with pytest.raises(TypeError, match="indices must be integers, got dtype float"):
+        model(np.zeros((1, 3)))  # (refused by the embedding, the one check of the ids)
 
 
 def test_hook_names_follow_the_circuits_convention():

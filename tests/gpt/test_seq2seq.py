@@ -152,8 +152,10 @@ def test_config_round_trip():
 
 def test_bad_inputs_say_what_is_wrong():
     model = small()
-    with pytest.raises(ValueError, match="outside the vocabulary"):
+    with pytest.raises(ValueError, match="src: token ids outside the vocabulary of 9 .*index 99"):
         model(np.array([[3, 99]]), np.array([[1, 3]]))
+    with pytest.raises(ValueError, match="tgt_in: token ids outside the vocabulary of 9 .*-1"):
+        model(np.array([[3, 4]]), np.array([[1, -1]]))
     with pytest.raises(TypeError, match="integers"):
         model(np.array([[3.0, 4.0]]), np.array([[1, 3]]))
     with pytest.raises(ValueError, match="max_len"):
