@@ -29,7 +29,7 @@ import importlib.util  # noqa: E402
 import nn  # noqa: E402
 import tensorlab as tl  # noqa: E402
 from gpt import circuits as C  # noqa: E402
-from tensorlab.ops.softmax import log_softmax_array  # noqa: E402
+from tensorlab import log_softmax_array  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "induction_heads", Path(__file__).resolve().parent / "induction_heads.py"

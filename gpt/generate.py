@@ -13,7 +13,7 @@ import numpy as np
 import nn
 import tensorlab as tl
 from gpt.config import check_int, check_real
-from tensorlab.ops.softmax import log_softmax_array
+from tensorlab import log_softmax_array
 
 # The temperature of generate() and of `python -m gpt sample` when none is given: 1 samples
 # the model's own distribution (below 1 sharpens it toward greedy, above 1 flattens it).

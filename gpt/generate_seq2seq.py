@@ -13,9 +13,8 @@ import numpy as np
 
 import nn
 from gpt.seq2seq import Transformer
-from tensorlab import Tensor
+from tensorlab import Tensor, log_softmax_array
 from tensorlab.backend import xp_of
-from tensorlab.ops.softmax import log_softmax_array
 
 __all__ = ["greedy_decode", "beam_search", "length_penalty", "sequence_logprob", "sequence_score"]
 

@@ -7,11 +7,10 @@ import math
 from nn.checks import check_count
 from nn.init import constant, uniform
 from nn.module import Module
-from tensorlab import Tensor
+from tensorlab import Tensor, autocast_inputs, matmul_grads
 from tensorlab.backend import DEFAULT_DTYPE, matmul
 from tensorlab.function import Function, modes
 from tensorlab.fused import array_math
-from tensorlab.ops.linalg import autocast_inputs, matmul_grads
 
 
 def _as_matrices(x, W, in_dims: int):

@@ -89,8 +89,9 @@ from tensorlab.functions import (
     var,
 )
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from tensorlab.ops.linalg import einsum
+from tensorlab.ops.linalg import autocast_inputs, einsum, matmul_grads
 from tensorlab.ops.shape import concatenate, stack
+from tensorlab.ops.softmax import log_softmax_array
 from tensorlab.trace import trace_backward
 from tensorlab.transforms import hessian, hvp, jacobian, jvp, vhp, vjp
 

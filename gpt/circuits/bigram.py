@@ -7,7 +7,7 @@ import numpy as np
 
 from gpt.circuits.factored import _arr
 from gpt.circuits.hooks import run_with_cache
-from tensorlab.ops.softmax import log_softmax_array
+from tensorlab import log_softmax_array
 
 
 def bigram_table(ids, vocab: int) -> np.ndarray:

@@ -16,8 +16,7 @@ import tensorlab as tl
 from nn.attention import attention_results, composed_attention
 from nn.module import HookPoint
 from nn.norm import composed_norms
-from tensorlab import Tensor
-from tensorlab.ops.softmax import log_softmax_array
+from tensorlab import Tensor, log_softmax_array
 
 HookSpec = tuple[str | Callable[[str], bool], Callable]
 
