@@ -2,7 +2,7 @@
 
 Read it in this order: ``tensor.py`` (the data structure), ``function.py`` (a graph node),
 ``ops/`` (every op's forward and backward), ``autograd.py`` (the backward pass),
-``gradcheck.py`` (how we know the gradients are right). ``functions.py`` holds the
+``gradcheck.py`` (how we know the gradients are right). ``method_functions.py`` holds the
 function forms of the methods (``tl.sin(x)``), ``numpy_protocol.py`` what ``np.sin(x)`` does,
 ``transforms.py`` jacobian, hessian, vjp, jvp, hvp, ``checkpoint.py`` activation
 checkpointing, ``fused.py`` GPU kernels written once in Python (``docs/gpu.md``).
@@ -50,7 +50,8 @@ from tensorlab.creation import (
 )
 from tensorlab.draw import backward_steps, draw  # the function replaces the submodule's name here
 from tensorlab.function import AnomalyError, Function, named_scope
-from tensorlab.functions import (
+from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from tensorlab.method_functions import (
     abs,
     argsort,
     broadcast_to,
@@ -88,7 +89,6 @@ from tensorlab.functions import (
     triu,
     var,
 )
-from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.ops.linalg import autocast_inputs, einsum, matmul_grads
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.ops.softmax import log_softmax_array

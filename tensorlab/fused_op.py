@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import tensorlab.functions as F
+import tensorlab.method_functions as F
 from tensorlab.creation import arange
 from tensorlab.function import Function
 from tensorlab.fused import HALF, fused

@@ -1,4 +1,4 @@
-"""The function forms in ``tensorlab/functions.py`` (``tl.var(x, ...)`` for ``x.var(...)``):
+"""The function forms in ``tensorlab/method_functions.py`` (``tl.var(x, ...)`` for ``x.var(...)``):
 each passes every argument on to its method. Each case calls the function with values other
 than the defaults, so an argument that is dropped or swapped on the way changes the result;
 the method's own maths is tested with its op (test_reduce.py, test_shape.py, ...)."""
