@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tensorlab as tl
-from tensorlab import functions
+from tensorlab import method_functions as functions
 
 X = np.array([[0.3, -1.2, 2.5, 0.7], [1.1, 0.4, -0.6, 3.2], [-2.0, 0.9, 0.1, -0.3]])
 I = np.array([[2, 0, 1, 1], [0, 2, 2, 0]])
