@@ -28,9 +28,9 @@
 import shutil
 
 import numpy as np
+from grader import check
 
 import tensorlab as tl
-from nn.exercises import check
 from tensorlab.autograd import topological_order
 from tensorlab.draw import backward_steps
 

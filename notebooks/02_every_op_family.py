@@ -29,9 +29,9 @@
 import inspect
 
 import numpy as np
+from grader import check
 
 import tensorlab as tl
-from nn.exercises import check
 from tensorlab.ops import elementwise, index, linalg, reduce, shape, softmax
 
 

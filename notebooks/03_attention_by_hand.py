@@ -27,10 +27,10 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from grader import check
 
 import nn.functional as F
 import tensorlab as tl
-from nn.exercises import check
 
 T, d, d_v = 5, 4, 3
 rng = np.random.default_rng(0)

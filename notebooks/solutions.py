@@ -1,7 +1,7 @@
-"""Reference solutions to the exercises of the course (``nn/exercises.py``).
+"""Reference solutions to the exercises of the course (``notebooks/grader.py``).
 
 Kept out of the student notebooks on purpose: try each exercise first. Every function here is
-what ``check(name, ...)`` accepts; ``tests/nn/test_exercises.py`` holds each one to its
+what ``check(name, ...)`` accepts; ``tests/test_grader.py`` holds each one to its
 exercise.  ``SOLUTIONS[name]`` is the backward, ``FORWARDS[name]`` the forward where the
 notebook asks for one.
 """

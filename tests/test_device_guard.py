@@ -50,7 +50,6 @@ HOST_MODULES = {
     "tensorlab/trace.py": "gradient norms for a printed trace, from host copies",
     "nn/serialization.py": "files are written from and read into host arrays",
     "nn/distributed.py": "MPI buffers live on the host (gradients are copied there first)",
-    "nn/exercises.py": "the course's grader compares host float64 arrays",
     "gpt/data.py": "token ids and batches are host int arrays until the step moves them",
     "gpt/token_files.py": "memory-mapped token files on disk",
     "gpt/generate.py": "sampling from one row of logits copied to the host",

@@ -72,7 +72,7 @@ def test_a_notebook_run_as_a_script_prints_its_verdicts(path):
 def test_student_notebooks_hold_no_solutions(path):
     text = path.read_text(encoding="utf-8")
     assert "solutions" not in re.findall(r"^\s*(?:from|import)\s+([\w.]+)", text, re.M)
-    from nn.exercises import EXERCISES
+    from tests.test_grader import EXERCISES
 
     for name, func in re.findall(CHECK, text):
         assert name in EXERCISES, name

@@ -1,27 +1,32 @@
-"""nn.exercises: every reference solution passes its exercise, and the typical mistakes
-(transposed matrix, missing broadcast reduction, wrong sign) are named in the answer."""
+"""notebooks/grader.py (the course's grader): every reference solution passes its exercise,
+and the typical mistakes (transposed matrix, missing broadcast reduction, wrong sign) are named
+in the answer."""
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tensorlab as tl
-from nn.exercises import EXERCISES, _broadcast_axes, check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _solutions():
-    spec = importlib.util.spec_from_file_location("solutions", ROOT / "notebooks/solutions.py")
+def course_module(name: str):
+    """notebooks/NAME.py as a module (the course's folder is not a package: the notebooks
+    import its files by name, from their own folder)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "notebooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 
 
-SOL = _solutions()
+SOL, GRADER = course_module("solutions"), course_module("grader")
+EXERCISES, _broadcast_axes, check = GRADER.EXERCISES, GRADER._broadcast_axes, GRADER.check
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
