@@ -12,7 +12,6 @@
 * byte-level BPE encoding throughput in MB/s, cold (fresh tokenizer, empty cache) and warm,
 * the same encoding cold with the pre-tokenizer pattern run under the time limit that patterns
   from files get (GPT-2's pattern wrapped in ``(?:...)``, so it is not recognised as shipped),
-  and through a ``Pipeline`` (the same vocabulary as a tokenizer.json our classes do not run),
 * a naive BPE trainer that recounts every pair after every merge, timed for ``--naive-merges``
   merges and extrapolated to the full vocabulary: the baseline the incremental trainer beats.
 
@@ -73,7 +72,7 @@ def naive_bpe_train(text: str, n_merges: int) -> list[tuple[int, int]]:
     """BPE training the slow way: recount all pairs of all words after every merge."""
     from collections import Counter
 
-    from gpt.tokenizers.pretokenize import pretokenize
+    from gpt.tokenizers.pre_tokenizers import pretokenize
 
     words = Counter(pretokenize(text))
     seqs = [list(w.encode("utf-8")) for w in words]
@@ -109,7 +108,7 @@ GPT4_PATTERN = (
 
 def section_patterns(text: str, vocab_size: int, repeat: int) -> None:
     """The cost of the time limit on patterns from files, and encoding with shipped ones."""
-    from gpt.tokenizers.pretokenize import find_spans
+    from gpt.tokenizers.pre_tokenizers import find_spans
 
     mb = len(text.encode("utf-8")) / 1e6
     t_free, free = median_time(lambda: find_spans(GPT4_PATTERN, text, trusted=True), repeat)
@@ -141,7 +140,7 @@ def section_backtracking(n_chars: int) -> None:
 def section_unigram_metaspace(text: str, vocab_size: int) -> None:
     """Unigram with Metaspace-only splitting, ours and the library's, trained on the first
     90% of the text: training time and tokens on the last 10% (one run each)."""
-    from gpt.tokenizers.pretokenize import METASPACE_SPLIT_PATTERN
+    from gpt.tokenizers.pre_tokenizers import METASPACE_SPLIT_PATTERN
 
     cut = int(len(text) * 0.9)
     train, heldout = text[:cut], text[cut:]
@@ -337,14 +336,6 @@ def main(argv: list[str] | None = None) -> int:
         lambda: tk.ByteBPE(bpe.vocab, bpe.merges, pattern=limited).encode(text), R
     )
     assert ids_limited == ids, "the time-limited pattern changed the ids"
-    with tempfile.TemporaryDirectory() as d:
-        pipeline_file = Path(d) / "tokenizer.json"
-        data = tk.to_hf_json(bpe)
-        # a template that adds nothing: files with a post-processor load as a Pipeline
-        data["post_processor"] = {"type": "BertProcessing", "sep": ["a", 0], "cls": ["a", 0]}
-        pipeline_file.write_text(json.dumps(data), encoding="utf-8")
-        t_pipe, ids_pipe = median_time(lambda: tk.load(pipeline_file).encode(text), R)
-    assert ids_pipe == ids, "the Pipeline gave other ids"
     t_naive = None
     if args.naive_merges > 0:
         t, _ = median_time(lambda: naive_bpe_train(text, args.naive_merges), 1)
@@ -390,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             R,
         )
         with tempfile.TemporaryDirectory() as d:
-            tk.save(bpe, Path(d) / "tokenizer.json", format="huggingface")
+            bpe.save(Path(d) / "tokenizer.json")
             theirs = hf.Tokenizer.from_file(str(Path(d) / "tokenizer.json"))
         hf_enc, enc = median_time(lambda: theirs.encode(text), R)
         assert enc.ids == ids, "ids differ from the tokenizers library"
@@ -407,7 +398,6 @@ def main(argv: list[str] | None = None) -> int:
         ("BPE encode, cold cache", mb / t_cold, hf_enc and mb / hf_enc, "MB/s", ">= 2 MB/s"),
         ("BPE encode, warm cache", mb / t_warm, hf_enc and mb / hf_enc, "MB/s", "-"),
         ("BPE encode, cold, pattern time-limited", mb / t_limited, None, "MB/s", "-"),
-        ("BPE encode, cold, as a Pipeline", mb / t_pipe, hf_enc and mb / hf_enc, "MB/s", "-"),
     ]
     print()
     print("| measurement | gpt.tokenizers | HF tokenizers (1 thread) | our speed / HF's | target |")

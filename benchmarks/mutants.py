@@ -61,7 +61,8 @@ TESTS = {
         ON_FAKE_CUDA,
     ],
     "gpt/tokenizers/offsets.py": [
-        "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py",
+        "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py "
+        "tests/gpt/tokenizers/test_spelling.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/precompiled.py": [
@@ -72,8 +73,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_byte_bpe.py",
         "tests/gpt/tokenizers",
     ],
-    "gpt/tokenizers/hf_models.py": [
-        "tests/gpt/tokenizers/test_hf_models.py",
+    "gpt/tokenizers/models.py": [
+        "tests/gpt/tokenizers/test_hf_models.py tests/gpt/tokenizers/test_byte_bpe.py "
+        "tests/gpt/tokenizers/test_unigram.py tests/gpt/tokenizers/test_unigram_definitions.py "
+        "tests/gpt/tokenizers/test_wordpiece.py tests/gpt/tokenizers/test_wordpiece_definitions.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/pre_tokenizers.py": [
@@ -103,7 +106,10 @@ TESTS = {
     ],
     "gpt/generate.py": ["tests/gpt/test_generate.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/data.py": ["tests/gpt/test_data.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
-    "gpt/tokenizers/bpe.py": ["tests/gpt/tokenizers/test_byte_bpe.py", "tests/gpt/tokenizers"],
+    "gpt/tokenizers/bpe.py": [
+        "tests/gpt/tokenizers/test_byte_bpe.py tests/gpt/tokenizers/test_hf_format_writing.py",
+        "tests/gpt/tokenizers",
+    ],
     "gpt/tokenizers/cli.py": [
         "tests/gpt/tokenizers/test_tokenizer_metrics.py",
         "tests/gpt/tokenizers tests/gpt/test_cli.py",
@@ -191,10 +197,10 @@ TESTS = {
         "tests/gpt/tokenizers/test_tokenizer_metrics.py",
         "tests/gpt/tokenizers",
     ],
-    "gpt/tokenizers/spelling.py": ["tests/gpt/tokenizers/test_spelling.py", "tests/gpt/tokenizers"],
     "gpt/tokenizers/unigram.py": [
         "tests/gpt/tokenizers/test_unigram.py tests/gpt/tokenizers/test_unigram_without_unk.py "
-        "tests/gpt/tokenizers/test_unigram_definitions.py",
+        "tests/gpt/tokenizers/test_unigram_definitions.py "
+        "tests/gpt/tokenizers/test_hf_format_writing.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/wordpiece.py": [
@@ -229,29 +235,21 @@ TESTS = {
         "tests/gpt/tokenizers/test_tokenizer_files.py",
         "tests/gpt/tokenizers",
     ],
-    "gpt/tokenizers/hf_format.py": [
-        "tests/gpt/tokenizers/test_hf_format_writing.py tests/gpt/tokenizers/test_hf_parity.py "
-        "tests/gpt/tokenizers/test_tokenizer_files.py",
-        "tests/gpt/tokenizers",
-    ],
     "gpt/tokenizers/normalizers.py": [
         "tests/gpt/tokenizers/test_normalizers_and_decoders.py "
         "tests/gpt/tokenizers/test_normalizer_alignment.py "
         "tests/gpt/tokenizers/test_pipeline_parity.py",
         "tests/gpt/tokenizers",
     ],
-    "gpt/tokenizers/pipeline.py": [
+    "gpt/tokenizers/tokenizer.py": [
         "tests/gpt/tokenizers/test_pipeline_added_tokens.py "
-        "tests/gpt/tokenizers/test_post_processors_and_batching.py",
+        "tests/gpt/tokenizers/test_post_processors_and_batching.py "
+        "tests/gpt/tokenizers/test_hf_format_writing.py "
+        "tests/gpt/tokenizers/test_tokenizer_files.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/post_processors.py": [
         "tests/gpt/tokenizers/test_post_processors_and_batching.py",
-        "tests/gpt/tokenizers",
-    ],
-    "gpt/tokenizers/pretokenize.py": [
-        "tests/gpt/tokenizers/test_normalizers_and_decoders.py "
-        "tests/gpt/tokenizers/test_wordpiece.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/visualize.py": [
@@ -961,40 +959,26 @@ MUTANTS = {
             "spans[k] = (min(before, start), max(after, end))",
             "offsets: a fused unknown token widened past its word",
         ),
-    ],
-    "gpt/tokenizers/base.py": [
         (
-            "merges-stale-kept",
-            "        if current is None or current[1] != new_id:",
-            "        if current is None:",
-            "apply_merges: a stale heap entry merges whatever pair now stands at its place",
+            "prefix-space-key",
+            '            added_prefix_space=any(s.get("add_prefix_space", True) is True',
+            '            added_prefix_space=any(s.get("trim_offsets", True) is True',
+            "Spelling.of: added_prefix_space read from the trim_offsets field",
         ),
         (
-            "merges-latest-first",
-            "            heap.append((r[0], pos, r[1]))",
-            "            heap.append((-r[0], pos, r[1]))",
-            "apply_merges: the latest-learned merge first (was bpe.encode-priority, issue 21)",
+            "sequence-not-entered",
+            '    steps = (post.get("processors") or []) if _type(post) == "Sequence" else [post]',
+            "    steps = [post]",
+            "Spelling.of: a ByteLevel post-processor inside a Sequence is not seen",
         ),
         (
-            "merges-rightmost-tie",
-            "            heap.append((r[0], pos, r[1]))",
-            "            heap.append((r[0], -pos, r[1]))",
-            "apply_merges: ties between equal pairs go to the rightmost (negative positions)",
-        ),
-        (
-            "merges-left-at-pos",
-            "                heapq.heappush(heap, (r[0], left, r[1]))",
-            "                heapq.heappush(heap, (r[0], pos, r[1]))",
-            "apply_merges: the new pair on the left is pushed at the merged position",
-        ),
-        (
-            "merges-no-right-push",
-            "            r = ranks.get((new_id, ids[after]))",
-            "            r = None",
-            "apply_merges: the new pair on the right of a merge is never considered",
+            "find-key-shallow",
+            "        spec = list(spec.values())",
+            "        return None",
+            "_find_key: a Metaspace nested in a Sequence keeps the default replacement",
         ),
     ],
-    "gpt/tokenizers/hf_models.py": [
+    "gpt/tokenizers/models.py": [
         (
             "cut-junction-first-char",
             "                joins[b[0]].add(a[-1])",
@@ -1037,6 +1021,97 @@ MUTANTS = {
             "        if self.prefix or self.suffix:",
             "MergeModel._cutter: cuts words that ignore_merges takes whole",
         ),
+        (
+            "merges-stale-kept",
+            "        if current is None or current[1] != new_id:",
+            "        if current is None:",
+            "apply_merges: a stale heap entry merges whatever pair now stands at its place",
+        ),
+        (
+            "merges-latest-first",
+            "            heap.append((r[0], pos, r[1]))",
+            "            heap.append((-r[0], pos, r[1]))",
+            "apply_merges: the latest-learned merge first (was bpe.encode-priority, issue 21)",
+        ),
+        (
+            "merges-rightmost-tie",
+            "            heap.append((r[0], pos, r[1]))",
+            "            heap.append((r[0], -pos, r[1]))",
+            "apply_merges: ties between equal pairs go to the rightmost (negative positions)",
+        ),
+        (
+            "merges-left-at-pos",
+            "                heapq.heappush(heap, (r[0], left, r[1]))",
+            "                heapq.heappush(heap, (r[0], pos, r[1]))",
+            "apply_merges: the new pair on the left is pushed at the merged position",
+        ),
+        (
+            "merges-no-right-push",
+            "            r = ranks.get((new_id, ids[after]))",
+            "            r = None",
+            "apply_merges: the new pair on the right of a merge is never considered",
+        ),
+        (
+            "duplicate-merge-rank",
+            "self.ranks[(vocab[a], vocab[b])] = (rank, vocab[merged])",
+            "self.ranks.setdefault((vocab[a], vocab[b]), (rank, vocab[merged]))",
+            "MergeModel: a merge listed twice keeps its first rank",
+        ),
+        (
+            "viterbi-tie-shorter",
+            "                if base + s > best[j]:",
+            "                if base + s >= best[j]:",
+            "UnigramModel.viterbi: ties go to the later cut (the shorter last piece)",
+        ),
+        (
+            "edges-window-short",
+            "for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):",
+            "for j in range(i + 1, min(len(word), i + self.max_piece_chars - 1) + 1):",
+            "UnigramModel._edges_from: the longest pieces are never lattice edges",
+        ),
+        (
+            "unk-score-bonus",
+            "self.unk_score = min((s for _, s in pieces), default=0.0) - UNK_PENALTY",
+            "self.unk_score = min((s for _, s in pieces), default=0.0) + UNK_PENALTY",
+            "UnigramModel: an unknown character scores above the least likely piece, not below",
+        ),
+        (
+            "unk-edge-if-any-piece",
+            "                has_single = has_single or j == i + 1",
+            "                has_single = True",
+            "UnigramModel._edges_from: no unknown edge where a longer piece starts there",
+        ),
+        (
+            "sample-alpha-ignored",
+            "                into[j].append((i, alpha * s))",
+            "                into[j].append((i, s))",
+            "UnigramModel.sample: alpha never sharpens or flattens the distribution",
+        ),
+        (
+            "sample-weight-no-edge",
+            "            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]",
+            "            weights = [math.exp(logf[i] - logf[j]) for i, s in options]",
+            "UnigramModel.sample: the backward walk weighs a cut by the mass before it, not "
+            "the edge",
+        ),
+        (
+            "sample-forward-max",
+            "logf[j] = m if m == -math.inf else m + math.log(sum(math.exp(x - m) for x in xs))",
+            "logf[j] = m",
+            "UnigramModel.sample: forward pass takes the best path, not the sum over paths",
+        ),
+        (
+            "max-word-inclusive",
+            "        if len(word) > self.max_word_chars:",
+            "        if len(word) >= self.max_word_chars:",
+            "WordPieceModel: a word of exactly max_word_chars characters becomes [UNK]",
+        ),
+        (
+            "window-short",
+            "            end = min(n, start + self.max_piece_chars)",
+            "            end = min(n, start + self.max_piece_chars - 1)",
+            "WordPieceModel: the longest vocabulary entry never matched at a word start",
+        ),
     ],
     "gpt/tokenizers/pre_tokenizers.py": [
         (
@@ -1056,6 +1131,24 @@ MUTANTS = {
             "out += [(m[0], at_start and m.start() == 0) for m in find(text)]",
             "out += [(m[0], at_start) for m in find(text)]",
             "char_splitting: every piece of the first piece marked as the text's start",
+        ),
+        (
+            "prefix-space-twice",
+            'per_piece(lambda t, _: t if t.startswith(" ") else " " + t)',
+            'per_piece(lambda t, _: " " + t)',
+            "ByteLevel(add_prefix_space): a leading space doubled",
+        ),
+        (
+            "legacy-prefix-space-first",
+            'scheme = "always" if prefix else "never"',
+            'scheme = "first" if prefix else "never"',
+            "reading an old Metaspace (add_prefix_space): true read as prepend_scheme first",
+        ),
+        (
+            "metaspace-first-always",
+            'prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)',
+            'prepend = prepend_scheme == "always" or prepend_scheme == "first"',
+            "metaspace: prepend_scheme='first' prepends to every piece, not the text's first",
         ),
     ],
     "gpt/tokenizers/precompiled.py": [
@@ -1976,28 +2069,22 @@ MUTANTS = {
     "gpt/tokenizers/bpe.py": [
         ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
         (
-            "duplicate-merge-rank",
-            "self.ranks[(a, b)] = (rank, merged)",
-            "self.ranks.setdefault((a, b), (rank, merged))",
-            "a merge listed twice keeps its first rank",
-        ),
-        (
             "vocab-bytes-swapped",
             "vocab[256 + k] = vocab[a] + vocab[b]",
             "vocab[256 + k] = vocab[b] + vocab[a]",
             "training: merged token's bytes in the wrong order",
         ),
         (
-            "prefix-space-twice",
-            'if self.add_prefix_space and not text.startswith(" "):',
-            "if self.add_prefix_space:",
-            "add_prefix_space doubles a leading space",
-        ),
-        (
             "train-specials",
             "n_merges = vocab_size - 256 - len(specials)",
             "n_merges = vocab_size - 256",
             "training: special tokens not counted in vocab_size",
+        ),
+        (
+            "writer-bpe-prefix-space",
+            'byte_level = {"type": "ByteLevel", "add_prefix_space": add_prefix_space}',
+            'byte_level = {"type": "ByteLevel", "add_prefix_space": False}',
+            "ByteBPE: its add_prefix_space not written into its file",
         ),
     ],
     "nn/serialization.py": [
@@ -2601,9 +2688,9 @@ MUTANTS = {
         ),
         (
             "skip-raises",
-            '            elif self.unknown == "error":',
-            "            else:",
-            "CharTokenizer: unknown='skip' raises like 'error'",
+            'unk = None if unknown == "skip" else CHAR_UNK',
+            'unk = None if unknown == "error" else CHAR_UNK',
+            "CharTokenizer: unknown='skip' raises, and 'error' skips",
         ),
     ],
     "gpt/tokenizers/metrics.py": [
@@ -2632,76 +2719,7 @@ MUTANTS = {
             "report: empty text divides by zero tokens",
         ),
     ],
-    "gpt/tokenizers/spelling.py": [
-        (
-            "prefix-space-key",
-            '            added_prefix_space=any(s.get("add_prefix_space", True) is True',
-            '            added_prefix_space=any(s.get("trim_offsets", True) is True',
-            "Spelling.of: added_prefix_space read from the trim_offsets field",
-        ),
-        (
-            "sequence-not-entered",
-            '    steps = (post.get("processors") or []) if _type(post) == "Sequence" else [post]',
-            "    steps = [post]",
-            "Spelling.of: a ByteLevel post-processor inside a Sequence is not seen",
-        ),
-        (
-            "find-key-shallow",
-            "        spec = list(spec.values())",
-            "        return None",
-            "_find_key: a Metaspace nested in a Sequence keeps the default replacement",
-        ),
-    ],
     "gpt/tokenizers/unigram.py": [
-        (
-            "viterbi-tie-shorter",
-            "                if base + s > best[j]:",
-            "                if base + s >= best[j]:",
-            "Unigram._viterbi: ties go to the later cut (the shorter last piece), not the longer",
-        ),
-        (
-            "edges-window-short",
-            "for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):",
-            "for j in range(i + 1, min(len(word), i + self.max_piece_chars - 1) + 1):",
-            "Unigram._edges_from: the longest pieces of the vocabulary are never lattice edges",
-        ),
-        (
-            "unk-score-bonus",
-            "        self.unk_score = self.min_score - UNK_PENALTY",
-            "        self.unk_score = self.min_score + UNK_PENALTY",
-            "Unigram: an unknown character scores above the least likely piece, not below",
-        ),
-        (
-            "unk-edge-if-any-piece",
-            "                has_single = has_single or j == i + 1",
-            "                has_single = True",
-            "Unigram._edges_from: no unknown edge where a longer piece starts at the character",
-        ),
-        (
-            "sample-alpha-ignored",
-            "                into[j].append((i, alpha * s))",
-            "                into[j].append((i, s))",
-            "Unigram.encode_sample: alpha never sharpens or flattens the distribution",
-        ),
-        (
-            "sample-weight-no-edge",
-            "            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]",
-            "            weights = [math.exp(logf[i] - logf[j]) for i, s in options]",
-            "Unigram._sample_word: the backward walk weighs a cut by the mass before it, not "
-            "the edge",
-        ),
-        (
-            "sample-forward-max",
-            "            logf[j] = _logsumexp([logf[i] + s for i, s in into[j]])",
-            "            logf[j] = max([logf[i] + s for i, s in into[j]])",
-            "Unigram._sample_word: forward pass takes the best path, not the sum over paths",
-        ),
-        (
-            "decode-strip-after-special",
-            "self._join(part, at_start=not out)",
-            "self._join(part, at_start=True)",
-            "Unigram.decode: the leading space stripped after every special token too",
-        ),
         (
             "prune-alt-total-sign",
             "            log_total_alt = np.log(total + freq * (n_alt - 1))",
@@ -2738,26 +2756,15 @@ MUTANTS = {
             "alpha[start] + w + beta[start]",
             "_em_step: an edge's posterior reads the backward sum at its start node",
         ),
+        (
+            "writer-unigram-decoder-scheme",
+            'trained_json(specials, None, pre, meta | {"split": True}, model)',
+            'trained_json(specials, None, pre, meta | {"split": True, "prepend_scheme": "always"}, '
+            "model)",
+            "Unigram: its decoder written with prepend_scheme always",
+        ),
     ],
     "gpt/tokenizers/wordpiece.py": [
-        (
-            "max-word-inclusive",
-            "        if len(word) > self.max_word_chars:",
-            "        if len(word) >= self.max_word_chars:",
-            "WordPiece: a word of exactly max_word_chars characters becomes [UNK]",
-        ),
-        (
-            "window-short",
-            "            end = min(n, start + self.max_piece_chars)",
-            "            end = min(n, start + self.max_piece_chars - 1)",
-            "WordPiece: the longest vocabulary entry never matched at a word start",
-        ),
-        (
-            "decode-first-prefix-stripped",
-            "            if out and t.startswith(self.prefix) and i not in self._special_by_id:",
-            "            if t.startswith(self.prefix) and i not in self._special_by_id:",
-            "WordPiece.decode: a ## piece at the very start loses its ##",
-        ),
         (
             "tokcount-new-reset",
             "        tok_count[c] = tok_count.get(c, 0) + n_ab",
@@ -3060,6 +3067,12 @@ MUTANTS = {
             '[t.replace(suffix, " ") for k, t in enumerate(tokens)]',
             "BPEDecoder: the last token's suffix becomes a trailing space",
         ),
+        (
+            "decode-first-prefix-stripped",
+            "            if k > 0:\n                t = t[len(prefix) :]",
+            "            if k >= 0:\n                t = t[len(prefix) :]",
+            "WordPiece decoder: the first piece loses its ## or gets a space before it",
+        ),
     ],
     "gpt/tokenizers/fields.py": [
         (
@@ -3079,54 +3092,6 @@ MUTANTS = {
             "    if depth > MAX_NESTING:",
             "    if depth > MAX_NESTING + 1:",
             "part_type: one level deeper than MAX_NESTING accepted",
-        ),
-    ],
-    "gpt/tokenizers/files.py": [
-        (
-            "pipeline-as-tensorlab",
-            'if format == "huggingface" or (format == "tensorlab" and tok.kind == "pipeline"):',
-            'if format == "huggingface":',
-            "save: a Pipeline in our format, which has no form for it",
-        ),
-        (
-            "write-not-atomic",
-            'atomic_write(path, lambda f: f.write(text.encode("utf-8")))',
-            'open(path, "wb").write(text.encode("utf-8"))',
-            "atomic_write_text: writes the target in place (a crash leaves half a file)",
-        ),
-        (
-            "specials-by-name",
-            "specials = sorted(tok.special.items(), key=lambda kv: kv[1])",
-            "specials = sorted(tok.special.items(), key=lambda kv: kv[0])",
-            "to_json: special tokens listed by name, so a list-form reader gives other ids",
-        ),
-    ],
-    "gpt/tokenizers/hf_format.py": [
-        (
-            "writer-bpe-prefix-space",
-            '"add_prefix_space": tok.add_prefix_space,\n            "trim_offsets": '
-            'True,\n            "use_regex": True,\n        }\n    elif',
-            '"add_prefix_space": False,\n            "trim_offsets": True,\n            '
-            '"use_regex": True,\n        }\n    elif',
-            "to_hf_json: a ByteBPE's add_prefix_space not written",
-        ),
-        (
-            "writer-unigram-decoder-scheme",
-            '"decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": scheme,',
-            '"decoder": {"type": "Metaspace", "replacement": r, "prepend_scheme": "always",',
-            "to_hf_json: a Unigram's decoder written with prepend_scheme always",
-        ),
-        (
-            "writer-added-not-special",
-            '            "special": True,\n        }\n        for t, i in sorted',
-            '            "special": False,\n        }\n        for t, i in sorted',
-            "to_hf_json: the special tokens written as ordinary added tokens",
-        ),
-        (
-            "legacy-prefix-space-first",
-            'scheme = "always" if prefix else "never"',
-            'scheme = "first" if prefix else "never"',
-            "reading an old Metaspace (add_prefix_space): true read as prepend_scheme first",
         ),
     ],
     "gpt/tokenizers/normalizers.py": [
@@ -3172,8 +3137,32 @@ MUTANTS = {
             "            out.append(content)\n            pos = start",
             "Replace(Regex): the matched text kept after its replacement",
         ),
+        (
+            "bert-cjk-no-leading-space",
+            'text = _CJK.sub(r" \\1 ", text)',
+            'text = _CJK.sub(r"\\1 ", text)',
+            "bert_normalize: a CJK ideograph gets a space after it only",
+        ),
+        (
+            "bert-accents-not-with-lowercase",
+            "if strip_accents or (strip_accents is None and lowercase):",
+            "if strip_accents:",
+            "bert_normalize: strip_accents=None no longer strips accents when lowercasing",
+        ),
+        (
+            "bert-drops-cr",
+            "(?![\\t\\n\\r])[\\p{Cc}",
+            "(?![\\t\\n])[\\p{Cc}",
+            "bert_normalize: a carriage return dropped as a control character, not made a space",
+        ),
+        (
+            "bert-marks-all",
+            '_MARKS = regex.compile(r"\\p{Mn}")',
+            '_MARKS = regex.compile(r"\\p{M}")',
+            "bert_normalize: strip_accents drops spacing marks (Mc) too; BERT drops only Mn",
+        ),
     ],
-    "gpt/tokenizers/pipeline.py": [
+    "gpt/tokenizers/tokenizer.py": [
         (
             "added-shortest-first",
             "alternatives = sorted(by_content, key=len, reverse=True)",
@@ -3204,6 +3193,18 @@ MUTANTS = {
             "spans[-1] = (spans[-1][0], start + len(content))",
             "_spread: an rstrip token's offsets leave out the whitespace it swallowed",
         ),
+        (
+            "write-not-atomic",
+            'atomic_write(path, lambda f: f.write(text.encode("utf-8")))',
+            'open(path, "wb").write(text.encode("utf-8"))',
+            "Tokenizer.save: writes the target in place (a crash leaves half a file)",
+        ),
+        (
+            "writer-added-not-special",
+            '        "special": True,\n    }',
+            '        "special": False,\n    }',
+            "added_token_json: the trainers' special tokens written as ordinary added tokens",
+        ),
     ],
     "gpt/tokenizers/post_processors.py": [
         (
@@ -3229,38 +3230,6 @@ MUTANTS = {
             "items = self.pair if pair_ else self.single",
             "items = self.single",
             "Template.n_added: truncation of a pair leaves room for the single template only",
-        ),
-    ],
-    "gpt/tokenizers/pretokenize.py": [
-        (
-            "bert-cjk-no-leading-space",
-            'text = _CJK.sub(r" \\1 ", text)',
-            'text = _CJK.sub(r"\\1 ", text)',
-            "bert_normalize: a CJK ideograph gets a space after it only",
-        ),
-        (
-            "bert-accents-not-with-lowercase",
-            "if strip_accents or (strip_accents is None and lowercase):",
-            "if strip_accents:",
-            "bert_normalize: strip_accents=None no longer strips accents when lowercasing",
-        ),
-        (
-            "bert-drops-cr",
-            "(?![\\t\\n\\r])[\\p{Cc}",
-            "(?![\\t\\n])[\\p{Cc}",
-            "bert_normalize: a carriage return dropped as a control character, not made a space",
-        ),
-        (
-            "bert-marks-all",
-            '_MARKS = regex.compile(r"\\p{Mn}")',
-            '_MARKS = regex.compile(r"\\p{M}")',
-            "bert_normalize: strip_accents drops spacing marks (Mc) too; BERT drops only Mn",
-        ),
-        (
-            "metaspace-first-always",
-            'prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)',
-            'prepend = prepend_scheme == "always" or prepend_scheme == "first"',
-            "metaspace: prepend_scheme='first' prepends to every piece, not the text's first",
         ),
     ],
     "gpt/tokenizers/visualize.py": [

@@ -4,26 +4,25 @@
     tok = tk.ByteBPE.train(text, vocab_size=512, special_tokens=["<|endoftext|>"])
     ids = tok.encode("Hello world<|endoftext|>")
     assert tok.decode(ids) == "Hello world<|endoftext|>"
-    tok.save("bpe.json"); tok = tk.load("bpe.json")
+    tok.save("tokenizer.json"); tok = tk.load("tokenizer.json")
     print(tk.format_reports([tk.report(tok, heldout_text)]))
 
-Every class has the same interface (see ``base.Tokenizer``): ``train``, ``encode``,
-``encode_batch``, ``decode``, ``vocab_size``, ``id_to_token``, ``token_to_id``, ``save``,
-``load``. ``load`` also reads Hugging Face ``tokenizer.json`` files (those our classes do not
-run become a ``Pipeline`` of the parts the file names) and GPT-2's ``vocab.json`` +
-``merges.txt``.
-``encode_with_offsets`` says which characters each token covers; ``to_terminal`` and
-``to_html`` show it.
+There is one tokenizer class, ``Tokenizer``: the pipeline a Hugging Face ``tokenizer.json``
+describes (normalizer, pre-tokenizer, model, post-processor, decoder, added tokens), and one
+file format, that file. The four trainers (``CharTokenizer``, ``ByteBPE``, ``WordPiece``,
+``Unigram``) are ``Tokenizer`` subclasses that write such a file's contents from what they
+learn; ``load`` reads any ``tokenizer.json`` (and GPT-2's ``vocab.json`` + ``merges.txt``) into
+a ``Tokenizer``. ``encode_with_offsets`` says which characters each token covers; ``to_terminal``
+and ``to_html`` show it.
 """
 
-from .base import Tokenizer, TokenizerError, TokenizerFileError
+from .base import TokenizerError, TokenizerFileError
 from .bpe import ByteBPE
 from .char import CharTokenizer
-from .files import load, save
-from .hf_format import load_gpt2, load_hf, save_gpt2, to_hf_json
+from .files import load, load_gpt2, load_hf, save_gpt2
 from .metrics import TokenizerReport, format_reports, report
 from .offsets import encode_with_offsets
-from .pipeline import Pipeline
+from .tokenizer import Tokenizer
 from .unigram import Unigram
 from .visualize import to_html, to_terminal
 from .wordpiece import WordPiece
@@ -34,7 +33,6 @@ __all__ = [
     "KINDS",
     "ByteBPE",
     "CharTokenizer",
-    "Pipeline",
     "Tokenizer",
     "TokenizerError",
     "TokenizerFileError",
@@ -47,9 +45,7 @@ __all__ = [
     "load_gpt2",
     "load_hf",
     "report",
-    "save",
     "save_gpt2",
-    "to_hf_json",
     "to_html",
     "to_terminal",
 ]

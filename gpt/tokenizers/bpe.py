@@ -8,8 +8,8 @@ GPT-2 (Radford et al., 2019) made two choices that this class follows:
 
 * The base alphabet is the 256 byte values of the UTF-8 encoding. Any string is a sequence of
   bytes, so there is never an unknown token, and decoding is exact.
-* Text is first cut into pre-tokens by a regular expression (see ``pretokenize.py``), and merges
-  happen only inside a pre-token, so tokens do not span "dog" and "." at once.
+* Text is first cut into pre-tokens by a regular expression (see ``pre_tokenizers.py``), and
+  merges happen only inside a pre-token, so tokens do not span "dog" and "." at once.
 
 Training, done naively, recounts all pairs after every merge: O(merges x corpus). Here it is
 incremental. Pre-tokens are counted first, so the work is over *distinct* words with a frequency
@@ -27,8 +27,8 @@ A merge then rewrites only the words that contain the pair and adjusts the count
 around each occurrence. Ties between equally frequent pairs go to the smaller (id, id) pair, so
 training is deterministic.
 
-Encoding caches the token ids of each distinct pre-token; natural text repeats its words so
-often that most pre-tokens are cache hits.
+Encoding replays the merges by rank (``models.MergeModel``) and caches the token ids of each
+distinct pre-token; natural text repeats its words so often that most pre-tokens are cache hits.
 """
 
 from __future__ import annotations
@@ -38,27 +38,20 @@ from collections.abc import Iterable, Sequence
 
 from tqdm import tqdm
 
-from .base import (
-    Pair,
-    Tokenizer,
-    TokenizerError,
-    apply_merges,
-    check_special_tokens,
-    count_pairs,
-    count_words,
-    merge_pair,
-)
-from .pretokenize import GPT2_PATTERN, bytes_to_text, splitter, text_to_bytes
+from .base import Pair, TokenizerError, check_special_tokens, count_pairs, count_words, merge_pair
+from .pre_tokenizers import GPT2_PATTERN, bytes_to_text, split_json, splitter
+from .tokenizer import Tokenizer, trained_json
 
 
 class ByteBPE(Tokenizer):
-    """Byte-level BPE tokenizer.
+    """Byte-level BPE: a ``tokenizer.json`` pipeline of a ``ByteLevel`` pre-tokenizer (GPT-2's
+    pattern; another ``pattern`` is a regex ``Split`` before it), a ``BPE`` model whose tokens
+    are spelled in GPT-2's printable byte alphabet, and a ``ByteLevel`` decoder.
 
     ``vocab`` maps each ordinary token id to its bytes; ``merges`` lists merged pairs of ids in
     the order they were learned (rank 0 first), and each merge's result must be in ``vocab``.
+    Special tokens take the ids after them.
     """
-
-    kind = "byte_bpe"
 
     def __init__(
         self,
@@ -69,37 +62,36 @@ class ByteBPE(Tokenizer):
         add_prefix_space: bool = False,
         ignore_merges: bool = False,
     ):
-        super().__init__(special_tokens)
-        self.vocab = dict(vocab)
-        self.merges = [tuple(m) for m in merges]
-        self.pattern = pattern
-        self.add_prefix_space = add_prefix_space
-        self.ignore_merges = ignore_merges
-        self._split = splitter(pattern)
-        self._check_ids_layout()
-        self.bytes_to_id = {b: i for i, b in self.vocab.items()}
-        # byte value -> id of its one-byte token (None if the vocabulary lacks it)
-        self.byte_ids = [self.bytes_to_id.get(bytes([b])) for b in range(256)]
-        self.ranks: dict[Pair, tuple[int, int]] = {}
-        for rank, (a, b) in enumerate(self.merges):
-            if a not in self.vocab or b not in self.vocab:
-                raise TokenizerError(f"merge {rank} ({a}, {b}) uses an id missing from vocab")
-            merged = self.bytes_to_id.get(self.vocab[a] + self.vocab[b])
-            if merged is None:
-                raise TokenizerError(f"merge {rank} ({a}, {b}) produces a token not in vocab")
-            # A pair listed twice takes its later rank, as GPT-2's encoder (a dict built
-            # from the list) and the tokenizers library do.
-            self.ranks[(a, b)] = (rank, merged)
-        self._cache: dict[str, list[int]] = {}
-
-    def _check_ids_layout(self) -> None:
-        ids = set(self.vocab) | set(self.special.values())
-        if len(ids) != len(self.vocab) + len(self.special):
+        special_tokens = dict(special_tokens or {})
+        if set(vocab) & set(special_tokens.values()):
             raise TokenizerError("a special token shares its id with an ordinary token")
-        if ids != set(range(len(ids))):
-            raise TokenizerError(f"token ids are not 0..{len(ids) - 1} without gaps")
-        if len(set(self.vocab.values())) != len(self.vocab):
+        if len(set(vocab.values())) != len(vocab):
             raise TokenizerError("two token ids have the same bytes")
+        self.vocab, self.merges, self.pattern = dict(vocab), [tuple(m) for m in merges], pattern
+        spelled = {i: bytes_to_text(b) for i, b in self.vocab.items()}
+        try:
+            merge_text = [f"{spelled[a]} {spelled[b]}" for a, b in self.merges]
+        except KeyError as e:
+            raise TokenizerError(f"a merge uses the id {e}, missing from vocab") from None
+        byte_level = {"type": "ByteLevel", "add_prefix_space": add_prefix_space}
+        byte_level |= {"trim_offsets": True, "use_regex": pattern == GPT2_PATTERN}
+        if pattern == GPT2_PATTERN:
+            pre = byte_level
+        elif not add_prefix_space:
+            pre = {"type": "Sequence", "pretokenizers": [split_json(pattern), byte_level]}
+        else:
+            raise TokenizerError(
+                "a custom pattern with add_prefix_space has no tokenizer.json form"
+            )
+        decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True}
+        model = {"type": "BPE", "dropout": None, "unk_token": None}
+        model |= {"continuing_subword_prefix": None, "end_of_word_suffix": None}
+        model |= {"fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges}
+        vocab = {t: i for i, t in sorted(spelled.items())} | special_tokens
+        model |= {"vocab": vocab, "merges": merge_text}
+        super().__init__(
+            trained_json(special_tokens, None, pre, decoder | {"use_regex": True}, model)
+        )
 
     # ----- training ----------------------------------------------------------------------------
 
@@ -142,64 +134,17 @@ class ByteBPE(Tokenizer):
         n = len(vocab)
         return cls(vocab, merges, {t: n + k for k, t in enumerate(specials)}, pattern)
 
-    # ----- encoding ----------------------------------------------------------------------------
-
-    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        if self.add_prefix_space and not text.startswith(" "):
-            text = " " + text
-        return self._encode_words(self._split(text), self._encode_word)
-
-    def _encode_word(self, word: str) -> list[int]:
-        """Bytes of one pre-token, then its merges by rank until none applies."""
-        if self.ignore_merges:
-            whole = self.bytes_to_id.get(word.encode("utf-8"))
-            if whole is not None:
-                return [whole]
-        byte_ids = self.byte_ids
-        # a byte without a one-byte token (possible only in foreign files) is dropped
-        ids = [i for i in (byte_ids[b] for b in word.encode("utf-8")) if i is not None]
-        return apply_merges(ids, self.ranks)
-
-    # ----- decoding and lookups ----------------------------------------------------------------
-
-    def _decode_pieces(self, ids: list[int]) -> str:
-        vocab = self.vocab
-        return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
-
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The raw bytes behind the ids (special tokens as their UTF-8)."""
-        return b"".join(self._bytes_of(i) for i in self.check_ids(ids))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab) + len(self.special)
+    # ----- bytes -------------------------------------------------------------------------------
 
     def token_bytes(self, i: int) -> bytes:
+        """The bytes of one token (a special token's UTF-8)."""
         (i,) = self.check_ids([i])
-        return self._bytes_of(i)
-
-    def _bytes_of(self, i: int) -> bytes:
-        """The bytes of a checked id: a special token's UTF-8, or the vocabulary entry."""
         special = self._special_by_id.get(i)
         return self.vocab[i] if special is None else special.encode("utf-8")
 
-    def id_to_token(self, i: int) -> str:
-        """The token's printable spelling: specials as-is, others in GPT-2's byte alphabet."""
-        (i,) = self.check_ids([i])
-        if i in self._special_by_id:
-            return self._special_by_id[i]
-        return bytes_to_text(self.vocab[i])
-
-    def token_to_id(self, token: str) -> int:
-        if token in self.special:
-            return self.special[token]
-        try:
-            i = self.bytes_to_id.get(text_to_bytes(token))
-        except KeyError:
-            i = None
-        if i is None:
-            raise TokenizerError(f"token {token!r} is not in the vocabulary")
-        return i
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The raw bytes behind the ids (special tokens as their UTF-8)."""
+        return b"".join(self.token_bytes(i) for i in ids)
 
 
 def _learn_merges(

@@ -16,14 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, count_words
+from .base import TokenizerError, check_special_tokens, count_words
+from .tokenizer import Tokenizer, trained_json
 
 UnknownPolicy = Literal["error", "replace", "skip"]
 CHAR_UNK = "<unk>"
 
 
 class CharTokenizer(Tokenizer):
-    kind = "char"
+    """Characters: a ``tokenizer.json`` pipeline with no pre-tokenizer, a ``BPE`` model without
+    merges over ``chars`` (so each character is looked up alone) and a ``Fuse`` decoder. The
+    ``unknown`` policy is the model's unknown token: ``"<unk>"`` in the vocabulary (replace),
+    none (skip: the model drops the character), or one the vocabulary lacks (error)."""
 
     def __init__(
         self,
@@ -43,12 +47,12 @@ class CharTokenizer(Tokenizer):
             raise TokenizerError("character vocabulary has duplicates")
         self.chars = list(chars)
         self.unknown = unknown
-        self.unk_token = CHAR_UNK if unknown == "replace" else None
-        self.stoi = {c: i for i, c in enumerate(self.chars)}
         # specials come after the characters
-        n = len(self.chars)
-        super().__init__({t: n + k for k, t in enumerate(specials)})
-        self.itos = self.chars + specials
+        vocab = {t: i for i, t in enumerate(self.chars + specials)}
+        unk = None if unknown == "skip" else CHAR_UNK
+        model = {"type": "BPE", "unk_token": unk, "vocab": vocab, "merges": []}
+        specials = {t: vocab[t] for t in specials}
+        super().__init__(trained_json(specials, None, None, {"type": "Fuse"}, model))
 
     @classmethod
     def train(
@@ -81,28 +85,3 @@ class CharTokenizer(Tokenizer):
         else:
             keep = list(counts)
         return cls(sorted(keep), specials, unknown)
-
-    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        stoi = self.stoi
-        try:
-            return [stoi[c] for c in text]
-        except KeyError:
-            pass
-        out = []
-        unk = self.special.get(CHAR_UNK)
-        for pos, c in enumerate(text):
-            i = stoi.get(c)
-            if i is not None:
-                out.append(i)
-            elif self.unknown == "replace":
-                out.append(unk)
-            elif self.unknown == "error":
-                raise TokenizerError(
-                    f"character {c!r} (U+{ord(c):04X}) at position {pos} is not in the "
-                    "vocabulary; train on more text or use unknown='replace' or 'skip'"
-                )
-        return out
-
-    def _decode_pieces(self, ids: list[int]) -> str:
-        itos = self.itos
-        return "".join(itos[i] for i in ids)

@@ -14,9 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from .base import Tokenizer, TokenizerError
-from .files import atomic_write_text, load, save
+from nn.serialization import atomic_write
+
+from .base import TokenizerError
+from .files import load
 from .metrics import format_reports, report
+from .tokenizer import Tokenizer
 
 KIND_NAMES = ("char", "bpe", "wordpiece", "unigram")
 
@@ -25,8 +28,8 @@ REPORT = """Measure tokenizers on held-out text: tokens per character and per wo
 share of the vocabulary used, unknown tokens, and how each one cuts a sample line.
 
 Without --tokenizer, each kind is trained on the first --train-fraction of the file and
-measured on the rest. With --tokenizer (repeatable; our format, a Hugging Face tokenizer.json
-or a GPT-2 folder), the whole file is the held-out text unless --train-fraction is given.
+measured on the rest. With --tokenizer (repeatable; a Hugging Face tokenizer.json or a GPT-2
+folder), the whole file is the held-out text unless --train-fraction is given.
 
 examples:
   python -m gpt tokenizer-report --text data.txt
@@ -144,7 +147,8 @@ def run_report(args: argparse.Namespace) -> int:
         from .visualize import to_html
 
         page = to_html(tokenizers, heldout[:2000], title=f"Tokens of {Path(args.text).name}")
-        atomic_write_text(args.html, page)  # a failed write leaves any old page whole
+        # a failed write leaves any old page whole
+        atomic_write(args.html, lambda f: f.write(page.encode("utf-8")))
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
@@ -166,15 +170,9 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=KIND_NAMES, default="bpe", help="(default: bpe)")
     p.add_argument("--vocab-size", type=int, default=1024, help="ignored for char (default: 1024)")
     p.add_argument("--special", action="append", default=[], help="special token (repeatable)")
-    p.add_argument("--out", required=True, help="file to write (never an existing one)")
+    p.add_argument("--out", required=True, help="tokenizer.json to write (never an existing one)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace --out if it exists (say, a run's)"
-    )
-    p.add_argument(
-        "--format",
-        choices=("tensorlab", "huggingface"),
-        default="tensorlab",
-        help="our JSON format, or a Hugging Face tokenizer.json (not for char; default: tensorlab)",
     )
     p.set_defaults(func=run_train)
     return p
@@ -191,7 +189,7 @@ def run_train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         tok = _train(args.kind, text, args)
-        save(tok, args.out, format=args.format)
+        tok.save(args.out)
     except TokenizerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

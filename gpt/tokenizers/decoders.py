@@ -26,9 +26,9 @@ from typing import Any
 import regex
 
 from .base import TokenizerFileError
-from .fields import get, part_type
-from .normalizers import pattern_field, replace_pattern
-from .pretokenize import unicode_to_bytes
+from .fields import get, part_type, pattern_field
+from .normalizers import replace_pattern
+from .pre_tokenizers import unicode_to_bytes
 
 Decoder = Callable[[list[str]], list[str]]
 

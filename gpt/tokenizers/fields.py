@@ -114,3 +114,15 @@ def part_type(spec: Any, path: str | os.PathLike, where: str, depth: int) -> str
     if depth > MAX_NESTING:
         raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
     return get(spec, "type", "str", path, where)
+
+
+def pattern_field(spec: dict[str, Any], path: str | os.PathLike, where: str) -> dict[str, str]:
+    """A ``pattern`` field: ``{"String": ...}`` or ``{"Regex": ...}`` (also used by ``Split``)."""
+    pattern = get(spec, "pattern", "object", path, where)
+    keys = [k for k in ("String", "Regex") if k in pattern]
+    if len(keys) != 1 or len(pattern) != 1:
+        raise TokenizerFileError(
+            path, f'field {where}.pattern must be {{"String": ...}} or {{"Regex": ...}}'
+        )
+    check(pattern[keys[0]], "str", path, f"{where}.pattern.{keys[0]}")
+    return pattern

@@ -1,15 +1,13 @@
-"""Saving and loading tokenizers: this package's own JSON format, and finding the right reader.
+"""Reading tokenizer files: Hugging Face ``tokenizer.json`` (the one format tokenizers are saved
+in, by ``Tokenizer.save``), and GPT-2's ``vocab.json`` + ``merges.txt``.
 
-Our format is one JSON object: ``{"format": "tensorlab-tokenizer", "version": 1, "kind": ...}``
-followed by what that kind needs to rebuild itself (no pickle: a tokenizer file is data, and
-loading it must never run code). Files are written atomically: to a temporary file in the same
-folder, flushed to disk, then renamed over the target, so a crash never leaves half a file.
+``load`` accepts either and tells them apart by content: a ``tokenizer.json``, a GPT-2
+``vocab.json`` with ``merges.txt`` beside it, or a folder holding either. A file is data from
+elsewhere, so reading it never runs code, and every problem with it is a one-line
+``TokenizerFileError`` naming the file (``fields.py`` checks each field's type).
 
-``load`` accepts any tokenizer file this package can read and tells them apart by content:
-
-* our format,
-* a Hugging Face ``tokenizer.json`` (see ``hf_format.py``),
-* a GPT-2 ``vocab.json`` with ``merges.txt`` beside it, or a folder holding either.
+GPT-2's original files are a ``vocab.json`` (token -> id) and a ``merges.txt`` (one merge
+"a b" per line, after a ``#version`` header), both in the printable byte alphabet.
 """
 
 from __future__ import annotations
@@ -21,152 +19,11 @@ from typing import Any
 
 from nn.serialization import atomic_write
 
-from .base import Tokenizer, TokenizerError, TokenizerFileError, file_errors
-from .bpe import ByteBPE
-from .char import CharTokenizer
-from .fields import entries, get, items, pair, show
-from .hf_format import from_hf_json, load_gpt2, printable_vocab, to_hf_json
-from .pretokenize import text_to_bytes
-from .unigram import Unigram
-from .wordpiece import WordPiece
+from .base import TokenizerError, TokenizerFileError
+from .tokenizer import Tokenizer
 
-FORMAT = "tensorlab-tokenizer"
-VERSION = 1
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write UTF-8 text to ``path`` atomically (:func:`nn.serialization.atomic_write`): readers
-    see the old file or the new one, never a mix, with the permissions of any new file."""
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def save(tok: Tokenizer, path: str | os.PathLike, format: str = "tensorlab") -> None:
-    """Save ``tok``. ``format``: "tensorlab" (ours) or "huggingface" (tokenizer.json, for
-    ByteBPE, WordPiece, Unigram and Pipeline). A Pipeline, read from a tokenizer.json, is
-    always written as one: our format has no form for it."""
-    if format == "huggingface" or (format == "tensorlab" and tok.kind == "pipeline"):
-        data = to_hf_json(tok)
-    elif format == "tensorlab":
-        data = to_json(tok)
-    else:
-        raise TokenizerError(f"unknown tokenizer file format {format!r}")
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
-
-
-def to_json(tok: Tokenizer) -> dict[str, Any]:
-    """The JSON object for our format."""
-    head = {"format": FORMAT, "version": VERSION, "kind": tok.kind}
-    specials = sorted(tok.special.items(), key=lambda kv: kv[1])
-    if isinstance(tok, CharTokenizer):
-        return head | {
-            "chars": tok.chars,
-            "special_tokens": [t for t, _ in specials],
-            "unknown": tok.unknown,
-        }
-    if isinstance(tok, ByteBPE):
-        return head | {
-            "pattern": tok.pattern,
-            "add_prefix_space": tok.add_prefix_space,
-            "ignore_merges": tok.ignore_merges,
-            "special_tokens": dict(specials),
-            # ordinary tokens in GPT-2's printable byte spelling, by id
-            "vocab": printable_vocab(tok),
-            "merges": [list(m) for m in tok.merges],
-        }
-    if isinstance(tok, WordPiece):
-        return head | {
-            "vocab": tok.itos,
-            "special_tokens": [t for t, _ in specials],
-            "unk_token": tok.unk_token,
-            "prefix": tok.prefix,
-            "max_word_chars": tok.max_word_chars,
-            "normalizer": tok.normalizer,
-            "cleanup": tok.cleanup,
-        }
-    if isinstance(tok, Unigram):
-        return head | {
-            "pieces": [[t, s] for t, s in tok.pieces],
-            "special_tokens": [t for t, _ in specials],
-            "unk_token": tok.unk_token,
-            "pattern": tok.pattern,
-            "prepend_scheme": tok.prepend_scheme,
-            "replacement": tok.replacement,
-            "fuse_unk": tok.fuse_unk,
-        }
-    raise TokenizerError(f"cannot save a {type(tok).__name__}")
-
-
-def from_json(data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Tokenizer:
-    """Rebuild a tokenizer from our format; any problem becomes a TokenizerFileError naming the
-    file and the field (types are checked by ``fields.get``, never coerced)."""
-    version = data.get("version")
-    if version != VERSION:
-        raise TokenizerFileError(path, f"unsupported {FORMAT} version {show(version)}")
-    kind = data.get("kind")
-    with file_errors(path, f"{kind} tokenizer"):
-        if kind == "char":
-            return CharTokenizer(
-                list(entries(get(data, "chars", "list", path), "str", path, "chars")),
-                _strings(data, "special_tokens", path),
-                get(data, "unknown", "str", path),
-            )
-        if kind == "byte_bpe":
-            vocab = {}
-            for t, i in items(get(data, "vocab", "object", path), "int", path, "vocab"):
-                try:
-                    vocab[i] = text_to_bytes(t)
-                except KeyError:
-                    raise TokenizerFileError(
-                        path, f"field vocab[{show(t, 30)}] is not in GPT-2's byte alphabet"
-                    ) from None
-            specials = dict(
-                items(get(data, "special_tokens", "object", path), "int", path, "special_tokens")
-            )
-            merges = [
-                pair(m, "int,int", path, f"merges[{k}]")
-                for k, m in enumerate(get(data, "merges", "list", path))
-            ]
-            return ByteBPE(
-                vocab,
-                merges,
-                specials,
-                get(data, "pattern", "str", path),
-                get(data, "add_prefix_space", "bool", path),
-                get(data, "ignore_merges", "bool", path),
-            )
-        if kind == "wordpiece":
-            norm = get(data, "normalizer", "object", path)
-            return WordPiece(
-                _strings(data, "vocab", path),
-                _strings(data, "special_tokens", path),
-                get(data, "unk_token", "str", path),
-                get(data, "prefix", "str", path),
-                get(data, "max_word_chars", "int", path),
-                clean_text=get(norm, "clean_text", "bool", path, "normalizer"),
-                handle_chinese_chars=get(norm, "handle_chinese_chars", "bool", path, "normalizer"),
-                strip_accents=get(norm, "strip_accents", "bool|null", path, "normalizer"),
-                lowercase=get(norm, "lowercase", "bool", path, "normalizer"),
-                cleanup=get(data, "cleanup", "bool", path, default=False),
-            )
-        if kind == "unigram":
-            return Unigram(
-                [
-                    pair(p, "str,number", path, f"pieces[{k}]")
-                    for k, p in enumerate(get(data, "pieces", "list", path))
-                ],
-                _strings(data, "special_tokens", path),
-                get(data, "unk_token", "str|null", path),
-                get(data, "pattern", "str", path),
-                get(data, "prepend_scheme", "str", path),
-                get(data, "replacement", "str", path),
-                get(data, "fuse_unk", "bool", path),
-            )
-    raise TokenizerFileError(path, f"unknown tokenizer kind {show(kind)}")
-
-
-def _strings(data: dict[str, Any], name: str, path: str | os.PathLike) -> list[str]:
-    """A field holding a list of strings."""
-    return list(entries(get(data, name, "list", path), "str", path, name))
+#: the format of this package's tokenizer files before there was only tokenizer.json
+OLD_FORMAT = "tensorlab-tokenizer"
 
 
 #: The deepest nesting read: the ``tokenizers`` library's JSON reader (serde_json) stops at 128
@@ -212,8 +69,20 @@ def read_json(path: str | os.PathLike) -> Any:
     return data
 
 
-def _from(path: str | os.PathLike, tok: Tokenizer) -> Tokenizer:
-    """Remember which file a tokenizer came from, so its errors can name it."""
+def load_hf(path: str | os.PathLike) -> Tokenizer:
+    """Read a Hugging Face ``tokenizer.json``."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise TokenizerFileError(path, f"expected a JSON object, found {type(data).__name__}")
+    if data.get("format") == OLD_FORMAT:
+        raise TokenizerFileError(
+            path,
+            f"a {OLD_FORMAT} file, a format no longer read: train the tokenizer again "
+            "(python -m gpt tokenizer-train) to get a tokenizer.json",
+        )
+    if "model" not in data:
+        raise TokenizerFileError(path, "not a Hugging Face tokenizer.json (no 'model')")
+    tok = Tokenizer(data, path)
     tok.source = os.fspath(path)
     return tok
 
@@ -223,23 +92,73 @@ def load(path: str | os.PathLike) -> Tokenizer:
     path = Path(path)
     if path.is_dir():
         if (path / "tokenizer.json").exists():
-            return load(path / "tokenizer.json")
+            return load_hf(path / "tokenizer.json")
         if (path / "vocab.json").exists() and (path / "merges.txt").exists():
-            return _from(path, load_gpt2(path / "vocab.json", path / "merges.txt"))
+            return load_gpt2(path / "vocab.json", path / "merges.txt")
         raise TokenizerFileError(path, "folder has no tokenizer.json nor vocab.json + merges.txt")
     data = read_json(path)
-    if not isinstance(data, dict):
-        raise TokenizerFileError(path, f"expected a JSON object, found {type(data).__name__}")
-    if data.get("format") == FORMAT:
-        return _from(path, from_json(data, path))
     # a vocab.json before a tokenizer.json: GPT-2's vocabulary has the token "model" too
-    if data and all(isinstance(v, int) for v in data.values()):
+    if isinstance(data, dict) and data and all(isinstance(v, int) for v in data.values()):
         merges = path.with_name("merges.txt")
         if merges.exists():
-            return _from(path, load_gpt2(path, merges))
+            return load_gpt2(path, merges)
         raise TokenizerFileError(path, "looks like a GPT-2 vocab.json, but merges.txt is missing")
-    if "model" in data:
-        return _from(path, from_hf_json(data, path))
-    raise TokenizerFileError(
-        path, "not a tokenizer file (neither tensorlab, Hugging Face nor GPT-2 format)"
-    )
+    return load_hf(path)
+
+
+def load_gpt2(
+    vocab_path: str | os.PathLike,
+    merges_path: str | os.PathLike,
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",),
+) -> Tokenizer:
+    """Read GPT-2's ``vocab.json`` + ``merges.txt`` as the ``tokenizer.json`` they make.
+    Tokens listed in ``special_tokens`` that the vocabulary holds become special tokens."""
+    vocab_t2i = read_json(vocab_path)
+    if not isinstance(vocab_t2i, dict) or not all(isinstance(i, int) for i in vocab_t2i.values()):
+        raise TokenizerFileError(vocab_path, "expected a JSON object mapping tokens to ids")
+    try:
+        with open(merges_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise TokenizerFileError(merges_path, "no such file") from None
+    except UnicodeDecodeError as e:
+        raise TokenizerFileError(merges_path, f"not UTF-8 text ({e.reason})") from None
+    merges = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or (n == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise TokenizerFileError(merges_path, f"line {n}: expected two tokens, got {line!r}")
+        merges.append(parts)
+    data = {
+        "added_tokens": [
+            {"id": vocab_t2i[t], "content": t, "special": True}
+            for t in special_tokens
+            if t in vocab_t2i
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab_t2i, "merges": merges},
+    }
+    tok = Tokenizer(data, f"{vocab_path} + {merges_path}")
+    tok.source = os.fspath(vocab_path)
+    return tok
+
+
+def save_gpt2(tok: Tokenizer, folder: str | os.PathLike) -> None:
+    """Write ``vocab.json`` and ``merges.txt`` (GPT-2's layout) into ``folder``: for a byte-level
+    BPE with GPT-2's pattern (special tokens included in the vocabulary)."""
+    data = tok.to_hf_json()
+    model, pre = data["model"], data.get("pre_tokenizer") or {}
+    if model.get("type") != "BPE" or pre.get("type") != "ByteLevel" or not pre.get("use_regex"):
+        raise TokenizerError("only a byte-level BPE with GPT-2's pattern has a GPT-2 file form")
+    vocab = dict(model["vocab"]) | tok.special
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    folder = Path(folder)
+    for name, text in (
+        ("vocab.json", json.dumps(vocab, ensure_ascii=False)),
+        ("merges.txt", "\n".join(["#version: 0.2", *merges]) + "\n"),
+    ):
+        atomic_write(folder / name, lambda f, text=text: f.write(text.encode("utf-8")))

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from .base import Tokenizer
+from .tokenizer import Tokenizer
 from .visualize import cut
 
 

@@ -8,7 +8,7 @@ gives it, so that files from there encode to the same ids here:
   without compatibility mappings such as "ﬁ" -> "fi").
 * ``Lowercase``: each character lowercased on its own (no final-sigma rule: "Σ" -> "σ" always).
 * ``StripAccents``: drop combining marks (use after ``NFD``, which splits "é" into "e" + mark).
-* ``BertNormalizer``: BERT's cleanup (``pretokenize.bert_normalize``).
+* ``BertNormalizer``: BERT's cleanup (``bert_normalize``).
 * ``Replace``: every match of a literal string or a regex becomes ``content``.
 * ``Prepend``: put a string before non-empty text; ``Strip``: drop whitespace at either end.
 * ``Precompiled``: SentencePiece's compiled character map (T5, ALBERT, XLNet, ...), in
@@ -32,8 +32,8 @@ import regex
 from . import alignment, precompiled
 from .alignment import Aligned
 from .base import TokenizerFileError
-from .fields import check, get, part_type
-from .pretokenize import WHITESPACE, bert_normalize, find_spans, from_oniguruma, lower_chars
+from .fields import get, part_type, pattern_field
+from .pre_tokenizers import WHITESPACE, find_spans, from_oniguruma
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,50 @@ def strip_accents(text: str) -> str:
     return _MARK.sub("", text)
 
 
+# ----- BERT's normalizer -------------------------------------------------------------------
+#
+# BERT (Devlin et al., 2019) normalizes text (drop control characters, optionally lowercase and
+# strip accents, put spaces around CJK ideographs) as the ``tokenizers`` library's
+# ``BertNormalizer`` defines it, so WordPiece files from there encode identically here.
+
+_CJK = regex.compile(
+    "([\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+    "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f])"
+)
+#: Control/format/private-use characters (except tab, newline, CR), plus NUL and U+FFFD.
+#: (unassigned code points are kept, as the ``tokenizers`` library keeps them)
+_BERT_DROP = regex.compile(r"[\x00\ufffd]|(?![\t\n\r])[\p{Cc}\p{Cf}\p{Co}\p{Cs}]")
+_BERT_SPACE = regex.compile(rf"[{WHITESPACE}]")
+_MARKS = regex.compile(r"\p{Mn}")
+
+
+def lower_chars(text: str) -> str:
+    """Lowercase character by character, as the ``tokenizers`` library does: no final-sigma
+    rule, so "ΟΔΟΣ" -> "οδοσ" where ``str.lower`` gives "οδος"."""
+    return "".join(c.lower() for c in text)
+
+
+def bert_normalize(
+    text: str,
+    clean_text: bool = True,
+    handle_chinese_chars: bool = True,
+    strip_accents: bool | None = None,
+    lowercase: bool = False,
+) -> str:
+    """BERT's normalizer. ``strip_accents=None`` means "strip them when lowercasing"."""
+    import unicodedata
+
+    if clean_text:
+        text = _BERT_SPACE.sub(" ", _BERT_DROP.sub("", text))
+    if handle_chinese_chars:
+        text = _CJK.sub(r" \1 ", text)
+    if strip_accents or (strip_accents is None and lowercase):
+        text = _MARKS.sub("", unicodedata.normalize("NFD", text))
+    if lowercase:
+        text = lower_chars(text)
+    return text
+
+
 def matches_of(pattern: dict[str, str]) -> Callable[[str], list[tuple[int, int]]]:
     """Where ``{"String": s}`` or ``{"Regex": r}`` matches (a file's regex under the time limit)."""
     if "String" in pattern:
@@ -90,18 +134,6 @@ def replace_pattern(pattern: dict[str, str], content: str) -> Callable[[str], st
         return "".join(out)
 
     return replace
-
-
-def pattern_field(spec: dict[str, Any], path: str | os.PathLike, where: str) -> dict[str, str]:
-    """A ``pattern`` field: ``{"String": ...}`` or ``{"Regex": ...}`` (also used by ``Split``)."""
-    pattern = get(spec, "pattern", "object", path, where)
-    keys = [k for k in ("String", "Regex") if k in pattern]
-    if len(keys) != 1 or len(pattern) != 1:
-        raise TokenizerFileError(
-            path, f'field {where}.pattern must be {{"String": ...}} or {{"Regex": ...}}'
-        )
-    check(pattern[keys[0]], "str", path, f"{where}.pattern.{keys[0]}")
-    return pattern
 
 
 def build(

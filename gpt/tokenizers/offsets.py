@@ -1,8 +1,8 @@
 """Which characters of the text each token covers: ``encode_with_offsets``.
 
 Every tokenizer here can say what text a token stands for (its *surface*): a byte-level BPE
-token's bytes, a Unigram piece with "▁" as a space, a WordPiece piece without its "##", a
-``Pipeline`` token through the file's decoder. The offsets are found by walking the text and
+token's bytes, a Unigram piece with "▁" as a space, a WordPiece piece without its "##", as
+the file's ``Spelling`` says. The offsets are found by walking the text and
 finding each token's surface where the previous one ended, a little further on at most (text
 that no token covers, such as the spaces WordPiece drops, is skipped). Work is in UTF-8 bytes,
 so a byte-level token holding half of a character still has a place; spans are then given in
@@ -21,16 +21,14 @@ them are looked for in that stretch alone. An unknown token beside an added one 
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
 import regex
 
-from . import alignment
-from .alignment import Aligned
-from .base import Tokenizer
-from .bpe import ByteBPE
-from .pipeline import Pipeline
-from .pretokenize import WHITESPACE, bert_normalize, bert_pretokenize, unicode_to_bytes
-from .unigram import Unigram
-from .wordpiece import WordPiece
+from .pre_tokenizers import WHITESPACE, unicode_to_bytes
+from .tokenizer import Tokenizer
 
 Span = tuple[int, int]
 _BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")
@@ -47,32 +45,23 @@ MAX_GAP = 128
 
 def surface(tok: Tokenizer, i: int) -> bytes:
     """The text token ``i`` stands for, as UTF-8 bytes (see the module docstring)."""
-    fallback = tok.kind == "pipeline" or getattr(tok, "byte_fallback", False)
-    if fallback and not isinstance(tok, ByteBPE):
-        byte = _BYTE_TOKEN.fullmatch(tok.itos[i])
-        if byte:  # a byte-fallback token stands for one byte
-            return bytes([int(byte.group(1), 16)])
+    byte = _BYTE_TOKEN.fullmatch(tok.itos[i])
+    if byte:  # a byte-fallback token stands for one byte
+        return bytes([int(byte.group(1), 16)])
     if i in tok._special_by_id:
         return tok._special_by_id[i].encode("utf-8")
-    if isinstance(tok, ByteBPE):
-        return tok.vocab[i]
     token = tok.itos[i]
-    if isinstance(tok, Unigram):
-        return token.replace(tok.replacement, " ").encode("utf-8")
-    if isinstance(tok, WordPiece):
-        return token.removeprefix(tok.prefix).encode("utf-8")
-    if tok.kind == "pipeline":
-        spelling = tok.spelling
-        if spelling.byte_level:
-            table = unicode_to_bytes()
-            if all(c in table for c in token):
-                return bytes(table[c] for c in token)
-        if spelling.space:
-            token = token.replace(spelling.space, " ")
-        if spelling.prefix:
-            token = token.removeprefix(spelling.prefix)
-        if spelling.suffix:
-            token = token.removesuffix(spelling.suffix)
+    spelling = spelling_of(tok)
+    if spelling.byte_level:
+        table = unicode_to_bytes()
+        if all(c in table for c in token):
+            return bytes(table[c] for c in token)
+    if spelling.space:
+        token = token.replace(spelling.space, " ")
+    if spelling.prefix:
+        token = token.removeprefix(spelling.prefix)
+    if spelling.suffix:
+        token = token.removesuffix(spelling.suffix)
     return token.encode("utf-8")
 
 
@@ -88,15 +77,15 @@ def encode_with_offsets(
     if ids is None:
         ids = tok.encode(text)
     original = text
-    text, origin = normalized(tok, text)  # the search runs in the text the model saw
+    text, origin = tok.normalize_aligned(text)  # the search runs in the text the model saw
     spans: list[Span | None] = []
-    for start, end, piece, added in _pieces(tok, original, text, ids):
+    for start, end, piece, added in _pieces(tok, original, ids):
         if added:  # an added token is where the text was cut for it
             spans.append((start, end))
             continue
         found = _search(tok, text[start:end], piece)
         spans.extend(None if sp is None else (sp[0] + start, sp[1] + start) for sp in found)
-    if tok.spelling.trim_offsets:
+    if spelling_of(tok).trim_offsets:
         _trim(tok, ids, spans)
     out: list[tuple[int, Span | None]] = []
     for i, sp in zip(ids, spans):
@@ -111,19 +100,16 @@ def encode_with_offsets(
 
 
 def _pieces(
-    tok: Tokenizer, original: str, text: str, ids: list[int]
+    tok: Tokenizer, original: str, ids: list[int]
 ) -> list[tuple[int, int, list[int], bool]]:
-    """The stretches of the normalized ``text`` whose tokens are looked for apart, with their
-    ids and whether they are an added (special) token: each such token and each stretch
-    between them as the encoder cut them (``segments``), when ``ids`` are those it gives (not
-    truncated or padded) and the segments' places are in ``text`` (a ``Pipeline`` gives them
-    in its normalized text; the others in the original, which is ``text`` unless the
-    tokenizer normalizes: WordPiece); else the whole text, searched as one."""
-    if isinstance(tok, Pipeline) or text == original:
-        segments = tok.segments(original)
-        if [i for _, _, piece, _ in segments for i in piece] == ids:
-            return segments
-    return [(0, len(text), ids, False)]
+    """The stretches of the normalized text whose tokens are looked for apart, with their ids
+    and whether they are an added token: each such token and each stretch between them as the
+    encoder cut them (``segments``), when ``ids`` are those it gives (not truncated or padded);
+    else the whole text, searched as one."""
+    segments = tok.segments(original)
+    if [i for _, _, piece, _ in segments for i in piece] == ids:
+        return segments
+    return [(0, len(tok.normalize_aligned(original)[0]), ids, False)]
 
 
 def _search(tok: Tokenizer, text: str, ids: list[int]) -> list[Span | None]:
@@ -137,10 +123,11 @@ def _search(tok: Tokenizer, text: str, ids: list[int]) -> list[Span | None]:
     cursors: list[int] = []  # where the search stood after each token, in characters
     pos = 0
     unk = tok.unk_id
+    byte_level = spelling_of(tok).byte_level
     # an unknown token is placed by its neighbours, unless its text is there literally and the
     # pre-tokenizer leaves that text whole (else the text is several words, none of them it)
     unk_whole = unk is not None and (
-        unk in _added_ids(tok) or len(_words(tok, surface(tok, unk).decode("utf-8"))) <= 1
+        unk in {t.id for t in tok.added} or len(_words(tok, surface(tok, unk).decode("utf-8"))) <= 1
     )
     # where the model makes a whole word unknown (WordPiece, WordLevel), the token after an
     # unknown one starts a word: it is looked for only there, not inside the unknown word
@@ -162,9 +149,9 @@ def _search(tok: Tokenizer, text: str, ids: list[int]) -> list[Span | None]:
                 cursors.append(char_at[pos])
                 unk_run = 0
                 continue
-        # a "▁" that was in the text itself (not a space) is matched as it is spelled
-        literal = tok.kind == "pipeline" or isinstance(tok, Unigram)
-        spelled = tok.itos[i].encode("utf-8") if literal else s
+        # a "▁" that was in the text itself (not a space) is matched as it is spelled (a
+        # byte-level token stands for its bytes only)
+        spelled = s if byte_level else tok.itos[i].encode("utf-8")
         at = data.find(spelled, pos, pos + MAX_GAP + len(spelled)) if spelled != s else -1
         found, after = _find(data, lower, s, pos, chunk_start, literal=i == unk, whole=unk_whole)
         if i == unk and found is not None and found[0] > pos:
@@ -217,10 +204,8 @@ def _widen_unknown(
 def _fuses_unknown(tok: Tokenizer) -> bool:
     """Whether ``tok``'s model makes a run of unknown characters one unknown token (Unigram,
     and BPE with ``fuse_unk``)."""
-    if isinstance(tok, Unigram):
-        return tok.fuse_unk
-    model = (getattr(tok, "file_data", None) or {}).get("model") or {}
-    return isinstance(tok, Pipeline) and (model.get("type") == "Unigram" or model.get("fuse_unk"))
+    model = tok.file_data["model"]
+    return model.get("type") == "Unigram" or bool(model.get("fuse_unk"))
 
 
 def _fill_gaps(
@@ -262,41 +247,21 @@ def _fill_gaps(
 
 def _words(tok: Tokenizer, text: str) -> list[str]:
     """The words ``tok``'s pre-tokenizer cuts ``text`` (normalized, not the start of the input)
-    into, spelled as in ``text`` (a Metaspace "▁" back to the space it stands for). A byte-level
-    BPE has no unknown tokens, and is not asked."""
-    if isinstance(tok, WordPiece):
-        return bert_pretokenize(text)
-    if isinstance(tok, Unigram):
-        r = tok.replacement
-        return [w.replace(r, " ") for w in tok._split(text.replace(" ", r))]
-    if isinstance(tok, Pipeline):
-        if tok.pre_tokenizer is None:
-            return [text] if text else []
-        space = tok.spelling.space
-        words = [w for w, _ in tok.pre_tokenizer([(text, False)])]
-        return [w.replace(space, " ") if space else w for w in words]
-    return list(text)  # CharTokenizer: every character is a token of its own
-
-
-def _added_ids(tok: Tokenizer) -> set[int]:
-    """The ids of the tokens cut out of the text before the model runs."""
-    if isinstance(tok, Pipeline):
-        return {t.id for t in tok.added}
-    return set(tok._special_by_id)
+    into, spelled as in ``text`` (a Metaspace "▁" back to the space it stands for)."""
+    space = spelling_of(tok).space
+    words = tok.words(text, False)
+    return [w.replace(space, " ") for w in words] if space else words
 
 
 def _unk_is_a_word(tok: Tokenizer) -> bool:
     """Whether ``tok``'s model makes a whole word its unknown token (WordPiece, WordLevel)."""
-    if isinstance(tok, WordPiece):
-        return True
-    model = (getattr(tok, "file_data", None) or {}).get("model") or {}
-    return isinstance(tok, Pipeline) and model.get("type") in ("WordPiece", "WordLevel")
+    return tok.file_data["model"].get("type") in ("WordPiece", "WordLevel")
 
 
 def _word_spans(tok: Tokenizer, text: str) -> list[Span] | None:
     """Where the words ``tok``'s pre-tokenizer cuts ``text`` into lie in it, or None if they are
     spelled otherwise than the text (ByteLevel) and cannot be found."""
-    if isinstance(tok, ByteBPE):
+    if spelling_of(tok).byte_level:
         return None
     words: list[Span] = []
     pos = 0
@@ -368,7 +333,8 @@ def _trim(tok: Tokenizer, ids: list[int], spans: list[Span | None]) -> None:
     """The ByteLevel post-processor's ``trim_offsets``: a token's leading and trailing spaces
     ("Ġ" or whitespace in its spelling) are left out of its span, except a single leading space
     of the first token when the processor says it added it (``add_prefix_space``)."""
-    byte_level = isinstance(tok, ByteBPE) or tok.spelling.byte_level
+    spelling = spelling_of(tok)
+    byte_level = spelling.byte_level
     for k, (i, sp) in enumerate(zip(ids, spans)):
         if sp is None:
             continue
@@ -379,31 +345,11 @@ def _trim(tok: Tokenizer, ids: list[int], spans: list[Span | None]) -> None:
         lead = len(token) - len(token.lstrip(blank))
         trail = len(token) - len(token.rstrip(blank))
         start, end = sp
-        if lead and not ((k == 0 or start == 0) and tok.spelling.added_prefix_space and lead == 1):
+        if lead and not ((k == 0 or start == 0) and spelling.added_prefix_space and lead == 1):
             start = min(start + lead, end)
         if trail and end >= trail:
             end = max(end - trail, start)
         spans[k] = (start, end)
-
-
-def normalized(tok: Tokenizer, text: str) -> Aligned:
-    """The text as ``tok``'s model sees it, with the original span of each character: a
-    ``Pipeline`` through its normalizer, WordPiece through BERT's (special tokens as they are),
-    the others unchanged."""
-    if isinstance(tok, Pipeline):
-        return tok.normalize_aligned(text)
-    if not isinstance(tok, WordPiece):
-        return alignment.identity(text)
-    align = alignment.by_clusters(lambda t: bert_normalize(t, **tok.normalizer))
-    out_text, out_spans, pos = [], [], 0
-    for chunk, special, _ in tok.split_special(text):
-        aligned = alignment.identity(chunk, pos)
-        if not special:
-            aligned = align(aligned)
-        out_text.append(aligned[0])
-        out_spans.extend(aligned[1])
-        pos += len(chunk)
-    return "".join(out_text), out_spans
 
 
 def _find(
@@ -472,3 +418,71 @@ def _char_end(char_at: list[int], end: int) -> int:
     if end == 0:
         return 0
     return char_at[end - 1] + 1
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a file's tokens spell the text they stand for, as far as offsets need to know: in
+    GPT-2's printable byte alphabet ("Ġ" for a space), with a character standing for a space
+    ("▁"), with a prefix on word-continuing pieces ("##") or a suffix on word-final ones
+    ("</w>"); and whether the post-processor trims spaces off offsets."""
+
+    byte_level: bool = False
+    space: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    #: the post-processor trims spaces off offsets (ByteLevel, RobertaProcessing
+    #: ``trim_offsets``), except the one it added before the first token (``add_prefix_space``)
+    trim_offsets: bool = False
+    added_prefix_space: bool = False
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Spelling:
+        pre = json.dumps(data.get("pre_tokenizer"))
+        model = data.get("model") or {}
+        space = ""
+        if '"Metaspace"' in pre:
+            space = _find_key(data.get("pre_tokenizer"), "replacement") or "\u2581"
+        post = data.get("post_processor")
+        steps = (post.get("processors") or []) if _type(post) == "Sequence" else [post]
+        trimming = [
+            s
+            for s in steps
+            if _type(s) in ("ByteLevel", "RobertaProcessing")
+            and s.get("trim_offsets", True) is True
+        ]
+        return cls(
+            byte_level='"ByteLevel"' in pre,
+            space=space,
+            prefix=model.get("continuing_subword_prefix") or "",
+            suffix=model.get("end_of_word_suffix") or "",
+            trim_offsets=bool(trimming),
+            added_prefix_space=any(s.get("add_prefix_space", True) is True for s in trimming),
+        )
+
+
+def spelling_of(tok: Tokenizer) -> Spelling:
+    """``tok``'s spelling, read from its file once."""
+    if "_spelling" not in tok.__dict__:
+        tok._spelling = Spelling.of(tok.file_data)
+    return tok._spelling
+
+
+def _type(spec: Any) -> Any:
+    return spec.get("type") if isinstance(spec, dict) else None
+
+
+def _find_key(spec: Any, key: str, depth: int = 0) -> Any:
+    """The first value of ``key`` in a JSON value, looking at most 64 levels deep."""
+    if depth > 64:
+        return None
+    if isinstance(spec, dict):
+        if key in spec:
+            return spec[key]
+        spec = list(spec.values())
+    if isinstance(spec, list):
+        for value in spec:
+            found = _find_key(value, key, depth + 1)
+            if found is not None:
+                return found
+    return None

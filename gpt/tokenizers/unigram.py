@@ -8,7 +8,7 @@ A word and its candidate pieces form a *lattice*: nodes are the positions 0..n b
 characters, and every vocabulary piece word[i:j] is an edge i -> j weighted by log p(piece).
 Segmentations are paths from 0 to n, so
 
-* encoding is the best path, found by Viterbi dynamic programming,
+* encoding is the best path, found by Viterbi dynamic programming (``models.UnigramModel``),
 * the total probability of the word is a sum over paths (the forward algorithm), and
 * the expected number of times each piece is used follows from forward and backward sums:
   E[edge] = exp(alpha[i] + log p + beta[j] - log Z).
@@ -34,36 +34,40 @@ no "▁" itself and does not start with a space. Characters never seen in traini
 unknown token ``<unk>`` (consecutive ones are fused into one).
 
 Sampling a segmentation instead of taking the best one (subword regularization, Kudo 2018)
-is ``encode_sample``: forward sums with probabilities sharpened or flattened by ``alpha``, then a
-random walk backwards from the end of the word.
+is ``Tokenizer.encode_sample``: forward sums with probabilities sharpened or flattened by
+``alpha``, then a random walk backwards from the end of the word (``UnigramModel.sample``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import random
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .base import Tokenizer, TokenizerError, check_special_tokens, count_words
-from .pretokenize import METASPACE, UNIGRAM_PATTERN, metaspace, splitter
-
-UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
+from .base import TokenizerError, check_special_tokens, count_words
+from .pre_tokenizers import (
+    METASPACE,
+    METASPACE_SPLIT_PATTERN,
+    UNIGRAM_PATTERN,
+    metaspace,
+    split_json,
+    splitter,
+)
+from .tokenizer import Tokenizer, trained_json
 
 
 class Unigram(Tokenizer):
-    """Unigram tokenizer.
+    """Unigram: a ``tokenizer.json`` pipeline of a ``Metaspace`` pre-tokenizer (then a regex
+    ``Split`` by ``pattern``), a ``Unigram`` model and a ``Metaspace`` decoder.
 
     ``pieces`` lists (token, log probability) in id order, the unknown token and any special
     tokens included (their scores are not used for segmentation). ``unk_token=None`` (a
-    ``tokenizer.json`` with ``"unk_id": null``) means there is no unknown token: the tokenizer
-    loads, and encoding text with a character that no piece is on its own raises
-    TokenizerError naming it, as the ``tokenizers`` library refuses such text.
+    ``tokenizer.json`` with ``"unk_id": null``) means there is no unknown token: encoding text
+    with a character that no piece is on its own raises TokenizerError naming it, as the
+    ``tokenizers`` library refuses such text.
     """
-
-    kind = "unigram"
 
     def __init__(
         self,
@@ -73,178 +77,24 @@ class Unigram(Tokenizer):
         pattern: str = UNIGRAM_PATTERN,
         prepend_scheme: str = "always",
         replacement: str = METASPACE,
-        fuse_unk: bool = True,
-        byte_fallback: bool = False,
     ):
-        if prepend_scheme not in ("always", "first", "never"):
-            raise TokenizerError(f"prepend_scheme must be always/first/never: {prepend_scheme!r}")
-        if len(replacement) != 1:  # "" would delete every space, and decoding add them anywhere
-            raise TokenizerError(f"replacement must be one character, got {replacement!r}")
-        self._init_table([p for p, _ in pieces], special_tokens, unk_token)
         self.pieces = [(t, float(s)) for t, s in pieces]
-        for t, s in self.pieces:
-            if not math.isfinite(s):  # a NaN score would make every comparison false
-                raise TokenizerError(f"piece {t!r} has the score {s}; scores must be finite")
-        self.pattern = pattern
-        self.prepend_scheme = prepend_scheme
-        self.replacement = replacement
-        self.fuse_unk = fuse_unk
-        #: an unknown run of characters becomes its UTF-8 bytes as "<0xXX>" pieces, when the
-        #: vocabulary has them all (as SentencePiece's byte_fallback), instead of the unknown token
-        self.byte_fallback = byte_fallback
-        self._split = splitter(pattern)
-        # pieces that segmentation may use: everything but the special tokens
-        self.scores = {t: s for t, s in self.pieces if t not in self.special}
-        self.max_piece_chars = max((len(t) for t in self.scores), default=1)
-        self.min_score = min((s for _, s in self.pieces), default=0.0)
-        self.unk_score = self.min_score - UNK_PENALTY
-        # every prefix of every piece, so a lattice scan can stop once no piece can match
-        self._prefixes = {t[:k] for t in self.scores for k in range(1, len(t) + 1)}
-        self._cache: dict[str, list[int]] = {}
-
-    # ----- text preparation --------------------------------------------------------------------
-
-    def _words(self, text: str, first: bool) -> list[str]:
-        """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
-        if not text:
-            return []
-        return self._split(metaspace(text, self.replacement, self.prepend_scheme, first))
-
-    # ----- encoding ----------------------------------------------------------------------------
-
-    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        return self._encode_words(self._words(text, first), self._viterbi)
-
-    def _edges_from(self, word: str, i: int) -> Iterable[tuple[int, float]]:
-        """Pieces starting at position i: (end position, score). An unknown character gives a
-        one-character edge with the unknown score, so every word has a path."""
-        scores, prefixes = self.scores, self._prefixes
-        has_single = False
-        for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):
-            sub = word[i:j]
-            if sub not in prefixes:
-                break
-            s = scores.get(sub)
-            if s is not None:
-                has_single = has_single or j == i + 1
-                yield j, s
-        if not has_single:
-            if self.unk_token is None:
-                raise TokenizerError(_no_unk_message(word, i))
-            yield i + 1, self.unk_score
-
-    def _viterbi(self, word: str) -> list[int]:
-        """The best segmentation: best[j] is the best score of word[:j]. Ties go to the path
-        whose last piece starts earliest (the longer piece), as in SentencePiece."""
-        n = len(word)
-        best = [-math.inf] * (n + 1)
-        back = [0] * (n + 1)
-        best[0] = 0.0
-        for i in range(n):
-            base = best[i]
-            for j, s in self._edges_from(word, i):
-                if base + s > best[j]:
-                    best[j] = base + s
-                    back[j] = i
-        return self._pieces_to_ids(word, _backtrack(back, n))
-
-    def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
-        """Ids of the pieces between cuts; runs of unknown pieces are fused (``fuse_unk``) and
-        become the unknown token or, with ``byte_fallback``, their bytes."""
-        stoi, unk_id = self.stoi, self.unk_id
-        ids: list[int] = []
-        unknown: list[str] = []  # the unknown pieces not yet added
-
-        def flush() -> None:
-            for text in ["".join(unknown)] if self.fuse_unk else unknown:
-                ids.extend(self._unknown_ids(text))
-            unknown.clear()
-
-        for i, j in zip(cuts, cuts[1:]):
-            t = word[i:j]
-            k = stoi.get(t) if t in self.scores else None
-            if k is None or k == unk_id:  # the unknown token's own text, in a file that does
-                unknown.append(t)  # not make it special, fuses with its neighbours as well
-                continue
-            if unknown:
-                flush()
-            ids.append(k)
-        if unknown:
-            flush()
-        return ids
-
-    def _unknown_ids(self, text: str) -> list[int]:
-        if text == self.unk_token:  # its own text (the file does not make it special)
-            return [self.stoi[text]]
-        if self.byte_fallback:
-            byte_ids = [self.stoi.get(f"<0x{b:02X}>") for b in text.encode("utf-8")]
-            if None not in byte_ids:
-                return byte_ids
-        return [self.stoi[self.unk_token]]
-
-    def encode_sample(
-        self, text: str, alpha: float = 0.1, seed: int | None = None, allowed_special="all"
-    ) -> list[int]:
-        """Sample a segmentation with probability proportional to p(segmentation) ** alpha.
-
-        Small alpha flattens the distribution (more varied splits), large alpha approaches the
-        Viterbi segmentation. The same seed gives the same ids.
-        """
-        if alpha <= 0:
-            raise TokenizerError(f"alpha must be positive, got {alpha}")
-        rng = random.Random(seed)
-        ids: list[int] = []
-        for chunk, special, first in self.split_special(text, allowed_special):
-            if special:
-                ids.append(self.special[chunk])
-                continue
-            for word in self._words(chunk, first):
-                ids.extend(self._sample_word(word, alpha, rng))
-        return ids
-
-    def _sample_word(self, word: str, alpha: float, rng: random.Random) -> list[int]:
-        n = len(word)
-        # forward: logf[j] = log of the summed (sharpened) probability of all paths to j
-        logf = [-math.inf] * (n + 1)
-        logf[0] = 0.0
-        into: list[list[tuple[int, float]]] = [[] for _ in range(n + 1)]
-        for i in range(n):
-            for j, s in self._edges_from(word, i):
-                into[j].append((i, alpha * s))
-        for j in range(1, n + 1):
-            logf[j] = _logsumexp([logf[i] + s for i, s in into[j]])
-        # backward: from the end, pick the previous cut in proportion to its path mass
-        cuts = [n]
-        j = n
-        while j > 0:
-            options = into[j]
-            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]
-            j = rng.choices([i for i, _ in options], weights)[0]
-            cuts.append(j)
-        return self._pieces_to_ids(word, cuts[::-1])
-
-    # ----- decoding and lookups ----------------------------------------------------------------
-
-    def _decode_pieces(self, ids: list[int]) -> str:
-        return self._join(ids, at_start=True)
-
-    def decode(self, ids: Iterable[int]) -> str:
-        # as Tokenizer.decode, but the leading "▁" is only stripped at the very start of the text
-        out: list[str] = []
-        for part in self._split_special_ids(self.check_ids(ids)):
-            out.append(part if isinstance(part, str) else self._join(part, at_start=not out))
-        return "".join(out)
-
-    def _join(self, ids: list[int], at_start: bool) -> str:
-        text = "".join(self.itos[i] for i in ids).replace(self.replacement, " ")
-        strip = self.prepend_scheme == "always" or (self.prepend_scheme == "first" and at_start)
-        if strip and at_start and text.startswith(" "):
-            text = text[1:]
-        return text
-
-    def score(self, token: str) -> float:
-        """The log probability of a piece."""
-        return self.pieces[self.token_to_id(token)][1]
+        ids = {t: i for i, (t, _) in enumerate(self.pieces)}
+        missing = [t for t in [*special_tokens, *[unk_token] * (unk_token is not None)]]
+        missing = [t for t in missing if t not in ids]
+        if missing:
+            raise TokenizerError(f"tokens {missing} are not in the vocabulary")
+        meta = {"type": "Metaspace", "replacement": replacement, "prepend_scheme": prepend_scheme}
+        if pattern == METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement):
+            pre = meta | {"split": True}
+        else:
+            steps = [meta | {"split": False}, split_json(pattern)]
+            pre = {"type": "Sequence", "pretokenizers": steps}
+        unk_id = None if unk_token is None else ids[unk_token]
+        model = {"type": "Unigram", "unk_id": unk_id, "byte_fallback": False}
+        model |= {"vocab": [list(p) for p in self.pieces]}
+        specials = {t: ids[t] for t in special_tokens}
+        super().__init__(trained_json(specials, None, pre, meta | {"split": True}, model))
 
     # ----- training ----------------------------------------------------------------------------
 
@@ -275,8 +125,13 @@ class Unigram(Tokenizer):
         specials.insert(0, unk_token)
         if not 0 < shrink < 1:
             raise TokenizerError(f"shrink must be between 0 and 1, got {shrink}")
-        proto = cls([(t, 0.0) for t in specials], specials, unk_token, pattern, prepend_scheme)
-        counts = count_words(text_or_iterator, specials, proto._words)
+        split = splitter(pattern)
+
+        def words(text: str, first: bool) -> list[str]:
+            """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
+            return split(metaspace(text, METASPACE, prepend_scheme, first)) if text else []
+
+        counts = count_words(text_or_iterator, specials, words)
         target = vocab_size - len(specials)
         lattice = _Lattice(counts, max_piece_chars)
         n_chars = len(lattice.chars)
@@ -299,16 +154,6 @@ class Unigram(Tokenizer):
         )
 
 
-def _no_unk_message(word: str, i: int) -> str:
-    """The error for a character a Unigram model without an unknown token cannot encode."""
-    c = word[i]
-    return (
-        f"cannot encode the character {c!r} (U+{ord(c):04X}) at position {i} of the word "
-        f"{word!r}: no vocabulary piece is that character alone, and the model has no unknown "
-        "token (unk_id is null)"
-    )
-
-
 def _exact_in_any_json_reader(score: float) -> float:
     """The score to 15 significant digits, so a saved file means the same to every reader.
 
@@ -322,21 +167,6 @@ def _exact_in_any_json_reader(score: float) -> float:
     once and so exactly.
     """
     return float(f"{score:.15g}")
-
-
-def _backtrack(back: list[int], n: int) -> list[int]:
-    cuts = [n]
-    while n > 0:
-        n = back[n]
-        cuts.append(n)
-    return cuts[::-1]
-
-
-def _logsumexp(xs: list[float]) -> float:
-    m = max(xs)
-    if m == -math.inf:
-        return m
-    return m + math.log(sum(math.exp(x - m) for x in xs))
 
 
 class _Lattice:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 
-from .base import Tokenizer
 from .offsets import encode_with_offsets
+from .tokenizer import Tokenizer
 
 #: background colours for the terminal (256-colour ANSI) and the HTML page, used in turn
 ANSI_COLOURS = (153, 223, 194, 218, 229, 189)

@@ -29,11 +29,12 @@ changes count(a) and count(b), which changes the score of *every* pair containin
 down. So after each merge those pairs are re-pushed onto the heap with fresh scores, and a popped
 entry counts only if its score still equals the pair's current score.
 
-Encoding is greedy longest-match-first within each word: take the longest vocabulary piece that
-starts the word, then the longest ``##`` piece that continues it, and so on. If at some point no
-piece matches, the whole word becomes ``[UNK]``. Text is normalized and split into words the
-way BERT does it (``pretokenize.bert_normalize`` / ``bert_pretokenize``), so decoding is not
-exact: whitespace and, if enabled, case and accents are lost.
+Encoding is greedy longest-match-first within each word (``models.WordPieceModel``): take the
+longest vocabulary piece that starts the word, then the longest ``##`` piece that continues it,
+and so on. If at some point no piece matches, the whole word becomes ``[UNK]``. Text is
+normalized and split into words the way BERT does it (``normalizers.bert_normalize``,
+``pre_tokenizers.bert_pretokenize``), so decoding is not exact: whitespace and, if enabled, case
+and accents are lost.
 """
 
 from __future__ import annotations
@@ -42,26 +43,19 @@ import heapq
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from .base import (
-    Pair,
-    Tokenizer,
-    TokenizerError,
-    check_special_tokens,
-    count_pairs,
-    count_words,
-    merge_pair,
-)
-from .decoders import cleanup
-from .pretokenize import bert_normalize, bert_pretokenize
+from .base import Pair, TokenizerError, check_special_tokens, count_pairs, count_words, merge_pair
+from .normalizers import bert_normalize
+from .pre_tokenizers import bert_pretokenize
+from .tokenizer import Tokenizer, trained_json
 
 Score = Literal["frequency", "likelihood"]
 SCORES = ("frequency", "likelihood")
 
 
 class WordPiece(Tokenizer):
-    """WordPiece tokenizer. ``vocab`` lists every token in id order, special tokens included."""
-
-    kind = "wordpiece"
+    """WordPiece: a ``tokenizer.json`` pipeline of a ``BertNormalizer``, a ``BertPreTokenizer``,
+    a ``WordPiece`` model and decoder. ``vocab`` lists every token in id order, the special
+    tokens (added tokens of the file) and ``unk_token`` included."""
 
     def __init__(
         self,
@@ -76,23 +70,32 @@ class WordPiece(Tokenizer):
         handle_chinese_chars: bool = True,
         cleanup: bool = False,
     ):
-        vocab = list(vocab)
-        if max_word_chars < 0:
-            raise TokenizerError(f"max_word_chars must be at least 0, got {max_word_chars}")
-        self._init_table(vocab, special_tokens, unk_token)
-        self.prefix = prefix
-        self.max_word_chars = max_word_chars
-        self.normalizer = dict(
+        index = {t: i for i, t in enumerate(vocab)}
+        if len(index) != len(vocab):
+            raise TokenizerError("WordPiece vocabulary has duplicate tokens")
+        missing = [t for t in special_tokens if t not in index]
+        if missing:
+            raise TokenizerError(f"special tokens {missing} are not in the vocabulary")
+        normalizer = dict(
             clean_text=clean_text,
             handle_chinese_chars=handle_chinese_chars,
             strip_accents=strip_accents,
             lowercase=lowercase,
         )
-        #: decoding removes the space before punctuation and contractions (" ." -> ".", as the
-        #: ``tokenizers`` library's WordPiece decoder with ``cleanup``: BERT's files have it)
-        self.cleanup = cleanup
-        self.max_piece_chars = max(len(t) for t in vocab)
-        self._cache: dict[str, list[int]] = {}
+        model = {"type": "WordPiece", "unk_token": unk_token, "continuing_subword_prefix": prefix}
+        model |= {"max_input_chars_per_word": max_word_chars, "vocab": index}
+        # ``cleanup`` removes the space before punctuation and contractions in decoding
+        # (" ." -> "."; BERT's files have it)
+        decoder = {"type": "WordPiece", "prefix": prefix, "cleanup": cleanup}
+        super().__init__(
+            trained_json(
+                {t: index[t] for t in special_tokens},
+                {"type": "BertNormalizer", **normalizer},
+                {"type": "BertPreTokenizer"},
+                decoder,
+                model,
+            )
+        )
 
     # ----- training ----------------------------------------------------------------------------
 
@@ -142,52 +145,6 @@ class WordPiece(Tokenizer):
                 f"{len(itos)} tokens can be learned from it"
             )
         return cls(itos, specials, unk_token, prefix, lowercase=lowercase)
-
-    # ----- encoding ----------------------------------------------------------------------------
-
-    def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        return self._encode_words(
-            bert_pretokenize(bert_normalize(text, **self.normalizer)), self._encode_word
-        )
-
-    def _encode_word(self, word: str) -> list[int]:
-        """Greedy longest-match-first; the whole word is [UNK] if it cannot be covered."""
-        unk = [self.stoi[self.unk_token]]
-        if len(word) > self.max_word_chars:
-            return unk
-        stoi, prefix = self.stoi, self.prefix
-        ids = []
-        start, n = 0, len(word)
-        while start < n:
-            end = min(n, start + self.max_piece_chars)
-            while end > start:
-                piece = word[start:end] if start == 0 else prefix + word[start:end]
-                i = stoi.get(piece)
-                if i is not None:
-                    ids.append(i)
-                    break
-                end -= 1
-            else:
-                return unk
-            start = end
-        return ids
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Words joined by spaces; special tokens count as words of their own."""
-        return self._decode_pieces(self.check_ids(ids))
-
-    def _decode_pieces(self, ids: list[int]) -> str:
-        """Join pieces: ``##`` pieces glue to the previous one, other pieces start a new word;
-        with ``cleanup``, each piece with its space then goes through ``decoders.cleanup``."""
-        out: list[str] = []
-        for i in ids:
-            t = self.itos[i]
-            if out and t.startswith(self.prefix) and i not in self._special_by_id:
-                t = t[len(self.prefix) :]
-            elif out:
-                t = " " + t
-            out.append(cleanup(t) if self.cleanup else t)
-        return "".join(out)
 
 
 def _learn_merges(

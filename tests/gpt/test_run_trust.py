@@ -160,7 +160,7 @@ def test_data_of_the_same_text_by_another_tokenizer_is_refused(tmp_path, text_fi
     t = trainer(tmp_path / "run", data=data)
     t.run()
     shutil.rmtree(tmp_path / "d")
-    other = tk.KINDS["char"](t.tokenizer.chars[::-1])
+    other = tk.KINDS["char"](t.tokenizer.itos[::-1])  # (the run's tokenizer: characters only)
     other.save(tmp_path / "other.json")
     _prepare(text_file, tmp_path / "d", tokenizer=str(tmp_path / "other.json"))
     with pytest.raises(RunError, match="tokenized by another tokenizer than the run's own"):

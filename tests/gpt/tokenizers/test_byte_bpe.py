@@ -5,8 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt.tokenizers import ByteBPE, TokenizerError
-from gpt.tokenizers.base import apply_merges, merge_pair
-from gpt.tokenizers.pretokenize import GPT2_PATTERN, pretokenize
+from gpt.tokenizers.base import merge_pair
+from gpt.tokenizers.models import apply_merges
+from gpt.tokenizers.pre_tokenizers import GPT2_PATTERN, pretokenize
 
 from .tokenizer_strategies import bpe_merges, small_corpus, unicode_text
 
@@ -167,6 +168,7 @@ def naive_encode(tok: ByteBPE, text: str) -> list[int]:
     rank: dict[tuple[bytes, bytes], int] = {}
     for r, (a, b) in enumerate(tok.merges):
         rank.setdefault((tok.token_bytes(a), tok.token_bytes(b)), r)
+    bytes_to_id = {tok.token_bytes(i): i for i in range(tok.vocab_size)}
     ids = []
     for word in pretokenize(text, tok.pattern):
         parts = [bytes([b]) for b in word.encode("utf-8")]
@@ -184,7 +186,7 @@ def naive_encode(tok: ByteBPE, text: str) -> list[int]:
                     out.append(parts[i])
                     i += 1
             parts = out
-        ids += [tok.bytes_to_id[p] for p in parts]
+        ids += [bytes_to_id[p] for p in parts]
     return ids
 
 

@@ -22,7 +22,7 @@ def test_train_4096_and_round_trip(full_text, cls, tmp_path):
     heldout = full_text[cut:]
     r = tk.report(tok, heldout)
     assert r.reversible and r.unk_rate == 0 and r.bytes_per_token > 2.5
-    tk.save(tok, tmp_path / "tokenizer.json", format="huggingface")
+    tok.save(tmp_path / "tokenizer.json")
     hf = pytest.importorskip("tokenizers")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))

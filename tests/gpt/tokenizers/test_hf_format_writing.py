@@ -12,14 +12,14 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the reference")
 
 import gpt.tokenizers as tk  # noqa: E402
-from gpt.tokenizers.hf_format import from_hf_json, to_hf_json  # noqa: E402
+from gpt.tokenizers import Tokenizer  # noqa: E402
 
 TEXT = "the quick brown fox jumps over the lazy dog, the end. " * 20
 TEXTS = ["the fox", " the  fox ", "  lazy", "fox<|eot|>the<|eot|> dog", "<|eot|>", ""]
 
 
 def library_reading(tok) -> "hf.Tokenizer":
-    return hf.Tokenizer.from_str(json.dumps(to_hf_json(tok)))
+    return hf.Tokenizer.from_str(json.dumps(tok.to_hf_json()))
 
 
 @pytest.mark.parametrize("prefix_space", [False, True])
@@ -29,6 +29,8 @@ def test_a_byte_bpe_s_prefix_space_reaches_the_library(prefix_space):
     theirs = library_reading(ours)
     for text in TEXTS:
         assert ours.encode(text) == theirs.encode(text).ids, text
+    # and it is there: "fox" is encoded as " fox" is without it
+    assert (ours.encode("fox") == trained.encode(" fox")) == prefix_space
 
 
 @pytest.mark.parametrize("scheme", ["always", "first", "never"])
@@ -40,6 +42,8 @@ def test_a_unigram_s_prepend_scheme_reaches_the_library(scheme):
         assert ids == theirs.encode(text).ids, text
         ordinary = [i for i in ids if i not in ours.special.values()]
         assert theirs.decode(ordinary) == ours.decode(ordinary), text
+    # and it is there: only "never" decodes a leading space back
+    assert (ours.decode(ours.encode(" the fox")) == " the fox") == (scheme == "never")
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
@@ -59,10 +63,10 @@ def test_our_special_tokens_are_special_to_the_library(kind):
 def test_an_old_metaspace_file_prepends_as_the_library_reads_it():
     """Files from before the library's ``prepend_scheme`` say ``add_prefix_space: true``,
     which it reads as "always": a "▁" before every piece, after an added token too."""
-    data = to_hf_json(tk.Unigram.train(TEXT, 60, ["<|eot|>"]))
+    data = tk.Unigram.train(TEXT, 60, ["<|eot|>"]).to_hf_json()
     legacy = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
     data["pre_tokenizer"] = data["decoder"] = legacy
     theirs = hf.Tokenizer.from_str(json.dumps(data))
-    ours = from_hf_json(data)
+    ours = Tokenizer(data)
     for text in TEXTS:
         assert ours.encode(text) == theirs.encode(text).ids, text

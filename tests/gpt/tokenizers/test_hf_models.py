@@ -1,10 +1,10 @@
-"""The models a ``tokenizer.json`` names (``gpt/tokenizers/hf_models.py``), on their own; the
+"""The models a ``tokenizer.json`` names (``gpt.tokenizers.models.py``), on their own; the
 whole pipelines are held to the ``tokenizers`` library in ``test_pipeline_parity.py``."""
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpt.tokenizers.hf_models import MergeModel
+from gpt.tokenizers.models import MergeModel
 
 from .tokenizer_strategies import bpe_merges, bpe_words
 

@@ -25,7 +25,7 @@ hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the r
 from tokenizers import models, normalizers, pre_tokenizers  # noqa: E402
 
 import gpt.tokenizers as tk  # noqa: E402
-from gpt.tokenizers.pipeline import Pipeline  # noqa: E402
+from gpt.tokenizers import Tokenizer  # noqa: E402
 
 NORMALIZERS = {
     "NFC": normalizers.NFC(),
@@ -54,7 +54,7 @@ def character_offsets(norm, text: str) -> tuple[list, list]:
     theirs = hf.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     theirs.normalizer = norm
     theirs.pre_tokenizer = pre_tokenizers.Split(hf.Regex("."), "isolated")
-    ours = Pipeline.from_hf(json.loads(theirs.to_str()))
+    ours = Tokenizer(json.loads(theirs.to_str()))
     encoding = theirs.encode(text)
     return library_offsets(encoding), tk.encode_with_offsets(ours, text)
 

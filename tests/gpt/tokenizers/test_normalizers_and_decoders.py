@@ -175,7 +175,7 @@ def test_decoders_on_generated_tokens(tokens):
 def test_byte_level_decodes_any_bytes_as_the_library(data, cuts):
     """Any bytes (invalid UTF-8 included), spelled in GPT-2's byte alphabet and cut into tokens
     anywhere: the text the library gives (invalid bytes as U+FFFD)."""
-    from gpt.tokenizers.pretokenize import bytes_to_text
+    from gpt.tokenizers.pre_tokenizers import bytes_to_text
 
     text = bytes_to_text(data)
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})

@@ -183,7 +183,7 @@ def test_segments_cut_the_text_the_model_sees_into_what_encode_gives(data, tmp_p
     text = "".join(data.draw(st.lists(st.sampled_from([*PIECES, "<unk>", "[UNK]"]), max_size=8)))
     _, ours = pair(name, tmp_path_factory)
     segments = ours.segments(text)
-    seen = tk.offsets.normalized(ours, text)[0]
+    seen = ours.normalize_aligned(text)[0]
     assert [(a, b) for a, b, _, _ in segments] == list(
         zip([0] + [b for _, b, _, _ in segments[:-1]], [b for _, b, _, _ in segments])
     )

@@ -18,7 +18,7 @@ hf = pytest.importorskip("tokenizers", reason="the `tokenizers` library is the r
 
 from tokenizers import AddedToken, models, pre_tokenizers  # noqa: E402
 
-from gpt.tokenizers.pipeline import Pipeline  # noqa: E402
+from gpt.tokenizers import Tokenizer  # noqa: E402
 
 VOCAB = {"<unk>": 0, "<pad>": 1, "<s>": 2, "</s>": 3, "a": 4, "b": 5, "c": 6, "x": 7}
 
@@ -43,7 +43,7 @@ def both():
     theirs.add_tokens(
         [AddedToken("ab"), AddedToken("abc"), AddedToken("<m>", lstrip=True, rstrip=True)]
     )
-    return theirs, Pipeline.from_hf(json.loads(theirs.to_str()))
+    return theirs, Tokenizer(json.loads(theirs.to_str()))
 
 
 @pytest.mark.parametrize("text", TEXTS)

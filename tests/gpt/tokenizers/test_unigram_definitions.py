@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from gpt.tokenizers import Unigram
-from gpt.tokenizers.unigram import UNK_PENALTY, _Alternatives, _Lattice
+from gpt.tokenizers.models import UNK_PENALTY
+from gpt.tokenizers.unigram import _Alternatives, _Lattice
 
 
 def segmentations(word: str, max_len: int):
@@ -56,11 +57,11 @@ def best_segmentation(word: str, score: dict[str, float], unk_score: float | Non
     return best[1]
 
 
-def fused_ids(tok: Unigram, pieces: list[str]) -> list[int]:
+def fused_ids(tok: Unigram, pieces: list[str], score: dict[str, float]) -> list[int]:
     """Ids of pieces, a run of unknown ones (characters that are no piece) being one <unk>."""
     ids: list[int] = []
     for p in pieces:
-        if p in tok.scores:
+        if p in score:
             ids.append(tok.token_to_id(p))
         elif not ids or ids[-1] != tok.unk_id:
             ids.append(tok.unk_id)
@@ -86,7 +87,7 @@ def test_encoding_is_the_best_segmentation_by_listing_them_all():
         for _ in range(10):
             word = "".join(rng.choice("abcd") for _ in range(rng.randint(1, 7)))
             expected = best_segmentation(word, score, unk_score)
-            assert tok.encode(word) == fused_ids(tok, expected), (score, word, expected)
+            assert tok.encode(word) == fused_ids(tok, expected, score), (score, word, expected)
 
 
 def test_ties_go_to_the_longer_piece_as_in_the_tokenizers_library():

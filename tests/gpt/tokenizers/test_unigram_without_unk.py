@@ -13,7 +13,7 @@ import pytest
 
 import gpt.tokenizers as tk
 from gpt.tokenizers import TokenizerError
-from gpt.tokenizers.pretokenize import METASPACE_SPLIT_PATTERN
+from gpt.tokenizers.pre_tokenizers import METASPACE_SPLIT_PATTERN
 
 from .hf_training import assert_encodes_as_library
 
@@ -50,9 +50,9 @@ def unigram_file(normalizer=None, byte_fallback=False) -> dict:
 
 
 VARIANTS = {
-    "Unigram class": ({}, tk.Unigram),
-    "Pipeline (NFKC)": ({"normalizer": {"type": "NFKC"}}, tk.Pipeline),
-    "Pipeline (byte fallback)": ({"byte_fallback": True}, tk.Pipeline),
+    "Metaspace alone": ({}, tk.Tokenizer),
+    "Pipeline (NFKC)": ({"normalizer": {"type": "NFKC"}}, tk.Tokenizer),
+    "Pipeline (byte fallback)": ({"byte_fallback": True}, tk.Tokenizer),
 }
 
 
@@ -95,7 +95,7 @@ def test_files_without_an_unknown_token_round_trip(tmp_path):
     # our tokenizer.json keeps "unk_id": null (the library reads it back the same), and so does
     # our own format
     tok = tk.Unigram([(t, s) for t, s in PIECES], [], None, pattern=METASPACE_SPLIT_PATTERN)
-    tk.save(tok, tmp_path / "tokenizer.json", format="huggingface")
+    tok.save(tmp_path / "tokenizer.json")
     data = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
     assert data["model"]["unk_id"] is None
     theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))

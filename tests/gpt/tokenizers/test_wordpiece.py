@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, settings
 
 from gpt.tokenizers import TokenizerError, WordPiece
-from gpt.tokenizers.pretokenize import bert_normalize, bert_pretokenize
+from gpt.tokenizers.normalizers import bert_normalize
+from gpt.tokenizers.pre_tokenizers import bert_pretokenize
 
 from .tokenizer_strategies import text_over
 

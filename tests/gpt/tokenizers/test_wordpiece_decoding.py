@@ -56,9 +56,9 @@ def test_decode_as_the_library(decoder, tmp_path):
 
 @pytest.mark.parametrize("cleanup", [False, True])
 def test_our_files_decode_alike_in_the_library(cleanup, tmp_path):
-    ours = tk.WordPiece.train(TEXT, 45)
-    ours.cleanup = cleanup
-    tk.save(ours, tmp_path / "tokenizer.json", format="huggingface")
+    trained = tk.WordPiece.train(TEXT, 45)
+    ours = tk.WordPiece(trained.itos, list(trained.special), cleanup=cleanup)
+    ours.save(tmp_path / "tokenizer.json")
     theirs = hf.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     ours.save(tmp_path / "ours.json")
     again = tk.load(tmp_path / "ours.json")

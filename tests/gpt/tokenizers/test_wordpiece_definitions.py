@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from gpt.tokenizers import WordPiece
-from gpt.tokenizers.pretokenize import bert_normalize, bert_pretokenize
+from gpt.tokenizers.normalizers import bert_normalize
+from gpt.tokenizers.pre_tokenizers import bert_pretokenize
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 

@@ -1,53 +1,50 @@
-"""A tokenizer assembled from the parts a Hugging Face ``tokenizer.json`` names.
+"""The one tokenizer class: the pipeline a Hugging Face ``tokenizer.json`` describes.
 
-The file describes a pipeline, and ``Pipeline`` runs it in the ``tokenizers`` library's order:
+Every tokenizer here is such a pipeline, whether read from a file or made by one of the
+trainers (``char.py``, ``bpe.py``, ``wordpiece.py``, ``unigram.py``, which write the file's
+contents and build this class from them). ``Tokenizer(data)`` runs the parsed file in the
+``tokenizers`` library's order:
 
-1. **Added tokens** (``<s>``, ``[CLS]``, ...) are cut out of the raw text first and never split.
-   Their flags: ``lstrip``/``rstrip`` also swallow the whitespace on that side, ``single_word``
-   matches only a whole word, ``normalized`` matches in the normalized text instead of the raw
-   text, ``special`` marks tokens that ``decode(..., skip_special_tokens=True)`` leaves out.
+1. **Added tokens** (``<|endoftext|>``, ``[CLS]``, ...) are cut out of the raw text first and
+   never split. Their flags: ``lstrip``/``rstrip`` also swallow the whitespace on that side,
+   ``single_word`` matches only a whole word, ``normalized`` matches in the normalized text
+   instead of the raw text, ``special`` marks the tokens ``allowed_special`` chooses among and
+   ``decode(..., skip_special_tokens=True)`` leaves out.
 2. The **normalizer** cleans each remaining stretch of text (``normalizers.py``).
 3. The **pre-tokenizer** cuts it into words (``pre_tokenizers.py``).
-4. The **model** turns each word into ids (``hf_models.py``).
+4. The **model** turns each word into ids (``models.py``).
 5. With ``add_special_tokens=True`` the **post-processor** puts the template's special tokens
    around the ids (``post_processors.py``).
 6. **Truncation** and **padding**, when set (by the file or by assigning ``truncation`` and
    ``padding``), cut and fill encodings to a length (``batching.py``).
 
 Decoding looks the ids up and hands the token strings to the **decoder** (``decoders.py``).
-
-``hf_format.from_hf_json`` reads a file into one of our own classes (``ByteBPE``,
-``WordPiece``, ``Unigram``) when the file is in a form they run, since they encode faster
-(``benchmarks/bench_tokenizers.py`` times both: its "as a Pipeline" row); any other
-combination of supported parts becomes a
-``Pipeline``. Where both do the same thing they call the same functions (BERT's normalizer and
-split, GPT-2's pattern, Metaspace's "▁").
+``save`` writes the file back (atomically); ``files.load`` reads one.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import operator
 import os
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import regex
 
-from . import (
-    alignment,
-    batching,
-    decoders,
-    hf_models,
-    normalizers,
-    post_processors,
-    pre_tokenizers,
-)
-from .base import AllowedSpecial, Tokenizer, TokenizerError
+from nn.serialization import atomic_write
+
+from . import alignment, batching, decoders, models, normalizers, post_processors, pre_tokenizers
+from .base import TokenizerError, TokenizerFileError, file_errors
 from .fields import check, get
 from .pre_tokenizers import SPACE
-from .spelling import Spelling
+
+AllowedSpecial = Literal["all", "none"] | Iterable[str]
+#: the one ``version`` of ``tokenizer.json`` there is (the library writes and reads only this)
+HF_VERSION = "1.0"
 
 #: What ``single_word`` counts as part of a word: the library's ``\w`` there (Rust's ``regex``
 #: crate: letters, marks, decimal digits, connector punctuation, the joiners), which is the
@@ -68,6 +65,32 @@ class AddedToken:
     rstrip: bool = False
     single_word: bool = False
     normalized: bool = False
+
+
+def added_token_json(content: str, i: int) -> dict[str, Any]:
+    """The ``added_tokens`` entry of a special token as the trainers write it."""
+    return {
+        "id": i,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": True,
+    }
+
+
+def trained_json(special: dict[str, int], normalizer, pre_tokenizer, decoder, model) -> dict:
+    """A ``tokenizer.json`` as the trainers write it: these parts, the special tokens (content
+    -> id) as added tokens, no post-processor, truncation or padding."""
+    added = [added_token_json(t, i) for t, i in special.items()]
+    return {"version": HF_VERSION, "truncation": None, "padding": None, "added_tokens": added} | {
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": None,
+        "decoder": decoder,
+        "model": model,
+    }
 
 
 def read_added_tokens(data: dict[str, Any], path: str | os.PathLike) -> list[AddedToken]:
@@ -141,89 +164,131 @@ def _spread(content: str, chunk: str, start: int) -> alignment.Aligned:
     return text, spans
 
 
-class Pipeline(Tokenizer):
-    """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring)."""
+class Tokenizer:
+    """A tokenizer run as a ``tokenizer.json`` pipeline (see the module docstring), built from
+    the parsed file ``data``; ``path`` names the file in errors. A part it does not know is
+    refused with an error naming the file, the part's type and its place in the file."""
 
-    kind = "pipeline"
-    #: the parsed tokenizer.json this pipeline was built from (``to_hf_json`` writes it back)
-    file_data: dict[str, Any] | None = None
-    #: whether the pre-tokenizer treats the first piece apart (``Metaspace`` with
-    #: ``prepend_scheme="first"``), so that encoding must find out which piece that is
-    first_matters: bool = True
+    #: the file this tokenizer was loaded from (set by ``files.load``), named in its errors
+    source: str | None = None
+    # Distinct pre-tokens whose encoding is remembered before the cache is cleared, and the
+    # longest one remembered: a whole text handed over as one word (a file with no
+    # pre-tokenizer) is not kept, its parts are (``models.Model.parts``).
+    CACHE_LIMIT: ClassVar[int] = 1 << 18
+    CACHE_WORD_CHARS: ClassVar[int] = 256
 
-    def __init__(
-        self,
-        model: hf_models.Model,
-        added: list[AddedToken],
-        normalizer: normalizers.Normalizer | None = None,
-        pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
-        post_processor: post_processors.PostProcessor | None = None,
-        decoder: decoders.Decoder | None = None,
-        truncation: batching.Truncation | None = None,
-        padding: batching.Padding | None = None,
-    ):
-        # a normalized added token is matched, and decoded, in its normalized spelling
-        shown = [
-            replace(t, content=normalizer(t.content)) if normalizer and t.normalized else t
-            for t in added
-        ]
-        by_id = {i: t for t, i in model.vocab.items()} | {t.id: t.content for t in shown}
-        if set(by_id) != set(range(len(by_id))):
-            raise TokenizerError(f"token ids are not 0..{len(by_id) - 1} without gaps")
+    def __init__(self, data: dict[str, Any], path: str | os.PathLike = "<memory>"):
+        model_spec = data.get("model")
+        if not isinstance(model_spec, dict):
+            raise TokenizerFileError(path, "'model' must be a JSON object")
+        # the library refuses other versions too: their meaning is unknown
+        version = get(data, "version", "str", path, default=HF_VERSION)
+        if version != HF_VERSION:
+            raise TokenizerFileError(path, f"unsupported tokenizer.json version {version!r}")
+        for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+            check(data.get(part), "object|null", path, part)
+        with file_errors(path, f"{model_spec.get('type') or 'tokenizer'} model"):
+            added = read_added_tokens(data, path)
+            model = models.build(model_spec, {t.content: t.id for t in added}, path)
+            normalizer = normalizers.build(data.get("normalizer"), path)
+            self.pre_tokenizer = pre_tokenizers.build(data.get("pre_tokenizer"), path)
+            self.post_processor = post_processors.build(data.get("post_processor"), path)
+            self.decoder = decoders.build(data.get("decoder"), path)
+            self.truncation = batching.read_truncation(data.get("truncation"), path)
+            self.padding = batching.read_padding(data.get("padding"), path)
+            # a normalized added token is matched, and decoded, in its normalized spelling
+            shown = [
+                replace(t, content=normalizer(t.content)) if normalizer and t.normalized else t
+                for t in added
+            ]
+            by_id = {i: t for t, i in model.vocab.items()} | {t.id: t.content for t in shown}
+            if set(by_id) != set(range(len(by_id))):
+                raise TokenizerError(f"token ids are not 0..{len(by_id) - 1} without gaps")
+        #: the parsed tokenizer.json (``to_hf_json`` writes it back)
+        self.file_data = copy.deepcopy(data)
         self.itos = [by_id[i] for i in range(len(by_id))]
         self.stoi = dict(model.vocab) | {t.content: t.id for t in added}
-        super().__init__({t.content: t.id for t in added if t.special})
+        self.special = {t.content: t.id for t in added if t.special}
+        self._special_by_id = {i: t for t, i in self.special.items()}
         self.added = added
         self.model = model
         self.unk_token = model.unk_token
         self.normalizer = normalizer
-        self.pre_tokenizer = pre_tokenizer
-        self.post_processor = post_processor
-        self.decoder = decoder
-        self.truncation = truncation
-        self.padding = padding
         self._raw_added = [t for t in shown if not t.normalized]
         self._normalized_added = [t for t in shown if t.normalized]
         self._cache: dict[str, list[int]] = {}
-        # a word the model can cut (hf_models.Model.parts) is encoded part by part, each part
+        # whether the pre-tokenizer treats the first piece apart (``Metaspace`` with
+        # ``prepend_scheme="first"``), so that encoding must find out which piece that is
+        self.first_matters = '"first"' in json.dumps(data.get("pre_tokenizer"))
+        # a word the model can cut (models.Model.parts) is encoded part by part, each part
         # through the word cache: a file with no pre-tokenizer (Llama 2's) hands the model the
         # whole text as one word, whose parts are its words again
         self._encode_word = model.encode_word if model.parts is None else self._encode_parts
 
-    @classmethod
-    def from_hf(cls, data: dict[str, Any], path: str | os.PathLike = "<memory>") -> Pipeline:
-        """Assemble the pipeline a parsed ``tokenizer.json`` describes; an unsupported part is
-        refused with its type and its place in the file."""
-        added = read_added_tokens(data, path)
-        model = hf_models.build(
-            get(data, "model", "object", path), {t.content: t.id for t in added}, path
-        )
-        tok = cls(
-            model,
-            added,
-            normalizers.build(data.get("normalizer"), path),
-            pre_tokenizers.build(data.get("pre_tokenizer"), path),
-            post_processors.build(data.get("post_processor"), path),
-            decoders.build(data.get("decoder"), path),
-            batching.read_truncation(data.get("truncation"), path),
-            batching.read_padding(data.get("padding"), path),
-        )
-        tok.spelling = Spelling.of(data)
-        tok.file_data = copy.deepcopy(data)
-        tok.first_matters = '"first"' in json.dumps(data.get("pre_tokenizer"))
-        return tok
-
     def to_hf_json(self) -> dict[str, Any]:
-        """The ``tokenizer.json`` this pipeline was read from, with its current truncation and
-        padding settings (a Pipeline is saved in that form only)."""
-        if self.file_data is None:
-            raise TokenizerError("this Pipeline was not read from a file: nothing to write")
+        """The ``tokenizer.json`` this tokenizer was built from, with its current truncation
+        and padding settings."""
         data = copy.deepcopy(self.file_data)
         data["truncation"] = batching.truncation_json(self.truncation)
         pad = self.padding
         pad_token = self.itos[pad.pad_id] if pad and 0 <= pad.pad_id < len(self.itos) else ""
         data["padding"] = batching.padding_json(pad, pad_token)
         return data
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this tokenizer to ``path`` as a ``tokenizer.json`` (atomically: readers see the
+        old file or the new one, never a mix)."""
+        text = json.dumps(self.to_hf_json(), ensure_ascii=False, indent=1) + "\n"
+        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+    # ----- lookups -----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def id_to_token(self, i: int) -> str:
+        (i,) = self.check_ids([i])
+        return self.itos[i]
+
+    def token_to_id(self, token: str) -> int:
+        i = self.stoi.get(token)
+        if i is None:
+            raise TokenizerError(f"token {token!r} is not in the vocabulary")
+        return i
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self.special)
+
+    @property
+    def unk_id(self) -> int | None:
+        """The id of the unknown token, None if there is none (or it is not in the vocabulary,
+        so that text the vocabulary cannot cover is an error)."""
+        return None if self.unk_token is None else self.stoi.get(self.unk_token)
+
+    def check_ids(self, ids: Iterable[int]) -> list[int]:
+        """Return ids as a list of ints, raising TokenizerError for anything that is not an
+        integer id of this vocabulary.
+
+        An id must be of an integer type (``int``, a NumPy integer, an element of an int array):
+        ``operator.index`` accepts exactly those. ``int()`` would also take ``3.0``, ``"3"`` and
+        ``True``, which are mistakes (a float tensor's values, a string from a file, a flag), not
+        ids. ``bool`` is an ``int`` subclass, so it is refused by name.
+        """
+        n = self.vocab_size
+        out = []
+        for i in ids:
+            try:
+                if isinstance(i, bool):
+                    raise TypeError
+                j = operator.index(i)
+            except TypeError:
+                raise TokenizerError(f"token id must be an integer, got {i!r}") from None
+            if not 0 <= j < n:
+                raise TokenizerError(f"token id {j} is out of range for vocab_size {n}")
+            out.append(j)
+        return out
 
     # ----- encoding ----------------------------------------------------------------------------
 
@@ -235,9 +300,11 @@ class Pipeline(Tokenizer):
         pair: str | None = None,
     ) -> list[int]:
         """Text to ids. ``allowed_special`` chooses which *special* added tokens are recognised
-        (other added tokens always are); ``add_special_tokens`` applies the post-processor's
-        template, to ``text`` alone or to ``text`` and ``pair``. Truncation and padding apply
-        when set (padding "to the longest" pads one text only to a multiple, if one is set)."""
+        ("all", "none": special strings are then encoded as ordinary text, or a collection of
+        them; other added tokens always are); ``add_special_tokens`` applies the
+        post-processor's template, to ``text`` alone or to ``text`` and ``pair``. Truncation and
+        padding apply when set (padding "to the longest" pads one text only to a multiple, if
+        one is set)."""
         ids = self._finish(text, pair, allowed_special, add_special_tokens)
         if self.padding is not None:
             ids = batching.pad([ids], self.padding)[0][0]
@@ -268,6 +335,10 @@ class Pipeline(Tokenizer):
         gives it), in order; ``start`` and ``end`` index the text of :meth:`normalize_aligned`
         (added tokens as they are, the rest normalized). Encoding is these ids one after
         another; the offsets of ``offsets.py`` are looked for in each stretch apart."""
+        return self._segments(text, allowed_special, self._encode_ordinary)
+
+    def _segments(self, text: str, allowed_special: AllowedSpecial, encode_part):
+        """``segments``, each stretch of text encoded by ``encode_part(text, first)``."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
         allowed = self._allowed(allowed_special)
@@ -288,7 +359,7 @@ class Pipeline(Tokenizer):
                     if token2 is not None:
                         ids = [token2.id]
                     else:
-                        ids = self._encode_ordinary(part, first and start2 == 0)
+                        ids = encode_part(part, first and start2 == 0)
                     out.append((pos + start2, pos + start2 + len(part), ids, token2 is not None))
                 pos += len(chunk)
         except TokenizerError as e:
@@ -325,18 +396,66 @@ class Pipeline(Tokenizer):
             return lambda tokens: tokens
         if allowed_special == "none":
             return lambda tokens: [t for t in tokens if not t.special]
-        pattern = self._special_pattern(allowed_special)  # validates the collection
-        chosen = set(allowed_special) if pattern is not None else set()
+        if isinstance(allowed_special, str):
+            raise TokenizerError(
+                f"allowed_special must be 'all', 'none' or a collection, got {allowed_special!r}"
+            )
+        chosen = set(allowed_special)
+        unknown = sorted(chosen - set(self.special))
+        if unknown:
+            known = sorted(self.special)
+            raise TokenizerError(f"unknown special tokens: {unknown}; known: {known}")
         return lambda tokens: [t for t in tokens if not t.special or t.content in chosen]
 
+    def words(self, text: str, first: bool) -> list[str]:
+        """The words the pre-tokenizer cuts ``text`` (normalized, with no added token) into."""
+        if self.pre_tokenizer is None:
+            return [text] if text else []
+        return [w for w, _ in self.pre_tokenizer([(text, first)])]
+
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
-        pieces = [(text, first)]
-        if self.pre_tokenizer is not None:
-            pieces = self.pre_tokenizer(pieces)
-        return self._encode_words((w for w, _ in pieces), self._encode_word)
+        return self._encode_words(self.words(text, first), self._encode_word)
 
     def _encode_parts(self, word: str) -> list[int]:
         return self._encode_words(self.model.parts(word), self.model.encode_word)
+
+    def _encode_words(self, words: Iterable[str], encode_word) -> list[int]:
+        """Concatenate ``encode_word(w)`` over the pre-tokens, remembering each distinct
+        pre-token's ids in ``self._cache`` (text repeats words, so most lookups hit)."""
+        cache = self._cache
+        ids: list[int] = []
+        for word in words:
+            try:
+                ids.extend(cache[word])
+            except KeyError:
+                word_ids = encode_word(word)
+                if len(word) <= self.CACHE_WORD_CHARS:
+                    if len(cache) >= self.CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = word_ids
+                ids.extend(word_ids)
+        return ids
+
+    def encode_sample(
+        self, text: str, alpha: float = 0.1, seed: int | None = None, allowed_special="all"
+    ) -> list[int]:
+        """A Unigram model's sampled segmentation (subword regularization, Kudo 2018): each
+        word's segmentation drawn with probability proportional to p(segmentation) ** alpha.
+
+        Small alpha flattens the distribution (more varied splits), large alpha approaches the
+        Viterbi segmentation. The same seed gives the same ids.
+        """
+        sample = self.model.sample
+        if sample is None:
+            raise TokenizerError("encode_sample needs a Unigram model")
+        if alpha <= 0:
+            raise TokenizerError(f"alpha must be positive, got {alpha}")
+        rng = random.Random(seed)
+
+        def encode_part(part: str, first: bool) -> list[int]:
+            return [i for w in self.words(part, first) for i in sample(w, alpha, rng)]
+
+        return [i for *_, ids, _ in self._segments(text, allowed_special, encode_part) for i in ids]
 
     def encode_batch(
         self,
@@ -346,7 +465,7 @@ class Pipeline(Tokenizer):
         pairs: Iterable[str] | None = None,
     ) -> list[list[int]]:
         """Encode many texts (each with its pair, if ``pairs`` are given), truncated and padded
-        as set; ``attention_masks`` gives the masks of such a batch."""
+        as set; ``encode_batch_with_masks`` gives the masks of such a batch too."""
         return self.encode_batch_with_masks(texts, allowed_special, add_special_tokens, pairs)[0]
 
     def encode_batch_with_masks(
@@ -372,7 +491,8 @@ class Pipeline(Tokenizer):
     # ----- decoding ----------------------------------------------------------------------------
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """Ids to text through the file's decoder (tokens joined by spaces if it has none)."""
+        """Ids to text through the file's decoder (tokens joined by spaces if it has none).
+        Raises TokenizerError for ids outside the vocabulary."""
         ids = self.check_ids(ids)
         tokens = [
             self.itos[i] for i in ids if not (skip_special_tokens and i in self._special_by_id)
@@ -381,5 +501,8 @@ class Pipeline(Tokenizer):
             return " ".join(tokens)
         return "".join(self.decoder(tokens))
 
-    def _decode_pieces(self, ids: list[int]) -> str:
-        return self.decode(ids)
+    def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, special={len(self.special)})"

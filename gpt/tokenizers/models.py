@@ -1,0 +1,518 @@
+"""Models of a ``tokenizer.json`` pipeline: one pre-tokenized word in, token ids out.
+
+The four model types of the ``tokenizers`` library, as ``build`` reads them from a file:
+
+* ``BPE``: a vocabulary and a ranked list of merges over *characters* (``MergeModel`` below).
+  Byte-level files (GPT-2) put a ``ByteLevel`` pre-tokenizer in front, which spells every byte
+  as a character, so the same model serves them. Options: ``continuing_subword_prefix`` /
+  ``end_of_word_suffix`` (decorate non-first / last characters), ``unk_token`` and ``fuse_unk``
+  (characters outside the vocabulary), ``byte_fallback`` (such characters become ``<0xXX>``
+  byte tokens instead), ``ignore_merges`` (a word that is a token is taken whole). ``dropout``
+  (random merges, a training device) must be null or 0: encoding must be deterministic. A word
+  falls apart where no merge reaches across (``MergeModel.parts``): a file with no
+  pre-tokenizer (Llama 2's) gives the whole text as one word, and its parts are cached.
+* ``WordPiece``: greedy longest match (``WordPieceModel``).
+* ``Unigram``: the most probable segmentation, a Viterbi search (``UnigramModel``; ``unk_id``
+  may be null: then a character no piece covers alone is an error when encoding), and
+  segmentations sampled for subword regularization.
+* ``WordLevel``: each word is a token or the unknown token.
+
+``build`` returns a ``Model``: the vocabulary by id and the word encoder. The trainers
+(``bpe.py``, ``wordpiece.py``, ``unigram.py``, ``char.py``) write these models into the files
+they make, so every tokenizer encodes through this file.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Pair, TokenizerError, TokenizerFileError
+from .fields import check, get, items, pair
+
+
+@dataclass
+class Model:
+    """What a pipeline needs from its model: token -> id, and a word's ids. ``parts``, where
+    the model has it, cuts a word into pieces that encode independently (the word's ids are the
+    pieces' ids one after another), so that the pipeline can encode a long word piece by piece
+    through its word cache (``MergeModel.parts``)."""
+
+    vocab: dict[str, int]
+    encode_word: Callable[[str], list[int]]
+    unk_token: str | None
+    parts: Callable[[str], list[str]] | None = None
+    #: a sampled segmentation of a word: ``sample(word, alpha, rng)`` (Unigram only)
+    sample: Callable[[str, float, random.Random], list[int]] | None = None
+
+
+def apply_merges(ids: list[int], ranks: dict[Pair, tuple[int, int]]) -> list[int]:
+    """BPE encoding of one word: ``ids`` after merging, again and again, the adjacent pair with
+    the lowest rank (ties: the leftmost) into its token, until no adjacent pair has a merge.
+    ``ranks[(a, b)]`` is ``(rank, id of the merged token)``. ``ids`` is consumed.
+
+    A merge may make a pair that ranks below pairs already waiting, so the merges do not run in
+    the list's order. The pairs wait in a heap by (rank, position) and the word is a doubly
+    linked list, so a word of n symbols takes O(n log n), not the O(n²) of rescanning the word
+    for its best pair after every merge (a 16,000-letter word: 0.55 s that way). A heap entry
+    whose pair has changed since it was pushed (a neighbour was merged into one side) is
+    skipped when it comes up; the new pairs a merge makes are pushed then.
+    """
+    n = len(ids)
+    nxt = list(range(1, n + 1))  # the next live position; a merged-away one gets ids[pos] = None
+    prv = list(range(-1, n - 1))
+    heap = []
+    for pos in range(n - 1):
+        r = ranks.get((ids[pos], ids[pos + 1]))
+        if r is not None:
+            heap.append((r[0], pos, r[1]))
+    heapq.heapify(heap)
+    while heap:
+        _, pos, new_id = heapq.heappop(heap)
+        right = nxt[pos]
+        if ids[pos] is None or right >= n:
+            continue
+        current = ranks.get((ids[pos], ids[right]))
+        if current is None or current[1] != new_id:
+            continue  # stale: one side was merged since this entry was pushed
+        ids[pos], ids[right] = new_id, None
+        after = nxt[pos] = nxt[right]
+        if after < n:
+            prv[after] = pos
+            r = ranks.get((new_id, ids[after]))
+            if r is not None:
+                heapq.heappush(heap, (r[0], pos, r[1]))
+        left = prv[pos]
+        if left >= 0:
+            r = ranks.get((ids[left], new_id))
+            if r is not None:
+                heapq.heappush(heap, (r[0], left, r[1]))
+    return [i for i in ids if i is not None]
+
+
+def byte_token(b: int) -> str:
+    """The token that stands for one byte under byte fallback: 0xE2 -> "<0xE2>"."""
+    return f"<0x{b:02X}>"
+
+
+class MergeModel:
+    """BPE over characters, merging as the ``tokenizers`` library does.
+
+    A word starts as its characters (looked up with the prefix/suffix decorations). Then,
+    repeatedly, the adjacent pair with the lowest merge rank is merged (ties: the leftmost),
+    until no adjacent pair has a merge (``apply_merges``).
+    """
+
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        merges: list[tuple[str, str]],
+        unk_token: str | None = None,
+        prefix: str = "",
+        suffix: str = "",
+        fuse_unk: bool = False,
+        byte_fallback: bool = False,
+        ignore_merges: bool = False,
+    ):
+        self.vocab = vocab
+        self.unk_token, self.prefix, self.suffix = unk_token, prefix, suffix
+        self.fuse_unk, self.byte_fallback, self.ignore_merges = (
+            fuse_unk,
+            byte_fallback,
+            ignore_merges,
+        )
+        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (a, b) in enumerate(merges):
+            merged = a + (b[len(prefix) :] if prefix and b.startswith(prefix) else b)
+            for t in (a, b, merged):
+                if t not in vocab:
+                    raise TokenizerError(f"merge {rank} ({a!r}, {b!r}) needs {t!r}, not in vocab")
+            # a pair listed twice takes its later rank, as GPT-2's encoder (a dict built from the
+            # list) and the tokenizers library do
+            self.ranks[(vocab[a], vocab[b])] = (rank, vocab[merged])
+        self._cut = self._cutter(merges)
+
+    def _cutter(self, merges: list[tuple[str, str]]) -> re.Pattern | None:
+        """The pattern that finds the places :meth:`parts` cuts a word at.
+
+        Only a merge joins two symbols, so a token that covers two neighbouring characters x|y
+        of a word was made, at some step, by a merge (a, b) that joined exactly there: a ends
+        with x's last symbol and b starts with y's first. For characters that are tokens those
+        are x and y themselves; an unknown x becomes a byte token ("<0xE2>", under byte
+        fallback) or the unknown token. So if no merge (a, b) has a ending in x and b starting
+        with y, nothing ever joins across x|y, and encoding the two sides apart gives the same
+        ids: the merges on each side, and their order, are the same, for the lowest-ranked
+        pair of the whole word is also the lowest of its side. (A run of unknown characters
+        fused into one unknown token ends where a known character starts, so it is never cut
+        either.)
+
+        The cuts this finds are those of one rule, so that one pattern of two character classes
+        finds them: take the character that the most tokens start with (SentencePiece's "▁",
+        whose BPE keeps whitespace at a piece's start; GPT-2's "Ġ") and J, the characters any
+        merge puts in front of it; cut before every token y that nothing outside J is put in
+        front of (that character, and the many that nothing joins from the left), after every
+        character outside J. An unknown character (x above) counts as outside J only when
+        neither ">" nor the unknown token's last character is in J, and never without an
+        unknown token: then it may become nothing (no byte tokens for it), and its neighbours
+        meet. With SentencePiece's "▁" (J holds at most "▁") a text cuts into its words. None
+        where the model cannot be cut: with a prefix or suffix the first and last characters
+        are spelled apart, and ``ignore_merges`` takes a whole word that is a token without
+        merging it.
+        """
+        if self.prefix or self.suffix or self.ignore_merges:
+            return None
+        joins = defaultdict(set)  # y -> every x with a merge (a, b), a ending in x, b in y
+        for a, b in merges:
+            if a and b:
+                joins[b[0]].add(a[-1])
+        known = {t for t in self.vocab if len(t) == 1}
+        starts = Counter(t[0] for t in self.vocab if len(t) > 1 and t[0] in known)
+        if not starts:
+            return None
+        J = joins[max(sorted(starts), key=starts.__getitem__)]  # (sorted: ties go to the first)
+        cut_before = [y for y in known if joins[y] <= J]
+        tails = None  # the last characters of what an unknown character becomes
+        if self.unk_token is not None:
+            tails = {self.unk_token[-1]} | ({">"} if self.byte_fallback else set())
+
+        def chars(cs) -> str:
+            return "".join(re.escape(c) for c in sorted(cs))
+
+        if tails is not None and not tails & J:  # after any character outside J
+            cut_after = f"[^{chars(J)}]" if J else "."
+        elif known - J:  # after a token outside J
+            cut_after = f"[{chars(known - J)}]"
+        else:
+            return None
+        # the lookahead first: it fails fast at most places
+        return re.compile(f"(?=[{chars(cut_before)}])(?<={cut_after})", re.DOTALL)
+
+    def parts(self, word: str) -> list[str]:
+        """The word cut where no merge can join its neighbours (see ``_cutter``): encoding each
+        part and putting the ids one after another is encoding the word."""
+        return [word] if self._cut is None else self._cut.split(word)
+
+    def _unk_id(self, c: str, k: int) -> int:
+        if self.unk_token not in self.vocab:
+            raise TokenizerError(
+                f"character {c!r} (U+{ord(c):04X}) at position {k} is not in the vocabulary, "
+                f"nor is the unknown token {self.unk_token!r}"
+            )
+        return self.vocab[self.unk_token]
+
+    def symbols(self, word: str) -> list[int]:
+        """The word's characters as ids, before any merge."""
+        if not (self.prefix or self.suffix):  # the common case: every character a token
+            ids = [self.vocab.get(c) for c in word]
+            if None not in ids:
+                return ids
+        ids = []
+        unk: int | None = None  # a run of unknown characters not yet added (fuse_unk)
+        n = len(word)
+        for k, c in enumerate(word):
+            s = (self.prefix if k > 0 else "") + c + (self.suffix if k == n - 1 else "")
+            i = self.vocab.get(s)
+            if i is not None:
+                if unk is not None:
+                    ids.append(unk)
+                    unk = None
+                ids.append(i)
+                continue
+            if self.byte_fallback:
+                byte_ids = [self.vocab.get(byte_token(b)) for b in s.encode("utf-8")]
+                if None not in byte_ids:
+                    ids.extend(byte_ids)  # (a pending unknown run is added after, as there)
+                    continue
+            if self.unk_token is not None:
+                if unk is not None and not self.fuse_unk:
+                    ids.append(unk)
+                unk = self._unk_id(c, k)
+        if unk is not None:
+            ids.append(unk)
+        return ids
+
+    def encode_word(self, word: str) -> list[int]:
+        if self.ignore_merges and word in self.vocab:
+            return [self.vocab[word]]
+        return apply_merges(self.symbols(word), self.ranks)
+
+
+class WordPieceModel:
+    """Greedy longest-match-first within each word: take the longest vocabulary piece that
+    starts the word, then the longest ``prefix`` piece ("##ing") that continues it, and so on.
+    If at some point no piece matches, or the word has more than ``max_word_chars``
+    characters, the whole word becomes the unknown token."""
+
+    def __init__(self, vocab: dict[str, int], unk_token: str, prefix: str, max_word_chars: int):
+        if max_word_chars < 0:
+            raise TokenizerError(f"max_word_chars must be at least 0, got {max_word_chars}")
+        if unk_token not in vocab:
+            raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
+        self.vocab, self.unk = vocab, [vocab[unk_token]]
+        self.prefix, self.max_word_chars = prefix, max_word_chars
+        self.max_piece_chars = max(len(t) for t in vocab)
+
+    def encode_word(self, word: str) -> list[int]:
+        unk = self.unk
+        if len(word) > self.max_word_chars:
+            return unk
+        vocab, prefix = self.vocab, self.prefix
+        ids = []
+        start, n = 0, len(word)
+        while start < n:
+            end = min(n, start + self.max_piece_chars)
+            while end > start:
+                piece = word[start:end] if start == 0 else prefix + word[start:end]
+                i = vocab.get(piece)
+                if i is not None:
+                    ids.append(i)
+                    break
+                end -= 1
+            else:
+                return unk
+            start = end
+        return ids
+
+
+UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
+
+
+class UnigramModel:
+    """The Unigram language model (Kudo, 2018; SentencePiece): a word is a sequence of pieces
+    drawn independently with probabilities p(piece), and its encoding is the most probable
+    segmentation, argmax over segmentations of the product of p(piece).
+
+    ``pieces`` lists (token, log probability) in id order; those in ``excluded`` (the added
+    tokens) take no part in segmenting. ``unk_token=None`` means there is no unknown token:
+    encoding a character that no piece is on its own raises TokenizerError naming it, as the
+    ``tokenizers`` library refuses such text. Runs of unknown characters are fused into one
+    unknown token, or with ``byte_fallback`` become their UTF-8 bytes as "<0xXX>" pieces, when
+    the vocabulary has them all (as SentencePiece's byte_fallback).
+    """
+
+    def __init__(
+        self,
+        pieces: list[tuple[str, float]],
+        unk_token: str | None,
+        byte_fallback: bool = False,
+        excluded: Iterable[str] = (),
+    ):
+        self.stoi = {t: i for i, (t, _) in enumerate(pieces)}
+        if len(self.stoi) != len(pieces):
+            raise TokenizerError("Unigram vocabulary has duplicate tokens")
+        for t, s in pieces:
+            if not math.isfinite(s):  # a NaN score would make every comparison false
+                raise TokenizerError(f"piece {t!r} has the score {s}; scores must be finite")
+        excluded = set(excluded)
+        self.unk_token, self.byte_fallback = unk_token, byte_fallback
+        self.unk_id = None if unk_token is None else self.stoi[unk_token]
+        # pieces that segmentation may use: everything but the added tokens
+        self.scores = {t: float(s) for t, s in pieces if t not in excluded}
+        self.max_piece_chars = max((len(t) for t in self.scores), default=1)
+        self.unk_score = min((s for _, s in pieces), default=0.0) - UNK_PENALTY
+        # every prefix of every piece, so a lattice scan can stop once no piece can match
+        self._prefixes = {t[:k] for t in self.scores for k in range(1, len(t) + 1)}
+
+    def _edges_from(self, word: str, i: int) -> Iterable[tuple[int, float]]:
+        """Pieces starting at position i: (end position, score). An unknown character gives a
+        one-character edge with the unknown score, so every word has a path."""
+        scores, prefixes = self.scores, self._prefixes
+        has_single = False
+        for j in range(i + 1, min(len(word), i + self.max_piece_chars) + 1):
+            sub = word[i:j]
+            if sub not in prefixes:
+                break
+            s = scores.get(sub)
+            if s is not None:
+                has_single = has_single or j == i + 1
+                yield j, s
+        if not has_single:
+            if self.unk_token is None:
+                c = word[i]
+                raise TokenizerError(
+                    f"cannot encode the character {c!r} (U+{ord(c):04X}) at position {i} of the "
+                    f"word {word!r}: no vocabulary piece is that character alone, and the model "
+                    "has no unknown token (unk_id is null)"
+                )
+            yield i + 1, self.unk_score
+
+    def viterbi(self, word: str) -> list[int]:
+        """The best segmentation: best[j] is the best score of word[:j]. Ties go to the path
+        whose last piece starts earliest (the longer piece), as in SentencePiece."""
+        n = len(word)
+        best = [-math.inf] * (n + 1)
+        back = [0] * (n + 1)
+        best[0] = 0.0
+        for i in range(n):
+            base = best[i]
+            for j, s in self._edges_from(word, i):
+                if base + s > best[j]:
+                    best[j] = base + s
+                    back[j] = i
+        cuts = [n]
+        while n > 0:
+            n = back[n]
+            cuts.append(n)
+        return self._pieces_to_ids(word, cuts[::-1])
+
+    def sample(self, word: str, alpha: float, rng: random.Random) -> list[int]:
+        """A segmentation drawn with probability proportional to p(segmentation) ** alpha:
+        forward sums of the sharpened (or flattened) probabilities, then a random walk
+        backwards from the end of the word."""
+        n = len(word)
+        # forward: logf[j] = log of the summed (sharpened) probability of all paths to j
+        logf = [-math.inf] * (n + 1)
+        logf[0] = 0.0
+        into: list[list[tuple[int, float]]] = [[] for _ in range(n + 1)]
+        for i in range(n):
+            for j, s in self._edges_from(word, i):
+                into[j].append((i, alpha * s))
+        for j in range(1, n + 1):
+            xs = [logf[i] + s for i, s in into[j]]
+            m = max(xs)
+            logf[j] = m if m == -math.inf else m + math.log(sum(math.exp(x - m) for x in xs))
+        # backward: from the end, pick the previous cut in proportion to its path mass
+        cuts = [n]
+        j = n
+        while j > 0:
+            options = into[j]
+            weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]
+            j = rng.choices([i for i, _ in options], weights)[0]
+            cuts.append(j)
+        return self._pieces_to_ids(word, cuts[::-1])
+
+    def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
+        """Ids of the pieces between cuts; runs of unknown pieces are fused and become the
+        unknown token or, with ``byte_fallback``, their bytes."""
+        stoi, unk_id = self.stoi, self.unk_id
+        ids: list[int] = []
+        unknown: list[str] = []  # the unknown pieces not yet added
+        for i, j in zip(cuts, cuts[1:]):
+            t = word[i:j]
+            k = stoi.get(t) if t in self.scores else None
+            if k is None or k == unk_id:  # the unknown token's own text, in a file that does
+                unknown.append(t)  # not make it special, fuses with its neighbours as well
+                continue
+            if unknown:
+                ids.extend(self._unknown_ids("".join(unknown)))
+                unknown.clear()
+            ids.append(k)
+        if unknown:
+            ids.extend(self._unknown_ids("".join(unknown)))
+        return ids
+
+    def _unknown_ids(self, text: str) -> list[int]:
+        if text == self.unk_token:  # its own text (the file does not make it special)
+            return [self.stoi[text]]
+        if self.byte_fallback:
+            byte_ids = [self.stoi.get(byte_token(b)) for b in text.encode("utf-8")]
+            if None not in byte_ids:
+                return byte_ids
+        return [self.stoi[self.unk_token]]
+
+
+def _vocab(spec: dict, path, where: str) -> dict[str, int]:
+    return dict(items(get(spec, "vocab", "object", path, where), "int", path, f"{where}.vocab"))
+
+
+def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:
+    """A merge as a file stores it: "a b" (older files) or ["a", "b"]."""
+    if isinstance(m, str):
+        parts = m.split(" ")
+        if len(parts) != 2:
+            raise TokenizerFileError(path, f'field {where} must be two tokens "a b", got {m!r}')
+        return parts[0], parts[1]
+    return pair(m, "str,str", path, where)
+
+
+def _merges(spec: dict, path, where: str) -> list[tuple[str, str]]:
+    merges = get(spec, "merges", "list", path, where)
+    return [merge_pair_of(m, path, f"{where}.merges[{k}]") for k, m in enumerate(merges)]
+
+
+def build(
+    spec: dict[str, Any], added: dict[str, int], path: str | os.PathLike, where: str = "model"
+) -> Model:
+    """The model a file describes; ``added`` (the added tokens) are excluded from segmenting."""
+    check(spec, "object", path, where)
+    kind = get(spec, "type", "str", path, where, None) or _guess_type(spec)
+    if kind == "BPE":
+        dropout = get(spec, "dropout", "number|null", path, where, None)
+        if dropout:
+            raise TokenizerFileError(
+                path, f"{where}: BPE dropout={dropout} is random; only null or 0 is supported"
+            )
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str|null", path, where, None)
+        model = MergeModel(
+            vocab,
+            _merges(spec, path, where),
+            unk,
+            get(spec, "continuing_subword_prefix", "str|null", path, where, None) or "",
+            get(spec, "end_of_word_suffix", "str|null", path, where, None) or "",
+            get(spec, "fuse_unk", "bool", path, where, False),
+            get(spec, "byte_fallback", "bool", path, where, False),
+            get(spec, "ignore_merges", "bool", path, where, False),
+        )
+        return Model(vocab, model.encode_word, unk, model.parts if model._cut else None)
+    if kind == "WordPiece":
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str", path, where, "[UNK]")
+        wp = WordPieceModel(
+            vocab,
+            unk,
+            get(spec, "continuing_subword_prefix", "str", path, where, "##"),
+            get(spec, "max_input_chars_per_word", "int", path, where, 100),
+        )
+        return Model(vocab, wp.encode_word, unk)
+    if kind == "Unigram":
+        pieces = [
+            pair(p, "str,number", path, f"{where}.vocab[{k}]")
+            for k, p in enumerate(get(spec, "vocab", "list", path, where))
+        ]
+        unk_id = get(spec, "unk_id", "int|null", path, where, None)
+        if unk_id is not None and not 0 <= unk_id < len(pieces):
+            raise TokenizerFileError(path, f"field {where}.unk_id {unk_id} is out of range")
+        # null: no unknown token; text with a character no piece covers alone is then refused
+        # when it is encoded, not when the file is read (as the library does)
+        unk = None if unk_id is None else pieces[unk_id][0]
+        # the added tokens, which are cut out of the text before the model runs, do not take part
+        # in segmenting; the unknown token does unless the file adds it (as the library does it)
+        uni = UnigramModel(
+            pieces, unk, get(spec, "byte_fallback", "bool", path, where, False), set(added)
+        )
+        return Model(dict(uni.stoi), uni.viterbi, unk, sample=uni.sample)
+    if kind == "WordLevel":
+        vocab = _vocab(spec, path, where)
+        unk = get(spec, "unk_token", "str|null", path, where, None)
+
+        def word_level(word: str) -> list[int]:
+            i = vocab.get(word)
+            if i is None:
+                if unk not in vocab:
+                    raise TokenizerError(f"{word!r} is not in the vocabulary and there is no unk")
+                i = vocab[unk]
+            return [i]
+
+        return Model(vocab, word_level, unk)
+    raise TokenizerFileError(
+        path,
+        f"{where}: unsupported model type {kind!r} (supported: BPE, WordPiece, Unigram, WordLevel)",
+    )
+
+
+def _guess_type(spec: dict) -> str | None:
+    if "merges" in spec:
+        return "BPE"
+    if isinstance(spec.get("vocab"), list):
+        return "Unigram"
+    if "continuing_subword_prefix" in spec and "max_input_chars_per_word" in spec:
+        return "WordPiece"
+    return None
