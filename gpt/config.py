@@ -12,11 +12,18 @@ Leave a field as ``None`` and the usual rule fills it in:
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import warnings
 from dataclasses import dataclass, field
 
+from nn.checks import (
+    ConfigError,
+    bad_value,
+    check_bool,
+    check_choice,
+    check_count,
+    check_int,
+    check_real,
+)
 from nn.embedding import check_rope_scaling
 
 GATED = ("glu", "reglu", "geglu", "swiglu")
@@ -27,62 +34,13 @@ ROPE_LAYOUTS = ("interleaved", "half")
 PLACEMENTS = ("pre", "post", "sandwich")
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid. The message names the field, the value and the valid
-    range; ``field`` and ``rule`` are kept apart so that the command line can name its flag."""
-
-    def __init__(self, message: str, field: str | None = None, value=None, rule: str = ""):
-        super().__init__(message)
-        self.field, self.value, self.rule = field, value, rule
-
-
 class ConfigNote(UserWarning):
     """A configuration is valid but unusual (printed once, when the config is made)."""
 
 
-# ------------------------------------------------------------------ field checks
-# Every config field (the models' and training's here, sampling's in
-# gpt/generate.py) is checked by one of these, so that a bad value is one error in one form:
-# ``field=value: rule``.
-def bad_value(name: str, value, rule: str) -> ConfigError:
-    return ConfigError(f"{name}={value!r}: {rule}", name, value, rule)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def check_int(name: str, v, lo: int, hi: int | None = None) -> None:
-    """``v`` is an integer (not a bool) in [lo, hi]."""
-    if not _is_int(v) or v < lo or (hi is not None and v > hi):
-        rule = f"must be an integer ≥ {lo}" if hi is None else f"must be an integer in [{lo}, {hi}]"
-        raise bad_value(name, v, rule)
-
-
-def check_real(name: str, v, lo: float, hi: float = math.inf, open_lo=False, open_hi=False):
-    """``v`` is a finite real number in the interval from lo to hi (each end open or closed)."""
-    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-    if ok:
-        ok = (v > lo if open_lo else v >= lo) and (v < hi if open_hi else v <= hi)
-    if not ok:
-        left, right = "(" if open_lo else "[", ")" if open_hi or hi == math.inf else "]"
-        top = "∞" if hi == math.inf else f"{hi:g}"
-        raise bad_value(name, v, f"must be a finite number in {left}{lo:g}, {top}{right}")
-
-
-def check_bool(name: str, v) -> None:
-    if not isinstance(v, bool):
-        raise bad_value(name, v, "must be true or false")
-
-
-def check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise bad_value(name, value, f"must be one of {', '.join(map(repr, choices))}")
-
-
-def _positive(**values) -> None:
-    for name, v in values.items():
-        check_int(name, v, 1)
+# Every config field (the models' and training's here, sampling's in gpt/generate.py) is
+# checked by nn/checks.py's functions, as the layers check their arguments: a bad value is one
+# error in one form, ``field=value: rule``.
 
 
 class _Fields:
@@ -140,7 +98,8 @@ class GPTConfig(_Fields):
     checkpoint_activations: bool = False
 
     def __post_init__(self) -> None:
-        _positive(
+        check_count(
+            None,
             vocab_size=self.vocab_size,
             block_size=self.block_size,
             n_head=self.n_head,
@@ -188,7 +147,7 @@ class GPTConfig(_Fields):
                     f"must divide d_model={self.d_model} (or set d_head)",
                 )
             self.d_head = self.d_model // self.n_head
-        _positive(d_head=self.d_head)
+        check_count(None, d_head=self.d_head)
         if self.positional == "rope" and self.d_head % 2:
             raise ConfigError(
                 f"positional='rope' rotates pairs of dimensions, so d_head must "
@@ -196,7 +155,7 @@ class GPTConfig(_Fields):
             )
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
-        _positive(d_ff=self.d_ff)
+        check_count(None, d_ff=self.d_ff)
         check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
         if self.parallel and (self.attn_only or self.norm_placement == "post"):
             raise ConfigError(
@@ -313,7 +272,8 @@ class Seq2SeqConfig(_Fields):
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _positive(
+        check_count(
+            None,
             src_vocab_size=self.src_vocab_size,
             tgt_vocab_size=self.tgt_vocab_size,
             max_len=self.max_len,
@@ -330,7 +290,7 @@ class Seq2SeqConfig(_Fields):
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
-        _positive(d_ff=self.d_ff)
+        check_count(None, d_ff=self.d_ff)
         if self.final_norm is None:
             self.final_norm = self.norm_placement != "post"
         check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)

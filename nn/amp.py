@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from nn.checks import check_bool, check_count, check_real
 from nn.optim import Optimizer, scale_kernel, sum_of_squares
 from tensorlab import Tensor
 
@@ -39,18 +40,11 @@ class GradScaler:
         growth_interval: int = 2000,
         enabled: bool = True,
     ):
-        if not (init_scale > 0 and math.isfinite(init_scale)):
-            raise ValueError(
-                f"GradScaler: init_scale must be a finite number > 0, not {init_scale}"
-            )
-        if not growth_factor > 1.0:
-            raise ValueError(f"GradScaler: growth_factor must be > 1, not {growth_factor}")
-        if not 0.0 < backoff_factor < 1.0:
-            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), not {backoff_factor}")
-        if not (isinstance(growth_interval, int) and growth_interval >= 1):
-            raise ValueError(
-                f"GradScaler: growth_interval must be an integer ≥ 1, not {growth_interval!r}"
-            )
+        check_real("init_scale", init_scale, 0.0, open_lo=True, owner="GradScaler")
+        check_real("growth_factor", growth_factor, 1.0, open_lo=True, owner="GradScaler")
+        check_real("backoff_factor", backoff_factor, 0.0, 1.0, True, True, owner="GradScaler")
+        check_count("GradScaler", growth_interval=growth_interval)
+        check_bool("enabled", enabled, owner="GradScaler")
         self.enabled = enabled
         self.scale_value = float(init_scale) if enabled else 1.0
         self.growth_factor, self.backoff_factor = growth_factor, backoff_factor

@@ -17,12 +17,11 @@ Notation, per parameter ``p`` with gradient ``g`` at step ``t = 1, 2, ...``: lea
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 
 import numpy as np
 
-from nn.checks import check_nonnegative
+from nn.checks import bad_value, check_nonnegative, check_real
 from tensorlab import Tensor
 from tensorlab.backend import to_device, xp_for, xp_of
 from tensorlab.fused import fused
@@ -266,9 +265,10 @@ class Adam(Optimizer):
         name = type(self).__name__
         check_nonnegative(name, **{k: group[k] for k in ("lr", "eps", "weight_decay")})
         betas = group["betas"]
-        ok = len(betas) == 2 and all(isinstance(b, numbers.Real) for b in betas)
-        if not (ok and all(0 <= b < 1 for b in betas)):
-            raise ValueError(f"{name}: betas {betas} must be two numbers in [0, 1)")
+        if len(betas) != 2:
+            raise bad_value("betas", betas, "must be two numbers in [0, 1)", name)
+        for i, b in enumerate(betas):
+            check_real(f"betas[{i}]", b, 0.0, 1.0, open_hi=True, owner=name)
 
     def _next_state(self, p: Tensor) -> dict:
         """``p``'s state with its step count advanced (zero moments at the first step)."""
@@ -365,9 +365,8 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
     """
     if isinstance(params, Tensor):
         params = [params]
-    if isinstance(max_norm, bool) or not (isinstance(max_norm, numbers.Real) and max_norm >= 0):
-        # (a negative max_norm would flip every gradient's sign, a NaN one make them NaN)
-        raise ValueError(f"clip_grad_norm_: max_norm={max_norm!r} must be >= 0 (inf: no clipping)")
+    # (a negative max_norm would flip every gradient's sign, a NaN one make them NaN; ∞: none)
+    check_real("max_norm", max_norm, 0.0, owner="clip_grad_norm_", finite=False)
     grads = [p.grad.data for p in params if p.grad is not None]
     if not grads:
         return 0.0

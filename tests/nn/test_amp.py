@@ -216,10 +216,18 @@ def test_disabled_scaler_is_a_pass_through():
 
 
 def test_scaler_checks_its_arguments_and_order():
-    with pytest.raises(ValueError, match="init_scale must be a finite number > 0"):
+    with pytest.raises(
+        ValueError, match=r"GradScaler: init_scale=0.0: must be a finite number in \(0, ∞\)"
+    ):
         GradScaler(init_scale=0.0)
-    with pytest.raises(ValueError, match="backoff_factor must be in"):
+    with pytest.raises(ValueError, match=r"GradScaler: growth_factor=1.0: .* in \(1, ∞\)"):
+        GradScaler(growth_factor=1.0)
+    with pytest.raises(ValueError, match=r"GradScaler: backoff_factor=1.0: .* in \(0, 1\)"):
         GradScaler(backoff_factor=1.0)
+    with pytest.raises(
+        ValueError, match=r"GradScaler: growth_interval=0.5: must be an integer ≥ 1"
+    ):
+        GradScaler(growth_interval=0.5)
     with pytest.raises(RuntimeError, match="call step"):
         GradScaler().update()
 

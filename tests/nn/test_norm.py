@@ -380,7 +380,10 @@ def test_norms_of_zero_size_inputs_match_torch(kind, shape, affine):
 def test_a_bad_eps_is_refused(layer, eps):
     """A negative ε makes rows of small variance NaN (√ of a negative), a NaN one every row:
     refused by name; ε = 0 is taken."""
-    with pytest.raises(ValueError, match=re.escape(f"{layer.__name__}: eps={eps!r} must be")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"{layer.__name__}: eps={eps!r}: must be a finite number in [0, ∞)"),
+    ):
         layer(4, eps=eps)
     assert layer(4, eps=0).eps == 0
 
