@@ -18,12 +18,11 @@ class Softmax(Function):
     saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a, axis):
-        ctx.axis = axis
+        ctx.axis = axis if a.ndim else None  # a 0-d input: its one entry is the axis
         if a.size == 0:  # nothing to normalize (an empty axis): an empty result, as PyTorch
             return a.copy()
         x, half = in_float32(a)
-        e = x - x.max(axis=axis, keepdims=True)
-        xp_of(e).exp(e, out=e)
+        e = xp_of(x).exp(x - x.max(axis=axis, keepdims=True))  # (a 0-d x gives NumPy scalars)
         e /= e.sum(axis=axis, keepdims=True)
         return rounded(e, half)
 
@@ -51,7 +50,7 @@ class LogSoftmax(Function):
     saves_output = True  # backward reads ctx.output
 
     def forward(ctx, a, axis):
-        ctx.axis = axis
+        ctx.axis = axis if a.ndim else None  # a 0-d input: its one entry is the axis
         return log_softmax_array(a, axis)
 
     def backward(ctx, g):

@@ -39,8 +39,6 @@ clear, each for a stated reason:
   PyTorch's gradients differ between its full and per-axis forms (``Var``'s docstring).
 - ``torch.cat`` skips 1-D empty tensors whatever the other shapes (a legacy rule): the
   programs concatenate no tensor of shape (0,).
-- Softmax of a 0-d tensor: its backward is a known bug of ``tensorlab/ops/softmax.py`` (issue
-  41), which this file cannot fix.
 - In the second-derivative test a power a**b keeps b off 0 (b + 1e-4): there PyTorch masks
   da = g b a^(b-1) to a constant 0, which loses its derivative in b, g / a; tensorlab keeps
   it (``tensorlab/ops/elementwise.py: Pow``), and is right.
@@ -276,11 +274,11 @@ def op_reduce(data, pool):
 
 
 def op_softmax(data, pool):
-    found = pick(data, pool, min_ndim=1)  # (0-d: softmax.py's known bug, see the docstring)
+    found = pick(data, pool)
     if found is None:
         return None
     i, x, xt = found
-    axis = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis")
+    axis = data.draw(st.integers(-max(x.ndim, 1), max(x.ndim, 1) - 1), label="axis")
     log = data.draw(st.booleans(), label="log")
     f, ft = (tl.log_softmax, torch.log_softmax) if log else (tl.softmax, torch.softmax)
     return f"{f.__name__}(t{i}, {axis})", lambda: f(x, axis), lambda: ft(xt, axis)

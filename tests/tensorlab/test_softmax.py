@@ -103,3 +103,16 @@ def test_softmax_gradient_rows_sum_to_zero():
     x = leaf(rng.standard_normal((3, 5)))
     (x.softmax(-1) * tl.tensor(rng.standard_normal((3, 5)))).sum().backward()
     np.testing.assert_allclose(x.grad.numpy().sum(-1), 0.0, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_of_a_0d_tensor_is_of_its_one_entry(name):
+    """A 0-d tensor is one entry along its axis (as in PyTorch): softmax 1 and log_softmax 0,
+    gradient 0 to every order (the output does not depend on x)."""
+    x = tl.tensor(np.array(0.7), requires_grad=True)
+    y = getattr(x, name)(axis=-1)
+    assert y.shape == () and y.item() == (1.0 if name == "softmax" else 0.0)
+    (g,) = tl.grad(y, [x], create_graph=True)
+    assert g.item() == 0.0
+    tl.gradcheck(lambda x: getattr(x, name)(axis=-1), [x])
+    tl.gradgradcheck(lambda x: getattr(x, name)(axis=-1), [x])
