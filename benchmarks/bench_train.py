@@ -27,7 +27,7 @@ On a GPU (``--device cuda``) both run in this process on the same card, taking t
 way, each step ending with a device synchronisation so that its time is the GPU's. For each of
 the nanoGPT config, the 6-layer 384-wide block-256 config and GPT-2 small (124M, block 1024)
 (batches of 12, 64 and 8 sequences) it prints ms per step, tokens per second and the model
-FLOPs utilisation: the step's FLOPs (``GPTConfig.flops_per_token`` times tokens) per second
+FLOPs utilisation: the step's FLOPs (``gpt.model.flops_per_token`` times tokens) per second
 over the card's bf16 matrix-product rate, measured first in the same run (PyTorch, 8192² bf16
 products). ``--dtype`` chooses float32, bfloat16 (``tl.autocast`` against ``torch.autocast``)
 or both (the default on CUDA).
@@ -259,6 +259,7 @@ def gpu_main(blocks: int, dtypes: list[str]) -> None:
     import torch
 
     from gpt.config import GPTConfig
+    from gpt.model import flops_per_token
 
     peak = bf16_gemm_rate()
     print(f"GPU: {torch.cuda.get_device_name()}; bf16 matrix products: {peak / 1e12:.0f} TFLOP/s")
@@ -270,7 +271,7 @@ def gpu_main(blocks: int, dtypes: list[str]) -> None:
         cfg = dict(CONFIGS[name], batch_size=GPU_BATCH[name])
         shape = {k: v for k, v in cfg.items() if k != "batch_size"}
         tokens = cfg["batch_size"] * cfg["block_size"]
-        flops = GPTConfig(vocab_size=vocab, **shape).flops_per_token() * tokens
+        flops = flops_per_token(GPTConfig(vocab_size=vocab, **shape)) * tokens
         for dtype in dtypes:
             try:
                 ours = make_ours(cfg, device="cuda", dtype=dtype)

@@ -8,7 +8,7 @@ shakespeare-char GPU config ("small-char"): ms per ``Trainer.step`` at two batch
 as ``t(b) = a + c·b`` (a: the per-step cost that does not shrink with the batch: Python's op
 dispatch and backward loop, the optimizer; c: the cost per sequence). GPT-2 small (124M) is
 too slow to time here, so its ``c`` is extrapolated from small-char's by training FLOPs per
-sequence (``GPTConfig.flops_per_token``) and its ``a`` by parameter count.
+sequence (``gpt.model.flops_per_token``) and its ``a`` by parameter count.
 
 The model, for a global batch of B sequences on N processes (one core each):
 
@@ -60,6 +60,12 @@ def main() -> None:
     import numpy as np
 
     from gpt.config import preset
+    from gpt.model import GPT, flops_per_token
+    from nn.init import empty_parameters
+
+    def count(cfg) -> int:
+        with empty_parameters():  # (nothing drawn: only the count is wanted)
+            return GPT(cfg).num_parameters()
 
     fits = {}
     for name, shape in SHAPES.items():
@@ -70,16 +76,16 @@ def main() -> None:
             ms.append(m)
         c, a = np.polyfit(batches, ms, 1)  # least squares: t = a + c·b
         a = max(float(a), 0.0)
-        fits[name] = (a, float(c), cfg.num_parameters(), cfg)
+        fits[name] = (a, float(c), count(cfg), cfg)
         shown = ", ".join(f"t({b}) = {m:.1f}" for b, m in zip(batches, ms))
         print(f"{name}: {shown} ms -> a = {a:.1f} ms, c = {c:.2f} ms/sequence")
     a_s, c_s, p_s, cfg_s = fits["small-char"]
     g2 = preset("gpt2-small")
-    ratio = (g2.flops_per_token() * g2.block_size) / (cfg_s.flops_per_token() * cfg_s.block_size)
-    fits["gpt2-small"] = (a_s * g2.num_parameters() / p_s, c_s * ratio, g2.num_parameters(), g2)
+    ratio = (flops_per_token(g2) * g2.block_size) / (flops_per_token(cfg_s) * cfg_s.block_size)
+    fits["gpt2-small"] = (a_s * count(g2) / p_s, c_s * ratio, count(g2), g2)
     print(
         f"gpt2-small (extrapolated): a = {fits['gpt2-small'][0]:.0f} ms, "
-        f"c = {fits['gpt2-small'][1]:.0f} ms/sequence, P = {g2.num_parameters():,}"
+        f"c = {fits['gpt2-small'][1]:.0f} ms/sequence, P = {count(g2):,}"
     )
 
     ns = [1, 2, 4, 8, 16, 32, 64]

@@ -1,5 +1,6 @@
-"""Configurations: one dataclass per architecture, its rules of thumb and its costs, and the
-training config (:class:`TrainConfig`).
+"""Configurations: one dataclass per architecture and its rules of thumb, and the training
+config (:class:`TrainConfig`). (A model's size and cost are counted on the model itself:
+``GPT(cfg).num_parameters()``, :func:`gpt.model.flops_per_token`.)
 
 Leave a field as ``None`` and the usual rule fills it in:
 
@@ -166,10 +167,6 @@ class GPTConfig(_Fields):
         for note in self.notes():
             warnings.warn(note, ConfigNote, stacklevel=3)
 
-    @property
-    def gated(self) -> bool:
-        return self.activation in GATED
-
     def notes(self) -> list[str]:
         """Valid but unusual choices worth a word."""
         out = []
@@ -182,46 +179,6 @@ class GPTConfig(_Fields):
                     "ratios, degrading outside about 20-200)"
                 )
         return out
-
-    # ------------------------------------------------------------------ costs
-    def num_parameters(self, non_embedding: bool = False) -> int:
-        """Parameters of the model this config builds (see gpt.model.GPT; tested equal)."""
-        d, L, f = self.d_model, self.n_layer, self.d_ff
-        hd, kvd = self.n_head * self.d_head, self.n_kv_head * self.d_head
-        b, qkv_b = (1 if self.bias else 0), (1 if self.qkv_bias else 0)
-        norm = (
-            0 if self.norm == "none" else d * (2 if self.norm == "layernorm" and self.bias else 1)
-        )
-        attn = 2 * d * hd + 2 * d * kvd + qkv_b * (hd + 2 * kvd) + b * d
-        if self.positional == "relative":
-            attn += self.n_head * (2 * self.max_relative_distance + 1)
-        mlp = (
-            0
-            if self.attn_only
-            else (3 if self.gated else 2) * d * f + b * ((2 if self.gated else 1) * f + d)
-        )
-        norms_per_block = (1 if self.attn_only else 2) * (
-            2 if self.norm_placement == "sandwich" else 1
-        )
-        if self.parallel and not self.attn_only and self.norm_placement == "pre":
-            norms_per_block = 1
-        block = attn + mlp + norms_per_block * norm
-        embed = self.vocab_size * d + (self.block_size * d if self.positional == "learned" else 0)
-        head = 0 if self.tie_weights else self.vocab_size * d
-        total = embed + L * block + (norm if self.final_norm else 0) + head
-        if non_embedding:
-            total -= embed
-        return total
-
-    def flops_per_token(self, training: bool = True) -> int:
-        """Approximate FLOPs per token: 2N for the weight products plus 2·L·T·d for attention
-        scores and their mix, per forward; ×3 for forward + backward (Kaplan et al. 2020,
-        Table 1; Chinchilla, Hoffmann et al. 2022, App. F)."""
-        n = self.num_parameters(non_embedding=True)  # includes an untied unembedding
-        n += self.vocab_size * self.d_model if self.tie_weights else 0
-        span = min(self.block_size, self.sliding_window or self.block_size)
-        fwd = 2 * n + 2 * self.n_layer * span * self.n_head * self.d_head
-        return 3 * fwd if training else fwd
 
 
 def default_d_ff(d_model: int, activation: str) -> int:
@@ -313,33 +270,6 @@ class Seq2SeqConfig(_Fields):
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
-
-    @property
-    def gated(self) -> bool:
-        return self.activation in GATED
-
-    def num_parameters(self) -> int:
-        """Parameters of the model this config builds (tested equal to the model's count)."""
-        d, f = self.d_model, self.d_ff
-        b = 1 if self.bias else 0
-        norm = d * (2 if self.norm == "layernorm" and self.bias else 1)
-        attn = 4 * d * d + b * 4 * d
-        mlp = (3 if self.gated else 2) * d * f + b * ((2 if self.gated else 1) * f + d)
-        per_norm = 2 if self.norm_placement == "sandwich" else 1
-        enc_block = attn + mlp + 2 * per_norm * norm
-        dec_block = 2 * attn + mlp + 3 * per_norm * norm
-        pos = self.max_len * d if self.positional == "learned" else 0
-        src_embed = 0 if self.share_embeddings else self.src_vocab_size * d
-        embed = src_embed + self.tgt_vocab_size * d + 2 * pos  # each stack its own positions
-        head = 0 if self.tie_weights else self.tgt_vocab_size * d
-        final = 2 * norm if self.final_norm else 0
-        return (
-            embed
-            + self.n_encoder_layer * enc_block
-            + self.n_decoder_layer * dec_block
-            + final
-            + head
-        )
 
 
 @dataclass

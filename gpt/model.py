@@ -28,7 +28,7 @@ import nn
 import nn.functional as F
 import tensorlab as tl
 from gpt.config import GPTConfig
-from nn.init import gpt2_init_, gpt2_residual_init_
+from nn.init import empty_parameters, gpt2_init_, gpt2_residual_init_
 from tensorlab import Tensor
 
 # The attention's biases for the config's (bias, qkv_bias): all, none, q/k/v only, output only
@@ -240,3 +240,19 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits, targets)
         return logits, loss
+
+
+def flops_per_token(cfg: GPTConfig, training: bool = True) -> int:
+    """Approximate FLOPs per token of the model ``cfg`` builds: 2N for the weight products
+    plus 2·L·T·d for attention scores and their mix, per forward; ×3 for forward + backward
+    (Kaplan et al. 2020, Table 1; Chinchilla, Hoffmann et al. 2022, App. F). N counts the
+    model's own parameters (built with :func:`nn.init.empty_parameters`: nothing drawn) but the
+    embedding tables, which are looked up, not multiplied; the unembedding, tied or not, is a
+    product of vocab_size · d_model."""
+    with empty_parameters():
+        model = GPT(cfg)
+    tables = model.embed.num_parameters() + (model.pos.num_parameters() if model.pos else 0)
+    n = model.num_parameters() - tables + cfg.vocab_size * cfg.d_model
+    span = min(cfg.block_size, cfg.sliding_window or cfg.block_size)
+    fwd = 2 * n + 2 * cfg.n_layer * span * cfg.n_head * cfg.d_head
+    return 3 * fwd if training else fwd

@@ -68,7 +68,7 @@ VARIANTS = [
 
 # ---------------------------------------------------------------------- shapes and config
 @pytest.mark.parametrize("overrides", VARIANTS)
-def test_shapes_and_parameter_count(overrides):
+def test_shapes(overrides):
     model = small(**overrides)
     src, tgt = sources(), targets()
     logits, loss = model(src, tgt, tgt)
@@ -77,7 +77,6 @@ def test_shapes_and_parameter_count(overrides):
     memory = model.encode(src)
     assert memory.shape == (4, 6, 16)
     assert model.decode(memory, model.padding_mask(src), tgt[:, :2]).shape == (4, 2, V)
-    assert sum(p.size for p in model.parameters()) == model.config.num_parameters()
     logits2, loss2 = model(src, tgt)
     assert loss2 is None and np.array_equal(logits2.numpy(), logits.numpy())
 
