@@ -244,7 +244,7 @@ class Seq2SeqConfig(_Fields):
         check_choice("norm_placement", self.norm_placement, PLACEMENTS)
         check_choice("positional", self.positional, ("sinusoidal", "learned"))
         if self.d_model % self.n_head:
-            raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+            raise bad_value("n_head", self.n_head, f"must divide d_model={self.d_model}")
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
         check_count(None, d_ff=self.d_ff)
@@ -263,7 +263,8 @@ class Seq2SeqConfig(_Fields):
         for name in ("pad_id", "bos_id", "eos_id"):
             check_int(name, getattr(self, name), 0, self.tgt_vocab_size - 1)
         if self.pad_id >= self.src_vocab_size:
-            raise ConfigError(f"pad_id={self.pad_id} is outside the source vocabulary")
+            rule = f"must be a source id too, below src_vocab_size={self.src_vocab_size}"
+            raise bad_value("pad_id", self.pad_id, rule)
         if self.eos_id == self.pad_id:  # the loss ignores pad targets: eos would never be taught
             raise bad_value("eos_id", self.eos_id, f"must differ from pad_id={self.pad_id}")
 

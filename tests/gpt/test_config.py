@@ -185,7 +185,9 @@ def test_flops_count_the_attention_a_sliding_window_allows():
 
 def test_seq2seq_pad_id_must_be_a_source_id_too():
     kw = dict(src_vocab_size=4, tgt_vocab_size=8, bos_id=5, eos_id=6)
-    with pytest.raises(ConfigError, match="pad_id=4 is outside the source vocabulary"):
+    with pytest.raises(
+        ConfigError, match="pad_id=4: must be a source id too, below src_vocab_size=4"
+    ):
         Seq2SeqConfig(pad_id=4, **kw)
     assert Seq2SeqConfig(pad_id=3, **kw).pad_id == 3
 
@@ -199,3 +201,8 @@ def test_seq2seq_final_norm_follows_the_placement_unless_given():
         True,
     ]
     assert Seq2SeqConfig(norm_placement="post", final_norm=True).final_norm
+
+
+def test_seq2seq_heads_must_divide_the_width_in_the_gpt_configs_words():
+    with pytest.raises(ConfigError, match=r"^n_head=3: must divide d_model=64$"):
+        Seq2SeqConfig(n_head=3)
