@@ -65,7 +65,7 @@ TESTS = {
     ],
     "gpt/tokenizers/offsets.py": [
         "tests/gpt/tokenizers/test_offsets_of_unknown_tokens.py "
-        "tests/gpt/tokenizers/test_spelling.py",
+        "tests/gpt/tokenizers/test_offsets_and_visualizer.py tests/gpt/tokenizers/test_spelling.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/precompiled.py": [
@@ -969,34 +969,28 @@ MUTANTS = {
     ],
     "gpt/tokenizers/offsets.py": [
         (
-            "added-span-searched",
-            "        if added:  # an added token is where the text was cut for it",
-            "        if False:  # an added token is where the text was cut for it",
-            "offsets: added tokens searched for, not given the place they were cut at",
+            "added-span-first-char",
+            "            placed.append((found[0], start, end))",
+            "            placed.append((found[0], start, start + 1))",
+            "offsets: an added token covers only its first character",
         ),
         (
-            "widen-past-word",
-            "spans[k] = (max(word[0], min(before, start)), min(word[1], max(after, end)))",
-            "spans[k] = (min(before, start), max(after, end))",
-            "offsets: a fused unknown token widened past its word",
+            "token-ends-at-first-char",
+            "last_char = char_of[min(max(b - 1, a), len(char_of) - 1)]",
+            "last_char = char_of[min(a, len(char_of) - 1)]",
+            "offsets: a token ends where its first character ends",
         ),
         (
             "prefix-space-key",
-            '            added_prefix_space=any(s.get("add_prefix_space", True) is True',
-            '            added_prefix_space=any(s.get("trim_offsets", True) is True',
-            "Spelling.of: added_prefix_space read from the trim_offsets field",
+            '    return any(s.get("add_prefix_space", True) is True for s in trimming)',
+            '    return any(s.get("trim_offsets", True) is True for s in trimming)',
+            "_trimming: add_prefix_space read from the trim_offsets field",
         ),
         (
             "sequence-not-entered",
             '    steps = (post.get("processors") or []) if _type(post) == "Sequence" else [post]',
             "    steps = [post]",
-            "Spelling.of: a ByteLevel post-processor inside a Sequence is not seen",
-        ),
-        (
-            "find-key-shallow",
-            "        spec = list(spec.values())",
-            "        return None",
-            "_find_key: a Metaspace nested in a Sequence keeps the default replacement",
+            "_trimming: a ByteLevel post-processor inside a Sequence is not seen",
         ),
     ],
     "gpt/tokenizers/models.py": [
@@ -1149,9 +1143,15 @@ MUTANTS = {
         ),
         (
             "char-at-start-kept",
-            "out += [(m[0], at_start and m.start() == 0) for m in find(text)]",
-            "out += [(m[0], at_start) for m in find(text)]",
-            "char_splitting: every piece of the first piece marked as the text's start",
+            "    return text[s:e], at_start and s == 0, None if origin is None else origin[s:e]",
+            "    return text[s:e], at_start, None if origin is None else origin[s:e]",
+            "_cut: every piece of the first piece marked as the text's start",
+        ),
+        (
+            "prepended-from-last",
+            "                o = o[:1] * (len(new) - len(o)) + o",
+            "                o = o + o[-1:] * (len(new) - len(o))",
+            "per_piece: a character put in front of a piece counted as coming from its end",
         ),
         (
             "prefix-space-twice",
@@ -3283,11 +3283,6 @@ REVIEWED = {
         "reaches rank k only past an eos of a better rank at the same step (same length, same "
         "length penalty); the extra hypothesis scores below that one and never changes the "
         "best ended score or the result."
-    ),
-    "offsets.added-span-searched": (
-        "equivalent so far: an added token's stretch is its own text, where the search finds "
-        "its surface whole (or, spelled otherwise, fills the whole stretch with it); the "
-        "explicit span does not depend on how the token is spelled."
     ),
     "wordpiece.tokcount-new-reset": (
         "equivalent: a merge rewrites every occurrence of its pair at once, so no later merge "

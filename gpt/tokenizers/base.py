@@ -14,7 +14,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Literal
 
 
 class TokenizerError(ValueError):
@@ -59,7 +58,6 @@ def file_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
         raise TokenizerFileError(path, f"malformed {what}: {e}") from None
 
 
-AllowedSpecial = Literal["all", "none"] | Iterable[str]
 Pair = tuple[int, int]
 
 

@@ -38,7 +38,14 @@ examples:
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_report_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``tokenizer-report`` on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "tokenizer-report",
+        help="measure tokenizers on held-out text",
+        description=REPORT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--text", required=True, help="UTF-8 text file to measure on")
     p.add_argument(
         "--tokenizer",
@@ -69,17 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also write a page showing how each tokenizer cuts the start of the held-out text",
     )
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
-
-
-def add_report_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``tokenizer-report`` on an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "tokenizer-report",
-        help="measure tokenizers on held-out text",
-        description=REPORT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(p)
     p.set_defaults(func=run_report)
     return p
 
@@ -196,17 +192,3 @@ def run_train(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     print(f"trained {args.kind} (vocab {tok.vocab_size}) in {seconds:.2f}s -> {args.out}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m gpt tokenizer-report",
-        description=REPORT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(p)
-    return run_report(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,6 +25,7 @@ they make, so every tokenizer encodes through this file.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 import random
@@ -47,16 +48,22 @@ class Model:
 
     vocab: dict[str, int]
     encode_word: Callable[[str], list[int]]
+    #: ``(id, start, end)`` of each token of a word, in UTF-8 bytes of the word, as the library
+    #: counts them (offsets are made of these)
+    tokens: Callable[[str], list[tuple[int, int, int]]]
     unk_token: str | None
     parts: Callable[[str], list[str]] | None = None
     #: a sampled segmentation of a word: ``sample(word, alpha, rng)`` (Unigram only)
     sample: Callable[[str, float, random.Random], list[int]] | None = None
 
 
-def apply_merges(ids: list[int], ranks: dict[Pair, tuple[int, int]]) -> list[int]:
+def apply_merges(
+    ids: list[int], ranks: dict[Pair, tuple[int, int]], lens: list[int] | None = None
+) -> list[int]:
     """BPE encoding of one word: ``ids`` after merging, again and again, the adjacent pair with
     the lowest rank (ties: the leftmost) into its token, until no adjacent pair has a merge.
-    ``ranks[(a, b)]`` is ``(rank, id of the merged token)``. ``ids`` is consumed.
+    ``ranks[(a, b)]`` is ``(rank, id of the merged token)``. ``ids`` is consumed; ``lens``, if
+    given, are the symbols' lengths, summed as they merge.
 
     A merge may make a pair that ranks below pairs already waiting, so the merges do not run in
     the list's order. The pairs wait in a heap by (rank, position) and the word is a doubly
@@ -83,6 +90,8 @@ def apply_merges(ids: list[int], ranks: dict[Pair, tuple[int, int]]) -> list[int
         if current is None or current[1] != new_id:
             continue  # stale: one side was merged since this entry was pushed
         ids[pos], ids[right] = new_id, None
+        if lens is not None:
+            lens[pos] += lens[right]
         after = nxt[pos] = nxt[right]
         if after < n:
             prv[after] = pos
@@ -94,6 +103,8 @@ def apply_merges(ids: list[int], ranks: dict[Pair, tuple[int, int]]) -> list[int
             r = ranks.get((ids[left], new_id))
             if r is not None:
                 heapq.heappush(heap, (r[0], left, r[1]))
+    if lens is not None:
+        lens[:] = [n for i, n in zip(ids, lens) if i is not None]
     return [i for i in ids if i is not None]
 
 
@@ -207,41 +218,64 @@ class MergeModel:
             )
         return self.vocab[self.unk_token]
 
-    def symbols(self, word: str) -> list[int]:
-        """The word's characters as ids, before any merge."""
-        if not (self.prefix or self.suffix):  # the common case: every character a token
-            ids = [self.vocab.get(c) for c in word]
-            if None not in ids:
-                return ids
-        ids = []
+    def symbols(self, word: str) -> tuple[list[int], list[int]]:
+        """The word's characters as ids, before any merge, and the length of each in UTF-8 bytes
+        as the library counts it (a fused run of unknown characters: theirs; a byte token: 1;
+        an unknown character dropped: nothing, so the offsets after it shift, as there)."""
+        ids: list[int] = []
+        lens: list[int] = []
         unk: int | None = None  # a run of unknown characters not yet added (fuse_unk)
+        unk_len = 0
         n = len(word)
         for k, c in enumerate(word):
             s = (self.prefix if k > 0 else "") + c + (self.suffix if k == n - 1 else "")
             i = self.vocab.get(s)
+            size = len(c.encode("utf-8"))
             if i is not None:
                 if unk is not None:
                     ids.append(unk)
+                    lens.append(unk_len)
                     unk = None
                 ids.append(i)
+                lens.append(size)
                 continue
             if self.byte_fallback:
                 byte_ids = [self.vocab.get(byte_token(b)) for b in s.encode("utf-8")]
                 if None not in byte_ids:
                     ids.extend(byte_ids)  # (a pending unknown run is added after, as there)
+                    lens.extend([1] * len(byte_ids))
                     continue
             if self.unk_token is not None:
-                if unk is not None and not self.fuse_unk:
+                if unk is not None and self.fuse_unk:
+                    unk_len += size
+                    continue
+                if unk is not None:
                     ids.append(unk)
-                unk = self._unk_id(c, k)
+                    lens.append(unk_len)
+                unk, unk_len = self._unk_id(c, k), size
         if unk is not None:
             ids.append(unk)
-        return ids
+            lens.append(unk_len)
+        return ids, lens
 
     def encode_word(self, word: str) -> list[int]:
         if self.ignore_merges and word in self.vocab:
             return [self.vocab[word]]
-        return apply_merges(self.symbols(word), self.ranks)
+        ids = None
+        if not (self.prefix or self.suffix):  # the common case: every character a token
+            ids = [self.vocab.get(c) for c in word]
+        if ids is None or None in ids:
+            ids = self.symbols(word)[0]
+        return apply_merges(ids, self.ranks)
+
+    def tokens(self, word: str) -> list[tuple[int, int, int]]:
+        """``(id, start, end)`` of each token of the word, in UTF-8 bytes of the word."""
+        if self.ignore_merges and word in self.vocab:
+            return [(self.vocab[word], 0, len(word.encode("utf-8")))]
+        ids, lens = self.symbols(word)
+        ids = apply_merges(ids, self.ranks, lens)
+        ends = list(itertools.accumulate(lens))
+        return [(i, e - n, e) for i, n, e in zip(ids, lens, ends)]
 
 
 class WordPieceModel:
@@ -255,16 +289,24 @@ class WordPieceModel:
             raise TokenizerError(f"max_word_chars must be at least 0, got {max_word_chars}")
         if unk_token not in vocab:
             raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
-        self.vocab, self.unk = vocab, [vocab[unk_token]]
+        self.vocab, self.unk = vocab, vocab[unk_token]
         self.prefix, self.max_word_chars = prefix, max_word_chars
         self.max_piece_chars = max(len(t) for t in vocab)
 
     def encode_word(self, word: str) -> list[int]:
-        unk = self.unk
+        return [i for i, _, _ in self.pieces(word)]
+
+    def tokens(self, word: str) -> list[tuple[int, int, int]]:
+        """``(id, start, end)`` of each token of the word, in UTF-8 bytes of the word."""
+        return in_bytes(word, self.pieces(word))
+
+    def pieces(self, word: str) -> list[tuple[int, int, int]]:
+        """``(id, start, end)`` of each piece, in characters of the word."""
+        whole = [(self.unk, 0, len(word))]
         if len(word) > self.max_word_chars:
-            return unk
+            return whole
         vocab, prefix = self.vocab, self.prefix
-        ids = []
+        out = []
         start, n = 0, len(word)
         while start < n:
             end = min(n, start + self.max_piece_chars)
@@ -272,13 +314,21 @@ class WordPieceModel:
                 piece = word[start:end] if start == 0 else prefix + word[start:end]
                 i = vocab.get(piece)
                 if i is not None:
-                    ids.append(i)
+                    out.append((i, start, end))
                     break
                 end -= 1
             else:
-                return unk
+                return whole
             start = end
-        return ids
+        return out
+
+
+def in_bytes(word: str, pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``(id, start, end)`` in characters of ``word`` as offsets in its UTF-8 bytes."""
+    if word.isascii():
+        return pieces
+    at = [0, *itertools.accumulate(len(c.encode("utf-8")) for c in word)]
+    return [(i, at[a], at[b]) for i, a, b in pieces]
 
 
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
@@ -343,9 +393,16 @@ class UnigramModel:
                 )
             yield i + 1, self.unk_score
 
+    def encode_word(self, word: str) -> list[int]:
+        return [i for i, _, _ in self.pieces(word, self.viterbi(word))]
+
+    def tokens(self, word: str) -> list[tuple[int, int, int]]:
+        """``(id, start, end)`` of each token of the word, in UTF-8 bytes of the word."""
+        return in_bytes(word, self.pieces(word, self.viterbi(word)))
+
     def viterbi(self, word: str) -> list[int]:
-        """The best segmentation: best[j] is the best score of word[:j]. Ties go to the path
-        whose last piece starts earliest (the longer piece), as in SentencePiece."""
+        """The cuts of the best segmentation: best[j] is the best score of word[:j]. Ties go to
+        the path whose last piece starts earliest (the longer piece), as in SentencePiece."""
         n = len(word)
         best = [-math.inf] * (n + 1)
         back = [0] * (n + 1)
@@ -360,7 +417,7 @@ class UnigramModel:
         while n > 0:
             n = back[n]
             cuts.append(n)
-        return self._pieces_to_ids(word, cuts[::-1])
+        return cuts[::-1]
 
     def sample(self, word: str, alpha: float, rng: random.Random) -> list[int]:
         """A segmentation drawn with probability proportional to p(segmentation) ** alpha:
@@ -386,27 +443,28 @@ class UnigramModel:
             weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]
             j = rng.choices([i for i, _ in options], weights)[0]
             cuts.append(j)
-        return self._pieces_to_ids(word, cuts[::-1])
+        return [i for i, _, _ in self.pieces(word, cuts[::-1])]
 
-    def _pieces_to_ids(self, word: str, cuts: list[int]) -> list[int]:
-        """Ids of the pieces between cuts; runs of unknown pieces are fused and become the
-        unknown token or, with ``byte_fallback``, their bytes."""
+    def pieces(self, word: str, cuts: list[int]) -> list[tuple[int, int, int]]:
+        """``(id, start, end)`` of the pieces between cuts, in characters; a run of unknown
+        pieces is fused into the unknown token or, with ``byte_fallback``, its bytes (each
+        with the run's place, as the library gives them)."""
         stoi, unk_id = self.stoi, self.unk_id
-        ids: list[int] = []
-        unknown: list[str] = []  # the unknown pieces not yet added
+        out: list[tuple[int, int, int]] = []
+        run = None  # (start, end) of the unknown pieces not yet added
         for i, j in zip(cuts, cuts[1:]):
             t = word[i:j]
             k = stoi.get(t) if t in self.scores else None
             if k is None or k == unk_id:  # the unknown token's own text, in a file that does
-                unknown.append(t)  # not make it special, fuses with its neighbours as well
+                run = (i if run is None else run[0], j)  # not make it special, fuses too
                 continue
-            if unknown:
-                ids.extend(self._unknown_ids("".join(unknown)))
-                unknown.clear()
-            ids.append(k)
-        if unknown:
-            ids.extend(self._unknown_ids("".join(unknown)))
-        return ids
+            if run:
+                out += [(u, *run) for u in self._unknown_ids(word[run[0] : run[1]])]
+                run = None
+            out.append((k, i, j))
+        if run:
+            out += [(u, *run) for u in self._unknown_ids(word[run[0] : run[1]])]
+        return out
 
     def _unknown_ids(self, text: str) -> list[int]:
         if text == self.unk_token:  # its own text (the file does not make it special)
@@ -461,7 +519,8 @@ def build(
             get(spec, "byte_fallback", "bool", path, where, False),
             get(spec, "ignore_merges", "bool", path, where, False),
         )
-        return Model(vocab, model.encode_word, unk, model.parts if model._cut else None)
+        parts = model.parts if model._cut else None
+        return Model(vocab, model.encode_word, model.tokens, unk, parts)
     if kind == "WordPiece":
         vocab = _vocab(spec, path, where)
         unk = get(spec, "unk_token", "str", path, where, "[UNK]")
@@ -471,7 +530,7 @@ def build(
             get(spec, "continuing_subword_prefix", "str", path, where, "##"),
             get(spec, "max_input_chars_per_word", "int", path, where, 100),
         )
-        return Model(vocab, wp.encode_word, unk)
+        return Model(vocab, wp.encode_word, wp.tokens, unk)
     if kind == "Unigram":
         pieces = [
             pair(p, "str,number", path, f"{where}.vocab[{k}]")
@@ -488,7 +547,7 @@ def build(
         uni = UnigramModel(
             pieces, unk, get(spec, "byte_fallback", "bool", path, where, False), set(added)
         )
-        return Model(dict(uni.stoi), uni.viterbi, unk, sample=uni.sample)
+        return Model(dict(uni.stoi), uni.encode_word, uni.tokens, unk, sample=uni.sample)
     if kind == "WordLevel":
         vocab = _vocab(spec, path, where)
         unk = get(spec, "unk_token", "str|null", path, where, None)
@@ -501,7 +560,7 @@ def build(
                 i = vocab[unk]
             return [i]
 
-        return Model(vocab, word_level, unk)
+        return Model(vocab, word_level, lambda w: [(*word_level(w), 0, len(w.encode()))], unk)
     raise TokenizerFileError(
         path,
         f"{where}: unsupported model type {kind!r} (supported: BPE, WordPiece, Unigram, WordLevel)",

@@ -190,12 +190,6 @@ def bytes_to_text(b: bytes) -> str:
     return b.decode("latin-1").translate(bytes_to_unicode())
 
 
-def text_to_bytes(s: str) -> bytes:
-    """The inverse of ``bytes_to_text``; raises KeyError for a character outside the table."""
-    table = unicode_to_bytes()
-    return bytes(table[c] for c in s)
-
-
 # ----- the pre-tokenizers of a tokenizer.json ------------------------------------------------
 
 #: Characters with the Unicode White_Space property (Rust's ``char::is_whitespace``).
@@ -277,7 +271,9 @@ def bert_pretokenize(text: str) -> list[str]:
     return _BERT_SPLIT.findall(text)
 
 
-Piece = tuple[str, bool]
+#: a piece of text, whether it starts the text, and where each of its characters came from in
+#: the text the pre-tokenizer was given (None when nobody asks: plain encoding)
+Piece = tuple[str, bool, list[int] | None]
 PreTokenizer = Callable[[list[Piece]], list[Piece]]
 #: where a pattern matches: the (start, end) of each match, in order
 Matcher = Callable[[str], list[tuple[int, int]]]
@@ -348,11 +344,9 @@ def splitting(matcher: Matcher, behaviour: str, invert: bool = False) -> PreToke
 
     def split(pieces: list[Piece]) -> list[Piece]:
         out = []
-        for text, at_start in pieces:
+        for text, at_start, origin in pieces:
             spans = apply_behaviour(segments(text, matcher(text), invert), behaviour)
-            for s, e in spans:
-                if e > s:  # empty pieces are dropped
-                    out.append((text[s:e], at_start and s == 0))
+            out += [_cut(text, at_start, origin, s, e) for s, e in spans if e > s]  # none empty
         return out
 
     return split
@@ -381,28 +375,46 @@ def char_splitting(char_class: str, behaviour: str) -> PreTokenizer:
 
     def split(pieces: list[Piece]) -> list[Piece]:
         out = []
-        for text, at_start in pieces:
-            out += [(m[0], at_start and m.start() == 0) for m in find(text)]
+        for text, at_start, origin in pieces:
+            out += [_cut(text, at_start, origin, *m.span()) for m in find(text)]
         return out
 
     return split
 
 
-def words_of(split: Callable[[str], list[str]]) -> PreTokenizer:
-    """A step cutting each piece with ``split``, a function that returns the words in order."""
+def words_of(finditer) -> PreTokenizer:
+    """A step cutting each piece into the matches of ``finditer`` (a compiled regex's)."""
 
     def run(pieces: list[Piece]) -> list[Piece]:
         out = []
-        for text, at_start in pieces:
-            out.extend((w, at_start and k == 0) for k, w in enumerate(split(text)) if w)
+        for text, at_start, origin in pieces:
+            out += [_cut(text, at_start, origin, *m.span()) for m in finditer(text) if m[0]]
         return out
 
     return run
 
 
-def per_piece(f: Callable[[str, bool], str]) -> PreTokenizer:
-    """A step that rewrites each piece's text (``f(text, at_start)``) without cutting it."""
-    return lambda pieces: [(f(t, a), a) for t, a in pieces]
+def _cut(text: str, at_start: bool, origin: list[int] | None, s: int, e: int) -> Piece:
+    """The piece ``text[s:e]`` of a piece."""
+    return text[s:e], at_start and s == 0, None if origin is None else origin[s:e]
+
+
+def per_piece(f: Callable[[str, bool], str], bytewise: bool = False) -> PreTokenizer:
+    """A step that rewrites each piece's text (``f(text, at_start)``) without cutting it: one
+    character for one (spaces made "▁"), with characters put in front (which come from the
+    first), or with ``bytewise`` one for each UTF-8 byte of a character (ByteLevel)."""
+
+    def run(pieces: list[Piece]) -> list[Piece]:
+        out = []
+        for t, a, o in pieces:
+            new = f(t, a)
+            if o is not None:
+                o = [k for c, k in zip(t, o) for _ in c.encode()] if bytewise else o
+                o = o[:1] * (len(new) - len(o)) + o
+            out.append((new, a, o))
+        return out
+
+    return run
 
 
 def sequence(steps: list[PreTokenizer]) -> PreTokenizer:
@@ -442,8 +454,8 @@ def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
     if add_prefix_space:
         steps.append(per_piece(lambda t, _: t if t.startswith(" ") else " " + t))
     if use_regex:  # GPT-2's pattern matches every character: Isolated is its findall
-        steps.append(words_of(splitter(GPT2_PATTERN)))
-    steps.append(per_piece(lambda t, _: bytes_to_text(t.encode("utf-8"))))
+        steps.append(words_of(compile_pattern(GPT2_PATTERN).finditer))
+    steps.append(per_piece(lambda t, _: bytes_to_text(t.encode("utf-8")), bytewise=True))
     return sequence(steps)
 
 
@@ -472,7 +484,7 @@ def build(
         return char_splitting(SPACE, "Removed")
     if kind == "BertPreTokenizer":
         # split at whitespace (Removed), then around punctuation (Isolated), as one regex
-        return words_of(bert_pretokenize)
+        return words_of(_BERT_SPLIT.finditer)
     if kind == "Punctuation":
         return char_splitting(PUNCT, _behaviour(spec, path, where, "Isolated"))
     if kind == "Digits":

@@ -258,10 +258,6 @@ class Tokenizer:
         return i
 
     @property
-    def special_tokens(self) -> dict[str, int]:
-        return dict(self.special)
-
-    @property
     def unk_id(self) -> int | None:
         """The id of the unknown token, None if there is none (or it is not in the vocabulary,
         so that text the vocabulary cannot cover is an error)."""
@@ -411,7 +407,7 @@ class Tokenizer:
         """The words the pre-tokenizer cuts ``text`` (normalized, with no added token) into."""
         if self.pre_tokenizer is None:
             return [text] if text else []
-        return [w for w, _ in self.pre_tokenizer([(text, first)])]
+        return [w for w, _, _ in self.pre_tokenizer([(text, first, None)])]
 
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
         return self._encode_words(self.words(text, first), self._encode_word)

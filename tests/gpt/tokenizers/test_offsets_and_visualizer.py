@@ -185,10 +185,6 @@ from tokenizers import models, pre_tokenizers, trainers  # noqa: E402
 from .test_pipeline_parity import NORMALIZERS, PRE_TOKENIZERS, STRESS, bpe  # noqa: E402
 from .test_pipeline_parity import trained as hf_trained  # noqa: E402
 
-#: pre-tokenizers that drop characters other than whitespace: a token next to the dropped text
-#: cannot be told from it by its spelling, so their offsets are left out of the comparison
-DROPPING = ("Punctuation-removed", "Split-regex-invert", "CharDelimiterSplit")
-
 
 def check_offsets(theirs, tmp_path, texts=STRESS):
     theirs.save(str(tmp_path / "tokenizer.json"))
@@ -203,9 +199,7 @@ def test_offsets_match_the_library_through_normalizers(name, tmp_path):
 
 
 #: ByteLevel pre-tokenizers trim the leading space off offsets by default; that case is below
-COMPARED = [
-    n for n in PRE_TOKENIZERS if n not in DROPPING and "ByteLevel" not in repr(PRE_TOKENIZERS[n])
-]
+COMPARED = [n for n in PRE_TOKENIZERS if "ByteLevel" not in repr(PRE_TOKENIZERS[n])]
 
 
 @pytest.mark.parametrize("name", COMPARED)

@@ -29,11 +29,15 @@ CLASSES = {"whitespace": SPACE, "punctuation": PUNCT, "digits": NUMERIC, "metasp
 def test_a_split_at_a_character_class_is_the_general_split(name, behaviour, pieces):
     cls = CLASSES[name]
     general = splitting(regex_matcher(cls, trusted=True), behaviour)
+    # (each piece with where its characters came from: the two keep them alike too)
+    pieces = [(text, first, list(range(len(text)))) for text, first in pieces]
     assert char_splitting(cls, behaviour)(pieces) == general(pieces)
 
 
 def test_the_behaviours_on_the_module_docstrings_example():
-    cut = {b: [p for p, _ in char_splitting("[-]", b)([("a-b--c", True)])] for b in BEHAVIOURS}
+    cut = {
+        b: [p for p, *_ in char_splitting("[-]", b)([("a-b--c", True, None)])] for b in BEHAVIOURS
+    }
     assert cut == {
         "Removed": ["a", "b", "c"],
         "Isolated": ["a", "-", "b", "-", "-", "c"],
@@ -41,6 +45,19 @@ def test_the_behaviours_on_the_module_docstrings_example():
         "MergedWithNext": ["a", "-b", "-", "-c"],
         "Contiguous": ["a", "-", "b", "--", "c"],
     }
+
+
+def test_only_the_first_cut_of_the_text_s_first_piece_starts_the_text():
+    """(Metaspace with prepend_scheme="first" after a split puts its "▁" there only.)"""
+    pieces = [("a-b", True, [0, 1, 2]), ("-c", False, [3, 4])]
+    for step in (char_splitting("[-]", "Isolated"), splitting(regex_matcher("-"), "Isolated")):
+        assert step(pieces) == [
+            ("a", True, [0]),
+            ("-", False, [1]),
+            ("b", False, [2]),
+            ("-", False, [3]),
+            ("c", False, [4]),
+        ]
 
 
 def test_only_a_plain_character_class_is_taken():

@@ -1,4 +1,4 @@
-"""How a ``tokenizer.json`` spells its tokens (``spelling.Spelling``), seen through offsets: the
+"""How a ``tokenizer.json`` spells its tokens, seen through offsets (``offsets.py``): the
 parts that say it may sit inside a ``Sequence``, and offsets must still be the library's."""
 
 import os

@@ -3,8 +3,18 @@ import json
 import pytest
 
 import gpt.tokenizers as tk
-from gpt.tokenizers.cli import main
+from gpt.tokenizers.cli import add_report_parser
 from gpt.tokenizers.metrics import first_difference, sample_line
+
+
+def main(argv: list[str]) -> int:
+    """``python -m gpt tokenizer-report ARGV``, in this process."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_report_parser(parser.add_subparsers())
+    args = parser.parse_args(["tokenizer-report", *argv])
+    return args.func(args)
 
 
 def test_first_difference():
@@ -107,7 +117,7 @@ def test_cli_bad_input(text_file, tmp_path, capsys):
 def test_add_report_parser():
     import argparse
 
-    from gpt.tokenizers.cli import add_report_parser, run_report
+    from gpt.tokenizers.cli import run_report
 
     parser = argparse.ArgumentParser()
     add_report_parser(parser.add_subparsers())
