@@ -1149,8 +1149,8 @@ MUTANTS = {
         ),
         (
             "prepended-from-last",
-            "                o = o[:1] * (len(new) - len(o)) + o",
-            "                o = o + o[-1:] * (len(new) - len(o))",
+            "out.append((new, a, o[:1] * (len(new) - len(o)) + o))",
+            "out.append((new, a, o + o[-1:] * (len(new) - len(o))))",
             "per_piece: a character put in front of a piece counted as coming from its end",
         ),
         (

@@ -382,13 +382,18 @@ def char_splitting(char_class: str, behaviour: str) -> PreTokenizer:
     return split
 
 
-def words_of(finditer) -> PreTokenizer:
-    """A step cutting each piece into the matches of ``finditer`` (a compiled regex's)."""
+def words_of(pattern: regex.Pattern) -> PreTokenizer:
+    """A step cutting each piece into the matches of ``pattern``."""
 
     def run(pieces: list[Piece]) -> list[Piece]:
         out = []
         for text, at_start, origin in pieces:
-            out += [_cut(text, at_start, origin, *m.span()) for m in finditer(text) if m[0]]
+            if origin is None:  # (plain encoding: the same pieces, faster)
+                words = pattern.findall(text)
+                out += [(w, at_start and k == 0, None) for k, w in enumerate(words) if w]
+            else:
+                found = pattern.finditer(text)
+                out += [_cut(text, at_start, origin, *m.span()) for m in found if m[0]]
         return out
 
     return run
@@ -405,13 +410,13 @@ def per_piece(f: Callable[[str, bool], str], bytewise: bool = False) -> PreToken
     first), or with ``bytewise`` one for each UTF-8 byte of a character (ByteLevel)."""
 
     def run(pieces: list[Piece]) -> list[Piece]:
+        if not pieces or pieces[0][2] is None:  # (plain encoding: no places to keep)
+            return [(f(t, a), a, None) for t, a, _ in pieces]
         out = []
         for t, a, o in pieces:
             new = f(t, a)
-            if o is not None:
-                o = [k for c, k in zip(t, o) for _ in c.encode()] if bytewise else o
-                o = o[:1] * (len(new) - len(o)) + o
-            out.append((new, a, o))
+            o = [k for c, k in zip(t, o) for _ in c.encode()] if bytewise else o
+            out.append((new, a, o[:1] * (len(new) - len(o)) + o))
         return out
 
     return run
@@ -454,7 +459,7 @@ def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
     if add_prefix_space:
         steps.append(per_piece(lambda t, _: t if t.startswith(" ") else " " + t))
     if use_regex:  # GPT-2's pattern matches every character: Isolated is its findall
-        steps.append(words_of(compile_pattern(GPT2_PATTERN).finditer))
+        steps.append(words_of(compile_pattern(GPT2_PATTERN)))
     steps.append(per_piece(lambda t, _: bytes_to_text(t.encode("utf-8")), bytewise=True))
     return sequence(steps)
 
@@ -484,7 +489,7 @@ def build(
         return char_splitting(SPACE, "Removed")
     if kind == "BertPreTokenizer":
         # split at whitespace (Removed), then around punctuation (Isolated), as one regex
-        return words_of(_BERT_SPLIT.finditer)
+        return words_of(_BERT_SPLIT)
     if kind == "Punctuation":
         return char_splitting(PUNCT, _behaviour(spec, path, where, "Isolated"))
     if kind == "Digits":
