@@ -21,14 +21,16 @@
 # 4. the order: a reverse topological sort of the graph.
 #
 # Cells marked **Exercise** ask you to write a backward in NumPy; `check` grades it against
-# finite differences and tensorlab's own op and says what is wrong. The reference answers are
-# in `notebooks/solutions.py`: try first.
+# finite differences and tensorlab's own op and says what is wrong, without giving the answer.
+# Stuck? `hint("tanh")` (any exercise's name) says where to read; call it again for the idea
+# in words, a third time for the formula. The reference answers are in
+# `notebooks/solutions.py`: try first.
 
 # %%
 import shutil
 
 import numpy as np
-from grader import check
+from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
 
 import tensorlab as tl
 from tensorlab.autograd import topological_order
@@ -37,23 +39,24 @@ from tensorlab.draw import backward_steps
 # %% [markdown]
 # ## 1. The chain rule on one number
 #
-# $L = \tanh(w x + b)^2$ with $x = 0.5$, $w = -1.5$, $b = 0.2$. Name the steps
-# $u = wx + b$, $y = \tanh u$, $L = y^2$. The chain rule multiplies the local derivatives
-# backwards from $L$:
+# $L = \sigma(w x + b)^2$ with $x = 0.5$, $w = -1.5$, $b = 0.2$ and the sigmoid
+# $\sigma(u) = 1/(1 + e^{-u})$. Name the steps $u = wx + b$, $y = \sigma(u)$, $L = y^2$. The
+# sigmoid's derivative can be written through its output, $\sigma'(u) = y(1 - y)$, and the
+# chain rule multiplies the local derivatives backwards from $L$:
 #
 # $$\frac{\partial L}{\partial w} = \underbrace{2y}_{\partial L/\partial y}\;
-#   \underbrace{(1 - y^2)}_{\partial y/\partial u}\;\underbrace{x}_{\partial u/\partial w}.$$
+#   \underbrace{y(1 - y)}_{\partial y/\partial u}\;\underbrace{x}_{\partial u/\partial w}.$$
 
 # %%
 x, w, b = 0.5, -1.5, 0.2
 u = w * x + b
-y = np.tanh(u)
+y = 1 / (1 + np.exp(-u))
 dL_dy = 2 * y
-dL_du = dL_dy * (1 - y**2)
+dL_du = dL_dy * y * (1 - y)
 by_hand = {"w": dL_du * x, "b": dL_du, "x": dL_du * w}
 
 tw, tb, tx = (tl.tensor(v, dtype="float64", requires_grad=True) for v in (w, b, x))
-L = (tw * tx + tb).tanh() ** 2
+L = (tw * tx + tb).sigmoid() ** 2
 L.backward()
 for name, t in [("w", tw), ("b", tb), ("x", tx)]:
     print(f"dL/d{name}: by hand {by_hand[name]:+.6f}   tensorlab {t.grad.item():+.6f}")
@@ -96,8 +99,8 @@ print(tl.gradcheck(MyMul.apply, [a, b]))
 
 # %% [markdown]
 # **Exercise 1.** Write the backward of $y = \tanh(a)$ in NumPy: `g` is $\partial L/\partial y$
-# and `a` the input; return $\partial L/\partial a$. (Hint: $\tanh' = 1 - \tanh^2$.) Replace
-# `raise NotImplementedError` and run the cell.
+# and `a` the input; return $\partial L/\partial a$. Replace `raise NotImplementedError` and
+# run the cell. (Stuck? Run `hint("tanh")` in a cell, and again for more.)
 
 
 # %%
@@ -109,8 +112,8 @@ print(check("tanh", tanh_backward))
 
 # %% [markdown]
 # `check` draws a random input and a random `g`, and compares your answer with finite
-# differences and with `Tanh.backward`. Try a wrong answer on purpose, say
-# `g * (np.tanh(a)**2 - 1)`, to see how it reports a sign error.
+# differences and with `Tanh.backward`. Once yours is right, flip its sign on purpose (or
+# double it) to see how it reports a sign error (or a constant factor).
 #
 # **Exercise 2.** $y = a - b$: both gradients.
 
@@ -164,9 +167,11 @@ print(check("add_broadcast", add_broadcast_backward))
 
 # %% [markdown]
 # **Exercise 4.** Matrix multiplication, $Y = AB$ with $A$ `(2, 3)` and $B$ `(3, 4)`. The
-# derivation (`docs/derivations.md`, section 4) gives $dA = g B^\top$ and $dB = A^\top g$, and
-# there is a shortcut to remember it: these are the only products of $g$ `(2, 4)` with $A$ or
-# $B$ whose shapes come out right.
+# derivation (`docs/derivations.md`, section 4) works it out entry by entry, from
+# $Y_{ij} = \sum_k A_{ik} B_{kj}$, and there is a shortcut to find the answer, and to remember
+# it: $dA$ has $A$'s shape and $dB$ has $B$'s, and only a few products of $g$ `(2, 4)` with $A$
+# or $B$ (transposed or not) come out in those shapes. A product whose shapes clash is reported
+# with the two shapes.
 
 
 # %%

@@ -14,7 +14,8 @@
 # tensorlab has about sixty ops, but only a handful of *kinds* of backward. For each family
 # this notebook puts the derivation (in one line; the full one is in `docs/derivations.md`)
 # beside the code that implements it, printed from the op's class, and then checks the op
-# against finite differences with `tl.gradcheck`.
+# against finite differences with `tl.gradcheck`. Where a family has an exercise, the exercise
+# comes first and the engine's code after it: try it, and ask `hint("name")` when stuck.
 #
 # | family | the idea | section |
 # |---|---|---|
@@ -23,13 +24,13 @@
 # | matmul | $dA = gB^\top$, $dB = A^\top g$ | 4 |
 # | shape ops | the inverse reshuffle of $g$ | 6 |
 # | indexing | scatter $g$ back to where it was read, adding repeats | 7 |
-# | softmax | $y \odot (g - \mathrm{rowsum}(g \odot y))$ | 9 |
+# | softmax | a full Jacobian per row, multiplied by $g$ without building it | 9 |
 
 # %%
 import inspect
 
 import numpy as np
-from grader import check
+from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
 
 import tensorlab as tl
 from tensorlab.ops import elementwise, index, linalg, reduce, shape, softmax
@@ -79,9 +80,22 @@ print(check("log", log_backward))
 # ## Reductions
 #
 # $y = \sum_{i} a_i$ over some axes: each $a_i$ moves $y$ one for one, so every entry receives
-# the $g$ of the output it was summed into: $g$ reshaped with a 1 where each reduced axis was
-# (`keepdims`), then broadcast back. Mean divides by the count; max sends $g$ to the
-# maximum only, split evenly between ties (`docs/derivations.md`, section 3).
+# the $g$ of the output it was summed into (`docs/derivations.md`, section 3).
+#
+# **Exercise.** The backward of `a.sum(axis=1)` for `a` of shape `(3, 5)`: `g` has shape `(3,)`.
+
+
+# %%
+def sum_rows_backward(g, a):
+    raise NotImplementedError  # return dL/da, shape (3, 5)
+
+
+print(check("sum_rows", sum_rows_backward))
+
+# %% [markdown]
+# The engine does it for any axes at once: $g$ reshaped with a 1 where each reduced axis was
+# (`keepdims`), then broadcast back. Mean divides by the count; max sends $g$ to the maximum
+# only, split evenly between ties.
 
 # %%
 show(reduce.Sum)
@@ -93,16 +107,6 @@ print("max over rows of", a.numpy().tolist(), "-> da =", a.grad.numpy().tolist()
 # %% [markdown]
 # The first row has a tie between two 3s: each gets half of $g$. The shares still add up to
 # $g$, as they must, since moving both entries together moves the max one for one.
-#
-# **Exercise.** The backward of `a.sum(axis=1)` for `a` of shape `(3, 5)`: `g` has shape `(3,)`.
-
-
-# %%
-def sum_rows_backward(g, a):
-    raise NotImplementedError  # return dL/da, shape (3, 5)
-
-
-print(check("sum_rows", sum_rows_backward))
 
 # %% [markdown]
 # ## Matrix multiplication
@@ -144,17 +148,15 @@ print("a[[0, 0, 2]] with g = [1, 2, 3] -> da =", a.grad.numpy())
 # %% [markdown]
 # ## Softmax
 #
-# $y = \mathrm{softmax}(a)$ mixes a whole row: $\partial y_j/\partial a_i = y_j(\delta_{ij} -
-# y_i)$, a full Jacobian. Its product with $g$ collapses to $y \odot (g - \sum_j g_j y_j)$: no
-# Jacobian needs to be built (`docs/derivations.md`, section 9).
-
-# %%
-show(softmax.Softmax)
-print("gradcheck softmax", tl.gradcheck(lambda a: a.softmax(axis=-1), [x(3, 5)]))
-
-# %% [markdown]
+# $y = \mathrm{softmax}(a)$, $y_j = e^{a_j} / \sum_k e^{a_k}$, mixes a whole row: every output
+# depends on every input of its row, so the Jacobian is full, not diagonal. Differentiating
+# the quotient gives $\partial y_j/\partial a_i = y_j(\delta_{ij} - y_i)$ (`docs/derivations.md`,
+# section 9). Multiplying that by $g$ entry by entry would build a $5 \times 5$ matrix per row;
+# write the sum over $j$ out and it simplifies.
+#
 # **Exercise.** Softmax by hand, forward and backward (`forward(s)` returns $y$; subtract the
-# row maximum before `np.exp`, or a logit of 1000 overflows).
+# row maximum before `np.exp`, or a logit of 1000 overflows). For the backward, simplify
+# $\sum_j g_j\,\partial y_j/\partial s_i$ before you code it.
 
 
 # %%
@@ -167,6 +169,13 @@ def softmax_backward(g, s):
 
 
 print(check("softmax", softmax_backward, forward=softmax_forward))
+
+# %% [markdown]
+# The engine's softmax, which builds no Jacobian either:
+
+# %%
+show(softmax.Softmax)
+print("gradcheck softmax", tl.gradcheck(lambda a: a.softmax(axis=-1), [x(3, 5)]))
 
 # %% [markdown]
 # Every other op in `tensorlab/ops/` is one of these patterns, or a composition of them

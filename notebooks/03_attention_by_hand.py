@@ -17,17 +17,18 @@
 # $$S = \frac{QK^\top}{\sqrt d} + M,\qquad A = \mathrm{softmax}_{\rm rows}(S),\qquad Y = AV,$$
 #
 # with $M$ zero on and below the diagonal and $-\infty$ above it (position $i$ sees keys
-# $j \le i$). We write the backward pass line by line in NumPy and hold every line to the
-# gradient tensorlab computes for the same intermediate. The derivation is in
-# `docs/derivations_nn.md`, section 9; `examples/backprop_attention.py` is the script version,
-# which also goes through the projections $Q = XW_Q$, ...
+# $j \le i$). You write the backward pass first; then the notebook works through it line by
+# line in NumPy and holds every line to the gradient tensorlab computes for the same
+# intermediate. The derivation is in `docs/derivations_nn.md`, section 9;
+# `examples/backprop_attention.py` is the script version, which also goes through the
+# projections $Q = XW_Q$, ...
 
 # %%
 import math
 
 import matplotlib.pyplot as plt
 import numpy as np
-from grader import check
+from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
 
 import nn.functional as F
 import tensorlab as tl
@@ -63,9 +64,25 @@ print("attention pattern A (row i: how query i spreads over keys j <= i):")
 print(A.round(3))
 
 # %% [markdown]
+# **Exercise.** Before reading on (the next section works it out), write the whole head's
+# backward as one function: given `g` ($= G$) and `q, k, v`, return `dq, dk, dv` (causal,
+# scale $1/\sqrt d$). Go back through the three forward lines one at a time: each is an op
+# whose backward you have written in notebooks 1 and 2. The checker draws its own inputs and
+# tells you which of the three is wrong, and where; `hint("attention")` when stuck.
+
+
+# %%
+def attention_backward(g, q, k, v):
+    raise NotImplementedError  # return dq, dk, dv
+
+
+print(check("attention", attention_backward))
+
+# %% [markdown]
 # ## Backward, one line per step
 #
-# Each forward line is an op whose rule we know from part 1 of the derivations:
+# The worked answer. Each forward line is an op whose rule we know from part 1 of the
+# derivations:
 #
 # | forward | rule | backward |
 # |---|---|---|
@@ -131,19 +148,6 @@ for i in np.ndindex(Q.shape):
     Qm[i] -= eps
     numeric[i] = (loss(Qp, K, V) - loss(Qm, K, V)) / (2 * eps)
 print(f"dQ: max |by hand - finite differences| = {np.abs(dQ - numeric).max():.1e}")
-
-# %% [markdown]
-# **Exercise.** Write the whole head's backward as one function: given `g` ($= G$) and
-# `q, k, v`, return `dq, dk, dv` (causal, scale $1/\sqrt d$). The checker draws its own
-# inputs and tells you which of the three is wrong, and where.
-
-
-# %%
-def attention_backward(g, q, k, v):
-    raise NotImplementedError  # return dq, dk, dv
-
-
-print(check("attention", attention_backward))
 
 # %% [markdown]
 # ## Many heads, many sequences

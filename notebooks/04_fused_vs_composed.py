@@ -23,7 +23,7 @@
 
 # %%
 import numpy as np
-from grader import check
+from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
 
 import nn.functional as F
 import tensorlab as tl
@@ -125,8 +125,9 @@ for name, forms in layers.items():
         print(f"{name:<15}{label:<10}gradcheck: {ok}")
 
 # %% [markdown]
-# **Exercises.** The fused backward is the formula you write by hand. Three of them (the
-# rule for each is in `docs/derivations_nn.md`, and `check` prints it as a hint):
+# **Exercises.** The fused backward is the formula you write by hand. Three of them (each is
+# derived in `docs/derivations_nn.md`; try first, and ask `hint("layer_norm")`, and so on,
+# when stuck: where to read, then the idea, then the formula):
 #
 # - layer norm: `dx, dgamma, dbeta` for `x` `(3, 6)`, `gamma` and `beta` `(6,)`,
 #   $\varepsilon = 10^{-5}$;

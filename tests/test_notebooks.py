@@ -8,6 +8,7 @@ them as not written yet) and never import the reference solutions.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -47,11 +48,9 @@ CHECK = r'check\("(\w+)", (\w+)[,)]'  # an exercise's check call: its name and i
 GRADED = [p for p in NOTEBOOKS if re.search(CHECK, p.read_text(encoding="utf-8"))]
 
 
-@pytest.mark.parametrize("path", GRADED, ids=[p.stem for p in GRADED])
-def test_a_notebook_run_as_a_script_prints_its_verdicts(path):
-    """python notebooks/NN_*.py showed nothing of the grader: check(...) stood bare at a
-    cell's end, which only Jupyter displays. Each verdict is one line of the script's output
-    (here: every exercise a stub, so not written yet)."""
+@functools.cache
+def run_as_script(path: Path) -> str:
+    """What ``python notebooks/NN_*.py`` prints (every exercise still a stub)."""
     env = {**os.environ, "TL_COURSE_SMALL": "1", "MPLBACKEND": "Agg"}
     done = subprocess.run(
         [sys.executable, path.name],
@@ -62,10 +61,34 @@ def test_a_notebook_run_as_a_script_prints_its_verdicts(path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    return done.stdout
+
+
+@pytest.mark.parametrize("path", GRADED, ids=[p.stem for p in GRADED])
+def test_a_notebook_run_as_a_script_prints_its_verdicts(path):
+    """python notebooks/NN_*.py showed nothing of the grader: check(...) stood bare at a
+    cell's end, which only Jupyter displays. Each verdict is one line of the script's output
+    (here: every exercise a stub, so not written yet)."""
+    lines = run_as_script(path).splitlines()
     for name, _ in re.findall(CHECK, path.read_text(encoding="utf-8")):
         verdicts = [line for line in lines if line.startswith(f"{name}: ")]
         assert len(verdicts) == 1 and "not written yet" in verdicts[0], (name, verdicts)
+        assert f'hint("{name}")' in verdicts[0]
+
+
+@pytest.mark.parametrize("path", GRADED, ids=[p.stem for p in GRADED])
+def test_a_student_who_writes_nothing_sees_no_formula(path):
+    """Run with every stub unwritten, a notebook prints none of its exercises' answers (the
+    rule, or any part of it that states a formula): those come from hint(name), the third
+    time it is asked."""
+    from tests.test_grader import EXERCISES, formula_parts
+
+    shown = run_as_script(path)
+    for name, _ in re.findall(CHECK, path.read_text(encoding="utf-8")):
+        ex = EXERCISES[name]
+        assert ex.rule not in shown, name
+        for part in formula_parts(ex):
+            assert part not in shown, (name, part)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
