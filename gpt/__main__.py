@@ -14,13 +14,20 @@ that is a folder, and a ``--block-size`` whose attention would not fit in memory
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tomllib
 from dataclasses import MISSING, fields
 
-from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, PRESETS, GPTConfig
+from gpt.config import (
+    ACTIVATIONS,
+    NORMS,
+    PLACEMENTS,
+    POSITIONAL,
+    PRESETS,
+    GPTConfig,
+    check_device,
+)
 
 # Training flags: (field of TrainConfig, type, help). The default shown is TrainConfig's.
 TRAIN_FLAGS = [
@@ -329,31 +336,6 @@ def _prepare(args) -> int:
 
 
 # ---------------------------------------------------------------- checks before any work
-def _cupy_installed() -> bool:
-    return importlib.util.find_spec("cupy") is not None
-
-
-def check_device(device: str) -> None:
-    """``--device cuda`` needs CuPy and an NVIDIA GPU: without them, say how to get them."""
-    import tensorlab as tl
-    from gpt.config import bad_value
-
-    if device != "cuda" or tl.backend.cuda_available():
-        return
-    if _cupy_installed():
-        rule = (
-            "no CUDA GPU here: CuPy is installed but finds no GPU or no NVIDIA driver "
-            "(nvidia-smi lists the GPUs a driver sees); use --device cpu"
-        )
-    else:
-        rule = (
-            "no CUDA GPU support installed: on a machine with an NVIDIA GPU, "
-            'pip install -e ".[cuda]" (CuPy with the CUDA runtime; ".[cuda13]" for a '
-            "CUDA 13 driver); or use --device cpu"
-        )
-    raise bad_value("device", device, rule)
-
-
 def check_text(path: str | None) -> None:
     """A ``--text`` that is a folder is named as one (it read "does not exist")."""
     from gpt.config import bad_value

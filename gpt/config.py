@@ -13,6 +13,7 @@ Leave a field as ``None`` and the usual rule fills it in:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import warnings
 from dataclasses import dataclass, field
 
@@ -340,6 +341,31 @@ class TrainConfig(_Fields):
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # TrainConfig.dtype's choices
+
+
+def _cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
+def check_device(device: str) -> None:
+    """``device="cuda"`` needs CuPy and an NVIDIA GPU: without them, say how to get them (the
+    Trainer and the command line check it before any work)."""
+    import tensorlab as tl
+
+    if device != "cuda" or tl.backend.cuda_available():
+        return
+    if _cupy_installed():
+        rule = (
+            "no CUDA GPU here: CuPy is installed but finds no GPU or no NVIDIA driver "
+            "(nvidia-smi lists the GPUs a driver sees); use --device cpu"
+        )
+    else:
+        rule = (
+            "no CUDA GPU support installed: on a machine with an NVIDIA GPU, "
+            'pip install -e ".[cuda]" (CuPy with the CUDA runtime; ".[cuda13]" for a '
+            "CUDA 13 driver); or use --device cpu"
+        )
+    raise bad_value("device", device, rule)
 
 
 PRESETS: dict[str, dict] = {

@@ -33,7 +33,7 @@ import nn
 import nn.amp
 import tensorlab as tl
 from gpt import token_files
-from gpt.config import ConfigError, GPTConfig, TrainConfig, bad_value
+from gpt.config import GPTConfig, TrainConfig, bad_value, check_device
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
 from gpt.run_folder import RunFolder, recorded, text_digest, tokenizer_digest
@@ -147,14 +147,7 @@ class Trainer:
         self.out = self.run_folder.path
         self.run_folder.claim(cfg.resume, cfg.overwrite)
         self.run_folder.check_unlocked()
-        if cfg.device == "cuda" and not tl.backend.cuda_available():
-            raise ConfigError(
-                "device='cuda': no CUDA GPU with CuPy here (pip install -e '.[cuda]' on a "
-                "machine with an NVIDIA GPU); use device='cpu'",
-                "device",
-                cfg.device,
-                "no CUDA GPU with CuPy on this machine",
-            )
+        check_device(cfg.device)
         # What the run trains on, as config.json and every checkpoint record it.
         self.record = {"train": recorded(cfg), "processes": dist.size}
         if cfg.data is not None:  # tokenized once by ``prepare``, read through memory maps

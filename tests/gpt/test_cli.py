@@ -435,11 +435,11 @@ def test_an_unknown_flag_is_reported_with_the_commands_usage(capsys):
 def test_cuda_without_a_gpu_says_how_to_get_one(tmp_path, capsys, monkeypatch, installed):
     """One line: without CuPy, the pip command of the [cuda] extra; with CuPy but no GPU,
     that no GPU answers. For train (before reading the text) and for sample."""
-    import gpt.__main__ as cli
+    import gpt.config
     import tensorlab as tl
 
     monkeypatch.setattr(tl.backend, "cuda_available", lambda: False)
-    monkeypatch.setattr(cli, "_cupy_installed", lambda: installed)
+    monkeypatch.setattr(gpt.config, "_cupy_installed", lambda: installed)
     want = "finds no GPU or no NVIDIA driver" if installed else 'pip install -e ".[cuda]"'
     run = tmp_path / "run"
     for argv in (
