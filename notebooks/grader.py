@@ -18,11 +18,11 @@ formula is the last of three :func:`hint` levels, which the student asks for one
 
 The mistakes recognized by name (``Verdict.mistake``): a gradient in the transposed shape (or
 equal to the transpose of the answer), a gradient left in the broadcast shape (the missing
-reduction of ``docs/derivations.md`` section 2) or summed over the wrong axis, a gradient of
-the wrong sign or off by a constant factor (a missing 1/N or 1/√d), a matrix product whose
-shapes do not fit (NumPy's error rewritten as the two shapes), and a wrong forward that is
-minus, a multiple or the transpose of the right one, or one that skips a step (a softmax, a
-mask, a scale, ...).
+reduction of ``docs/derivations.md`` section 2) or summed over the wrong axis, a reduction's
+``g`` spread back along the wrong axis, a gradient of the wrong sign or off by a constant
+factor (a missing 1/N or 1/√d), a matrix product or a broadcast whose shapes do not fit
+(NumPy's error rewritten as the two shapes), and a wrong forward that is minus, a multiple or
+the transpose of the right one, or one that skips a step (a softmax, a mask, a scale, ...).
 
 Reference solutions live apart from the exercises (``notebooks/solutions.py``); a stub that
 raises ``NotImplementedError`` is reported as "not written yet", so the student notebooks
@@ -541,11 +541,31 @@ def _wrong_axis(dname: str, name: str, yours: np.ndarray, unreduced) -> str | No
     return None
 
 
-def _diagnose(
-    ex: Exercise, name: str, yours: np.ndarray, want: np.ndarray, num: np.ndarray, full=None
-):
+def _wrong_spread(dname: str, yours: np.ndarray, g: np.ndarray | None, want) -> str | None:
+    """If the forward summed an axis away (g has fewer axes than the input) and ``yours`` is
+    g spread along another axis than that one: both axes."""
+    if g is None or g.ndim >= want.ndim:
+        return None
+    spread = {
+        k: np.broadcast_to(np.expand_dims(g, k), want.shape)
+        for k in range(want.ndim)
+        if want.shape[:k] + want.shape[k + 1 :] == g.shape
+    }
+    right = [k for k, copies in spread.items() if np.allclose(copies, want)]
+    for k, copies in spread.items():
+        if right and k not in right and np.allclose(yours, copies):
+            return (
+                f"{dname} spreads g along axis {k}, but the forward summed over axis "
+                f"{right[0]}: each entry of g goes back to the entries summed into it, along "
+                f"axis {right[0]}"
+            )
+    return None
+
+
+def _diagnose(ex: Exercise, name: str, yours, want, num, full=None, g=None):
     """Compare one input's gradient; None if right, else (message, kind). ``full`` is the
-    unreduced gradient of a broadcast input and its axes (see :func:`_unreduced_grads`)."""
+    unreduced gradient of a broadcast input and its axes (see :func:`_unreduced_grads`),
+    ``g`` the gradient arriving at the output."""
     dname = f"d{name}"
     shape = want.shape
     if yours.shape != shape:
@@ -596,11 +616,11 @@ def _diagnose(
     c = _factor(yours, want)
     if c is not None:
         return _scale_message(ex, dname, c), "scale"
+    wrong_axis = _wrong_axis(dname, name, yours, full) or _wrong_spread(dname, yours, g, want)
+    if wrong_axis is not None:  # (before the transpose: g spread the wrong way is one too)
+        return wrong_axis, "axis"
     if yours.ndim == 2 and yours.shape[0] == yours.shape[1] and np.allclose(yours.T, want):
         return f"{dname} is the transpose of the right gradient", "transposed"
-    wrong_axis = _wrong_axis(dname, name, yours, full)
-    if wrong_axis is not None:
-        return wrong_axis, "axis"
     err = np.where(ok, -1.0, np.abs(yours - num))
     worst = np.unravel_index(np.argmax(err), err.shape)
     n_bad = int((~ok).sum())
@@ -671,6 +691,10 @@ class _Traced(np.ndarray):
 
 _GUFUNC = re.compile(r"matmul: Input operand \d has a mismatch in its core dimension")
 _NOT_ALIGNED = re.compile(r"shapes \(([\d, ]*)\) and \(([\d, ]*)\) not aligned")
+_BROADCAST = re.compile(
+    r"could not be broadcast together with (?:remapped )?shapes (?:\[original->remapped\]: )?"
+    r"\(([\d,]*)\)\s+(?:and requested shape )?\(([\d,]*)\)"
+)
 _ENGINE = re.compile(r"MatMul: inputs of shapes \(([\d, ]*)\) and \(([\d, ]*)\)")  # on Tensors
 
 
@@ -736,18 +760,37 @@ def _matmul_message(what: str, shapes, err: ValueError) -> str:
     )
 
 
+def _broadcast_message(what: str, err: ValueError) -> str | None:
+    """NumPy's "could not be broadcast together" as the two shapes and NumPy's rule, or None
+    for another error."""
+    found = _BROADCAST.search(str(err))
+    if not found:
+        return None
+    s1, s2 = (tuple(int(n) for n in grp.split(",") if n) for grp in found.groups())
+    last = f"{s1[-1]} and {s2[-1]}" if s1 and s2 else "the sizes"
+    return (
+        f"your {what} broadcasts shape {_fmt(s1)} against {_fmt(s2)}{_student_line(err)}: NumPy "
+        f"lines shapes up from the last axis, so {last} must be equal (or one of them 1); to "
+        "spread an array along another axis, give it a length-1 axis where it belongs first "
+        "(keepdims=True when summing, or indexing with None)"
+    )
+
+
 def _call(f, what: str, *args):
     """Run the student's function; an exception (other than the stub's) becomes a verdict."""
     try:
         return f(*args)
     except NotImplementedError:
         raise
-    except ValueError as err:
+    except ValueError as err:  # shapes that do not fit: a shape hint instead of NumPy's words
+        broadcast = _broadcast_message(what, err)
+        if broadcast is not None:
+            raise _Wrong(broadcast, "broadcast-shape") from err
         shapes = _matmul_shapes(err, f, args)
-        if shapes is None:
-            text = " ".join(str(err).split())
-            raise _Wrong(f"your {what} raised ValueError: {text}", "error") from err
-        raise _Wrong(_matmul_message(what, shapes, err), "matmul-shape") from err
+        if shapes is not None:
+            raise _Wrong(_matmul_message(what, shapes, err), "matmul-shape") from err
+        text = " ".join(str(err).split())
+        raise _Wrong(f"your {what} raised ValueError: {text}", "error") from err
     except Exception as err:  # the student's code: report it, do not crash the notebook
         text = " ".join(str(err).split())
         raise _Wrong(f"your {what} raised {type(err).__name__}: {text}", "error") from err
@@ -851,7 +894,7 @@ def check(
     unreduced = _unreduced_grads(ex, xs, g, want)
     for name, yours, w, num in zip(ex.inputs, grads, want, numeric):
         full = unreduced[list(ex.inputs).index(name)]
-        found = _diagnose(ex, name, yours, w, num, full)
+        found = _diagnose(ex, name, yours, w, num, full, g)
         if found is not None:
             message, kind = found
             return Verdict(

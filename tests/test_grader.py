@@ -434,3 +434,34 @@ def test_a_wrong_forward_is_diagnosed():
         assert f'stuck? hint("{name}")' in v.message
         v = check(name, forward=forward)  # a forward alone gets the same diagnosis
         assert v.mistake == mistake, v.message
+
+
+def test_g_spread_along_the_wrong_axis_is_named():
+    """A reduction's backward spreads g back; spread along another axis than the summed one,
+    it has the right shape when the input is square (only the values tell), and NumPy refuses
+    it when not (its error becomes the two shapes and NumPy's rule)."""
+    EXERCISES["sum_rows_sq"] = with_square_inputs("sum_rows", {"a": (3, 3)})
+    try:
+        v = check("sum_rows_sq", lambda g, a: np.broadcast_to(g, a.shape))  # g[None, :]
+        right = check("sum_rows_sq", SOL.sum_rows_backward)
+    finally:
+        del EXERCISES["sum_rows_sq"]
+    assert right.ok
+    assert not v and v.mistake == "axis"
+    assert v.message.startswith(
+        "sum_rows_sq: da spreads g along axis 0, but the forward summed over axis 1"
+    )
+
+    def spread(g, a):
+        return g * np.ones_like(a)  # (3,) * (3, 5)
+
+    v = check("sum_rows", spread)
+    assert v.mistake == "broadcast-shape"
+    assert v.message.startswith(
+        "sum_rows: your backward broadcasts shape (3,) against (3, 5) (in `return g * "
+        "np.ones_like(a)  # (3,) * (3, 5)`): NumPy lines shapes up from the last axis, so 3 "
+        "and 5 must be equal (or one of them 1)"
+    )
+    v = check("sum_rows", lambda g, a: np.broadcast_to(g, a.shape))
+    assert v.mistake == "broadcast-shape" and "broadcasts shape (3,) against (3, 5)" in v.message
+    assert "remapped" not in v.message
