@@ -137,7 +137,8 @@ def _scores(q, k, scale=True):
     return q @ k.T / (np.sqrt(q.shape[-1]) if scale else 1.0)
 
 
-_CAUSAL = np.tri(5, dtype=bool)  # the attention exercise's T = 5
+def _causal(q):
+    return np.tri(len(q), dtype=bool)  # True where query i may see key j (j <= i)
 
 
 def _np_normalize(x, sqrt=True, eps=1e-5):
@@ -313,7 +314,7 @@ EXERCISES: dict[str, Exercise] = {
             slips={
                 "has no softmax: the scores go into the product with v as they are": (
                     lambda y, q, k, v: (
-                        _near(y, np.where(_CAUSAL, _scores(q, k), 0) @ v)
+                        _near(y, np.where(_causal(q), _scores(q, k), 0) @ v)
                         or _near(y, _scores(q, k) @ v)
                     )
                 ),
@@ -321,7 +322,7 @@ EXERCISES: dict[str, Exercise] = {
                     y, _np_softmax(_scores(q, k)) @ v
                 ),
                 "has no 1/√d scale on the scores (before the softmax)": lambda y, q, k, v: _near(
-                    y, _np_softmax(np.where(_CAUSAL, _scores(q, k, False), -np.inf)) @ v
+                    y, _np_softmax(np.where(_causal(q), _scores(q, k, False), -np.inf)) @ v
                 ),
             },
         ),
