@@ -128,34 +128,35 @@ print(check("sub", sub_backward))
 # %% [markdown]
 # ## 3. Tensors and broadcasting: `sum_to`
 #
-# Add a bias of shape `(3,)` to a batch of shape `(4, 3)`. NumPy copies the bias into every
-# row; each copy sends back its own gradient, and **a value used $k$ times receives the sum of
-# its $k$ gradients** (`docs/derivations.md`, section 2). So the bias's gradient is the sum of
-# `g` over the rows:
+# Add an offset per row, of shape `(4, 1)`, to a batch of shape `(4, 3)`. NumPy copies the
+# offset into every column; each copy sends back its own gradient, and **a value used $k$
+# times receives the sum of its $k$ gradients** (`docs/derivations.md`, section 2). So the
+# offset's gradient is the sum of `g` over the columns, kept as a column:
 
 # %%
 X = tl.randn(4, 3, dtype="float64", requires_grad=True)
-bias = tl.tensor([0.1, 0.2, 0.3], dtype="float64", requires_grad=True)
+offset = tl.tensor([[0.1], [0.2], [0.3], [0.4]], dtype="float64", requires_grad=True)
 g = np.arange(12.0).reshape(4, 3)
-(X + bias).backward(g)
-print("g summed over the rows:", g.sum(axis=0))
-print("bias.grad:             ", bias.grad.numpy())
+(X + offset).backward(g)
+print("g summed over the columns:", g.sum(axis=1, keepdims=True).ravel())
+print("offset.grad:              ", offset.grad.numpy().ravel(), offset.grad.shape)
 
 # %% [markdown]
 # The `Add` op itself returned `g` for both inputs, in the shape `(4, 3)`. The engine noticed
-# that `(4, 3)` is not the bias's shape and called `Tensor.sum_to((3,))`: the **one** place
-# where broadcasting is undone, so no op has to think about it. `trace_backward` prints what
-# each op sent on after that step: `Add` received a `(4, 3)` gradient of ones (norm
-# $\sqrt{12} = 3.46$) and sent the bias its column sums, `[4, 4, 4]` (norm 6.93):
+# that `(4, 3)` is not the offset's shape and called `Tensor.sum_to((4, 1))`: the **one**
+# place where broadcasting is undone, so no op has to think about it. `trace_backward` prints
+# what each op sent on after that step: `Add` received a `(4, 3)` gradient of ones (norm
+# $\sqrt{12} = 3.46$) and sent the offset its row sums, `[3, 3, 3, 3]` as a column (norm 6):
 
 # %%
 with tl.trace_backward():
-    (X + bias).sum().backward()
+    (X + offset).sum().backward()
 
 # %% [markdown]
 # **Exercise 3.** Without the engine's help: write the backward of `a + b` for `a` `(4, 3)` and
-# `b` `(3,)` in NumPy, returning gradients in the inputs' shapes. (Forget the sum, and the
-# checker will tell you what it found.)
+# a bias `b` `(3,)` (one number per column this time) in NumPy, returning gradients in the
+# inputs' shapes. (Forget the sum, or sum over the wrong axis, and the checker will tell you
+# what it found.)
 
 
 # %%

@@ -156,7 +156,7 @@ print("a[[0, 0, 2]] with g = [1, 2, 3] -> da =", a.grad.numpy())
 #
 # **Exercise.** Softmax by hand, forward and backward (`forward(s)` returns $y$; subtract the
 # row maximum before `np.exp`, or a logit of 1000 overflows). For the backward, simplify
-# $\sum_j g_j\,\partial y_j/\partial s_i$ before you code it.
+# $\sum_j g_j\,\partial y_j/\partial a_i$ (here $a$ is `s`) before you code it.
 
 
 # %%
