@@ -101,3 +101,33 @@ def test_student_notebooks_hold_no_solutions(path):
         assert name in EXERCISES, name
         body = re.search(rf"def {func}\(.*?\n(.*?)\n\n", text, re.S)
         assert body and "raise NotImplementedError" in body.group(1), func
+
+
+# How each exercise's answer would be written in a notebook (LaTeX in the text, NumPy in the
+# code): none of it may stand above the exercise, where a student reads it before trying.
+ANSWERS = {
+    "tanh": [r"1 - \tanh^2", "1 - y^2", "1 - y**2", "1 - np.tanh"],
+    "sub": ["db = -g", "dB = -g", "-g for b"],
+    "add_broadcast": ["g.sum(axis=0)", "sum of `g` over the rows", "sum of g over the rows"],
+    "matmul": [r"g B^\top", r"gB^\top", r"A^\top g", "g @ b.T", "a.T @ g"],
+    "log": ["g / a", r"\frac{g}{a}", "1/a", "1 / a"],
+    "sum_rows": ["g[:, None]", "reshaped with a 1", "np.broadcast_to(g"],
+    "softmax": [r"\mathrm{rowsum}(g", r"g - \sum_j g_j y_j", "(g * y).sum"],
+    "attention": ["dS = A", "dQ = ", "dS @ K", "A.T @ G"],
+    "layer_norm": [r"\hat g", "mean(ĝ", "(gh * xhat)"],
+    "gelu_tanh": ["1 - t^2", "1 - t**2"],
+    "cross_entropy": [r"\mathrm{softmax}(z) - \mathrm{onehot}", "p - onehot", "- onehot"],
+}
+
+
+@pytest.mark.parametrize("path", GRADED, ids=[p.stem for p in GRADED])
+def test_no_exercise_is_answered_above_it(path):
+    """A notebook may derive a different example, or work an exercise out after it, but the
+    text and code above an exercise's check hold none of its answer."""
+    text = path.read_text(encoding="utf-8")
+    names = re.findall(CHECK, text)
+    assert names and {name for name, _ in names} <= set(ANSWERS)
+    for name, _ in names:
+        above = text[: text.index(f'check("{name}"')]
+        for answer in ANSWERS[name]:
+            assert answer not in above, (name, answer)
