@@ -73,7 +73,8 @@ TESTS = {
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/base.py": [
-        "tests/gpt/tokenizers/test_byte_bpe.py",
+        "tests/gpt/tokenizers/test_byte_bpe.py tests/gpt/tokenizers/test_wordpiece.py "
+        "tests/gpt/tokenizers/test_wordpiece_definitions.py",
         "tests/gpt/tokenizers",
     ],
     "gpt/tokenizers/models.py": [
@@ -2106,7 +2107,6 @@ MUTANTS = {
         ),
     ],
     "gpt/tokenizers/bpe.py": [
-        ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
         (
             "vocab-bytes-swapped",
             "vocab[256 + k] = vocab[a] + vocab[b]",
@@ -2742,17 +2742,18 @@ MUTANTS = {
             "Unigram: its decoder written with prepend_scheme always",
         ),
     ],
-    "gpt/tokenizers/wordpiece.py": [
+    "gpt/tokenizers/base.py": [
+        ("train-count-freq", "counts[old] -= f", "counts[old] -= 1", "training: frequency ignored"),
         (
             "tokcount-new-reset",
-            "        tok_count[c] = tok_count.get(c, 0) + n_ab",
-            "        tok_count[c] = n_ab",
+            "            tok_count[c] += n_ab",
+            "            tok_count[c] = n_ab",
             "WordPiece likelihood: a token spelled by two merges counts only the latest merge",
         ),
         (
             "tokcount-b-after-del",
-            "        tok_count[b] -= n_ab",
-            "        tok_count[b] -= pair_count.get(pair, 0)",
+            "            tok_count[b] -= n_ab",
+            "            tok_count[b] -= counts.get(pair, 0)",
             "WordPiece likelihood: the right part's count read after the pair was deleted (0)",
         ),
         (
@@ -2763,9 +2764,9 @@ MUTANTS = {
         ),
         (
             "stale-entry-used",
-            "        if pair_count.get(pair, 0) <= 0 or -neg != score(pair):",
-            "        if pair_count.get(pair, 0) <= 0:",
-            "WordPiece training: a heap entry with an outdated score is merged",
+            "        if counts.get(pair, 0) <= 0 or -neg != score(pair):",
+            "        if counts.get(pair, 0) <= 0:",
+            "learn_merges: a heap entry with an outdated score is merged",
         ),
     ],
     "gpt/__main__.py": [
@@ -3284,9 +3285,9 @@ REVIEWED = {
         "length penalty); the extra hypothesis scores below that one and never changes the "
         "best ended score or the result."
     ),
-    "wordpiece.tokcount-new-reset": (
+    "base.tokcount-new-reset": (
         "equivalent: a merge rewrites every occurrence of its pair at once, so no later merge "
         "spells a token an earlier merge made (none in 20,000 random trainings, prefix '##' or "
-        "''), and a merged text that is a special token's has count 0, so get(c, 0) is always 0"
+        "''), and a merged text that is a special token's has count 0, so tok_count[c] is 0"
     ),
 }

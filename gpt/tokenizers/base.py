@@ -2,18 +2,21 @@
 
 * ``TokenizerError`` for bad input, ``TokenizerFileError`` for a file that cannot be read,
 * counting the pre-tokens of the training text (``count_words``), and for the two trainers
-  that merge pairs, BPE and WordPiece, counting adjacent pairs (``count_pairs``) and replacing
-  a pair by its new token (``merge_pair``),
+  that merge pairs, BPE and WordPiece, their one merge loop (``learn_merges``) over counting
+  adjacent pairs (``count_pairs``) and replacing a pair by its new token (``merge_pair``),
 * checking the special tokens a trainer is given (``check_special_tokens``).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+
+from tqdm import tqdm
 
 
 class TokenizerError(ValueError):
@@ -138,6 +141,92 @@ def merge_pair(
             out.append(ids[i])
             i += 1
     return out
+
+
+def learn_merges(
+    words: list[list[int]],
+    freqs: list[int],
+    n_new: int,
+    merged: Callable[[Pair], tuple[int, bool]],
+    likelihood: bool = False,
+    verbose: bool = False,
+) -> list[Pair]:
+    """Merge the best adjacent pair of ``words`` (lists of ids, each weighted by its ``freqs``,
+    rewritten in place) into one token, again and again, until ``n_new`` new tokens exist or no
+    pair is left; returns the merged pairs in order. ``merged(pair)`` gives the id of the token
+    a merge makes and whether it is new (WordPiece spells a+##bc and ab+##c alike). The best
+    pair is the most frequent (ties: the smaller pair), or with ``likelihood`` the one with the
+    largest count(ab) / (count(a) count(b)) (``wordpiece.py``). This is the trainer of BPE and
+    WordPiece; ``verbose`` shows a progress bar of the merges (tqdm, on stderr).
+
+    It is incremental (``bpe.py`` tells why): pair counts and the words that hold each pair are
+    kept up to date, so a merge rewrites only the words that hold its pair, and a heap of
+    (-score, pair) finds the next one. A merge changes the counts of the pairs around each
+    occurrence (and, for ``likelihood``, the score of every pair with a or b); each such pair
+    gets a fresh heap entry, and an entry whose score is not its pair's current one is skipped.
+    """
+    tok_count: Counter[int] = Counter()
+    pairs_of: dict[int, set[Pair]] = {}  # token -> pairs it has been part of (likelihood)
+    if likelihood:
+        for w, f in zip(words, freqs):
+            for t in w:
+                tok_count[t] += f
+    counts, where = count_pairs(words, freqs)
+
+    def link(p: Pair) -> None:
+        if likelihood:
+            pairs_of.setdefault(p[0], set()).add(p)
+            pairs_of.setdefault(p[1], set()).add(p)
+
+    for p in counts:
+        link(p)
+
+    def score(p: Pair) -> float:
+        if likelihood:
+            return counts[p] / (tok_count[p[0]] * tok_count[p[1]])
+        return counts[p]
+
+    heap = [(-score(p), p) for p in counts]
+    heapq.heapify(heap)
+    merges: list[Pair] = []
+    changes: list[tuple[Pair, Pair]] = []
+    touched: set[Pair] = set()  # pairs whose score changed in this merge
+    n_made = 0
+    bar = tqdm(total=n_new, desc="merges", unit="merge", disable=not verbose)
+    while n_made < n_new and heap:
+        neg, pair = heapq.heappop(heap)
+        if counts.get(pair, 0) <= 0 or -neg != score(pair):
+            continue  # stale: a fresher entry for this pair is in the heap (or it is gone)
+        a, b = pair
+        c, new = merged(pair)
+        n_made += new
+        bar.update(int(new))
+        merges.append(pair)
+        n_ab = 0  # merges made: fewer than the pair's count where occurrences overlap ("a a a")
+        touched.clear()
+        for wi in where.pop(pair):
+            f = freqs[wi]
+            changes.clear()
+            n = len(words[wi])
+            words[wi] = merge_pair(words[wi], pair, c, changes)
+            n_ab += f * (n - len(words[wi]))
+            for old, new_pair in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, c)
+                counts[old] -= f
+                counts[new_pair] = counts.get(new_pair, 0) + f
+                touched.update((old, new_pair))
+                where.setdefault(new_pair, set()).add(wi)
+                link(new_pair)
+        del counts[pair]  # every occurrence is merged
+        if likelihood:
+            tok_count[a] -= n_ab
+            tok_count[b] -= n_ab
+            tok_count[c] += n_ab
+            touched |= pairs_of.get(a, set()) | pairs_of.get(b, set()) | pairs_of.get(c, set())
+        for p in touched:
+            if counts.get(p, 0) > 0:
+                heapq.heappush(heap, (-score(p), p))
+    bar.close()
+    return merges
 
 
 def check_special_tokens(special_tokens: Iterable[str]) -> list[str]:

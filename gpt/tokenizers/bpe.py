@@ -18,14 +18,13 @@ each. We keep
 * ``counts``: pair -> number of occurrences (weighted by word frequency),
 * ``where``: pair -> indices of the words that contain it (a superset; stale entries are
   harmless because a merge rescans only those words),
-* a heap of (-count, pair) to find the most frequent pair. Entries go stale as counts change;
-  when the top entry's count is out of date it is pushed back with the current count. This is
-  sound because a merge only ever *lowers* the count of an existing pair: every pair it creates
-  contains the new token, and those new pairs are pushed fresh.
+* a heap of (-count, pair) to find the most frequent pair. Entries go stale as counts change:
+  every pair whose count a merge changes gets a fresh entry, and an entry whose count is not
+  its pair's current one is skipped when it comes up.
 
 A merge then rewrites only the words that contain the pair and adjusts the counts of the pairs
 around each occurrence. Ties between equally frequent pairs go to the smaller (id, id) pair, so
-training is deterministic.
+training is deterministic. The loop is ``base.learn_merges``, which WordPiece trains with too.
 
 Encoding replays the merges by rank (``models.MergeModel``) and caches the token ids of each
 distinct pre-token; natural text repeats its words so often that most pre-tokens are cache hits.
@@ -33,12 +32,10 @@ distinct pre-token; natural text repeats its words so often that most pre-tokens
 
 from __future__ import annotations
 
-import heapq
+import itertools
 from collections.abc import Iterable, Sequence
 
-from tqdm import tqdm
-
-from .base import Pair, TokenizerError, check_special_tokens, count_pairs, count_words, merge_pair
+from .base import Pair, TokenizerError, check_special_tokens, count_words, learn_merges
 from .pre_tokenizers import GPT2_PATTERN, bytes_to_text, split_json, splitter
 from .tokenizer import Tokenizer, trained_json
 
@@ -121,7 +118,8 @@ class ByteBPE(Tokenizer):
         word_counts = count_words(text_or_iterator, specials, lambda part, _first: split(part))
         words = [list(w.encode("utf-8")) for w in word_counts]
         freqs = list(word_counts.values())
-        merges = _learn_merges(words, freqs, n_merges, verbose)
+        ids = itertools.count(256)  # the merges' tokens: 256, 257, ... in merge order
+        merges = learn_merges(words, freqs, n_merges, lambda _: (next(ids), True), False, verbose)
         if len(merges) < n_merges:
             raise TokenizerError(
                 f"vocab_size {vocab_size} is more than the text supports: it has only "
@@ -145,49 +143,3 @@ class ByteBPE(Tokenizer):
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The raw bytes behind the ids (special tokens as their UTF-8)."""
         return b"".join(self.token_bytes(i) for i in ids)
-
-
-def _learn_merges(
-    words: list[list[int]], freqs: list[int], n_merges: int, verbose: bool = False
-) -> list[Pair]:
-    """The incremental BPE training loop described in the module docstring.
-
-    ``words`` are rewritten in place. Returns the merged pairs in order; new token ids are
-    256, 257, ... in merge order.
-    """
-    counts, where = count_pairs(words, freqs)
-    heap = [(-c, p) for p, c in counts.items()]
-    heapq.heapify(heap)
-
-    merges: list[Pair] = []
-    changes: list[tuple[Pair, Pair]] = []
-    new_id = 256
-    bar = tqdm(total=n_merges, desc="BPE merges", unit="merge", disable=not verbose)
-    while len(merges) < n_merges and heap:
-        neg, pair = heapq.heappop(heap)
-        current = counts.get(pair, 0)
-        if current <= 0:
-            continue
-        if -neg != current:  # stale entry: counts only fall, so re-queue at the true count
-            heapq.heappush(heap, (-current, pair))
-            continue
-        merges.append(pair)
-        bar.update(1)
-        touched: set[Pair] = set()
-        for wi in where.pop(pair):
-            f = freqs[wi]
-            changes.clear()
-            words[wi] = merge_pair(words[wi], pair, new_id, changes)
-            for old, new in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, new_id)
-                counts[old] -= f
-                counts[new] = counts.get(new, 0) + f
-                touched.add(new)
-                where.setdefault(new, set()).add(wi)
-        del counts[pair]  # every occurrence is merged
-        for p in touched:
-            c = counts[p]
-            if c > 0:
-                heapq.heappush(heap, (-c, p))
-        new_id += 1
-    bar.close()
-    return merges

@@ -24,10 +24,11 @@ frequency score: it spends the vocabulary on rare words whose letters always com
 stays ``g ##o ##o ##d``. The frequency score needs as many tokens as the ``tokenizers`` library's
 trainer (figures in ``docs/tokenizers.md``).
 
-Pair counts are kept incrementally as in ``bpe.py``. The likelihood score is trickier: a merge
-changes count(a) and count(b), which changes the score of *every* pair containing a or b, up or
-down. So after each merge those pairs are re-pushed onto the heap with fresh scores, and a popped
-entry counts only if its score still equals the pair's current score.
+Pair counts are kept incrementally, by the loop BPE trains with (``base.learn_merges``). The
+likelihood score is trickier: a merge changes count(a) and count(b), which changes the score of
+*every* pair containing a or b, up or down. So after each merge those pairs are re-pushed onto
+the heap with fresh scores, and a popped entry counts only if its score still equals the pair's
+current score.
 
 Encoding is greedy longest-match-first within each word (``models.WordPieceModel``): take the
 longest vocabulary piece that starts the word, then the longest ``##`` piece that continues it,
@@ -39,11 +40,10 @@ and accents are lost.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from .base import Pair, TokenizerError, check_special_tokens, count_pairs, count_words, merge_pair
+from .base import Pair, TokenizerError, check_special_tokens, count_words, learn_merges
 from .normalizers import bert_normalize
 from .pre_tokenizers import bert_pretokenize
 from .tokenizer import Tokenizer, trained_json
@@ -138,92 +138,22 @@ class WordPiece(Tokenizer):
         stoi = {t: i for i, t in enumerate(itos)}
         seqs = [[stoi[w[0]]] + [stoi[prefix + c] for c in w[1:]] for w in words]
         n_base = len(itos)
-        _learn_merges(seqs, list(words.values()), itos, vocab_size - n_base, prefix, score)
+
+        def merged(pair: Pair) -> tuple[int, bool]:
+            """The merged token's id; two merges can spell the same token (a+##bc and ab+##c
+            are both "abc"), and the second one then reuses the first one's id."""
+            text = itos[pair[0]] + itos[pair[1]][len(prefix) :]
+            if text in stoi:
+                return stoi[text], False
+            stoi[text] = len(itos)
+            itos.append(text)
+            return stoi[text], True
+
+        likelihood = score == "likelihood"
+        learn_merges(seqs, list(words.values()), vocab_size - n_base, merged, likelihood)
         if len(itos) < vocab_size:
             raise TokenizerError(
                 f"vocab_size {vocab_size} is more than the text supports: at most "
                 f"{len(itos)} tokens can be learned from it"
             )
         return cls(itos, specials, unk_token, prefix, lowercase=lowercase)
-
-
-def _learn_merges(
-    words: list[list[int]],
-    freqs: list[int],
-    itos: list[str],
-    n_merges: int,
-    prefix: str,
-    score_by: Score = "frequency",
-) -> None:
-    """Merge by ``score_by`` until ``n_merges`` new tokens exist (or no pair is left).
-
-    ``itos`` grows with each new token. Two different merges can spell the same token (a+##bc
-    and ab+##c are both "abc"); the second one then reuses the first one's id.
-    """
-    stoi = {t: i for i, t in enumerate(itos)}
-    n_target = len(itos) + n_merges
-    tok_count: dict[int, int] = {}
-    for w, f in zip(words, freqs):
-        for t in w:
-            tok_count[t] = tok_count.get(t, 0) + f
-    pair_count, where = count_pairs(words, freqs)
-    pairs_of: dict[int, set[Pair]] = {}  # token -> pairs it has been part of
-
-    def link(p: Pair) -> None:
-        pairs_of.setdefault(p[0], set()).add(p)
-        pairs_of.setdefault(p[1], set()).add(p)
-
-    for p in pair_count:
-        link(p)
-
-    likelihood = score_by == "likelihood"
-
-    def score(p: Pair) -> float:
-        if likelihood:
-            return pair_count[p] / (tok_count[p[0]] * tok_count[p[1]])
-        return pair_count[p]
-
-    touched: set[Pair] = set()  # pairs whose count changed in this merge
-
-    def bump(p: Pair, d: int, wi: int) -> None:
-        pair_count[p] = pair_count.get(p, 0) + d
-        touched.add(p)
-        if d > 0:
-            where.setdefault(p, set()).add(wi)
-            link(p)
-
-    heap = [(-score(p), p) for p in pair_count]
-    heapq.heapify(heap)
-    changes: list[tuple[Pair, Pair]] = []
-    while len(itos) < n_target and heap:
-        neg, pair = heapq.heappop(heap)
-        if pair_count.get(pair, 0) <= 0 or -neg != score(pair):
-            continue  # stale: a fresher entry for this pair is in the heap (or it is gone)
-        a, b = pair
-        text = itos[a] + itos[b][len(prefix) :]
-        c = stoi.get(text)
-        if c is None:
-            c = stoi[text] = len(itos)
-            itos.append(text)
-        n_ab = 0  # merges made: fewer than the pair's count where occurrences overlap ("a a a")
-        touched.clear()
-        for wi in where.pop(pair):
-            f = freqs[wi]
-            changes.clear()
-            n = len(words[wi])
-            words[wi] = merge_pair(words[wi], pair, c, changes)
-            n_ab += f * (n - len(words[wi]))
-            for old, new in changes:  # the neighbouring pairs, e.g. (x, a) -> (x, c)
-                bump(old, -f, wi)
-                bump(new, f, wi)
-        del pair_count[pair]
-        tok_count[a] -= n_ab
-        tok_count[b] -= n_ab
-        tok_count[c] = tok_count.get(c, 0) + n_ab
-        # every pair whose score changed gets a fresh heap entry: those whose count changed, and
-        # for the likelihood score those whose parts' counts changed
-        if likelihood:
-            touched |= pairs_of.get(a, set()) | pairs_of.get(b, set()) | pairs_of.get(c, set())
-        for p in touched:
-            if pair_count.get(p, 0) > 0:
-                heapq.heappush(heap, (-score(p), p))
