@@ -17,6 +17,7 @@ import importlib.util
 import warnings
 from dataclasses import dataclass, field
 
+from nn.activation import default_d_ff
 from nn.checks import (
     ConfigError,
     bad_value,
@@ -156,7 +157,7 @@ class GPTConfig(_Fields):
                 f"be even, got {self.d_head}"
             )
         if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.activation)
+            self.d_ff = default_d_ff(self.d_model, self.activation in GATED)
         check_count(None, d_ff=self.d_ff)
         check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
         if self.parallel and (self.attn_only or self.norm_placement == "post"):
@@ -180,12 +181,6 @@ class GPTConfig(_Fields):
                     "ratios, degrading outside about 20-200)"
                 )
         return out
-
-
-def default_d_ff(d_model: int, activation: str) -> int:
-    if activation in GATED:
-        return -(-int(8 * d_model / 3) // 8) * 8
-    return 4 * d_model
 
 
 @dataclass
@@ -247,7 +242,7 @@ class Seq2SeqConfig(_Fields):
         if self.d_model % self.n_head:
             raise bad_value("n_head", self.n_head, f"must divide d_model={self.d_model}")
         if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.activation)
+            self.d_ff = default_d_ff(self.d_model, self.activation in GATED)
         check_count(None, d_ff=self.d_ff)
         if self.final_norm is None:
             self.final_norm = self.norm_placement != "post"

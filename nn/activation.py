@@ -231,6 +231,12 @@ class Tanh(Module):
 GATED = {"glu": "sigmoid", "reglu": "relu", "geglu": "gelu", "swiglu": "silu"}
 
 
+def default_d_ff(d_model: int, gated: bool) -> int:
+    """The MLP's width when none is given: 4·d_model, or for a gated MLP (two input matrices)
+    8/3·d_model rounded up to a multiple of 8, which keeps its parameter count (LLaMA's rule)."""
+    return 8 * math.ceil(8 * d_model / 3 / 8) if gated else 4 * d_model
+
+
 class FeedForward(Module):
     """The MLP of a transformer block, applied to each position on its own.
 
@@ -275,7 +281,7 @@ class FeedForward(Module):
         self.act = activation_fn(activation)
         self.activation, self.gated, self.dropout = activation, gated, dropout
         if d_ff is None:
-            d_ff = 4 * d_model if not gated else 8 * math.ceil(8 * d_model / 3 / 8)
+            d_ff = default_d_ff(d_model, gated)
         self.d_model, self.d_ff = d_model, d_ff
         k_in, k_out = 1.0 / math.sqrt(d_model), 1.0 / math.sqrt(d_ff)
         self.W_in = uniform((d_model, d_ff), k_in, dtype, device)
