@@ -72,9 +72,11 @@ def naive_bpe_train(text: str, n_merges: int) -> list[tuple[int, int]]:
     """BPE training the slow way: recount all pairs of all words after every merge."""
     from collections import Counter
 
-    from gpt.tokenizers.pre_tokenizers import pretokenize
+    import regex
 
-    words = Counter(pretokenize(text))
+    from gpt.tokenizers.pre_tokenizers import GPT2_PATTERN
+
+    words = Counter(regex.findall(GPT2_PATTERN, text))
     seqs = [list(w.encode("utf-8")) for w in words]
     freqs = list(words.values())
     merges = []

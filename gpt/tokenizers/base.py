@@ -34,7 +34,7 @@ class TokenizerFileError(TokenizerError):
 
 class PatternTimeoutError(TokenizerError):
     """A regex pattern from a tokenizer file (or given by the caller) ran past its time limit
-    (see ``pretokenize.find_spans``)."""
+    (see ``pre_tokenizers.find_spans``)."""
 
     def __init__(self, pattern: str, n_chars: int, limit: float):
         self.pattern, self.n_chars, self.limit = pattern, n_chars, limit

@@ -36,8 +36,20 @@ import itertools
 from collections.abc import Iterable, Sequence
 
 from .base import Pair, TokenizerError, check_special_tokens, count_words, learn_merges
-from .pre_tokenizers import GPT2_PATTERN, bytes_to_text, split_json, splitter
-from .tokenizer import Tokenizer, trained_json
+from .pre_tokenizers import GPT2_PATTERN, bytes_to_text, split_json, unicode_to_bytes
+from .tokenizer import Tokenizer, trained_json, word_splitter
+
+
+def byte_level_json(pattern: str, add_prefix_space: bool) -> dict:
+    """The pre-tokenizer of a byte-level BPE file: ``ByteLevel`` (GPT-2's pattern), or a regex
+    ``Split`` before it (another pattern)."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": add_prefix_space}
+    byte_level |= {"trim_offsets": True, "use_regex": pattern == GPT2_PATTERN}
+    if pattern == GPT2_PATTERN:
+        return byte_level
+    if add_prefix_space:
+        raise TokenizerError("a custom pattern with add_prefix_space has no tokenizer.json form")
+    return {"type": "Sequence", "pretokenizers": [split_json(pattern), byte_level]}
 
 
 class ByteBPE(Tokenizer):
@@ -70,16 +82,7 @@ class ByteBPE(Tokenizer):
             merge_text = [f"{spelled[a]} {spelled[b]}" for a, b in self.merges]
         except KeyError as e:
             raise TokenizerError(f"a merge uses the id {e}, missing from vocab") from None
-        byte_level = {"type": "ByteLevel", "add_prefix_space": add_prefix_space}
-        byte_level |= {"trim_offsets": True, "use_regex": pattern == GPT2_PATTERN}
-        if pattern == GPT2_PATTERN:
-            pre = byte_level
-        elif not add_prefix_space:
-            pre = {"type": "Sequence", "pretokenizers": [split_json(pattern), byte_level]}
-        else:
-            raise TokenizerError(
-                "a custom pattern with add_prefix_space has no tokenizer.json form"
-            )
+        pre = byte_level_json(pattern, add_prefix_space)
         decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True}
         model = {"type": "BPE", "dropout": None, "unk_token": None}
         model |= {"continuing_subword_prefix": None, "end_of_word_suffix": None}
@@ -114,9 +117,11 @@ class ByteBPE(Tokenizer):
                 f"vocab_size {vocab_size} is below the base alphabet: 256 bytes + "
                 f"{len(specials)} special tokens = {256 + len(specials)}"
             )
-        split = splitter(pattern)
-        word_counts = count_words(text_or_iterator, specials, lambda part, _first: split(part))
-        words = [list(w.encode("utf-8")) for w in word_counts]
+        # the pre-tokens as the file's pre-tokenizer gives them (in the printable byte alphabet)
+        words_of = word_splitter(None, byte_level_json(pattern, False))
+        word_counts = count_words(text_or_iterator, specials, words_of)
+        table = unicode_to_bytes()
+        words = [[table[c] for c in w] for w in word_counts]
         freqs = list(word_counts.values())
         ids = itertools.count(256)  # the merges' tokens: 256, 257, ... in merge order
         merges = learn_merges(words, freqs, n_merges, lambda _: (next(ids), True), False, verbose)

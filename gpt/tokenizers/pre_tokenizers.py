@@ -63,11 +63,11 @@ UNIGRAM_PATTERN = (
 
 
 def metaspace(text: str, replacement: str, prepend_scheme: str, first: bool) -> str:
-    """Spaces become ``replacement`` ("▁"), which is also put before the text when
+    """Spaces become ``replacement`` ("▁"), which is also put before non-empty text when
     ``prepend_scheme`` is "always", or "first" and the text begins the input (``first``)."""
     text = text.replace(" ", replacement)
     prepend = prepend_scheme == "always" or (prepend_scheme == "first" and first)
-    if prepend and not text.startswith(replacement):
+    if prepend and text and not text.startswith(replacement):
         text = replacement + text
     return text
 
@@ -83,11 +83,6 @@ def compile_pattern(pattern: str) -> regex.Pattern:
         return regex.compile(pattern)
     except regex.error as e:
         raise TokenizerError(f"invalid pre-tokenizer pattern {pattern!r}: {e}") from None
-
-
-def pretokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
-    """Split ``text`` into pre-tokens; joining them always gives back ``text``."""
-    return splitter(pattern)(text)
 
 
 #: Patterns this package ships. They match every character (so a plain ``findall`` loses
@@ -125,34 +120,6 @@ def find_spans(pattern: str, text: str, trusted: bool = False) -> list[tuple[int
         return [m.span() for m in compiled.finditer(text, timeout=limit)]
     except TimeoutError:
         raise PatternTimeoutError(pattern, len(text), limit) from None
-
-
-@lru_cache(maxsize=64)
-def splitter(pattern: str) -> Callable[[str], list[str]]:
-    """A function cutting text into the pattern's matches *and* the gaps between them.
-
-    Text the pattern does not match is kept as pre-tokens of its own (Hugging Face calls this
-    the "isolated" split), so a custom pattern can never silently drop characters. For the
-    built-in patterns, which match everything, this is plain ``findall``. Patterns from
-    elsewhere run under a time limit (``find_spans``).
-    """
-    compiled = compile_pattern(pattern)
-    if pattern in SHIPPED:
-        return compiled.findall
-
-    def split(text: str) -> list[str]:
-        out, pos = [], 0
-        for start, end in find_spans(pattern, text):
-            if start > pos:
-                out.append(text[pos:start])
-            if end > start:
-                out.append(text[start:end])
-            pos = end
-        if pos < len(text):
-            out.append(text[pos:])
-        return out
-
-    return split
 
 
 @lru_cache(maxsize=1)
@@ -264,11 +231,6 @@ def split_json(pattern: str) -> dict[str, Any]:
     piece (spelled for Oniguruma, which the file's other readers run it with)."""
     regex_ = {"Regex": to_oniguruma(pattern)}
     return {"type": "Split", "pattern": regex_, "behavior": "Isolated", "invert": False}
-
-
-def bert_pretokenize(text: str) -> list[str]:
-    """Split on whitespace (dropped) and around each punctuation character (kept alone)."""
-    return _BERT_SPLIT.findall(text)
 
 
 #: a piece of text, whether it starts the text, and where each of its characters came from in

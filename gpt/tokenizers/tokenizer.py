@@ -93,6 +93,23 @@ def trained_json(special: dict[str, int], normalizer, pre_tokenizer, decoder, mo
     }
 
 
+def word_splitter(normalizer: dict | None, pre_tokenizer: dict | None):
+    """``words(text, first)``: the words a file's normalizer and pre-tokenizer (JSON parts) cut
+    ``text`` into (``first``: it starts the input). The trainers count the words they learn
+    from with it, so they cut text as the files they write do."""
+    normalize = normalizers.build(normalizer, "<memory>")
+    pre = pre_tokenizers.build(pre_tokenizer, "<memory>")
+
+    def words(text: str, first: bool) -> list[str]:
+        if normalize is not None:
+            text = normalize(text)
+        if pre is None:
+            return [text] if text else []
+        return [w for w, _, _ in pre([(text, first, None)])]
+
+    return words
+
+
 def read_added_tokens(data: dict[str, Any], path: str | os.PathLike) -> list[AddedToken]:
     """The ``added_tokens`` list of a file, every flag type-checked."""
     out = []

@@ -51,11 +51,19 @@ from .pre_tokenizers import (
     METASPACE,
     METASPACE_SPLIT_PATTERN,
     UNIGRAM_PATTERN,
-    metaspace,
     split_json,
-    splitter,
 )
-from .tokenizer import Tokenizer, trained_json
+from .tokenizer import Tokenizer, trained_json, word_splitter
+
+
+def metaspace_json(pattern: str, prepend_scheme: str, replacement: str) -> dict:
+    """The pre-tokenizer of a Unigram file: spaces become ``replacement`` ("▁", with one put
+    in front as ``prepend_scheme`` says), then the text is cut by ``pattern``."""
+    meta = {"type": "Metaspace", "replacement": replacement, "prepend_scheme": prepend_scheme}
+    if pattern == METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement):
+        return meta | {"split": True}
+    steps = [meta | {"split": False}, split_json(pattern)]
+    return {"type": "Sequence", "pretokenizers": steps}
 
 
 class Unigram(Tokenizer):
@@ -85,11 +93,7 @@ class Unigram(Tokenizer):
         if missing:
             raise TokenizerError(f"tokens {missing} are not in the vocabulary")
         meta = {"type": "Metaspace", "replacement": replacement, "prepend_scheme": prepend_scheme}
-        if pattern == METASPACE_SPLIT_PATTERN.replace(METASPACE, replacement):
-            pre = meta | {"split": True}
-        else:
-            steps = [meta | {"split": False}, split_json(pattern)]
-            pre = {"type": "Sequence", "pretokenizers": steps}
+        pre = metaspace_json(pattern, prepend_scheme, replacement)
         unk_id = None if unk_token is None else ids[unk_token]
         model = {"type": "Unigram", "unk_id": unk_id, "byte_fallback": False}
         model |= {"vocab": [list(p) for p in self.pieces]}
@@ -125,12 +129,7 @@ class Unigram(Tokenizer):
         specials.insert(0, unk_token)
         if not 0 < shrink < 1:
             raise TokenizerError(f"shrink must be between 0 and 1, got {shrink}")
-        split = splitter(pattern)
-
-        def words(text: str, first: bool) -> list[str]:
-            """Spaces to "▁", maybe a leading "▁", then the pre-tokenizer pattern."""
-            return split(metaspace(text, METASPACE, prepend_scheme, first)) if text else []
-
+        words = word_splitter(None, metaspace_json(pattern, prepend_scheme, METASPACE))
         counts = count_words(text_or_iterator, specials, words)
         target = vocab_size - len(specials)
         lattice = _Lattice(counts, max_piece_chars)

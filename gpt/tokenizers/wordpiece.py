@@ -33,9 +33,9 @@ current score.
 Encoding is greedy longest-match-first within each word (``models.WordPieceModel``): take the
 longest vocabulary piece that starts the word, then the longest ``##`` piece that continues it,
 and so on. If at some point no piece matches, the whole word becomes ``[UNK]``. Text is
-normalized and split into words the way BERT does it (``normalizers.bert_normalize``,
-``pre_tokenizers.bert_pretokenize``), so decoding is not exact: whitespace and, if enabled, case
-and accents are lost.
+normalized and split into words the way BERT does it (``BertNormalizer``,
+``BertPreTokenizer``), so decoding is not exact: whitespace and, if enabled, case and accents
+are lost.
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from .base import Pair, TokenizerError, check_special_tokens, count_words, learn_merges
-from .normalizers import bert_normalize
-from .pre_tokenizers import bert_pretokenize
-from .tokenizer import Tokenizer, trained_json
+from .tokenizer import Tokenizer, trained_json, word_splitter
 
 Score = Literal["frequency", "likelihood"]
 SCORES = ("frequency", "likelihood")
@@ -118,11 +116,9 @@ class WordPiece(Tokenizer):
         specials = check_special_tokens(special_tokens)
         if unk_token not in specials:
             specials.insert(0, unk_token)
-        words = count_words(
-            text_or_iterator,
-            specials,
-            lambda part, _first: bert_pretokenize(bert_normalize(part, lowercase=lowercase)),
-        )
+        normalizer = {"type": "BertNormalizer", "strip_accents": None, "lowercase": lowercase}
+        words_of = word_splitter(normalizer, {"type": "BertPreTokenizer"})
+        words = count_words(text_or_iterator, specials, words_of)
 
         # the base alphabet: each character as a word start and as a continuation
         alphabet: set[str] = set()

@@ -1,15 +1,21 @@
 from collections import Counter
 
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt.tokenizers import ByteBPE, TokenizerError
 from gpt.tokenizers.base import merge_pair
 from gpt.tokenizers.models import apply_merges
-from gpt.tokenizers.pre_tokenizers import GPT2_PATTERN, pretokenize
+from gpt.tokenizers.pre_tokenizers import GPT2_PATTERN
 
 from .tokenizer_strategies import bpe_merges, small_corpus, unicode_text
+
+
+def pretokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
+    """GPT-2's pre-tokens, independently of the pre-tokenizer (its pattern matches all text)."""
+    return regex.findall(pattern, text)
 
 
 @pytest.fixture(scope="module")

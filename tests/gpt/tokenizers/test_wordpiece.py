@@ -3,9 +3,14 @@ from hypothesis import given, settings
 
 from gpt.tokenizers import TokenizerError, WordPiece
 from gpt.tokenizers.normalizers import bert_normalize
-from gpt.tokenizers.pre_tokenizers import bert_pretokenize
+from gpt.tokenizers.tokenizer import word_splitter
 
 from .tokenizer_strategies import text_over
+
+
+def bert_pretokenize(text: str) -> list[str]:
+    """BERT's pre-tokenization, as a file's ``BertPreTokenizer`` cuts text."""
+    return word_splitter(None, {"type": "BertPreTokenizer"})(text, True)
 
 
 def test_merges_by_likelihood_gain_worked_by_hand():

@@ -14,9 +14,14 @@ import pytest
 
 from gpt.tokenizers import WordPiece
 from gpt.tokenizers.normalizers import bert_normalize
-from gpt.tokenizers.pre_tokenizers import bert_pretokenize
+from gpt.tokenizers.tokenizer import word_splitter
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+
+def bert_pretokenize(text: str) -> list[str]:
+    """BERT's pre-tokenization, as a file's ``BertPreTokenizer`` cuts text."""
+    return word_splitter(None, {"type": "BertPreTokenizer"})(text, True)
 
 
 def train_by_recounting(text: str, score: str, prefix: str = "##") -> list[str]:
