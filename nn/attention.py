@@ -295,20 +295,6 @@ class AttentionFn(Function):
         dk *= s
         return dq, dk, dv, dB
 
-    @staticmethod
-    def composed(q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
-        return attention_composed(
-            q,
-            k,
-            v,
-            *bias,
-            scale=scale,
-            causal=causal,
-            mask=mask,
-            dropout_mask=dropout_mask,
-            window=window,
-        )
-
 
 @fused
 def exp_shifted_in_place(xp, S, m):
@@ -365,6 +351,9 @@ def attention_composed(
     if dropout_mask is not None:
         A = A * Tensor._wrap(dropout_mask)
     return (A @ v).transpose(-3, -2)
+
+
+AttentionFn.composed = staticmethod(attention_composed)  # the same function in engine ops
 
 
 def _as_mask(mask, like: Tensor):
