@@ -1,4 +1,4 @@
-"""gpt/hf_llama.py through gpt.hf.from_pretrained: Llama, Qwen2 and Mistral folders.
+"""gpt/hf/llama.py through gpt.hf.from_pretrained: Llama, Qwen2 and Mistral folders.
 
 The parity tests build small randomly initialised models with ``transformers`` (a test-only
 reference; they skip without it), save them with ``save_pretrained``, load them here, and

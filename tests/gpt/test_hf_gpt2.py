@@ -1,4 +1,4 @@
-"""Hugging Face GPT-2 checkpoints (gpt.hf): the weight mapping, the config mapping, errors.
+"""Hugging Face GPT-2 checkpoints (gpt/hf/gpt2.py): the weight mapping, the config mapping, errors.
 
 Three independent checks of the mapping:
 
