@@ -13,6 +13,7 @@ import numpy as np
 
 import nn
 import tensorlab as tl
+from gpt.circuits.factored import _arr
 from nn.attention import attention_results, composed_attention
 from nn.module import HookPoint
 from nn.norm import composed_norms
@@ -290,9 +291,6 @@ def run_with_hooks(
 
 def token_losses(logits, tokens) -> np.ndarray:
     """Per-token cross-entropy (B, T-1): position t predicts token t+1."""
-    lg = _to_numpy(logits).astype(np.float64)[:, :-1]
-    tok = np.asarray(tokens.numpy() if isinstance(tokens, Tensor) else tokens)
-    if tok.ndim == 1:
-        tok = tok[None]
-    logp = log_softmax_array(lg, axis=-1)
+    logp = log_softmax_array(_arr(logits)[:, :-1], axis=-1)
+    tok = _as_tokens(tokens).numpy()
     return -np.take_along_axis(logp, tok[:, 1:, None], axis=-1)[..., 0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpt.circuits.factored import FactoredMatrix, _arr
+from gpt.circuits.resid import folded_unembed
 
 
 def _attn(model, layer: int):
@@ -17,35 +18,21 @@ def _attn(model, layer: int):
     return model.blocks[layer]
 
 
-def _check_head(attn, head: int) -> None:
-    if not 0 <= head < attn.n_head:
-        raise IndexError(f"head {head} is out of range for {attn.n_head} heads")
-
-
-def _gain(norm) -> np.ndarray | None:
-    w = getattr(norm, "w", None)  # None: no final norm, or norm="none"
-    return None if w is None else _arr(w)
-
-
 def _head_weights(model, layer: int, head: int, fold_ln: bool = True):
     """W_Q, W_K, W_V (d_model, d_head) and W_O (d_head, d_model) of one head, float64, with
     the block's pre-attention norm gain folded into the input side."""
     block = _attn(model, layer)
     attn = block.attn
-    _check_head(attn, head)
+    if not 0 <= head < attn.n_head:
+        raise IndexError(f"head {head} is out of range for {attn.n_head} heads")
     WQ, WK, WV = (_arr(W[head]) for W in (attn.W_Q, attn.W_K, attn.W_V))
     WO = _arr(attn.W_O[head])
     # post-norm: attention reads the stream itself, and ln1 normalizes after the sum
-    g = _gain(block.ln1) if fold_ln and not block.post else None
-    if g is not None:
-        WQ, WK, WV = g[:, None] * WQ, g[:, None] * WK, g[:, None] * WV
+    g = getattr(block.ln1, "w", None) if fold_ln and not block.post else None
+    if g is not None:  # (no gain with norm="none")
+        g = _arr(g)[:, None]
+        WQ, WK, WV = g * WQ, g * WK, g * WV
     return WQ, WK, WV, WO
-
-
-def _unembed(model, fold_ln: bool = True) -> np.ndarray:
-    WU = _arr(model.W_U)
-    g = _gain(model.ln_final) if fold_ln else None
-    return WU if g is None else g[:, None] * WU
 
 
 def _source(model, which: str) -> np.ndarray:
@@ -108,7 +95,8 @@ def ov_circuit(
     attends fully to token i, through the direct path (the paper's W_U W_O^h W_V^h W_E,
     transposed). ``source="pos"`` uses W_pos for the attended vector instead of W_E."""
     _, _, WV, WO = _head_weights(model, layer, head, fold_ln)
-    return FactoredMatrix(_source(model, source) @ WV, WO @ _unembed(model, fold_ln))
+    W_U = folded_unembed(model)[0] if fold_ln else _arr(model.W_U)
+    return FactoredMatrix(_source(model, source) @ WV, WO @ W_U)
 
 
 def composition_scores(model, fold_ln: bool = True) -> dict[str, np.ndarray]:

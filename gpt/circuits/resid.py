@@ -63,10 +63,6 @@ def _get(cache: dict, name: str) -> np.ndarray:
     return _arr(cache[name])
 
 
-def _stack(parts: list[np.ndarray], like: np.ndarray) -> np.ndarray:
-    return np.stack(parts) if parts else np.zeros((0,) + like.shape)
-
-
 def _embed_parts(model, cache: dict) -> tuple[list[np.ndarray], list[str]]:
     """The token embeddings (B, T, d) and, for learned or sinusoidal positions, the position
     vectors (B, T, d): ``hook_embed`` and ``hook_pos_embed``."""
@@ -117,10 +113,6 @@ class NormedStack(np.ndarray):
     array; its slices, sums and products keep the type. It is there so that
     :func:`apply_ln_to_stack` and :func:`logit_attrs` can refuse to normalize a stack a second
     time: dividing by σ twice gives numbers of the right shape and the wrong size."""
-
-
-def _normed(stack: np.ndarray) -> NormedStack:
-    return np.asarray(stack).view(NormedStack)
 
 
 def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False):
@@ -218,7 +210,7 @@ def apply_ln_to_stack(
         scale = _norm_scale(norm, resid) if cached is None else _arr(cached)
         scale = None if scale is None else _slice_scale(scale, pos_slice, batch_slice)
     stack = _centre(norm, stack)
-    return _normed(stack if scale is None else stack / scale)
+    return np.asarray(stack if scale is None else stack / scale).view(NormedStack)
 
 
 def folded_unembed(model) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +218,7 @@ def folded_unembed(model) -> tuple[np.ndarray, np.ndarray]:
     (vocab,)) with W_U' = diag(w) W_U and b_U = b W_U (zeros without a gain or a bias), so
     that ``logits = apply_ln(resid_final) @ W_U' + b_U``."""
     W_U = _arr(model.W_U)
-    w = getattr(model.ln_final, "w", None)
+    w = getattr(model.ln_final, "w", None)  # None: no final norm, or norm="none"
     b = getattr(model.ln_final, "b", None)
     b_U = np.zeros(W_U.shape[1]) if b is None else _arr(b) @ W_U
     return (W_U if w is None else _arr(w)[:, None] * W_U), b_U
@@ -402,19 +394,10 @@ def accumulated_resid(
         if (incl_mid and i < n and not model.blocks[i].parallel) or (mlp_input and i == n):
             parts.append(_get(cache, f"blocks.{i}.hook_resid_mid"))
             labels.append(f"{i}_mid")
-    stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
-    if apply_ln:
-        final = n == L  # the logit lens: each stream by its own statistics
-        stack = apply_ln_to_stack(
-            model,
-            cache,
-            stack,
-            layer=n,
-            recompute_ln=final,
-            pos_slice=pos_slice,
-            mlp_input=mlp_input,
-        )
-    return (stack, labels) if return_labels else stack
+    # after the last layer, the logit lens: each stream normalized by its own statistics
+    return _finish(
+        model, cache, parts, labels, apply_ln, return_labels, n, pos_slice, mlp_input, n == L
+    )
 
 
 def logit_lens(model, cache: dict, incl_mid: bool = False, return_labels: bool = False):
@@ -522,14 +505,22 @@ def _finish(
     layer=None,
     pos_slice=None,
     mlp_input: bool = False,
+    recompute_ln: bool = False,
 ):
     """The parts stacked at the positions ``pos_slice`` keeps, normalized by the norm that
     reads the stream before ``layer`` (they sum to that stream) when ``apply_ln``, with their
-    labels when ``return_labels``."""
-    stack = _stack([_cut(p, pos_slice) for p in parts], _cut(_get(cache, "hook_embed"), pos_slice))
+    labels when ``return_labels``. ``recompute_ln`` as for :func:`apply_ln_to_stack`."""
+    embed = _cut(_get(cache, "hook_embed"), pos_slice)
+    stack = np.stack([_cut(p, pos_slice) for p in parts]) if parts else np.zeros((0,) + embed.shape)
     if apply_ln:
         stack = apply_ln_to_stack(
-            model, cache, stack, layer=layer, pos_slice=pos_slice, mlp_input=mlp_input
+            model,
+            cache,
+            stack,
+            layer=layer,
+            recompute_ln=recompute_ln,
+            pos_slice=pos_slice,
+            mlp_input=mlp_input,
         )
     return (stack, labels) if return_labels else stack
 
