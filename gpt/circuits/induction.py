@@ -58,10 +58,6 @@ def _previous_from(pat: np.ndarray) -> np.ndarray:
     return pat[:, :, :, t, t - 1].mean(axis=(1, 3))
 
 
-def _default_seq_len(model, bos) -> int:
-    return (model.config.block_size - (bos is not None)) // 2
-
-
 def induction_report(
     model,
     seq_len: int | None = None,
@@ -76,9 +72,9 @@ def induction_report(
     bos, distinct)``: "induction" and "previous_token" scores (n_layer, n_head), "per_position"
     loss (T-1,), "first_half" and "second_half" mean losses, and the "tokens" used.
     ``seq_len`` defaults to half the block size; ``high`` to the vocabulary size."""
-    seq_len = _default_seq_len(model, bos) if seq_len is None else seq_len
-    high = model.config.vocab_size if high is None else high
     offset = 0 if bos is None else 1
+    seq_len = (model.config.block_size - offset) // 2 if seq_len is None else seq_len
+    high = model.config.vocab_size if high is None else high
     if 2 * seq_len + offset > model.config.block_size:
         raise ValueError(
             f"2·seq_len{' + 1' if offset else ''} = {2 * seq_len + offset} positions exceed "

@@ -79,13 +79,6 @@ def _value(x) -> float:
     return float(a.reshape(()))
 
 
-def _check_pair(a, b) -> None:
-    if a.shape != b.shape:
-        raise ValueError(
-            f"clean and corrupted tokens must have the same shape, got {a.shape} and {b.shape}"
-        )
-
-
 def patch_activation(model, corrupted_tokens, clean_cache: dict, name: str, pos=None, head=None):
     """The logits (B, T, vocab) of ``corrupted_tokens`` with the activation at hook point
     ``name`` replaced by its value in ``clean_cache``: whole, or only at position(s) ``pos``
@@ -161,7 +154,11 @@ def attribution_patching(
     last layer's head results in a model without a final norm); poor where a softmax
     saturates, so it is a way to choose what to patch for real."""
     clean, corrupted = _as_tokens(clean_tokens), _as_tokens(corrupted_tokens)
-    _check_pair(clean, corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean and corrupted tokens must have the same shape, got {clean.shape} and "
+            f"{corrupted.shape}"
+        )
     names = [f"blocks.{i}.{hook}" for i in range(len(model.blocks))]
     _, clean_cache = run_with_cache(model, clean, names=names)
     _, cache = run_with_cache(model, corrupted, names=names, incl_bwd=True, metric=metric)
