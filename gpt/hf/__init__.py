@@ -35,18 +35,6 @@ from gpt.model import GPT
 from nn.init import empty_parameters
 from tensorlab.backend import to_device
 
-__all__ = [
-    "HFCheckpointError",
-    "config_from_hf",
-    "config_to_hf",
-    "from_pretrained",
-    "load_gpt2_weights",
-    "load_hf_state",
-    "save_hf_gpt2",
-    "save_hf_llama",
-    "tokenizer_from_pretrained",
-]
-
 FAMILIES = {model_type: family for family in (gpt2, llama) for model_type in family.ARCHITECTURES}
 
 
