@@ -57,12 +57,6 @@ def _as_tokens(tokens) -> Tensor:
     return tl.tensor(a.astype(np.int64))
 
 
-def _to_numpy(x) -> np.ndarray:
-    if isinstance(x, Tensor):
-        return np.array(x.numpy(), copy=True)
-    return np.array(x, copy=True)
-
-
 # Hook points closed on the training path, by name ending, and the block that opens them.
 _OPENERS = (
     (("hook_attn_scores", "hook_pattern"), composed_attention),
@@ -229,7 +223,7 @@ def run_with_cache(
 
     def record(name):
         def fn(act):
-            cache[name] = _to_numpy(act)
+            cache[name] = act.numpy().copy()  # a copy, not the run's own array
             if incl_bwd:
                 acts[name] = act = _differentiable(act)
                 return act
@@ -247,7 +241,7 @@ def run_with_cache(
                     raise ValueError(f"incl_bwd: the metric must be a scalar, got {out.shape}")
                 grads = tl.grad(out, list(acts.values()), allow_unused=True)
                 for n, g in zip(acts, grads):  # None: the metric does not depend on it
-                    cache[n + "_grad"] = np.zeros_like(cache[n]) if g is None else _to_numpy(g)
+                    cache[n + "_grad"] = np.zeros_like(cache[n]) if g is None else g.numpy().copy()
     return logits, cache
 
 
