@@ -93,18 +93,22 @@ TESTS = {
     ],
     "nn/init.py": [
         "tests/nn/test_init.py",
-        "tests/nn tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+        "tests/nn tests/gpt/test_hf_gpt2.py tests/gpt/test_hf_llama.py",
     ],
     "nn/module.py": [
         "tests/nn/test_module.py",
-        "tests/nn tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+        "tests/nn tests/gpt/test_hf_gpt2.py tests/gpt/test_hf_llama.py",
     ],
     "gpt/config.py": ["tests/gpt/test_config.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
-    "gpt/hf.py": [
-        "tests/gpt/test_hf.py tests/gpt/test_hf_llama.py",
+    "gpt/hf/checkpoint.py": [
+        "tests/gpt/test_hf_gpt2.py tests/gpt/test_hf_llama.py",
         "tests/gpt --ignore=tests/gpt/tokenizers",
     ],
-    "gpt/hf_llama.py": [
+    "gpt/hf/gpt2.py": [
+        "tests/gpt/test_hf_gpt2.py",
+        "tests/gpt --ignore=tests/gpt/tokenizers",
+    ],
+    "gpt/hf/llama.py": [
         "tests/gpt/test_hf_llama.py",
         "tests/gpt --ignore=tests/gpt/tokenizers",
     ],
@@ -127,7 +131,7 @@ TESTS = {
     ],
     "nn/serialization.py": [
         "tests/nn/test_serialization.py",
-        "tests/nn tests/gpt/test_train.py tests/gpt/test_hf.py",
+        "tests/nn tests/gpt/test_train.py tests/gpt/test_hf_gpt2.py",
     ],
     "tensorlab/gradcheck.py": ["tests/tensorlab/test_gradcheck.py", "tests/tensorlab"],
     "tensorlab/transforms.py": ["tests/tensorlab/test_transforms.py", "tests/tensorlab"],
@@ -177,7 +181,7 @@ TESTS = {
         "tests/nn tests/gpt/test_train.py",
     ],
     "gpt/circuits/hooks.py": ["tests/gpt/circuits/test_circuit_hooks.py", "tests/gpt/circuits"],
-    "nn/exercises.py": ["tests/nn/test_exercises.py", "tests/nn"],
+    "notebooks/grader.py": ["tests/test_grader.py"],
     "tensorlab/numpy_protocol.py": [
         "tests/tensorlab/test_numpy_protocol.py",
         "tests/tensorlab",
@@ -192,7 +196,10 @@ TESTS = {
         "tests/tensorlab",
     ],
     "tensorlab/function.py": ["tests/tensorlab/test_autograd.py", "tests/tensorlab"],
-    "tensorlab/functions.py": ["tests/tensorlab/test_functions.py", "tests/tensorlab"],
+    "tensorlab/method_functions.py": [
+        "tests/tensorlab/test_method_functions.py",
+        "tests/tensorlab",
+    ],
     "gpt/tokenizers/char.py": [
         "tests/gpt/tokenizers/test_char_tokenizer.py",
         "tests/gpt/tokenizers",
@@ -315,7 +322,7 @@ MUTANTS = {
             "CircuitWatcher: first=True does not record step 1",
         ),
     ],
-    "nn/exercises.py": [
+    "notebooks/grader.py": [
         (
             "first-input-only",
             "for name, yours, w, num in zip(ex.inputs, grads, want, numeric):",
@@ -324,8 +331,8 @@ MUTANTS = {
         ),
         (
             "forward-unchecked",
-            "        ok = _close(y_out, y_ref)\n        if not ok.all():",
-            "        ok = _close(y_out, y_ref)\n        if False:",
+            "    ok = _close(y, want)\n    if ok.all():",
+            "    ok = _close(y, want)\n    if True:",
             "the grader passes a wrong forward",
         ),
         (
@@ -335,10 +342,28 @@ MUTANTS = {
             "the broadcast hint names the wrong axis when a leading axis was added too",
         ),
         (
-            "numeric-one-sided",
-            "d[i] = (plus - minus) / (2 * EPS)",
-            "d[i] = (plus - minus) / EPS",
-            "the grader's finite differences not halved (every right answer fails)",
+            "hint-skips-a-level",
+            "level = min(_HINTS_SHOWN.get(exercise, 0) + 1, len(HINT_LEVELS))",
+            "level = min(_HINTS_SHOWN.get(exercise, 0) + 2, len(HINT_LEVELS))",
+            "hint: the second call states the formula (the idea in words skipped)",
+        ),
+        (
+            "stub-states-the-rule",
+            'for a hint, hint("{exercise}") (each call tells more)',
+            "hint: {ex.rule}",
+            "a stub's verdict gives the answer before any attempt",
+        ),
+        (
+            "any-factor-a-missing-scale",
+            "if abs(abs(c) / value - 1) < 0.01:",
+            "if abs(abs(c) / value - 1) < 0.5:",
+            "a factor of 1.5 is called a missing 1/N or 1/√d",
+        ),
+        (
+            "matmul-hint-first-product",
+            "return _Traced.products[-1]",
+            "return _Traced.products[0]",
+            "the shape hint names the function's first product, not the one that failed",
         ),
     ],
     "gpt/circuits/hooks.py": [
@@ -791,8 +816,8 @@ MUTANTS = {
     "gpt/circuits/qk_ov.py": [
         (
             "post-norm-folded",
-            "g = _gain(block.ln1) if fold_ln and not block.post else None",
-            "g = _gain(block.ln1) if fold_ln else None",
+            'g = getattr(block.ln1, "w", None) if fold_ln and not block.post else None',
+            'g = getattr(block.ln1, "w", None) if fold_ln else None',
             "post-norm models: ln1's gain folded into the head's input",
         ),
         (
@@ -809,8 +834,8 @@ MUTANTS = {
         ),
         (
             "unembed-unfolded",
-            "return WU if g is None else g[:, None] * WU",
-            "return WU",
+            "W_U = folded_unembed(model)[0] if fold_ln else _arr(model.W_U)",
+            "W_U = _arr(model.W_U)",
             "OV circuit: the final norm's gain not folded into W_U",
         ),
         (
@@ -1449,6 +1474,12 @@ MUTANTS = {
     ],
     "tensorlab/ops/index.py": [
         (
+            "scatter-first-run",
+            "xp.concatenate((xp.ones(1, bool), s[1:] != s[:-1]))",
+            "xp.concatenate((xp.zeros(1, bool), s[1:] != s[:-1]))",
+            "scatter_add_rows: the first run of indices is lost",
+        ),
+        (
             "gather-broadcasts",
             "return a[_along_axis_index(xp_of(a), index, axis)]",
             "return xp_of(a).take_along_axis(a, index, axis=axis)",
@@ -1464,8 +1495,8 @@ MUTANTS = {
         ("triu-k", "return g.triu(ctx.k)", "return g.triu(0)", "Triu backward: diagonal k lost"),
         (
             "scatter-half-not-widened",
-            "    a, half = in_float32(a)\n    out = xp_of(a).zeros(shape, dtype=a.dtype)",
-            "    half = None\n    out = xp_of(a).zeros(shape, dtype=a.dtype)",
+            "    a, half = in_float32(a)\n    xp = xp_of(a)",
+            "    half = None\n    xp = xp_of(a)",
             "scatter-add: float16 summed in float16 (stalls at 2048), bfloat16 refused by CuPy",
         ),
         (
@@ -1494,11 +1525,16 @@ MUTANTS = {
             "and is_float(t.dtype) and t.dtype == dtype",
             "under autocast the float32 operands of a product stay float32 (no half precision)",
         ),
-        ("matmul-da-transpose", "ga = g @ b.mT", "ga = g @ b", "MatMul: da = g b"),
+        (
+            "matmul-da-transpose",
+            "da = product(g, b.mT) if need_a else None",
+            "da = product(g, b) if need_a else None",
+            "matmul_grads: da = g b",
+        ),
         (
             "matmul-folded-db",
-            "gb = a.reshape(rows, k).mT @ g.reshape(rows, m)",
-            "gb = a[..., 0, :, :].mT @ g[..., 0, :, :]",
+            "return da, product(a.reshape(rows, k).mT, g.reshape(rows, m))",
+            "return da, product(a[..., 0, :, :].mT, g[..., 0, :, :])",
             "MatMul: batched a with 2-D b keeps only the first batch entry's db",
         ),
         (
@@ -1606,6 +1642,12 @@ MUTANTS = {
     ],
     "nn/activation.py": [
         (
+            "gated-dff-floor",
+            "return 8 * math.ceil(8 * d_model / 3 / 8) if gated else 4 * d_model",
+            "return 8 * math.floor(8 * d_model / 3 / 8) if gated else 4 * d_model",
+            "a gated MLP's d_ff rounds down to a multiple of 8, not up",
+        ),
+        (
             "gelu-cdf-sign",
             "        return g * (cdf + x * pdf)",
             "        return g * (cdf - x * pdf)",
@@ -1704,12 +1746,6 @@ MUTANTS = {
             "if cached is None or cached[0].shape[0] < n:",
             "if cached is None:",
             "RoPE's first 64-position table is never grown",
-        ),
-        (
-            "scatter-first-run",
-            "xp.concatenate(([True], s[1:] != s[:-1]))",
-            "xp.concatenate(([False], s[1:] != s[:-1]))",
-            "scatter_add_rows: the first run of indices is lost",
         ),
         (
             "embedding-bound",
@@ -1836,7 +1872,7 @@ MUTANTS = {
         ),
         (
             "rotary-cache-offset",
-            "past = cache.seen if cache is not None else 0",
+            "past = 0 if cache is None else cache.seen",
             "past = 0",
             "MultiHeadAttention: rotary positions restart with a cache",
         ),
@@ -1850,9 +1886,9 @@ MUTANTS = {
         ),
         (
             "qkv-bias-ignored",
-            'on = qkv_bias if name != "b_O" else bias',
-            "on = bias",
-            "MultiHeadAttention: qkv_bias ignored (Qwen2's q, k, v biases not made)",
+            'on = bias in (True, "qkv") if name != "b_O" else bias in (True, "out")',
+            'on = bias is True if name != "b_O" else bias in (True, "out")',
+            "MultiHeadAttention: bias='qkv' ignored (Qwen2's q, k, v biases not made)",
         ),
         (
             "window-one-wider",
@@ -1874,8 +1910,8 @@ MUTANTS = {
         ),
         (
             "rotary-offset-cache-length",
-            "past = cache.seen if cache is not None else 0",
-            "past = len(cache) if cache is not None else 0",
+            "past = 0 if cache is None else cache.seen",
+            "past = 0 if cache is None else len(cache)",
             "MultiHeadAttention: rotary positions from the windowed cache's length",
         ),
         (
@@ -2218,12 +2254,6 @@ MUTANTS = {
             "n_kv_head that leaves a remainder of 1 (n_head=4, n_kv_head=3) is accepted",
         ),
         (
-            "gated-dff-floor",
-            "return -(-int(8 * d_model / 3) // 8) * 8",
-            "return int(8 * d_model / 3) // 8 * 8",
-            "a gated MLP's d_ff rounds down to a multiple of 8, not up",
-        ),
-        (
             "s2s-final-norm-inverted",
             'self.final_norm = self.norm_placement != "post"',
             'self.final_norm = self.norm_placement == "post"',
@@ -2236,17 +2266,44 @@ MUTANTS = {
             "pad_id equal to src_vocab_size is accepted",
         ),
     ],
-    "gpt/hf.py": [
+    "gpt/hf/checkpoint.py": [
         (
-            "llama-tied-unchecked",
-            '_check_tied(hf, "lm_head.weight", out["embed.W"], used, where, "model.embed_tokens")',
-            'used.add("lm_head.weight")',
-            "from_pretrained: a tied Llama's stored lm_head is taken without comparing it",
+            "tied-head-unchecked",
+            'if not np.array_equal(head, out["embed.W"]):',
+            "if False:",
+            "from_pretrained: a tied checkpoint's stored lm_head is taken without comparing it",
         ),
         (
+            "strict-ignored",
+            "if strict and unused:",
+            "if unused:",
+            "strict=False still refuses unused tensors",
+        ),
+        (
+            "save-untransposed",
+            "out[key] = array.T if transposed else array",
+            "out[key] = array",
+            "save_hf_*: an nn.Linear weight written as (in, out), not (out, in)",
+        ),
+        (
+            "export-over-run-partial",
+            "if run.ckpt.exists() or run.log.exists():",
+            "if run.ckpt.exists() and run.log.exists():",
+            "an export replaces the config.json of a run folder that has a log but no "
+            "checkpoint yet",
+        ),
+        (
+            "bf16-refused",
+            'if not (array.dtype.kind == "f" or array.dtype.name == "bfloat16"):',
+            'if not (array.dtype.kind == "f"):',
+            "a bfloat16 checkpoint is refused",
+        ),
+    ],
+    "gpt/hf/gpt2.py": [
+        (
             "c-attn-qk-swapped",
-            'for j, name in enumerate("qkv"):',
-            'for j, name in enumerate("kqv"):',
+            'tuple(b + f"attn.W_{n}" for n in "qkv")',
+            'tuple(b + f"attn.W_{n}" for n in "kqv")',
             "c_attn's query and key columns read in the wrong order",
         ),
         (
@@ -2258,40 +2315,21 @@ MUTANTS = {
         ),
         (
             "eps-default",
-            'norm_eps=float(field("layer_norm_epsilon", default=1e-5)),',
-            'norm_eps=float(field("layer_norm_epsilon", default=1e-6)),',
+            'norm_eps=float(get("layer_norm_epsilon", default=1e-5)),',
+            'norm_eps=float(get("layer_norm_epsilon", default=1e-6)),',
             "a GPT-2 config.json without layer_norm_epsilon gets 1e-6, not HF's 1e-5",
         ),
         (
             "gpt2model-refused",
-            'allowed = (wanted, "GPT2Model") if model_type == "gpt2" else (wanted,)',
-            "allowed = (wanted,)",
+            'ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel", "GPT2Model")}',
+            'ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel",)}',
             "a GPT2Model checkpoint (no LM head prefix) is refused",
         ),
         (
-            "strict-ignored",
-            "if strict and unused:",
-            "if unused:",
-            "strict=False still refuses unused tensors",
-        ),
-        (
-            "save-lm-head-untransposed",
-            'arrays["lm_head.weight"] = sd["W_U"].T',
-            'arrays["lm_head.weight"] = sd["W_U"]',
-            "save_hf_gpt2 writes an untied lm_head as (d, V), not (V, d)",
-        ),
-        (
-            "export-over-run-partial",
-            "if run.ckpt.exists() or run.log.exists():",
-            "if run.ckpt.exists() and run.log.exists():",
-            "an export replaces the config.json of a run folder that has a log but no "
-            "checkpoint yet",
-        ),
-        (
-            "bf16-refused",
-            'return dtype.kind == "f" or dtype.name == "bfloat16"',
-            'return dtype.kind == "f"',
-            "a bfloat16 checkpoint is refused",
+            "lm-head-untransposed",
+            'rows.append(("lm_head.weight", (V, d), ("W_U",), True))',
+            'rows.append(("lm_head.weight", (V, d), ("W_U",), False))',
+            "an untied GPT-2 lm_head is read and written as (d, V), not (V, d)",
         ),
         (
             "unsupported-inverted",
@@ -2300,25 +2338,24 @@ MUTANTS = {
             "the supported value of scale_attn_weights etc. is refused, the unsupported one taken",
         ),
     ],
-    "gpt/hf_llama.py": [
+    "gpt/hf/llama.py": [
         (
-            "gate-up-swapped",
-            'out[b + "mlp.W_in"] = linear_weight(h + "mlp.up_proj.weight", f, d)',
-            'out[b + "mlp.W_in"], out[b + "mlp.W_gate"] = out[b + "mlp.W_gate"], '
-            'linear_weight(h + "mlp.up_proj.weight", f, d)',
-            "convert_llama_state: gate_proj and up_proj swapped",
+            "gate-reads-up",
+            '(h + "mlp.gate_proj.weight", (f, d), b + "mlp.W_gate"),',
+            '(h + "mlp.up_proj.weight", (f, d), b + "mlp.W_gate"),',
+            "tensor_names: W_gate read from up_proj (gate_proj left over)",
         ),
         (
-            "o-proj-not-transposed",
-            'linear_weight(h + "self_attn.o_proj.weight", d, H * dh).reshape(',
-            'take(h + "self_attn.o_proj.weight", (d, H * dh)).reshape(',
-            "convert_llama_state: o_proj reshaped without its transpose (fits when d = H·d_h)",
+            "lm-head-untransposed",
+            'n.endswith(("proj.weight", "lm_head.weight"))',
+            'n.endswith("proj.weight")',
+            "tensor_names: lm_head taken as (d, V) without its transpose (a reshape fits)",
         ),
         (
             "tie-default-true",
             'tie_weights=bool(hf.get("tie_word_embeddings", False))',
             'tie_weights=bool(hf.get("tie_word_embeddings", True))',
-            "config_from_llama: a config without tie_word_embeddings is tied (GPT-2's default)",
+            "config_from_hf: a config without tie_word_embeddings is tied (GPT-2's default)",
         ),
     ],
     "tensorlab/tensor.py": [
@@ -2594,7 +2631,7 @@ MUTANTS = {
             "every input's saved version is the first input's: changes to others go unnoticed",
         ),
     ],
-    "tensorlab/functions.py": [
+    "tensorlab/method_functions.py": [
         (
             "var-ddof-dropped",
             "return x.var(axis, keepdims, ddof)",
