@@ -1,6 +1,6 @@
 """Mutation testing: does the test suite notice a plausible one-line bug?
 
-For each mutation in ``benchmarks/mutants.py`` (a wrong sign, an off-by-one, a wrong axis, a
+For each mutation in ``tests/mutants.py`` (a wrong sign, an off-by-one, a wrong axis, a
 dropped term...), this script changes one snippet of one source file in a *copy* of the
 repository, runs the tests meant to catch it, and records whether they failed (the mutant is
 "killed") or all passed (it "survived": a bug the tests cannot see, or an equivalent mutant
@@ -291,7 +291,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per test stage")
     parser.add_argument("--list", action="store_true", help="check the snippets; run no test")
     parser.add_argument("--json", type=Path, help="write every mutant's result here")
-    parser.add_argument("--mutants", type=Path, default=Path(__file__).with_name("mutants.py"))
+    mutants = Path(__file__).parents[1] / "tests" / "mutants.py"
+    parser.add_argument("--mutants", type=Path, default=mutants)
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared")
     parser.add_argument(
         "--workdir", type=Path, help="where to unpack the copy (default: a temp dir)"

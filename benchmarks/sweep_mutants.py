@@ -1,6 +1,6 @@
 """Mutants made by machine: every operator, comparison and number of one file flipped in turn.
 
-``benchmarks/mutants.py`` holds mutations a person wrote, each a plausible bug. A sweep adds
+``tests/mutants.py`` holds mutations a person wrote, each a plausible bug. A sweep adds
 the ones nobody thought of: it walks the file's syntax tree and, one node at a time,
 
     a + b -> a - b, a * b -> a / b, a ** b -> a * b (and back; also in ``x += y``),

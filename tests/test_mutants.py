@@ -1,4 +1,4 @@
-"""benchmarks/mutants.py stays runnable: every written mutant's snippet is in its file exactly
+"""tests/mutants.py stays runnable: every written mutant's snippet is in its file exactly
 once (so a change to the library that moves the code a mutant was written for shows up here,
 in CI, not at the next mutation run), and every test stage names paths that exist."""
 
@@ -15,7 +15,7 @@ from benchmarks.mutation import load_mutants, locate  # noqa: E402
 
 
 def test_every_written_mutant_applies_to_the_current_code():
-    mutants = load_mutants(ROOT / "benchmarks" / "mutants.py")
+    mutants = load_mutants(ROOT / "tests" / "mutants.py")
     assert len(mutants) > 400
     stale = [f"{m.id}: {m.detail}" for m in mutants if locate(m, ROOT) is None]
     assert not stale, "\n".join(stale)
@@ -23,7 +23,7 @@ def test_every_written_mutant_applies_to_the_current_code():
 
 def test_every_stage_names_existing_tests():
     missing = set()
-    for m in load_mutants(ROOT / "benchmarks" / "mutants.py"):
+    for m in load_mutants(ROOT / "tests" / "mutants.py"):
         for stage in m.stages:
             for arg in stage.split():
                 path = arg.split("::")[0]
