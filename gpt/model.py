@@ -191,14 +191,6 @@ class GPT(nn.Module):
     def new_cache(self) -> GPTCache:
         return GPTCache(self.config.n_layer)
 
-    @classmethod
-    def from_pretrained(cls, path, strict: bool = True) -> GPT:
-        """A Hugging Face GPT-2 folder (``config.json`` + safetensors weights) as a GPT; see
-        :func:`gpt.hf.from_pretrained`."""
-        from gpt.hf import from_pretrained
-
-        return from_pretrained(path, strict)
-
     def forward(self, idx, targets=None, cache: GPTCache | None = None):
         if not isinstance(idx, Tensor):  # a list or a NumPy array of ids: to the model's device
             idx = Tensor(np.asarray(idx), device=self.embed.W.device)  # host: a list of ids
