@@ -72,7 +72,8 @@ def apply_merges(
     whose pair has changed since it was pushed (a neighbour was merged into one side) is
     skipped when it comes up; the new pairs a merge makes are pushed then.
     """
-    n = len(ids)
+    n = len(ids) if ranks else 0  # no merges (a character tokenizer): nothing to link up, for
+    # a word as long as a text chunk (a megabyte when no pre-tokenizer splits it)
     nxt = list(range(1, n + 1))  # the next live position; a merged-away one gets ids[pos] = None
     prv = list(range(-1, n - 1))
     heap = []
