@@ -66,8 +66,8 @@ class SumTo(Function):
         )
         if not axes:
             return a.reshape(shape)
-        if len(axes) == lead and a.flags.c_contiguous:  # only leading axes: the rows' sum 1ᵀa
-            rows = a.reshape(math.prod(a.shape[:lead]), math.prod(shape))  # (a gemv, 3x faster)
+        if len(axes) == lead:  # only leading axes: the rows' sum 1ᵀa (a gemv, 3x faster)
+            rows = a.reshape(math.prod(a.shape[:lead]), math.prod(shape))
             return array_math(a).sum(rows, axis=0).reshape(shape)
         acc = acc_dtype(a)
         out = a.sum(axis=axes, keepdims=True, dtype=acc)
