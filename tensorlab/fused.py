@@ -86,10 +86,10 @@ class _ArrayMath:
     """The ``xp`` a kernel is written against: an array module's functions, plus ``erf``, with
     sums and means over the last axis (x·1) and sums of a matrix's rows (1ᵀx, a bias's
     gradient) taken as matrix-vector products. BLAS streams through the rows at memory speed
-    where NumPy's reduction pays a fixed cost per short row (4x slower on (768, 512) float32,
-    ``bench_kernels.py``), and float16 and bfloat16 are summed in float32 (``backend.matmul``);
-    the GPU sums the same way, so both give the same numbers. Any other sum or mean is the
-    module's own."""
+    where NumPy's reduction pays a fixed cost per short row (a mean over the last axis of
+    (768, 512) float32: 2.6x slower, ``bench_kernels.py``, session 22), and float16 and
+    bfloat16 are summed in float32 (``backend.matmul``); the GPU sums the same way, so both
+    give the same numbers. Any other sum or mean is the module's own."""
 
     def __init__(self, module, erf):
         self._module, self.erf = module, erf
@@ -137,12 +137,15 @@ _NAMESPACES: dict = {np: NUMPY}
 
 def array_math(a) -> _ArrayMath:
     """The ``xp`` of kernels for ``a``'s array module: :data:`NUMPY`, or CuPy's (made once)."""
-    xp = xp_of(a)
-    space = _NAMESPACES.get(xp)
-    if space is None:
+    return _namespace(xp_of(a))
+
+
+def _namespace(module) -> _ArrayMath:
+    space = _NAMESPACES.get(module)
+    if space is None:  # CuPy's, on first use (CuPy brings its own erf)
         from cupyx.scipy.special import erf
 
-        space = _NAMESPACES[xp] = _ArrayMath(xp, erf)
+        space = _NAMESPACES[module] = _ArrayMath(module, erf)
     return space
 
 
@@ -381,11 +384,7 @@ def _plus(total, value):
 def on_cupy(math: Callable, cupy) -> Callable:
     """``math`` with CuPy as its ``xp``: the function of arrays that ``cupy.fuse`` traces
     (tests/cuda_compile.py traces and compiles it on a machine with no GPU)."""
-    if cupy not in _NAMESPACES:
-        from cupyx.scipy.special import erf
-
-        _NAMESPACES[cupy] = _ArrayMath(cupy, erf)
-    return functools.partial(math, _NAMESPACES[cupy])
+    return functools.partial(math, _namespace(cupy))
 
 
 def _compile(math: Callable, name: str):  # pragma: no cover - needs a GPU
