@@ -6,41 +6,24 @@ For one head, with queries Q (T_q, d), keys K (T_k, d), values V (T_k, d_v) and 
     A = softmax_rows(S)   the attention pattern; each row sums to 1
     Y = A V
 
-Backward, from G = dL/dY (the softmax step is the row-wise vector-Jacobian product
-dS = A ⊙ (dA - rowsum(dA ⊙ A)), so no T_k × T_k Jacobian is ever built)::
+Backward, from G = dL/dY, with D = rowsum(dA ⊙ A) = rowsum(G ⊙ Y) (FlashAttention-2's D)::
 
-    dV = Aᵀ G,   dA = G Vᵀ,   dS = A ⊙ (dA - rowsum(dA ⊙ A)),
-    dQ = s dS K,   dK = s dSᵀ Q,   dB = dS.
+    dV = Aᵀ G,   dA = G Vᵀ,   dS = A ⊙ (dA - D),   dQ = s dS K,   dK = s dSᵀ Q,   dB = dS.
 
-A masked entry has A = 0, hence dS = 0: masks need no special case in the backward. A query
-that may attend to no key at all (every key padded) gets A = 0 and Y = 0, not NaN. With
-dropout on the pattern, Y = (A ⊙ M) V for a scaled keep-mask M, and dA = (G Vᵀ) ⊙ M.
+A masked entry has A = 0, hence dS = 0; a query that may attend to no key gets A = 0 and
+Y = 0, not NaN. With dropout, Y = (A ⊙ M) V and dA = (G Vᵀ) ⊙ M. docs/derivations_nn.md
+(section 9) derives these, the unnormalized pattern E = exp(S - m) that :class:`AttentionFn`
+keeps, and its blocks of causal queries (:func:`query_blocks`).
 
-The row sums need no (T_q, T_k) product: rowsum(dA ⊙ A)_i = Σ_j A_ij M_ij (G_i · V_j)
-= G_i · Y_i, so D = rowsum(G ⊙ Y) is taken from the (T_q, d_v) output (FlashAttention-2's
-D, Dao 2023). :class:`AttentionFn` also keeps the pattern unnormalized, E = exp(S - m) with
-row maxima m and row sums l (A = E / l), and divides the output, Y = (E V) / l: of the
-(T_q, T_k) arrays it writes only S (then E in its place) forward and dA (then dS) backward.
+The math is written twice, and only twice: :class:`AttentionFn`, one graph node with the
+closed-form backward on arrays, and :func:`attention_composed`, the same function in engine
+ops, every intermediate a Tensor a hook can read or replace. A layer's ``fused`` attribute
+picks one (True by default); ``create_graph=True`` differentiates the composed form.
 
-Causal attention never needs the scores above the diagonal: a block of queries [r₀, r₁)
-sees no key at or after r₁ (for T_q = T_k). :class:`AttentionFn` takes long causal inputs in
-up to four such blocks (:func:`query_blocks`), each with the formulas above against the keys
-it may see, and adds up the blocks' shares of dK and dV; with n blocks the (T_q, T_k) arrays
-are (n + 1)/2n of their size.
-
-The math is written twice on purpose, and only twice: :class:`AttentionFn` is one graph node
-with the closed-form backward above on arrays (fast, and it never keeps S or softmax
-intermediates), and :func:`attention_composed` is the same function in engine ops (readable,
-every intermediate a Tensor that a hook can read or replace). A layer's ``fused`` attribute
-picks one (True by default); the engine differentiates the composed form when it needs the
-fused op's gradient as a graph (``create_graph=True``), and the tests hold the two together.
-
-The layers: :class:`SelfAttention` (bidirectional, causal or a causal sliding window, with
-rotary or relative positions) and :class:`CrossAttention` (queries from x, keys and values
-from a source), over what they share, :class:`MultiHeadAttention`. Shapes: B batch, T_q
-query positions, T_k key positions, H heads of width d_head. Following "A Mathematical
-Framework for Transformer Circuits", head h reads the residual stream through W_Q^h, W_K^h,
-W_V^h (d_model × d_head) and writes back through W_O^h (d_head × d_model)::
+The layers: :class:`SelfAttention` and :class:`CrossAttention` over what they share,
+:class:`MultiHeadAttention`. Following "A Mathematical Framework for Transformer Circuits",
+head h reads the residual stream through W_Q^h, W_K^h, W_V^h (d_model × d_head) and writes
+back through W_O^h (d_head × d_model)::
 
     q = x W_Q^h + b_Q^h,  k = x W_K^h + b_K^h,  v = x W_V^h + b_V^h,
     A^h = softmax(q kᵀ/√d_head + mask),   out = Σ_h (A^h v) W_O^h + b_O.
@@ -118,15 +101,10 @@ def _matmul_into(a, b, shape, dtype):
     return out
 
 
-# Causal attention in query blocks: the keys after a block's last query are masked for every
-# query of the block, so the block's scores stop there. With n equal blocks the (T_q, T_k)
-# arrays shrink to (n + 1)/2n of their size (3/4 for 2 blocks, 5/8 for 4): less to compute,
-# store and read back. Blocks have at least BLOCK_ROWS[device] queries, so that their matrix
-# products stay large, and there are at most MAX_BLOCKS of them. On the CPU blocks of 128 win
-# from 256 positions on. On a GPU each block costs its own launches: on an H200 (session 20,
-# benchmarks/bench_attention_blocks.py --device cuda) 2 blocks of 128 took 1.05x and 1.31x the
-# time of one block at 64 x 256 positions (two runs), while at 8 x 1024 2 to 4 blocks took
-# 0.85-0.88x whatever their size; so blocks of 512 there. Blocks give one block's numbers.
+# Causal attention in query blocks (docs/derivations_nn.md, section 9): with n equal blocks
+# the (T_q, T_k) arrays shrink to (n + 1)/2n of their size. Blocks have at least
+# BLOCK_ROWS[device] queries, so that their products stay large (a GPU pays launches per block:
+# benchmarks/bench_attention_blocks.py measures the sizes), and there are at most MAX_BLOCKS.
 BLOCK_ROWS = {"cpu": 128, "cuda": 512}
 MAX_BLOCKS = 4
 
@@ -189,25 +167,20 @@ def _unnormalized_pattern(q, k, bias, causal, mask, window):
 
 
 class AttentionFn(Function):
-    """Y = softmax(s Q Kᵀ + B) V for every head, as one node (the module docstring derives the
+    """Y = softmax(s Q Kᵀ + B) V for every head, as one node (the module docstring gives the
     backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with, as TransformerLens lays
     them out, q (..., T_q, H, d), k (..., T_k, H, d), v (..., T_k, H, d_v) and
     Y (..., T_q, H, d_v); the scores, the pattern and the bias are (..., H, T_q, T_k) (bias
     broadcast to it). Parameters ``scale``, ``causal``, ``window`` (a sliding window for the
     causal mask, or None: :func:`causal_keep`), ``mask`` (boolean array, True = may attend,
     broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on the
-    pattern, or None). Heads are strided views inside the node: no copies. (Grouped-query
-    attention repeats its key/value heads before this node: :class:`MultiHeadAttention`.)
-    float16 and bfloat16 inputs are computed in float32 (the scores, the softmax and both
-    products) and the output rounded back once, like the norms.
+    pattern, or None). Heads are strided views inside the node: no copies. float16 and
+    bfloat16 inputs are computed in float32 and the output rounded back once, like the norms.
 
-    The pattern is kept unnormalized, E = exp(S - m) with m the row maxima, beside its row
-    sums l: A = E / l, and Y = (E V) / l divides the (T_q, d_v) output instead of the
-    (T_q, T_k) pattern. The backward reads Y (so Y must not be changed in place before it).
-
-    Long causal inputs go in blocks of queries (:func:`query_blocks`), each against the keys
-    its queries may see: E block by block, and what is per query (the scale, l, G/l, D) for
-    all queries at once; the keys' gradients dK and dV are summed over the blocks."""
+    The pattern is kept unnormalized, A = E / l (E = exp(S - m), l its row sums), and
+    Y = (E V) / l; the backward reads Y (so Y must not be changed in place before it). Long
+    causal inputs go in blocks of queries (:func:`query_blocks`), whose shares of dK and dV
+    are summed."""
 
     saves_output = True
 
@@ -356,13 +329,9 @@ def attention_composed(
 AttentionFn.composed = staticmethod(attention_composed)  # the same function in engine ops
 
 
-def _as_mask(mask, like: Tensor):
-    if mask is None:
-        return None
-    m = mask.data if isinstance(mask, Tensor) else xp_of(like.data).asarray(mask)
-    if m.dtype.kind != "b":
-        raise TypeError(f"attention: mask must be boolean (True = may attend), got {m.dtype}")
-    return m
+def _array(a, like):
+    """A mask given as a Tensor, an array or Python data, as an array on ``like``'s device."""
+    return a.data if isinstance(a, Tensor) else xp_of(like).asarray(a)
 
 
 def scaled_dot_product_attention(
@@ -394,7 +363,9 @@ def scaled_dot_product_attention(
     check_p(dropout_p, "scaled_dot_product_attention")
     one_head = lambda t: t.reshape(t.shape[:-1] + (1, t.shape[-1]))  # noqa: E731
     scores_axis = lambda a: a if a.ndim < 2 else a.reshape(a.shape[:-2] + (1,) + a.shape[-2:])  # noqa: E731
-    m = _as_mask(mask, q)
+    m = None if mask is None else _array(mask, q.data)
+    if m is not None and m.dtype.kind != "b":
+        raise TypeError(f"attention: mask must be boolean (True = may attend), got {m.dtype}")
     params = dict(
         scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
         causal=causal,
@@ -448,58 +419,32 @@ class KVCache:
         self.seen = 0
 
 
-def _mask_error(what: str, scores: tuple, cache) -> ValueError:
-    """MultiHeadAttention's one-line error for a mask of the wrong shape; with a cache it says
-    which keys the call attends to."""
-    held = (
-        ""
-        if cache is None
-        else f" ({scores[-1]} with the cache: the keys it holds and the new ones)"
-    )
-    return ValueError(f"MultiHeadAttention: {what}{held}")
-
-
 class MultiHeadAttention(Module):
     """Multi-head scaled dot-product attention: what :class:`SelfAttention` and
     :class:`CrossAttention` share (the projections, the heads, the hooks, the attention itself).
     Build one of those two.
 
-    Heads: ``n_head`` query heads H of width ``d_head`` (default d_model / H; any width works)
-    and ``n_kv_head`` key/value heads H_kv dividing H (default H). With H_kv < H (grouped-query
-    attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention, Shazeer 2019) each
-    key/value head serves a group of H / H_kv consecutive query heads: query head h reads
-    key/value head h // (H / H_kv). The keys and values are computed and cached for the H_kv
-    heads only, then repeated to H heads before the attention node, whose backward sums the
-    repeated copies' gradients back. ``bias``: True (every projection), False (none),
-    ``"qkv"`` (the query, key and value projections only, as Qwen2) or ``"out"`` (the output
-    projection only). ``dropout``: on the
-    pattern and on the output (training only).
-
-    ``attn.fused`` (default True) computes softmax(q kᵀ/√d + mask) v as one node
-    (:class:`AttentionFn`, the fast path); False takes the engine ops
-    (:func:`attention_composed`), where ``hook_attn_scores`` and ``hook_pattern`` see every
-    score and pattern (:func:`composed_attention` switches a whole model); both give the same
-    numbers up to rounding.
+    Heads: ``n_head`` query heads H of width ``d_head`` (default d_model / H) and ``n_kv_head``
+    key/value heads H_kv dividing H (default H; fewer is grouped-query attention: each serves
+    H / H_kv consecutive query heads, docs/modern_decoders.md). ``bias``: True (every
+    projection), False (none), ``"qkv"`` (the query, key and value projections only, as Qwen2)
+    or ``"out"`` (the output projection only). ``dropout``: on the pattern and on the output
+    (training only). ``attn.fused`` (default True) takes :class:`AttentionFn`; False takes
+    :func:`attention_composed`, whose scores and pattern can be hooked.
 
     Parameters, in the row-vector convention of ``nn.Linear`` (y = x W + b): ``W_q``
     (d_model, H, d_head), ``W_k`` and ``W_v`` (d_in, H_kv, d_head) with d_in = d_source for
-    cross-attention, so that x W_q is every head's queries in one matrix product; ``W_O``
-    (H, d_head, d_model), which sums over heads and d_head in one product; 1-D biases
-    ``b_q`` (H·d_head,), ``b_k``, ``b_v`` (H_kv·d_head,) and ``b_O`` (d_model,) (1-D, so they
-    start at zero and are not weight-decayed). The per-head matrices of the circuits notation
-    (and of TransformerLens) are, per *query* head: ``W_Q``, ``W_K``, ``W_V`` (H, d_in,
-    d_head) and ``b_Q``, ``b_K``, ``b_V`` (H, d_head), views with no copy when H_kv = H and the
-    key/value heads repeated to their query heads otherwise (as TransformerLens does for
-    grouped-query attention); ``W_O`` and ``b_O`` are already in that layout.
+    cross-attention; ``W_O`` (H, d_head, d_model), which sums over heads and d_head in one
+    product; 1-D biases ``b_q`` (H·d_head,), ``b_k``, ``b_v`` (H_kv·d_head,) and ``b_O``
+    (d_model,). The per-head matrices of the circuits notation, per *query* head: ``W_Q``,
+    ``W_K``, ``W_V`` (H, d_in, d_head) and ``b_Q``, ``b_K``, ``b_V`` (H, d_head), views
+    (key/value heads repeated to their query heads, as TransformerLens does).
 
-    Hook points (e.g. ``blocks.0.attn.hook_pattern``), in TransformerLens's layouts: ``hook_q``
-    (B, T, H, d_head), ``hook_k``, ``hook_v`` (B, T, H_kv, d_head), before any rotary
-    embedding and before the key/value heads are repeated, ``hook_attn_scores``
-    and ``hook_pattern`` (B, H, T_q, T_k, composed path only), ``hook_z`` (B, T_q, H,
-    d_head), the heads' outputs before W_O, and ``hook_result`` (B, T_q, H, d_model), each
-    head's output z^h W_O^h before the sum over heads and b_O (only when ``use_attn_result``,
-    see :func:`attention_results`: by default W_O sums over heads inside one product, so
-    there is no per-head result to hook and the training path pays nothing for it).
+    Hook points, in TransformerLens's names and layouts (docs/interpretability.md): ``hook_q``
+    (B, T, H, d_head), ``hook_k``, ``hook_v`` (B, T, H_kv, d_head, before rotary embedding),
+    ``hook_attn_scores`` and ``hook_pattern`` (B, H, T_q, T_k; composed path only),
+    ``hook_z`` (B, T_q, H, d_head) and ``hook_result`` (B, T_q, H, d_model; only with
+    ``use_attn_result``, see :func:`attention_results`).
 
     Masks, in ``forward``: key_padding_mask (B, T_k) boolean, True at padding keys (ignored),
     as in PyTorch; mask boolean, broadcastable to (B, H, T_q, T_k), True where attending is
@@ -680,47 +625,36 @@ class MultiHeadAttention(Module):
         )
         if self.fused:
             return AttentionFn.apply(q, k, v, *bias, **params)
-        return attention_composed(
-            q,
-            k,
-            v,
-            *bias,
-            **params,
-            hook_scores=self.hook_attn_scores,
-            hook_pattern=self.hook_pattern,
-        )
+        hooks = dict(hook_scores=self.hook_attn_scores, hook_pattern=self.hook_pattern)
+        return attention_composed(q, k, v, *bias, **params, **hooks)
 
     def _keep(self, key_padding_mask, mask, scores: tuple, cache):
         """One boolean mask (True = may attend) from the padding mask and the general mask,
         checked against the scores' shape (B, H, T_q, T_k): the keys are the cached ones and
         the new ones (a sliding window's cache keeps the last W - 1)."""
-        keep = None
-        xp = xp_of(self.W_O.data)
+        keep, held = None, ""
+        if cache is not None:  # the errors say which keys the call attends to
+            held = f" ({scores[-1]} with the cache: the keys it holds and the new ones)"
         if key_padding_mask is not None:
-            kpm = key_padding_mask
-            kpm = kpm.data if isinstance(kpm, Tensor) else xp.asarray(kpm)
+            kpm = _array(key_padding_mask, self.W_O.data)
             if kpm.shape != (scores[0], scores[-1]):
-                raise _mask_error(
-                    f"key_padding_mask of shape {kpm.shape} needs (batch, keys) = "
-                    f"{(scores[0], scores[-1])}",
-                    scores,
-                    cache,
+                raise ValueError(
+                    f"MultiHeadAttention: key_padding_mask of shape {kpm.shape} needs (batch, "
+                    f"keys) = {(scores[0], scores[-1])}{held}"
                 )
             keep = ~kpm.astype(bool)[:, None, None, :]
         if mask is not None:
-            m = mask.data if isinstance(mask, Tensor) else xp.asarray(mask)
+            m = _array(mask, self.W_O.data).astype(bool)
             try:
                 fits = np.broadcast_shapes(m.shape, scores) == scores
             except ValueError:
                 fits = False
             if not fits:
-                raise _mask_error(
-                    f"mask of shape {m.shape} does not broadcast to the scores "
-                    f"(batch, heads, queries, keys) = {scores}",
-                    scores,
-                    cache,
+                raise ValueError(
+                    f"MultiHeadAttention: mask of shape {m.shape} does not broadcast to the "
+                    f"scores (batch, heads, queries, keys) = {scores}{held}"
                 )
-            keep = m.astype(bool) if keep is None else keep & m.astype(bool)
+            keep = m if keep is None else keep & m
         return keep
 
     def extra_repr(self) -> str:
@@ -765,17 +699,15 @@ class SelfAttention(MultiHeadAttention):
         super().__init__(
             d_model, n_head, d_head, n_kv_head, d_model, bias, dropout, causal, dtype, device
         )
-        if positions is not None and not isinstance(
-            positions, RotaryEmbedding | RelativePositionBias
-        ):
+        if isinstance(positions, RotaryEmbedding):
+            self.rotary = positions
+        elif isinstance(positions, RelativePositionBias):
+            self.relative_bias = positions
+        elif positions is not None:
             raise TypeError(
                 f"SelfAttention: positions must be a RotaryEmbedding, a RelativePositionBias "
                 f"or None, not {type(positions).__name__}"
             )
-        if isinstance(positions, RotaryEmbedding):
-            self.rotary = positions
-        elif positions is not None:
-            self.relative_bias = positions
 
     def forward(
         self, x: Tensor, key_padding_mask=None, mask=None, cache: KVCache | None = None

@@ -152,10 +152,6 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
-glorot_uniform_ = xavier_uniform_
-glorot_normal_ = xavier_normal_
-
-
 def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str) -> float:
     """``σ = gain / √fan`` with ``fan`` the fan-in (forward variance) or fan-out (backward)."""
     if mode not in ("fan_in", "fan_out"):
@@ -253,27 +249,3 @@ def gpt2_init_(module_or_param, std: float = 0.02):
         elif _is_bias(name):
             zeros_(p)
     return module_or_param
-
-
-__all__ = [
-    "calculate_gain",
-    "calculate_fan_in_and_fan_out",
-    "uniform_",
-    "normal_",
-    "constant_",
-    "zeros_",
-    "ones_",
-    "xavier_uniform_",
-    "xavier_normal_",
-    "glorot_uniform_",
-    "glorot_normal_",
-    "kaiming_uniform_",
-    "kaiming_normal_",
-    "gpt2_residual_std",
-    "gpt2_residual_init_",
-    "gpt2_init_",
-    "uniform",
-    "normal",
-    "constant",
-    "empty_parameters",
-]

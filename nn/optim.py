@@ -418,15 +418,3 @@ def cosine_with_warmup(step: int, warmup: int, total: int, lr: float, min_lr: fl
         return min_lr
     r = (step - warmup) / (total - warmup)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (lr - min_lr)
-
-
-__all__ = [
-    "Optimizer",
-    "SGD",
-    "Adam",
-    "AdamW",
-    "param_groups_for_decay",
-    "clip_grad_norm_",
-    "sum_of_squares",
-    "cosine_with_warmup",
-]

@@ -468,13 +468,3 @@ def _misfit(own: dict, saved: dict, most: int = 6) -> str:
         if keys
     ]
     return "the checkpoint does not fit the model; " + "; ".join(parts) if parts else ""
-
-
-__all__ = [
-    "SerializationError",
-    "atomic_write",
-    "save",
-    "load",
-    "save_checkpoint",
-    "load_checkpoint",
-]
