@@ -73,6 +73,16 @@ class _Handle:
         self.remove()
 
 
+def zero_grads(params: Iterable[Tensor], set_to_none: bool = True) -> None:
+    """Forget the gradients: ``p.grad = None`` (frees memory), or fill them with zeros in place
+    (written, not grad · 0, which keeps NaN and ∞: 0·∞ = NaN)."""
+    for p in params:
+        if set_to_none:
+            p.grad = None
+        elif p.grad is not None:
+            p.grad.data[...] = 0
+
+
 class Module:
     """Base class of layers and models. Subclasses define ``forward``; call the module."""
 
@@ -152,15 +162,16 @@ class Module:
     def register_forward_hook(self, hook: Callable) -> _Handle:
         """``hook(module, inputs, output)`` runs after forward; a non-None return replaces
         the output."""
-        key = next(_hook_ids)
-        self._forward_hooks[key] = hook
-        return _Handle(self._forward_hooks, key)
+        return self._add_hook(self._forward_hooks, hook)
 
     def register_forward_pre_hook(self, hook: Callable) -> _Handle:
         """``hook(module, inputs)`` runs before forward; a non-None return replaces inputs."""
+        return self._add_hook(self._forward_pre_hooks, hook)
+
+    def _add_hook(self, hooks: dict, hook: Callable) -> _Handle:
         key = next(_hook_ids)
-        self._forward_pre_hooks[key] = hook
-        return _Handle(self._forward_pre_hooks, key)
+        hooks[key] = hook
+        return _Handle(hooks, key)
 
     # ------------------------------------------------------------------ traversal
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
@@ -178,15 +189,13 @@ class Module:
             stack.extend(reversed(children))
 
     def modules(self) -> Iterator[Module]:
-        for _, m in self.named_modules():
-            yield m
+        return (m for _, m in self.named_modules())
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
         yield from ((k, m) for k, m in self._modules.items() if m is not None)
 
     def children(self) -> Iterator[Module]:
-        for _, m in self.named_children():
-            yield m
+        return (m for _, m in self.named_children())
 
     def named_parameters(
         self, prefix: str = "", recurse: bool = True
@@ -212,8 +221,7 @@ class Module:
                     yield (f"{mname}.{bname}" if mname else bname), b
 
     def buffers(self) -> Iterator[Tensor]:
-        for _, b in self.named_buffers():
-            yield b
+        return (b for _, b in self.named_buffers())
 
     def num_parameters(self) -> int:
         """Number of learnable scalars (shared parameters counted once)."""
@@ -235,11 +243,7 @@ class Module:
         return self.train(False)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.parameters():
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:  # zeros, not grad * 0: that keeps NaN and ∞ (0·∞ = NaN)
-                p.grad = Tensor._wrap(xp_of(p.grad.data).zeros_like(p.grad.data))
+        zero_grads(self.parameters(), set_to_none)
 
     def to(self, device: str) -> Module:
         """Move every parameter and buffer to ``device`` (in place, keeping identities)."""
@@ -254,18 +258,21 @@ class Module:
         return self
 
     # ------------------------------------------------------------------ state
+    def _state_tensors(self) -> dict[str, Tensor]:
+        """Every parameter and persistent buffer by dotted name (a shared one at its first)."""
+        own: dict[str, Tensor] = {}
+        for mname, m in self.named_modules():
+            for k, t in list(m._parameters.items()) + [
+                (k, b) for k, b in m._buffers.items() if k not in m._non_persistent
+            ]:
+                if t is not None:
+                    own.setdefault(f"{mname}.{k}" if mname else k, t)
+        return own
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         """Every parameter and persistent buffer, by dotted name, as NumPy arrays (copies)."""
-        out: OrderedDict[str, np.ndarray] = OrderedDict()
-        for mname, m in self.named_modules():
-            items = list(m._parameters.items()) + [
-                (k, b) for k, b in m._buffers.items() if k not in m._non_persistent
-            ]
-            for k, t in items:
-                if t is not None:
-                    key = f"{mname}.{k}" if mname else k
-                    out.setdefault(key, to_device(t.data, "cpu").copy())
-        return out
+        own = self._state_tensors().items()
+        return OrderedDict((k, to_device(t.data, "cpu").copy()) for k, t in own)
 
     def load_state_dict(
         self, state: dict, strict: bool = True, assign: bool = False
@@ -278,13 +285,7 @@ class Module:
         device becomes its data as it is, without a copy: for a loader whose arrays are fresh
         and no one else's (``gpt.hf.from_pretrained``). Returns ``(missing, unexpected)`` keys.
         """
-        own: dict[str, Tensor] = {}
-        for mname, m in self.named_modules():
-            for k, t in list(m._parameters.items()) + [
-                (k, b) for k, b in m._buffers.items() if k not in m._non_persistent
-            ]:
-                if t is not None:
-                    own.setdefault(f"{mname}.{k}" if mname else k, t)
+        own = self._state_tensors()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
@@ -337,17 +338,10 @@ class HookPoint(Module):
     def forward(self, x):
         return x
 
-    def register_forward_hook(self, hook: Callable) -> _Handle:
-        self._check_open()
-        return super().register_forward_hook(hook)
-
-    def register_forward_pre_hook(self, hook: Callable) -> _Handle:
-        self._check_open()
-        return super().register_forward_pre_hook(hook)
-
-    def _check_open(self) -> None:
+    def _add_hook(self, hooks: dict, hook: Callable) -> _Handle:
         if self.closed:
             raise RuntimeError(f"cannot hook this hook point: {self.closed}")
+        return super()._add_hook(hooks, hook)
 
     @property
     def hooked(self) -> bool:

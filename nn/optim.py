@@ -22,6 +22,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from nn.checks import bad_value, check_nonnegative, check_real
+from nn.module import zero_grads
 from tensorlab import Tensor
 from tensorlab.backend import to_device, xp_for, xp_of
 from tensorlab.fused import fused
@@ -80,13 +81,8 @@ class Optimizer:
         every group, so they are checked here too); a one-line error names the value."""
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients: ``p.grad = None`` (default, frees memory) or fill with 0."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.data[...] = 0
+        """:func:`nn.module.zero_grads` of every parameter."""
+        zero_grads((p for g in self.param_groups for p in g["params"]), set_to_none)
 
     def step(self) -> None:
         """Update every parameter that has a gradient, one :meth:`update` each."""
