@@ -1187,8 +1187,8 @@ MUTANTS = {
         ),
         (
             "legacy-prefix-space-first",
-            'scheme = "always" if prefix else "never"',
-            'scheme = "first" if prefix else "never"',
+            'return "always" if p("add_prefix_space", "bool", True) else "never"',
+            'return "first" if p("add_prefix_space", "bool", True) else "never"',
             "reading an old Metaspace (add_prefix_space): true read as prepend_scheme first",
         ),
         (
@@ -3067,8 +3067,8 @@ MUTANTS = {
         ),
         (
             "byte-fallback-one-replacement",
-            'out.extend("\\ufffd" for _ in range(count))',
-            'out.append("\\ufffd")',
+            'out += ["\\ufffd"] * len(run)',
+            'out += ["\\ufffd"]',
             "ByteFallback: an invalid run gives one U+FFFD, not one per byte token",
         ),
         (
@@ -3119,8 +3119,8 @@ MUTANTS = {
         ),
         (
             "lowercase-final-sigma",
-            "        return per_cluster(lower_chars)",
-            "        return per_cluster(str.lower)",
+            "lambda p: per_cluster(lower_chars)",
+            "lambda p: per_cluster(str.lower)",
             "Lowercase: str.lower's final-sigma rule (the library lowercases each character alone)",
         ),
         (
@@ -3131,8 +3131,8 @@ MUTANTS = {
         ),
         (
             "strip-right-leading",
-            '                text = _TRAILING_SPACE.sub("", text)',
-            '                text = _LEADING_SPACE.sub("", text)',
+            '            text = _TRAILING_SPACE.sub("", text)',
+            '            text = _LEADING_SPACE.sub("", text)',
             "Strip: strip_right removes the leading whitespace again, not the trailing",
         ),
         (
@@ -3143,8 +3143,8 @@ MUTANTS = {
         ),
         (
             "sequence-skips-first",
-            "            for p in parts:\n                text = p(text)",
-            "            for p in parts[1:]:\n                text = p(text)",
+            "chain([s.apply for s in steps])",
+            "chain([s.apply for s in steps[1:]])",
             "Sequence: its first normalizer never runs",
         ),
         (

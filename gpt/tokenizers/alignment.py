@@ -165,12 +165,3 @@ def stripped(is_space: Callable[[str], bool], left: bool, right: bool):
         return text[start:end], spans[start:end]
 
     return align
-
-
-def chained(steps: list[Callable[[Aligned], Aligned]]) -> Callable[[Aligned], Aligned]:
-    def align(aligned: Aligned) -> Aligned:
-        for step in steps:
-            aligned = step(aligned)
-        return aligned
-
-    return align

@@ -64,6 +64,18 @@ def file_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
 Pair = tuple[int, int]
 
 
+def chain(steps: list[Callable]) -> Callable:
+    """The steps one after another, each given what the one before returned: a ``Sequence``
+    of normalizers (and their aligned forms), pre-tokenizers or decoders."""
+
+    def run(x):
+        for step in steps:
+            x = step(x)
+        return x
+
+    return run
+
+
 def iter_texts(text_or_iterator: str | Iterable[str]) -> Iterable[str]:
     """Training accepts one string or any iterable of strings; this yields strings either way."""
     if isinstance(text_or_iterator, str):

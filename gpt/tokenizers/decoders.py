@@ -19,16 +19,17 @@ Without a decoder the tokens are joined with spaces. The types ``build`` reads:
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
 
 import regex
 
-from .base import TokenizerFileError
-from .fields import get, part_type, pattern_field
+from .base import chain
+from .fields import Part, build_part
 from .normalizers import replace_pattern
-from .pre_tokenizers import unicode_to_bytes
+from .pre_tokenizers import METASPACE, prepend_scheme, unicode_to_bytes
 
 Decoder = Callable[[list[str]], list[str]]
 
@@ -104,28 +105,15 @@ def bpe_suffix(suffix: str) -> Decoder:
 
 def byte_fallback(tokens: list[str]) -> list[str]:
     out: list[str] = []
-    pending = bytearray()  # bytes of the current run of <0xXX> tokens
-    count = 0
-
-    def flush() -> None:
-        nonlocal count
-        if count:
-            try:
-                out.append(pending.decode("utf-8"))
-            except UnicodeDecodeError:
-                out.extend("\ufffd" for _ in range(count))
-            pending.clear()
-            count = 0
-
-    for t in tokens:
-        m = _BYTE_TOKEN.fullmatch(t)
-        if m:
-            pending.append(int(m.group(1), 16))
-            count += 1
-        else:
-            flush()
-            out.append(t)
-    flush()
+    for is_byte, run in itertools.groupby(tokens, lambda t: bool(_BYTE_TOKEN.fullmatch(t))):
+        run = list(run)
+        if not is_byte:
+            out += run
+            continue
+        try:
+            out.append(bytes(int(_BYTE_TOKEN.fullmatch(t)[1], 16) for t in run).decode("utf-8"))
+        except UnicodeDecodeError:
+            out += ["\ufffd"] * len(run)
     return out
 
 
@@ -144,60 +132,26 @@ def strip(content: str, start: int, stop: int) -> Decoder:
     return lambda tokens: [strip_one(t) for t in tokens]
 
 
-def sequence(steps: list[Decoder]) -> Decoder:
-    def decode(tokens: list[str]) -> list[str]:
-        for step in steps:
-            tokens = step(tokens)
-        return tokens
-
-    return decode
-
-
 def build(
     spec: dict[str, Any] | None, path: str | os.PathLike, where: str = "decoder", depth: int = 0
 ) -> Decoder | None:
     """The decoder a file describes at ``where`` (None: tokens joined with spaces)."""
-    if spec is None:
-        return None
-    kind = part_type(spec, path, where, depth)
-    if kind == "ByteLevel":
-        return byte_level
-    if kind == "WordPiece":
-        return wordpiece(
-            get(spec, "prefix", "str", path, where, "##"),
-            get(spec, "cleanup", "bool", path, where, True),
-        )
-    if kind == "Metaspace":
-        if "prepend_scheme" in spec:
-            scheme = get(spec, "prepend_scheme", "str", path, where)
-        else:
-            scheme = (
-                "always" if get(spec, "add_prefix_space", "bool", path, where, True) else "never"
-            )
-        return metaspace(get(spec, "replacement", "str", path, where, "\u2581"), scheme)
-    if kind == "BPEDecoder":
-        return bpe_suffix(get(spec, "suffix", "str", path, where, "</w>"))
-    if kind == "ByteFallback":
-        return byte_fallback
-    if kind == "Fuse":
-        return lambda tokens: ["".join(tokens)]
-    if kind == "Strip":
-        return strip(
-            get(spec, "content", "str", path, where),
-            get(spec, "start", "int", path, where, 0),
-            get(spec, "stop", "int", path, where, 0),
-        )
-    if kind == "Replace":
-        replace = replace_pattern(
-            pattern_field(spec, path, where), get(spec, "content", "str", path, where)
-        )
-        return lambda tokens: [replace(t) for t in tokens]
-    if kind == "Sequence":
-        steps = get(spec, "decoders", "list", path, where)
-        parts = [build(s, path, f"{where}.decoders[{k}]", depth + 1) for k, s in enumerate(steps)]
-        return sequence([p for p in parts if p is not None])
-    raise TokenizerFileError(
-        path,
-        f"{where}: unsupported decoder type {kind!r} (supported: ByteLevel, WordPiece, Metaspace, "
-        "BPEDecoder, ByteFallback, Fuse, Strip, Replace, Sequence)",
-    )
+    return build_part(spec, path, where, depth, "decoder", BUILDERS)
+
+
+def _replace(p: Part) -> Decoder:
+    replace = replace_pattern(p.pattern(), p("content", "str"))
+    return lambda tokens: [replace(t) for t in tokens]
+
+
+BUILDERS: dict[str, Callable[[Part], Decoder]] = {
+    "ByteLevel": lambda p: byte_level,
+    "WordPiece": lambda p: wordpiece(p("prefix", "str", "##"), p("cleanup", "bool", True)),
+    "Metaspace": lambda p: metaspace(p("replacement", "str", METASPACE), prepend_scheme(p)),
+    "BPEDecoder": lambda p: bpe_suffix(p("suffix", "str", "</w>")),
+    "ByteFallback": lambda p: byte_fallback,
+    "Fuse": lambda p: lambda tokens: ["".join(tokens)],
+    "Strip": lambda p: strip(p("content", "str"), p("start", "int", 0), p("stop", "int", 0)),
+    "Replace": _replace,
+    "Sequence": lambda p: chain(p.steps("decoders", build)),
+}

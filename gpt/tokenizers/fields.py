@@ -106,23 +106,70 @@ def pair(value: Any, kinds: str, path: str | os.PathLike, where: str) -> tuple[A
     )
 
 
-def part_type(spec: Any, path: str | os.PathLike, where: str, depth: int) -> str:
-    """The ``type`` of one part of a tokenizer.json pipeline (a normalizer, pre-tokenizer,
-    post-processor or decoder) at ``where``, after checking that it is an object nested at
-    most MAX_NESTING deep."""
-    check(spec, "object", path, where)
+class Part:
+    """One JSON object of a tokenizer file, at ``where``: ``part(name, kinds, default)`` reads a
+    field through ``get``. ``depth`` counts the Sequences it is nested in."""
+
+    def __init__(self, spec: Any, path: str | os.PathLike, where: str, depth: int = 0):
+        self.spec, self.path, self.where = check(spec, "object", path, where), path, where
+        self.depth = depth
+
+    def __call__(self, name: str, kinds: str, default: Any = _MISSING) -> Any:
+        return get(self.spec, name, kinds, self.path, self.where, default)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: Any = _MISSING) -> str:
+        """A string field that must be one of ``choices``."""
+        value = self(name, "str", default)
+        if value not in choices:
+            raise self.error(f"field {self.where}.{name} must be one of {choices}, got {value!r}")
+        return value
+
+    def char(self, name: str, default: Any = _MISSING) -> str:
+        """A string field that must be one character."""
+        value = self(name, "str", default)
+        if len(value) != 1:
+            raise self.error(f"field {self.where}.{name} must be one character, got {value!r}")
+        return value
+
+    def error(self, problem: str) -> TokenizerFileError:
+        return TokenizerFileError(self.path, problem)
+
+    def steps(self, name: str, build: Callable) -> list:
+        """The parts a ``Sequence`` lists in the field ``name``, each built by ``build`` one
+        level deeper (parts that build to None left out)."""
+        where = f"{self.where}.{name}"
+        built = [
+            build(s, self.path, f"{where}[{k}]", self.depth + 1)
+            for k, s in enumerate(self(name, "list"))
+        ]
+        return [b for b in built if b is not None]
+
+    def pattern(self) -> dict[str, str]:
+        """The ``pattern`` field: ``{"String": ...}`` or ``{"Regex": ...}``."""
+        pattern = self("pattern", "object")
+        keys = [k for k in ("String", "Regex") if k in pattern]
+        if len(keys) != 1 or len(pattern) != 1:
+            raise self.error(
+                f'field {self.where}.pattern must be {{"String": ...}} or {{"Regex": ...}}'
+            )
+        check(pattern[keys[0]], "str", self.path, f"{self.where}.pattern.{keys[0]}")
+        return pattern
+
+
+def build_part(
+    spec: Any, path: str | os.PathLike, where: str, depth: int, what: str, builders: dict
+) -> Any:
+    """One part of a tokenizer.json pipeline (a normalizer, pre-tokenizer, post-processor or
+    decoder, ``what``) at ``where``: None for null, else ``builders[type](Part)``, an object
+    nested at most MAX_NESTING Sequences deep, of a type ``builders`` has (else an error naming
+    the types it has)."""
+    if spec is None:
+        return None
+    part = Part(spec, path, where, depth)
     if depth > MAX_NESTING:
-        raise TokenizerFileError(path, f"{where}: Sequences nested more than {MAX_NESTING} deep")
-    return get(spec, "type", "str", path, where)
-
-
-def pattern_field(spec: dict[str, Any], path: str | os.PathLike, where: str) -> dict[str, str]:
-    """A ``pattern`` field: ``{"String": ...}`` or ``{"Regex": ...}`` (also used by ``Split``)."""
-    pattern = get(spec, "pattern", "object", path, where)
-    keys = [k for k in ("String", "Regex") if k in pattern]
-    if len(keys) != 1 or len(pattern) != 1:
-        raise TokenizerFileError(
-            path, f'field {where}.pattern must be {{"String": ...}} or {{"Regex": ...}}'
-        )
-    check(pattern[keys[0]], "str", path, f"{where}.pattern.{keys[0]}")
-    return pattern
+        raise part.error(f"{where}: Sequences nested more than {MAX_NESTING} deep")
+    kind = part("type", "str")
+    if kind not in builders:
+        supported = ", ".join(builders)
+        raise part.error(f"{where}: unsupported {what} type {kind!r} (supported: {supported})")
+    return builders[kind](part)

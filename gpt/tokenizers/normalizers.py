@@ -31,8 +31,8 @@ import regex
 
 from . import alignment, precompiled
 from .alignment import Aligned
-from .base import TokenizerFileError
-from .fields import get, part_type, pattern_field
+from .base import chain
+from .fields import Part, build_part
 from .pre_tokenizers import WHITESPACE, find_spans, from_oniguruma
 
 
@@ -77,7 +77,6 @@ _CJK = regex.compile(
 #: Control/format/private-use characters (except tab, newline, CR), plus NUL and U+FFFD.
 #: (unassigned code points are kept, as the ``tokenizers`` library keeps them)
 _BERT_DROP = regex.compile(r"[\x00\ufffd]|(?![\t\n\r])[\p{Cc}\p{Cf}\p{Co}\p{Cs}]")
-_BERT_SPACE = regex.compile(rf"[{WHITESPACE}]")
 _MARKS = regex.compile(r"\p{Mn}")
 
 
@@ -95,10 +94,8 @@ def bert_normalize(
     lowercase: bool = False,
 ) -> str:
     """BERT's normalizer. ``strip_accents=None`` means "strip them when lowercasing"."""
-    import unicodedata
-
     if clean_text:
-        text = _BERT_SPACE.sub(" ", _BERT_DROP.sub("", text))
+        text = _SPACE.sub(" ", _BERT_DROP.sub("", text))
     if handle_chinese_chars:
         text = _CJK.sub(r" \1 ", text)
     if strip_accents or (strip_accents is None and lowercase):
@@ -140,63 +137,67 @@ def build(
     spec: dict[str, Any] | None, path: str | os.PathLike, where: str = "normalizer", depth: int = 0
 ) -> Normalizer | None:
     """The normalizer a file describes at ``where`` (None: the text is used as it is)."""
-    if spec is None:
-        return None
-    kind = part_type(spec, path, where, depth)
-    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
-        return per_cluster(lambda text: unicodedata.normalize(kind, text))
-    if kind == "Lowercase":
-        return per_cluster(lower_chars)
-    if kind == "StripAccents":
-        return per_cluster(strip_accents)
-    if kind == "BertNormalizer":
-        options = dict(
-            clean_text=get(spec, "clean_text", "bool", path, where, True),
-            handle_chinese_chars=get(spec, "handle_chinese_chars", "bool", path, where, True),
-            strip_accents=get(spec, "strip_accents", "bool|null", path, where, None),
-            lowercase=get(spec, "lowercase", "bool", path, where, True),
-        )
-        return per_cluster(lambda text: bert_normalize(text, **options))
-    if kind == "Replace":
-        content = get(spec, "content", "str", path, where)
-        pattern = pattern_field(spec, path, where)
-        return Normalizer(
-            replace_pattern(pattern, content), alignment.replaced(matches_of(pattern), content)
-        )
-    if kind == "Prepend":
-        prefix = get(spec, "prepend", "str", path, where)
-        return Normalizer(lambda text: prefix + text if text else text, alignment.prepended(prefix))
-    if kind == "Strip":
-        left = get(spec, "strip_left", "bool", path, where, True)
-        right = get(spec, "strip_right", "bool", path, where, True)
+    return build_part(spec, path, where, depth, "normalizer", BUILDERS)
 
-        def strip(text: str) -> str:
-            if left:
-                text = _LEADING_SPACE.sub("", text)
-            if right:
-                text = _TRAILING_SPACE.sub("", text)
-            return text
 
-        return Normalizer(strip, alignment.stripped(_SPACE.fullmatch, left, right))
-    if kind == "Precompiled":
-        charsmap = get(spec, "precompiled_charsmap", "str", path, where)
-        table = precompiled.from_base64(charsmap, path, f"{where}.precompiled_charsmap")
-        return Normalizer(table, table.align)
-    if kind == "Sequence":
-        steps = get(spec, "normalizers", "list", path, where)
-        parts = [
-            build(s, path, f"{where}.normalizers[{k}]", depth + 1) for k, s in enumerate(steps)
-        ]
-        parts = [p for p in parts if p is not None]
-
-        def sequence(text: str) -> str:
-            for p in parts:
-                text = p(text)
-            return text
-
-        return Normalizer(sequence, alignment.chained([p.align for p in parts]))
-    raise TokenizerFileError(
-        path,
-        f"{where}: unsupported normalizer type {kind!r} (supported: NFC, NFD, NFKC, NFKD, "
-        "Lowercase, StripAccents, BertNormalizer, Replace, Prepend, Strip, Precompiled, Sequence)",
+def _bert(p: Part) -> Normalizer:
+    options = dict(
+        clean_text=p("clean_text", "bool", True),
+        handle_chinese_chars=p("handle_chinese_chars", "bool", True),
+        strip_accents=p("strip_accents", "bool|null", None),
+        lowercase=p("lowercase", "bool", True),
     )
+    return per_cluster(lambda text: bert_normalize(text, **options))
+
+
+def _replace(p: Part) -> Normalizer:
+    pattern, content = p.pattern(), p("content", "str")
+    return Normalizer(
+        replace_pattern(pattern, content), alignment.replaced(matches_of(pattern), content)
+    )
+
+
+def _prepend(p: Part) -> Normalizer:
+    prefix = p("prepend", "str")
+    return Normalizer(lambda text: prefix + text if text else text, alignment.prepended(prefix))
+
+
+def _strip(p: Part) -> Normalizer:
+    left, right = p("strip_left", "bool", True), p("strip_right", "bool", True)
+
+    def strip(text: str) -> str:
+        if left:
+            text = _LEADING_SPACE.sub("", text)
+        if right:
+            text = _TRAILING_SPACE.sub("", text)
+        return text
+
+    return Normalizer(strip, alignment.stripped(_SPACE.fullmatch, left, right))
+
+
+def _precompiled(p: Part) -> Normalizer:
+    where = f"{p.where}.precompiled_charsmap"
+    table = precompiled.from_base64(p("precompiled_charsmap", "str"), p.path, where)
+    return Normalizer(table, table.align)
+
+
+def _sequence(p: Part) -> Normalizer:
+    steps = p.steps("normalizers", build)
+    return Normalizer(chain([s.apply for s in steps]), chain([s.align for s in steps]))
+
+
+def _unicode_form(form: str) -> Callable[[Part], Normalizer]:
+    return lambda p: per_cluster(lambda text: unicodedata.normalize(form, text))
+
+
+BUILDERS: dict[str, Callable[[Part], Normalizer]] = {
+    **{form: _unicode_form(form) for form in ("NFC", "NFD", "NFKC", "NFKD")},
+    "Lowercase": lambda p: per_cluster(lower_chars),
+    "StripAccents": lambda p: per_cluster(strip_accents),
+    "BertNormalizer": _bert,
+    "Replace": _replace,
+    "Prepend": _prepend,
+    "Strip": _strip,
+    "Precompiled": _precompiled,
+    "Sequence": _sequence,
+}

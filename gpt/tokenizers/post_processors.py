@@ -18,10 +18,10 @@ A post-processor here is a ``Template``: ``template(ids, pair_ids or None) -> id
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-from .base import TokenizerFileError
-from .fields import check, entries, get, pair, part_type
+from .fields import Part, build_part, entries, pair
 
 
 class Template:
@@ -51,37 +51,22 @@ class Template:
 PostProcessor = Template
 
 
-def _template_items(
-    spec: dict, name: str, specials: dict[str, list[int]], path, where: str
-) -> list:
+def _template_items(p: Part, name: str, specials: dict[str, list[int]]) -> list:
     items = []
-    for k, item in enumerate(get(spec, name, "list", path, where)):
-        at = f"{where}.{name}[{k}]"
-        check(item, "object", path, at)
-        if "Sequence" in item:
-            seq = get(
-                get(item, "Sequence", "object", path, at), "id", "str", path, at + ".Sequence"
-            )
-            if seq not in ("A", "B"):
-                raise TokenizerFileError(
-                    path, f"field {at}.Sequence.id must be A or B, got {seq!r}"
-                )
-            items.append(seq)
-        elif "SpecialToken" in item:
-            token = get(
-                get(item, "SpecialToken", "object", path, at),
-                "id",
-                "str",
-                path,
-                at + ".SpecialToken",
-            )
-            if token not in specials:
-                raise TokenizerFileError(
-                    path, f"{at}: special token {token!r} is not in {where}.special_tokens"
-                )
-            items.append(specials[token])
+    for k, spec in enumerate(p(name, "list")):
+        item = Part(spec, p.path, f"{p.where}.{name}[{k}]")
+        if "Sequence" in spec:
+            seq = Part(item("Sequence", "object"), p.path, f"{item.where}.Sequence")
+            items.append(seq.choice("id", ("A", "B")))
+        elif "SpecialToken" in spec:
+            token = Part(item("SpecialToken", "object"), p.path, f"{item.where}.SpecialToken")
+            content = token("id", "str")
+            if content not in specials:
+                where = f"{p.where}.special_tokens"
+                raise p.error(f"{item.where}: special token {content!r} is not in {where}")
+            items.append(specials[content])
         else:
-            raise TokenizerFileError(path, f"{at}: expected a Sequence or a SpecialToken item")
+            raise p.error(f"{item.where}: expected a Sequence or a SpecialToken item")
     return items
 
 
@@ -92,37 +77,36 @@ def build(
     depth: int = 0,
 ) -> PostProcessor | None:
     """The post-processor a file describes at ``where`` (None: ids are left as they are)."""
-    if spec is None:
-        return None
-    kind = part_type(spec, path, where, depth)
-    if kind == "TemplateProcessing":
-        specials: dict[str, list[int]] = {}
-        for name, entry in get(spec, "special_tokens", "object", path, where).items():
-            at = f"{where}.special_tokens[{name!r}]"
-            check(entry, "object", path, at)
-            specials[name] = list(entries(get(entry, "ids", "list", path, at), "int", path, at))
-        single = _template_items(spec, "single", specials, path, where)
-        both = _template_items(spec, "pair", specials, path, where)
-        return Template(single, both)
-    if kind in ("BertProcessing", "RobertaProcessing"):
-        _, sep = pair(get(spec, "sep", "list", path, where), "str,int", path, f"{where}.sep")
-        _, cls = pair(get(spec, "cls", "list", path, where), "str,int", path, f"{where}.cls")
-        if kind == "BertProcessing":
-            return Template([[cls], "A", [sep]], [[cls], "A", [sep], "B", [sep]])
-        return Template([[cls], "A", [sep]], [[cls], "A", [sep, sep], "B", [sep]])
-    if kind == "ByteLevel":
-        return None  # it only adjusts offsets
-    if kind == "Sequence":
-        steps = get(spec, "processors", "list", path, where)
-        parts = [build(s, path, f"{where}.processors[{k}]", depth + 1) for k, s in enumerate(steps)]
-        parts = [p for p in parts if p is not None]
-        if len(parts) > 1:
-            raise TokenizerFileError(
-                path, f"{where}: more than one processor that adds tokens is not supported"
-            )
-        return parts[0] if parts else None
-    raise TokenizerFileError(
-        path,
-        f"{where}: unsupported post-processor type {kind!r} (supported: TemplateProcessing, "
-        "BertProcessing, RobertaProcessing, ByteLevel, Sequence)",
-    )
+    return build_part(spec, path, where, depth, "post-processor", BUILDERS)
+
+
+def _template(p: Part) -> Template:
+    specials: dict[str, list[int]] = {}
+    for name, entry in p("special_tokens", "object").items():
+        at = f"{p.where}.special_tokens[{name!r}]"
+        specials[name] = list(entries(Part(entry, p.path, at)("ids", "list"), "int", p.path, at))
+    return Template(_template_items(p, "single", specials), _template_items(p, "pair", specials))
+
+
+def _bert_or_roberta(p: Part) -> Template:
+    _, sep = pair(p("sep", "list"), "str,int", p.path, f"{p.where}.sep")
+    _, cls = pair(p("cls", "list"), "str,int", p.path, f"{p.where}.cls")
+    if p("type", "str") == "BertProcessing":
+        return Template([[cls], "A", [sep]], [[cls], "A", [sep], "B", [sep]])
+    return Template([[cls], "A", [sep]], [[cls], "A", [sep, sep], "B", [sep]])
+
+
+def _sequence(p: Part) -> PostProcessor | None:
+    steps = p.steps("processors", build)
+    if len(steps) > 1:
+        raise p.error(f"{p.where}: more than one processor that adds tokens is not supported")
+    return steps[0] if steps else None
+
+
+BUILDERS: dict[str, Callable[[Part], PostProcessor | None]] = {
+    "TemplateProcessing": _template,
+    "BertProcessing": _bert_or_roberta,
+    "RobertaProcessing": _bert_or_roberta,
+    "ByteLevel": lambda p: None,  # it only adjusts offsets
+    "Sequence": _sequence,
+}

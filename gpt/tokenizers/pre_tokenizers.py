@@ -44,8 +44,8 @@ from typing import Any
 
 import regex
 
-from .base import PatternTimeoutError, TokenizerError, TokenizerFileError
-from .fields import get, part_type, pattern_field
+from .base import PatternTimeoutError, TokenizerError, chain
+from .fields import Part, build_part
 
 #: GPT-2's pre-tokenizer pattern (the default for ByteBPE).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -237,19 +237,7 @@ def split_json(pattern: str) -> dict[str, Any]:
 #: the text the pre-tokenizer was given (None when nobody asks: plain encoding)
 Piece = tuple[str, bool, list[int] | None]
 PreTokenizer = Callable[[list[Piece]], list[Piece]]
-#: where a pattern matches: the (start, end) of each match, in order
-Matcher = Callable[[str], list[tuple[int, int]]]
-
 BEHAVIOURS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
-
-
-def regex_matcher(pattern: str, trusted: bool = False) -> Matcher:
-    """Matches of a regex. A file's own pattern runs under ``find_spans``' time
-    limit; ``trusted`` patterns (this module's) run without one."""
-    if trusted:
-        compiled = regex.compile(pattern)
-        return lambda text: [m.span() for m in compiled.finditer(text)]
-    return lambda text: find_spans(pattern, text)
 
 
 def segments(
@@ -301,13 +289,17 @@ def apply_behaviour(segs: list[tuple[int, int, bool]], behaviour: str) -> list[t
     return [(s, e) for s, e in out]
 
 
-def splitting(matcher: Matcher, behaviour: str, invert: bool = False) -> PreTokenizer:
-    """The step that cuts every piece where ``matcher`` matches, keeping ``behaviour``."""
+def splitting(
+    pattern: str, behaviour: str, invert: bool = False, trusted: bool = False
+) -> PreTokenizer:
+    """The step that cuts every piece where ``pattern`` matches (``find_spans``: under its time
+    limit unless ``trusted``), keeping ``behaviour``."""
 
     def split(pieces: list[Piece]) -> list[Piece]:
         out = []
         for text, at_start, origin in pieces:
-            spans = apply_behaviour(segments(text, matcher(text), invert), behaviour)
+            matches = find_spans(pattern, text, trusted)
+            spans = apply_behaviour(segments(text, matches, invert), behaviour)
             out += [_cut(text, at_start, origin, s, e) for s, e in spans if e > s]  # none empty
         return out
 
@@ -384,15 +376,6 @@ def per_piece(f: Callable[[str, bool], str], bytewise: bool = False) -> PreToken
     return run
 
 
-def sequence(steps: list[PreTokenizer]) -> PreTokenizer:
-    def run(pieces: list[Piece]) -> list[Piece]:
-        for step in steps:
-            pieces = step(pieces)
-        return pieces
-
-    return run
-
-
 # ----- the character classes of the tokenizers library -----------------------------------------
 
 #: Rust's ``char::is_whitespace`` (the Unicode White_Space property)
@@ -406,12 +389,12 @@ WHITESPACE_PATTERN = rf"\w+|[^\w{WHITESPACE}]+"
 
 
 def metaspace_step(replacement: str, prepend_scheme: str, split: bool) -> PreTokenizer:
-    """Spaces become ``replacement`` (``metaspace``);
-    then optionally cut before each ``replacement``."""
+    """Spaces become ``replacement`` (``metaspace``); then optionally cut before each
+    ``replacement``."""
     steps = [per_piece(lambda t, first: metaspace(t, replacement, prepend_scheme, first))]
     if split:
         steps.append(char_splitting(f"[{regex.escape(replacement)}]", "MergedWithNext"))
-    return sequence(steps)
+    return chain(steps)
 
 
 def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
@@ -423,16 +406,15 @@ def byte_level(add_prefix_space: bool, use_regex: bool) -> PreTokenizer:
     if use_regex:  # GPT-2's pattern matches every character: Isolated is its findall
         steps.append(words_of(compile_pattern(GPT2_PATTERN)))
     steps.append(per_piece(lambda t, _: bytes_to_text(t.encode("utf-8")), bytewise=True))
-    return sequence(steps)
+    return chain(steps)
 
 
-def _behaviour(spec: dict, path, where: str, default: str) -> str:
-    behaviour = get(spec, "behavior", "str", path, where, default)
-    if behaviour not in BEHAVIOURS:
-        raise TokenizerFileError(
-            path, f"field {where}.behavior must be one of {BEHAVIOURS}, got {behaviour!r}"
-        )
-    return behaviour
+def prepend_scheme(p: Part) -> str:
+    """A ``Metaspace``'s ``prepend_scheme`` (pre-tokenizer or decoder); files from before
+    tokenizers 0.19 say ``add_prefix_space`` instead."""
+    if "prepend_scheme" in p.spec:
+        return p.choice("prepend_scheme", ("always", "first", "never"))
+    return "always" if p("add_prefix_space", "bool", True) else "never"
 
 
 def build(
@@ -442,67 +424,43 @@ def build(
     depth: int = 0,
 ) -> PreTokenizer | None:
     """The pre-tokenizer a file describes at ``where`` (None: each piece is one word)."""
-    if spec is None:
-        return None
-    kind = part_type(spec, path, where, depth)
-    if kind == "Whitespace":
-        return splitting(regex_matcher(WHITESPACE_PATTERN, True), "Removed", invert=True)
-    if kind == "WhitespaceSplit":
-        return char_splitting(SPACE, "Removed")
-    if kind == "BertPreTokenizer":
-        # split at whitespace (Removed), then around punctuation (Isolated), as one regex
-        return words_of(_BERT_SPLIT)
-    if kind == "Punctuation":
-        return char_splitting(PUNCT, _behaviour(spec, path, where, "Isolated"))
-    if kind == "Digits":
-        individual = get(spec, "individual_digits", "bool", path, where, False)
-        return char_splitting(NUMERIC, "Isolated" if individual else "Contiguous")
-    if kind == "CharDelimiterSplit":
-        delimiter = get(spec, "delimiter", "str", path, where)
-        if len(delimiter) != 1:
-            raise TokenizerFileError(
-                path, f"field {where}.delimiter must be one character, got {delimiter!r}"
-            )
-        return char_splitting(f"[{regex.escape(delimiter)}]", "Removed")
-    if kind == "Split":
-        pattern = pattern_field(spec, path, where)
-        if "Regex" in pattern:
-            expr = from_oniguruma(pattern["Regex"])
-        else:
-            expr = regex.escape(pattern["String"])
-        invert = get(spec, "invert", "bool", path, where, False)
-        return splitting(regex_matcher(expr), _behaviour(spec, path, where, "Isolated"), invert)
-    if kind == "Metaspace":
-        replacement = get(spec, "replacement", "str", path, where, METASPACE)
-        if len(replacement) != 1:
-            raise TokenizerFileError(
-                path, f"field {where}.replacement must be one character, got {replacement!r}"
-            )
-        if "prepend_scheme" in spec:
-            scheme = get(spec, "prepend_scheme", "str", path, where)
-            if scheme not in ("always", "first", "never"):
-                raise TokenizerFileError(
-                    path,
-                    f"field {where}.prepend_scheme must be always, first or never, got {scheme!r}",
-                )
-        else:  # files from before tokenizers 0.19
-            prefix = get(spec, "add_prefix_space", "bool", path, where, True)
-            scheme = "always" if prefix else "never"
-        return metaspace_step(replacement, scheme, get(spec, "split", "bool", path, where, True))
-    if kind == "ByteLevel":
-        return byte_level(
-            get(spec, "add_prefix_space", "bool", path, where, True),
-            get(spec, "use_regex", "bool", path, where, True),
-        )
-    if kind == "Sequence":
-        steps = get(spec, "pretokenizers", "list", path, where)
-        parts = [
-            build(s, path, f"{where}.pretokenizers[{k}]", depth + 1) for k, s in enumerate(steps)
-        ]
-        return sequence([p for p in parts if p is not None])
-    raise TokenizerFileError(
-        path,
-        f"{where}: unsupported pre-tokenizer type {kind!r} (supported: ByteLevel, Whitespace, "
-        "WhitespaceSplit, BertPreTokenizer, Punctuation, Digits, Metaspace, Split, "
-        "CharDelimiterSplit, Sequence)",
-    )
+    return build_part(spec, path, where, depth, "pre-tokenizer", BUILDERS)
+
+
+def _split(p: Part) -> PreTokenizer:
+    pattern = p.pattern()
+    expr = from_oniguruma(pattern["Regex"]) if "Regex" in pattern else None
+    behaviour = p.choice("behavior", BEHAVIOURS, "Isolated")
+    invert = p("invert", "bool", False)
+    if expr is None:  # a literal string, which cannot backtrack
+        return splitting(regex.escape(pattern["String"]), behaviour, invert, trusted=True)
+    return splitting(expr, behaviour, invert)
+
+
+def _digits(p: Part) -> PreTokenizer:
+    individual = p("individual_digits", "bool", False)
+    return char_splitting(NUMERIC, "Isolated" if individual else "Contiguous")
+
+
+def _metaspace(p: Part) -> PreTokenizer:
+    replacement = p.char("replacement", METASPACE)
+    return metaspace_step(replacement, prepend_scheme(p), p("split", "bool", True))
+
+
+BUILDERS: dict[str, Callable[[Part], PreTokenizer]] = {
+    "ByteLevel": lambda p: byte_level(
+        p("add_prefix_space", "bool", True), p("use_regex", "bool", True)
+    ),
+    "Whitespace": lambda p: splitting(WHITESPACE_PATTERN, "Removed", invert=True, trusted=True),
+    "WhitespaceSplit": lambda p: char_splitting(SPACE, "Removed"),
+    # split at whitespace (Removed), then around punctuation (Isolated), as one regex
+    "BertPreTokenizer": lambda p: words_of(_BERT_SPLIT),
+    "Punctuation": lambda p: char_splitting(PUNCT, p.choice("behavior", BEHAVIOURS, "Isolated")),
+    "Digits": _digits,
+    "Metaspace": _metaspace,
+    "Split": _split,
+    "CharDelimiterSplit": lambda p: char_splitting(
+        f"[{regex.escape(p.char('delimiter'))}]", "Removed"
+    ),
+    "Sequence": lambda p: chain(p.steps("pretokenizers", build)),
+}

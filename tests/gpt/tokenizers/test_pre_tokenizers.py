@@ -13,7 +13,6 @@ from gpt.tokenizers.pre_tokenizers import (
     PUNCT,
     SPACE,
     char_splitting,
-    regex_matcher,
     splitting,
 )
 
@@ -28,7 +27,7 @@ CLASSES = {"whitespace": SPACE, "punctuation": PUNCT, "digits": NUMERIC, "metasp
 @example(pieces=[("a-b--c", True), ("--", False), ("", True), ("▁▁x▁ 1½٢.", True)])
 def test_a_split_at_a_character_class_is_the_general_split(name, behaviour, pieces):
     cls = CLASSES[name]
-    general = splitting(regex_matcher(cls, trusted=True), behaviour)
+    general = splitting(cls, behaviour, trusted=True)
     # (each piece with where its characters came from: the two keep them alike too)
     pieces = [(text, first, list(range(len(text)))) for text, first in pieces]
     assert char_splitting(cls, behaviour)(pieces) == general(pieces)
@@ -50,7 +49,7 @@ def test_the_behaviours_on_the_module_docstrings_example():
 def test_only_the_first_cut_of_the_text_s_first_piece_starts_the_text():
     """(Metaspace with prepend_scheme="first" after a split puts its "▁" there only.)"""
     pieces = [("a-b", True, [0, 1, 2]), ("-c", False, [3, 4])]
-    for step in (char_splitting("[-]", "Isolated"), splitting(regex_matcher("-"), "Isolated")):
+    for step in (char_splitting("[-]", "Isolated"), splitting("-", "Isolated")):
         assert step(pieces) == [
             ("a", True, [0]),
             ("-", False, [1]),
