@@ -14,36 +14,105 @@ opens one per module call) are drawn inside nested clusters named like ``blocks.
 ``backward=True`` draws the backward graph instead: the same nodes as ``<Op>Backward``, with
 edges in the direction the gradient flows.
 
-The DOT source is ``g.source``; ``g.render(...)`` or ``g.pipe(format="svg")`` need the
-Graphviz ``dot`` program (``apt install graphviz``, ``brew install graphviz`` or ``conda install
--c conda-forge graphviz``), and say so in one line when it is missing; in a notebook the
-drawing displays itself as SVG.
+The DOT source is ``g.source``. Two things turn it into a picture:
+
+- Graphviz's ``dot`` program, on this machine: ``g.render(...)``, ``g.pipe(format="svg")``
+  (``apt install graphviz``, ``brew install graphviz`` or ``conda install -c conda-forge
+  graphviz``; without it they say so in one line).
+- The browser: ``g.html`` is a self-contained page holding the DOT source and viz.js, which is
+  Graphviz itself compiled to WebAssembly (``tensorlab/vendor/viz-js``, MIT; Graphviz under the
+  EPL), so the page draws the graph with no ``dot`` installed, no server and no network.
+
+In a notebook the drawing displays itself: as SVG made by ``dot`` when it is on PATH, as the
+viz.js page otherwise.
 
 :func:`backward_steps` runs ``backward()`` and returns a page to step through it: the
 backward graph once, and one frame per node in the order the engine ran them (as
 ``tl.trace_backward`` lists them), the node at work and the gradients it sends highlighted, a
-slider to move between frames. The page is one self-contained HTML file (inline SVG, no
-server, no network) and displays itself in a notebook.
+slider to move between frames. The page is one self-contained HTML file (no server, no
+network) and displays itself in a notebook; its picture is drawn by ``dot`` when it is on PATH
+and by viz.js in the browser otherwise (``render=`` chooses).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 from collections import defaultdict
+from functools import cache
 from itertools import count
-
-import numpy as np
+from pathlib import Path
 
 from tensorlab.tensor import Tensor
-from tensorlab.trace import trace_backward
+from tensorlab.trace import summary, trace_backward
 
 _DOT_MISSING = (
     "tl.draw: rendering needs Graphviz's dot program, which is not on PATH; install it "
     "(apt install graphviz, brew install graphviz, or conda install -c conda-forge graphviz), "
-    "or read the DOT text from .source"
+    "read the DOT text from .source, or open .html in a browser (viz.js draws it there)"
 )
+_VIZ_JS = Path(__file__).parent / "vendor" / "viz-js" / "viz-global.js"
+_pages = count(1)  # each page in a notebook gets its own element ids
+
+
+def _dot_on_path() -> bool:
+    return shutil.which("dot") is not None
+
+
+def _svg_by(render: str) -> bool:
+    """Whether a page's picture is made here by ``dot`` ("dot"), or drawn by viz.js in the
+    browser ("browser"); "auto" is ``dot`` when it is on PATH."""
+    if render not in ("auto", "dot", "browser"):
+        raise ValueError(f'render must be "auto", "dot" or "browser", not {render!r}')
+    return render == "dot" or (render == "auto" and _dot_on_path())
+
+
+@cache
+def _viz_js() -> str:
+    """viz.js, made to define ``window.Viz`` whatever module loader the page has (the classic
+    Jupyter notebook has RequireJS, whose ``define`` the file would otherwise call)."""
+    js = _VIZ_JS.read_text(encoding="utf-8")
+    return f"(function (define, exports, module) {{\n{js}\n}}).call(window);\n"
+
+
+def _graph_box(dot_source: str, svg: str | None) -> str:
+    """The ``<div class="graph">`` of a page: the SVG when it was made here; otherwise a
+    placeholder that the page's script replaces with the picture (``_DRAW_JS``). The DOT
+    source sits below in a closed <details>, also where the script reads it from."""
+    wait = (
+        "The picture is drawn here by viz.js (Graphviz compiled to WebAssembly) when the "
+        "page's script runs."
+    )
+    box = f'<div class="graph">{svg if svg is not None else f"<p>{wait}</p>"}</div>'
+    source = f'<pre class="dot">{html.escape(dot_source)}</pre>'
+    return f"{box}\n<details><summary>DOT source</summary>{source}</details>"
+
+
+# The page's script, when the browser draws: viz.js (above it), then draw(root, then) puts the
+# SVG in the root's .graph box and calls then() (or says why it could not draw).
+_DRAW_JS = """  function draw(root, then) {
+    var box = root.querySelector(".graph"), dot = root.querySelector("pre.dot").textContent;
+    Viz.instance().then(function (viz) {
+      box.replaceChildren(viz.renderSVGElement(dot));
+      if (then) then();
+    }).catch(function (e) { box.textContent = "viz.js could not draw the graph: " + e; });
+  }
+"""
+
+
+def _fill(template: str, **values: str) -> str:
+    """``template`` with each ``{NAME}`` replaced by ``values[NAME]``, in one pass (so a value
+    that holds such a placeholder, viz.js or a tensor's name, is left as it is)."""
+    return re.sub(r"\{([A-Z]+)\}", lambda m: values.get(m[1], m[0]), template)
+
+
+def _page(title: str, fragment: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title></head>\n<body>\n{fragment}\n</body></html>\n"
+    )
 
 
 _Drawing = None
@@ -71,26 +140,32 @@ def _digraph_class():
             except graphviz.ExecutableNotFound:
                 raise RuntimeError(_DOT_MISSING) from None
 
+        def _fragment(self) -> str:
+            """The drawing for a notebook cell or a page: drawn by viz.js in the browser."""
+            p = f"tldraw{next(_pages)}_"
+            return (
+                f'<div id="{p}root" class="tldraw">\n'
+                f"<style>#{p}root svg {{ max-width: 100%; height: auto; }}</style>\n"
+                f"{_graph_box(self.source, None)}\n"
+                f"<script>\n{_viz_js()}(function () {{\n{_DRAW_JS}"
+                f'  draw(document.getElementById("{p}root"));\n}})();\n</script>\n</div>'
+            )
+
+        @property
+        def html(self) -> str:
+            """A self-contained page that draws the graph in any browser, without ``dot``."""
+            return _page("tl.draw", self._fragment())
+
         def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-            if shutil.which("dot") is None:  # a notebook shows the sentence, not a traceback
-                return {"text/plain": _DOT_MISSING}
+            if not _dot_on_path():  # the browser draws it: the page with viz.js
+                return {"text/html": self._fragment(), "text/plain": _DRAWN_IN_BROWSER}
             return super()._repr_mimebundle_(include, exclude, **kwargs)
 
+    _DRAWN_IN_BROWSER = "tl.draw: no dot on PATH; the notebook's browser draws it (viz.js)"
     Drawing.__module__ = __name__
     Drawing.__qualname__ = "Drawing"
     _Drawing = Drawing
     return Drawing
-
-
-def summary(a, what: str = "", entries: int = 6) -> str:
-    """``|what| = norm`` of an array or Tensor, followed by its entries when it has at most
-    ``entries`` of them (``|grad| = 1.41  [1, -1]``)."""
-    a = np.asarray(a.numpy() if isinstance(a, Tensor) else a, dtype=np.float64)
-    norm = float(np.sqrt((a**2).sum()))
-    text = f"|{what}| = {norm:.3g}" if what else f"norm {norm:.3g}"
-    if 0 < a.size <= entries:
-        text += "  [" + ", ".join(f"{v:.3g}" for v in a.ravel()) + "]"
-    return text
 
 
 def _fmt_shape(shape) -> str:
@@ -292,7 +367,6 @@ def _parent_at(scope: str, ancestor: str | None) -> str:
 
 
 # ---------------------------------------------------------------------- stepping through backward
-_pages = count(1)
 
 
 class _StepRecorder(trace_backward):
@@ -345,11 +419,12 @@ class _StepRecorder(trace_backward):
 
 class BackwardSteps:
     """The page made by :func:`backward_steps`: ``frames`` (one dict per backward node, in
-    the engine's order), ``svg`` (the backward graph), ``html`` (the whole page), ``save``;
-    a notebook displays it (``_repr_html_``)."""
+    the engine's order), ``dot`` (the backward graph's DOT source), ``svg`` (its picture made
+    by ``dot``, or None where viz.js draws it in the browser), ``html`` (the whole page),
+    ``save``; a notebook displays it (``_repr_html_``)."""
 
-    def __init__(self, svg: str, frames: list[dict], prefix: str, title: str):
-        self.svg, self.frames, self.prefix, self.title = svg, frames, prefix, title
+    def __init__(self, dot: str, svg: str | None, frames: list[dict], prefix: str, title: str):
+        self.dot, self.svg, self.frames, self.prefix, self.title = dot, svg, frames, prefix, title
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -357,21 +432,22 @@ class BackwardSteps:
     def _fragment(self) -> str:
         p = self.prefix
         data = json.dumps(self.frames).replace("</", "<\\/")
-        return (
-            _FRAGMENT.replace("{P}", p)
-            .replace("{SVG}", self.svg)
-            .replace("{FRAMES}", data)
-            .replace("{N}", str(len(self.frames)))
-            .replace("{TITLE}", html.escape(self.title))
+        here = self.svg is not None  # the SVG is in the page: no viz.js
+        return _fill(
+            _FRAGMENT,
+            P=p,
+            GRAPH=_graph_box(self.dot, self.svg),
+            VIZ="" if here else _viz_js(),
+            DRAW="" if here else _DRAW_JS,
+            START="start();" if here else "draw(root, start);",
+            FRAMES=data,
+            N=str(len(self.frames)),
+            TITLE=html.escape(self.title),
         )
 
     @property
     def html(self) -> str:
-        return (
-            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(self.title)}</title></head>\n<body>\n{self._fragment()}\n"
-            "</body></html>\n"
-        )
+        return _page(self.title, self._fragment())
 
     def _repr_html_(self) -> str:
         return self._fragment()
@@ -389,25 +465,30 @@ def backward_steps(
     retain_graph: bool = False,
     clusters: bool = True,
     title: str | None = None,
+    render: str = "auto",
 ) -> BackwardSteps:
     """Run ``root.backward(grad, retain_graph)`` and return a page that steps through it: one
     frame per node the engine ran, in its order, with the node at work, the gradient it
     received and the gradients it sent (their edges highlighted, shape and norm beside them).
 
-    The graph is drawn before the backward (so every shape is known) and needs Graphviz's
-    ``dot``; without it this raises a one-line RuntimeError before running anything.
+    The graph is laid out before the backward (so every shape is known). ``render``: "dot"
+    makes its SVG here with Graphviz's ``dot``; "browser" puts the DOT source and viz.js
+    (Graphviz compiled to WebAssembly) in the page, and the browser draws it, with no ``dot``
+    anywhere; "auto" is "dot" when ``dot`` is on PATH, "browser" otherwise.
     ``page.save("backward.html")`` writes the self-contained page; in a notebook the returned
     object displays itself. Open a page at frame k with ``backward.html#step=k``."""
     prefix = f"tlbs{next(_pages)}_"
     names = {id(t): n for n, t in (params or {}).items()}
     graph = draw(root, params=params, backward=True, clusters=clusters, ids=prefix)
-    svg = graph.pipe(format="svg").decode("utf-8")
-    svg = svg[svg.index("<svg") :]
+    svg = None
+    if _svg_by(render):
+        svg = graph.pipe(format="svg").decode("utf-8")
+        svg = svg[svg.index("<svg") :]
     recorder = _StepRecorder(names)
     with recorder:
         root.backward(grad, retain_graph=retain_graph)
     title = title or f"{names.get(id(root), root.name) or 'loss'}.backward()"
-    return BackwardSteps(svg, recorder.frames, prefix, title)
+    return BackwardSteps(graph.source, svg, recorder.frames, prefix, title)
 
 
 _FRAGMENT = """<div id="{P}root" class="tlbs">
@@ -440,10 +521,10 @@ _FRAGMENT = """<div id="{P}root" class="tlbs">
 <span class="count"></span>
 </div>
 <div class="panel"></div>
-<div class="graph">{SVG}</div>
+{GRAPH}
 <script>
-(function () {
-  var P = "{P}", frames = {FRAMES};
+{VIZ}(function () {
+{DRAW}  var P = "{P}", frames = {FRAMES};
   var root = document.getElementById(P + "root");
   var slider = root.querySelector(".slider"), panel = root.querySelector(".panel");
   slider.max = frames.length - 1;
@@ -483,8 +564,11 @@ _FRAGMENT = """<div id="{P}root" class="tlbs">
   slider.addEventListener("input", function () { show(+slider.value); });
   root.querySelector(".prev").addEventListener("click", function () { show(+slider.value - 1); });
   root.querySelector(".next").addEventListener("click", function () { show(+slider.value + 1); });
-  var m = /step=(\\d+)/.exec(window.location.hash || "");
-  show(m ? +m[1] : 0);
+  function start() {  // at the frame the address asks for (#step=k), else the first
+    var m = /step=(\\d+)/.exec(window.location.hash || "");
+    show(m ? +m[1] : 0);
+  }
+  {START}
 })();
 </script>
 </div>"""
