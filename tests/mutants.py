@@ -301,6 +301,18 @@ MUTANTS = {
             "return float((np.asarray(t.numpy(), dtype=np.float64) ** 2).sum())",
             "trace_backward: the squared norm printed as the norm",
         ),
+        (
+            "summary-squared",
+            "norm = float(np.sqrt((a**2).sum()))",
+            "norm = float((a**2).sum())",
+            "a node's summary prints the squared norm as the norm",
+        ),
+        (
+            "summary-entries-off-by-one",
+            "if 0 < a.size <= entries else None",
+            "if 0 < a.size < entries else None",
+            "a tensor of exactly `entries` entries is summarized without them",
+        ),
     ],
     "gpt/circuits/watch.py": [
         (
@@ -2897,18 +2909,6 @@ MUTANTS = {
         ),
     ],
     "tensorlab/draw.py": [
-        (
-            "summary-squared",
-            "norm = float(np.sqrt((a**2).sum()))",
-            "norm = float((a**2).sum())",
-            "a node's summary prints the squared norm as the norm",
-        ),
-        (
-            "summary-entries-off-by-one",
-            "if 0 < a.size <= entries:",
-            "if 0 < a.size < entries:",
-            "a tensor of exactly `entries` entries is summarized without them",
-        ),
         (
             "walk-constants-drawn",
             "                for t in ctx.inputs\n                if t.requires_grad\n",
