@@ -88,11 +88,20 @@ def sinusoidal_table(n_positions: int, d: int, base: float = 10000.0) -> np.ndar
     return pe
 
 
+def _positions(table: Tensor, x: Tensor, offset: int) -> Tensor:
+    """Rows offset, ..., offset + T - 1 of a (max_len, d) position table, broadcast to x (B, T,
+    d), for the model to add to its token embeddings (as TransformerLens's ``PosEmbed``, so
+    the sum can have a hook point between)."""
+    T = x.shape[-2]
+    if offset + T > table.shape[0]:
+        raise ValueError(f"positions up to {offset + T} exceed max_len={table.shape[0]}")
+    return table[offset : offset + T].expand(x.shape)
+
+
 class SinusoidalPositionalEncoding(Module):
-    """The position vectors of x (B, T, d): PE[offset : offset + T] broadcast to x's shape, for
-    the model to add to its token embeddings (as TransformerLens's ``PosEmbed``, so the sum
-    can have a hook point between). Fixed, nothing learned. The table is a non-persistent
-    buffer ``pe`` (max_len, d) (rebuilt, not saved in the state dict)."""
+    """The position vectors of x (B, T, d): PE[offset : offset + T] broadcast to x's shape
+    (:func:`_positions`). Fixed, nothing learned. The table is a non-persistent buffer ``pe``
+    (max_len, d) (rebuilt, not saved in the state dict)."""
 
     def __init__(
         self,
@@ -110,18 +119,12 @@ class SinusoidalPositionalEncoding(Module):
         )
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        T = x.shape[-2]
-        if offset + T > self.max_len:
-            raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
-        pe = self.pe.data[offset : offset + T]
-        return Tensor._wrap(xp_of(pe).broadcast_to(pe, x.shape))
+        return _positions(self.pe, x, offset)
 
 
 class LearnedPositionalEmbedding(Module):
-    """The position vectors of x (B, T, d): W_pos[offset : offset + T], the rows of positions
-    offset, ..., offset + T - 1 looked up like token ids (:class:`EmbeddingFn`), broadcast to
-    x's shape for the model to add (see :class:`SinusoidalPositionalEncoding`). Parameter
-    ``W_pos`` (max_len, d), drawn from N(0, std²)."""
+    """The position vectors of x (B, T, d): W_pos[offset : offset + T] broadcast to x's shape
+    (:func:`_positions`). Parameter ``W_pos`` (max_len, d), drawn from N(0, std²)."""
 
     def __init__(
         self,
@@ -136,11 +139,7 @@ class LearnedPositionalEmbedding(Module):
         self.W_pos = normal((max_len, d), std, dtype, device)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        T = x.shape[-2]
-        if offset + T > self.max_len:
-            raise ValueError(f"positions up to {offset + T} exceed max_len={self.max_len}")
-        positions = xp_of(self.W_pos.data).arange(offset, offset + T)
-        return self.W_pos[positions].expand(x.shape)
+        return _positions(self.W_pos, x, offset)
 
 
 class RelativePositionBias(Module):
@@ -225,18 +224,17 @@ def rope_frequencies(d_head: int, base: float, scaling: dict | None = None) -> n
       w = (n/λ_i - l)/(h - l).
     """
     theta = base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)  # host: table
+    check_rope_scaling(scaling)
     if scaling is None:
         return theta
     kind, f = scaling["rope_type"], float(scaling["factor"])
     if kind == "linear":
         return theta / f
-    if kind == "llama3":
-        lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-        n = float(scaling["original_max_position_embeddings"])
-        wavelength = 2 * np.pi / theta
-        w = np.clip((n / wavelength - lo) / (hi - lo), 0.0, 1.0)  # host: 0 slow, 1 fast
-        return (1 - w) * theta / f + w * theta
-    raise ValueError(f"RoPE scaling rope_type={kind!r} is not supported (linear, llama3)")
+    lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])  # llama3
+    n = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * np.pi / theta
+    w = np.clip((n / wavelength - lo) / (hi - lo), 0.0, 1.0)  # host: 0 slow, 1 fast
+    return (1 - w) * theta / f + w * theta
 
 
 # The RoPE scalings rope_frequencies follows, and the numbers each needs.
@@ -287,7 +285,6 @@ class RotaryEmbedding(Module):
             raise ValueError(f"RotaryEmbedding: d_head must be even, got {d_head}")
         if layout not in ROPE_LAYOUTS:
             raise ValueError(f"RotaryEmbedding: layout={layout!r}, must be one of {ROPE_LAYOUTS}")
-        check_rope_scaling(scaling)
         self.d_head, self.base, self.layout, self.scaling = d_head, base, layout, scaling
         self.theta = rope_frequencies(d_head, base, scaling)
         self._tables: dict = {}

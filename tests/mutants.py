@@ -1791,9 +1791,9 @@ MUTANTS = {
         ),
         (
             "learned-pos-offset",
-            ".arange(offset, offset + T)",
-            ".arange(T)",
-            "LearnedPositionalEmbedding: offset ignored",
+            "return table[offset : offset + T]",
+            "return table[:T]",
+            "Learned and sinusoidal positions: offset ignored",
         ),
         (
             "rotary-theta",
