@@ -12,13 +12,7 @@ from tensorlab.backend import (
     xp_for,
     xp_of,
 )
-from tensorlab.tensor import Tensor
-
-
-def _shape(shape) -> tuple[int, ...]:
-    if len(shape) == 1 and isinstance(shape[0], tuple | list):
-        return tuple(shape[0])
-    return tuple(shape)
+from tensorlab.tensor import Tensor, sizes_of
 
 
 def _make(data, requires_grad: bool, name: str | None = None) -> Tensor:
@@ -47,19 +41,19 @@ def tensor(
 def zeros(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(xp_for(device).zeros(_shape(shape), dtype=dtype), requires_grad)
+    return _make(xp_for(device).zeros(sizes_of(shape), dtype=dtype), requires_grad)
 
 
 def ones(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(xp_for(device).ones(_shape(shape), dtype=dtype), requires_grad)
+    return _make(xp_for(device).ones(sizes_of(shape), dtype=dtype), requires_grad)
 
 
 def full(
     shape, value, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
-    return _make(xp_for(device).full(_shape((shape,)), value, dtype=dtype), requires_grad)
+    return _make(xp_for(device).full(sizes_of((shape,)), value, dtype=dtype), requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
@@ -88,7 +82,7 @@ def randn(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
     """Standard normal draws from the device's generator (see ``manual_seed``)."""
-    data = generator(device).standard_normal(_shape(shape), dtype=np.dtype(dtype).type)
+    data = generator(device).standard_normal(sizes_of(shape), dtype=np.dtype(dtype).type)
     return _make(data, requires_grad)
 
 
@@ -96,13 +90,13 @@ def rand(
     *shape, dtype=DEFAULT_DTYPE, device: str | None = None, requires_grad: bool = False
 ) -> Tensor:
     """Uniform draws on [0, 1) from the device's generator."""
-    data = generator(device).random(_shape(shape), dtype=np.dtype(dtype).type)
+    data = generator(device).random(sizes_of(shape), dtype=np.dtype(dtype).type)
     return _make(data, requires_grad)
 
 
 def randint(low: int, high: int, shape, device: str | None = None) -> Tensor:
     """Integers drawn uniformly from [low, high)."""
-    return Tensor._wrap(generator(device).integers(low, high, size=_shape((shape,))))
+    return Tensor._wrap(generator(device).integers(low, high, size=sizes_of((shape,))))
 
 
 def _like(fn, t: Tensor, dtype, requires_grad, *args) -> Tensor:

@@ -65,6 +65,11 @@ def _axis(axis) -> Axis:
     return tuple(axis) if isinstance(axis, list) else axis
 
 
+def sizes_of(args) -> tuple:
+    """The sizes (or axes) given as ``f(2, 3)`` or ``f((2, 3))``, as one tuple."""
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], tuple | list) else args
+
+
 def axis_index(op: str, axis: int, ndim: int) -> int:
     """``axis`` counted from 0 (``-1`` is the last of ``ndim`` axes), or an error naming the op:
     an axis out of range never wraps around to another one (``sum(5)`` of a matrix is not
@@ -80,6 +85,24 @@ def axis_index(op: str, axis: int, ndim: int) -> int:
             f"{op}: axis {axis} is out of range for a tensor of {ndim} axes ({valid})"
         )
     return axis % ndim
+
+
+def _in_place(name: str, op):
+    """The method ``x.name(other)`` that runs ``op`` (``operator.isub``, ...) in x's memory."""
+
+    def method(self, other):
+        return self._update(name, op, other)
+
+    return method
+
+
+def _comparison(op):
+    """The comparison ``x op y`` (``np.less``, ...): a boolean tensor, no gradient."""
+
+    def method(self, other):
+        return Tensor._wrap(op(self.data, other.data if isinstance(other, Tensor) else other))
+
+    return method
 
 
 class Tensor:
@@ -433,62 +456,26 @@ class Tensor:
         self.data += o if alpha == 1.0 else alpha * o
         return self
 
-    def sub_(self, other) -> Tensor:
-        return self._update("sub_", operator.isub, other)
-
-    def mul_(self, other) -> Tensor:
-        return self._update("mul_", operator.imul, other)
-
-    def div_(self, other) -> Tensor:
-        return self._update("div_", operator.itruediv, other)
-
-    def __iadd__(self, other) -> Tensor:
-        """``x += y`` changes x in place (PyTorch's meaning), so ``p -= lr * p.grad`` inside
-        ``no_grad()`` updates the parameter instead of rebinding the name to a new tensor.
-        Refused under grad mode on a tensor that requires grad (:meth:`_inplace`)."""
-        return self._update("+=", operator.iadd, other)
-
-    def __isub__(self, other) -> Tensor:
-        return self._update("-=", operator.isub, other)
-
-    def __imul__(self, other) -> Tensor:
-        return self._update("*=", operator.imul, other)
-
-    def __itruediv__(self, other) -> Tensor:
-        return self._update("/=", operator.itruediv, other)
+    # ``x += y`` changes x in place (PyTorch's meaning), so ``p -= lr * p.grad`` inside
+    # ``no_grad()`` updates the parameter instead of rebinding the name to a new tensor.
+    # Refused under grad mode on a tensor that requires grad (:meth:`_inplace`).
+    sub_ = _in_place("sub_", operator.isub)
+    mul_ = _in_place("mul_", operator.imul)
+    div_ = _in_place("div_", operator.itruediv)
+    __iadd__ = _in_place("+=", operator.iadd)
+    __isub__ = _in_place("-=", operator.isub)
+    __imul__ = _in_place("*=", operator.imul)
+    __itruediv__ = _in_place("/=", operator.itruediv)
 
     def __setitem__(self, key, value) -> None:
         self._inplace("__setitem__", value)
         self.data[_index_key(key, self.data)] = value.data if isinstance(value, Tensor) else value
 
     # ------------------------------------------------------------------ arithmetic
-    def __add__(self, other):
-        return Add.apply(self, _lift(other, self))
-
-    def __radd__(self, other):
-        return Add.apply(_lift(other, self), self)
-
-    def __sub__(self, other):
-        return Sub.apply(self, _lift(other, self))
-
-    def __rsub__(self, other):
-        return Sub.apply(_lift(other, self), self)
-
-    def __mul__(self, other):
-        return Mul.apply(self, _lift(other, self))
-
-    def __rmul__(self, other):
-        return Mul.apply(_lift(other, self), self)
-
-    def __truediv__(self, other):
-        return Div.apply(self, _lift(other, self))
-
-    def __rtruediv__(self, other):
-        return Div.apply(_lift(other, self), self)
-
-    def __neg__(self):
-        return Neg.apply(self)
-
+    # a + b, a - b, a * b, a / b and their reflected forms (2 - a), -a, the elementwise
+    # functions (exp, log, ...) and the reductions (sum, mean, ...) are one op each: they are
+    # set on Tensor from the table at the end of this file, once the ops (which import Tensor)
+    # exist.
     def __pos__(self):
         return self
 
@@ -514,66 +501,19 @@ class Tensor:
         return _lift(other, self).__matmul__(self)
 
     # comparisons give boolean tensors (no gradient)
-    def _compare(self, other, op) -> Tensor:
-        return Tensor._wrap(op(self.data, other.data if isinstance(other, Tensor) else other))
-
-    def __lt__(self, other):
-        return self._compare(other, np.less)
-
-    def __le__(self, other):
-        return self._compare(other, np.less_equal)
-
-    def __gt__(self, other):
-        return self._compare(other, np.greater)
-
-    def __ge__(self, other):
-        return self._compare(other, np.greater_equal)
-
-    def __eq__(self, other):
-        return self._compare(other, np.equal)
-
-    def __ne__(self, other):
-        return self._compare(other, np.not_equal)
+    __lt__ = _comparison(np.less)
+    __le__ = _comparison(np.less_equal)
+    __gt__ = _comparison(np.greater)
+    __ge__ = _comparison(np.greater_equal)
+    __eq__ = _comparison(np.equal)
+    __ne__ = _comparison(np.not_equal)
 
     def __invert__(self):
         return Tensor._wrap(~self.data)
 
     # ------------------------------------------------------------------ elementwise
-    def exp(self) -> Tensor:
-        return Exp.apply(self)
-
-    def log(self) -> Tensor:
-        return Log.apply(self)
-
-    def sqrt(self) -> Tensor:
-        return Sqrt.apply(self)
-
-    def abs(self) -> Tensor:
-        return Abs.apply(self)
-
-    def tanh(self) -> Tensor:
-        return Tanh.apply(self)
-
-    def sin(self) -> Tensor:
-        return Sin.apply(self)
-
-    def cos(self) -> Tensor:
-        return Cos.apply(self)
-
-    def sigmoid(self) -> Tensor:
-        return Sigmoid.apply(self)
-
-    def relu(self) -> Tensor:
-        return ReLU.apply(self)
-
     def pow(self, exponent) -> Tensor:
         return self**exponent
-
-    def maximum(self, other) -> Tensor:
-        return Maximum.apply(self, _lift(other, self))
-
-    def minimum(self, other) -> Tensor:
-        return Minimum.apply(self, _lift(other, self))
 
     def clip(self, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy's names
         if min is None and max is None:
@@ -587,27 +527,12 @@ class Tensor:
         return where(mask, value, self)
 
     # ------------------------------------------------------------------ reductions
-    def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return Sum.apply(self, axis=_axis(axis), keepdims=keepdims)
-
-    def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return Mean.apply(self, axis=_axis(axis), keepdims=keepdims)
-
-    def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return Max.apply(self, axis=_axis(axis), keepdims=keepdims)
-
-    def min(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return Min.apply(self, axis=_axis(axis), keepdims=keepdims)
-
     def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         return Var.apply(self, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
 
     def std(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         """√var (``ddof=0`` as NumPy; PyTorch's default is ``correction=1``, i.e. ddof=1)."""
         return Std.apply(self, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
-
-    def prod(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return Prod.apply(self, axis=_axis(axis), keepdims=keepdims)
 
     def cumsum(self, axis: int | None = None) -> Tensor:
         """Running sum along ``axis``; ``None`` flattens first (NumPy's rule)."""
@@ -617,9 +542,6 @@ class Tensor:
             axis_index("cumsum", axis, 1)
             return self.reshape(1).cumsum(0).reshape(())
         return Cumsum.apply(self, axis=axis_index("cumsum", axis, self.ndim))
-
-    def logsumexp(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        return LogSumExp.apply(self, axis=_axis(axis), keepdims=keepdims)
 
     def softmax(self, axis: int = -1) -> Tensor:
         return Softmax.apply(self, axis=axis)
@@ -676,8 +598,7 @@ class Tensor:
 
     # ------------------------------------------------------------------ shape
     def reshape(self, *shape) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
+        shape = sizes_of(shape)
         return Reshape.apply(self, shape=shape)
 
     view = reshape
@@ -697,8 +618,7 @@ class Tensor:
         return self.reshape(s[:start] + (math.prod(s[start : end + 1]),) + s[end + 1 :])
 
     def permute(self, *axes) -> Tensor:
-        if len(axes) == 1 and isinstance(axes[0], tuple | list):
-            axes = tuple(axes[0])
+        axes = sizes_of(axes)
         return Permute.apply(self, axes=axes)
 
     def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
@@ -709,8 +629,7 @@ class Tensor:
         return Permute.apply(self, axes=tuple(axes))
 
     def expand(self, *shape) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
+        shape = sizes_of(shape)
         shape = tuple(
             s if s != -1 else self.shape[i - len(shape) + self.ndim] for i, s in enumerate(shape)
         )
@@ -740,8 +659,7 @@ class Tensor:
         """The tensor repeated ``reps[i]`` times along axis i (missing reps count as 1, extra
         ones add leading axes), as ``np.tile``: a reshape that interleaves size-1 axes, an
         expand of those to reps, and a reshape back. No new op: the gradient sums the copies."""
-        if len(reps) == 1 and isinstance(reps[0], tuple | list):
-            reps = tuple(reps[0])
+        reps = sizes_of(reps)
         n = max(len(reps), self.ndim)
         reps = (1,) * (n - len(reps)) + tuple(reps)
         shape = (1,) * (n - self.ndim) + self.shape
@@ -752,8 +670,7 @@ class Tensor:
     def repeat(self, *sizes) -> Tensor:
         """PyTorch's ``repeat``: the whole tensor ``sizes[i]`` times along axis i, which is
         ``tile`` (NumPy's ``repeat``, each entry k times, is :meth:`repeat_interleave`)."""
-        if len(sizes) == 1 and isinstance(sizes[0], tuple | list):
-            sizes = tuple(sizes[0])
+        sizes = sizes_of(sizes)
         if len(sizes) < self.ndim:
             raise ValueError(
                 f"repeat: {len(sizes)} sizes for a tensor of shape {self.shape}; give at least "
@@ -996,11 +913,7 @@ def split(x: Tensor, split_size_or_sections: int | Sequence[int], axis: int = 0)
 
 
 # The ops import Tensor, so they are imported after the class exists.
-# NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.
 from tensorlab.function import modes as _modes  # noqa: E402
-from tensorlab.numpy_protocol import UFUNCS as _UFUNCS  # noqa: E402
-from tensorlab.numpy_protocol import array_function as _array_function  # noqa: E402
-from tensorlab.numpy_protocol import array_ufunc as _array_ufunc  # noqa: E402
 from tensorlab.ops.elementwise import (  # noqa: E402
     Abs,
     Add,
@@ -1047,3 +960,62 @@ from tensorlab.ops.reduce import (  # noqa: E402
 )
 from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, Roll, SumTo  # noqa: E402
 from tensorlab.ops.softmax import LogSoftmax, Softmax  # noqa: E402
+
+# ------------------------------------------------------------------ the methods that are one op
+# Set here, now that the ops exist. Each is one call of its op, no frame in between.
+
+
+def _binary(op):
+    """``a op b`` and the reflected ``b op a`` (``2 - a`` is ``Sub.apply(2, a)``, the number
+    lifted to a constant beside ``a`` by :func:`_lift`)."""
+
+    def method(self, other):
+        return op.apply(self, _lift(other, self))
+
+    def reflected(self, other):
+        return op.apply(_lift(other, self), self)
+
+    return method, reflected
+
+
+def _unary(op):
+    def method(self):
+        return op.apply(self)
+
+    return method
+
+
+def _reduction(op):
+    def method(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        return op.apply(self, axis=_axis(axis), keepdims=keepdims)
+
+    return method
+
+
+Tensor.__add__, Tensor.__radd__ = _binary(Add)
+Tensor.__sub__, Tensor.__rsub__ = _binary(Sub)
+Tensor.__mul__, Tensor.__rmul__ = _binary(Mul)
+Tensor.__truediv__, Tensor.__rtruediv__ = _binary(Div)
+Tensor.maximum = _binary(Maximum)[0]
+Tensor.minimum = _binary(Minimum)[0]
+Tensor.__neg__ = _unary(Neg)
+Tensor.exp = _unary(Exp)
+Tensor.log = _unary(Log)
+Tensor.sqrt = _unary(Sqrt)
+Tensor.abs = _unary(Abs)
+Tensor.tanh = _unary(Tanh)
+Tensor.sin = _unary(Sin)
+Tensor.cos = _unary(Cos)
+Tensor.sigmoid = _unary(Sigmoid)
+Tensor.relu = _unary(ReLU)
+Tensor.sum = _reduction(Sum)
+Tensor.mean = _reduction(Mean)
+Tensor.max = _reduction(Max)
+Tensor.min = _reduction(Min)
+Tensor.prod = _reduction(Prod)
+Tensor.logsumexp = _reduction(LogSumExp)
+
+# NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.
+from tensorlab.numpy_protocol import UFUNCS as _UFUNCS  # noqa: E402
+from tensorlab.numpy_protocol import array_function as _array_function  # noqa: E402
+from tensorlab.numpy_protocol import array_ufunc as _array_ufunc  # noqa: E402
