@@ -1,14 +1,9 @@
 """Optimizers, gradient clipping and the learning-rate schedule.
 
-An optimizer owns *param groups*: a list of dicts, each with ``"params"`` (a list of Parameters)
-and that group's hyperparameters (``lr``, ``weight_decay``, ...), so that for example biases and
-norm gains can skip weight decay (:func:`param_groups_for_decay`). ``step()`` reads each
-parameter's ``.grad`` and updates ``.data`` in place.
-
-The update runs every iteration over every parameter, so it works on the raw arrays
-(``p.data``, ``p.grad.data``) with in-place array ops from the array's own module (NumPy or
-CuPy), and bumps ``p._version`` after changing ``p.data`` (the engine uses versions to notice a
-tensor saved for backward being changed).
+An optimizer owns *param groups*: dicts of ``"params"`` (a list of Parameters) and that
+group's hyperparameters (``lr``, ``weight_decay``, ...; :func:`param_groups_for_decay`).
+``step()`` updates each ``p.data`` from ``p.grad`` in place, on the raw arrays, and bumps the
+parameter's version (the engine notices a tensor saved for backward being changed).
 
 Notation, per parameter ``p`` with gradient ``g`` at step ``t = 1, 2, ...``: learning rate
 ``η``, weight decay ``λ``, momentum ``μ``, Adam's ``β1, β2, ε``.
@@ -85,25 +80,14 @@ class Optimizer:
         zero_grads((p for g in self.param_groups for p in g["params"]), set_to_none)
 
     def step(self) -> None:
-        """Update every parameter that has a gradient, one :meth:`update` each."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self.update(p, group)
-
-    def update(self, p: Tensor, group: dict) -> None:
-        """Update one parameter ``p`` (which has a gradient) with its ``group``'s
-        hyperparameters, touching only ``p``'s arrays and state."""
-        raise NotImplementedError(f"{type(self).__name__}.update")
+        """Update every parameter that has a gradient, in place."""
+        raise NotImplementedError(f"{type(self).__name__}.step")
 
     # ------------------------------------------------------------------ saving and resuming
     def state_dict(self) -> dict:
-        """Everything needed to resume exactly, as plain numbers and NumPy arrays (copies).
-
+        """Everything needed to resume exactly, as numbers and NumPy arrays (copies):
         ``{"state": {index: {name: array or number}}, "param_groups": [{hyper..., "params":
-        [index, ...]}]}``: parameters are referred to by their position across all groups in
-        order, so the dict holds no references to live tensors.
-        """
+        [index, ...]}]}``, a parameter named by its position across all groups."""
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         groups = []
         for g in self.param_groups:
@@ -118,12 +102,9 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore hyperparameters and per-parameter state saved by :meth:`state_dict`.
-
-        The optimizer must have the same groups with the same number of parameters; a mismatch,
-        or a state array whose shape differs from its parameter's, raises ValueError (and
-        nothing is changed). Integer keys may also be given as strings (as after JSON).
-        """
+        """Restore what :meth:`state_dict` saved (integer keys may be strings, as after JSON).
+        Other groups, other numbers of parameters or state arrays of another shape than their
+        parameter's raise ValueError, and nothing is changed."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(
@@ -204,7 +185,13 @@ class SGD(Optimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
 
-    def update(self, p: Tensor, group: dict) -> None:
+    def step(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, group)
+
+    def _update(self, p: Tensor, group: dict) -> None:
         lr, mu, damp = group["lr"], group["momentum"], group["dampening"]
         wd, nesterov = group["weight_decay"], group["nesterov"]
         d = p.grad.data
@@ -236,6 +223,8 @@ class Adam(Optimizer):
         v ← β2·v + (1 − β2)·g²            (second moment, v₀ = 0)
         m̂ = m / (1 − β1ᵗ),  v̂ = v / (1 − β2ᵗ)   (bias correction for the zero start)
         p ← p − η · m̂ / (√v̂ + ε)
+
+    A step is one :func:`adam_kernel` over all the parameters of a group (one launch on a GPU).
     """
 
     decoupled = False  # AdamW sets this: decay the weights directly instead of the gradient
@@ -249,9 +238,6 @@ class Adam(Optimizer):
         eps: float = 1e-8,
         weight_decay: float | None = None,
     ):
-        """A step is one kernel, :func:`adam_kernel`, over all the parameters of a group
-        (``adam_kernel.each``: one launch on a GPU; on the CPU the same formula runs through
-        NumPy, parameter by parameter)."""
         if weight_decay is None:
             weight_decay = self.default_weight_decay
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
@@ -299,11 +285,10 @@ class Adam(Optimizer):
 
 @fused
 def adam_kernel(xp, w, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps, decay, l2):
-    """The Adam update of one parameter, in place on w, m and v: the class's formula with m̂
-    and v̂ written out, p ← decay·p − (η/(1 − β1ᵗ)) · m / (√v / √(1 − β2ᵗ) + ε), after
-    g ← g + l2·w (c1 = 1 − β1, c2 = 1 − β2, step_size = η/(1 − β1ᵗ),
-    bc2_sqrt = √(1 − β2ᵗ)). AdamW passes decay = 1 − ηλ and l2 = 0, Adam decay = 1 and
-    l2 = λ."""
+    """:class:`Adam`'s update of one parameter, in place on w, m and v, with m̂ and v̂ written
+    out: w ← decay·w − step_size · m / (√v / bc2_sqrt + ε) after g ← g + l2·w (c1 = 1 − β1,
+    c2 = 1 − β2, step_size = η/(1 − β1ᵗ), bc2_sqrt = √(1 − β2ᵗ); AdamW: decay = 1 − ηλ,
+    l2 = 0; Adam: decay = 1, l2 = λ)."""
     g = g + l2 * w
     w *= decay
     m *= b1
@@ -314,13 +299,10 @@ def adam_kernel(xp, w, g, m, v, b1, c1, b2, c2, step_size, bc2_sqrt, eps, decay,
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Loshchilov & Hutter 2019).
+    """Adam with decoupled weight decay (Loshchilov & Hutter 2019): the weights shrink
+    directly, not through the gradient, so the decay is not rescaled by ``1 / √v̂``::
 
-    The decay shrinks the weights directly instead of being added to the gradient, so it is
-    not rescaled by ``1 / √v̂`` (every weight decays at the same rate)::
-
-        p ← p − η·λ·p
-        then the Adam step with the raw gradient g (see :class:`Adam`, without g ← g + λ·p)
+        p ← p − η·λ·p,  then :class:`Adam`'s step with the raw gradient g (no g ← g + λ·p)
     """
 
     decoupled = True
@@ -353,11 +335,9 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
         n = √(Σ_p Σ_i g_pi²)        (accumulated in float64)
         g ← g · max_norm / (n + ε)   for every gradient, if that factor is below 1
 
-    Returns ``n``, the norm before clipping (useful to log). Gradients are scaled in place; the
-    engine never lets two leaves share one gradient array, so each is scaled once. A NaN or
-    infinite norm leaves NaNs (or zeros) in the gradients: check the returned value. The sum is
-    :func:`sum_of_squares`; the scaling is one :func:`scale_kernel` over all gradients (one
-    launch on a GPU).
+    Returns ``n``, the norm before clipping. Gradients are scaled in place, by one
+    :func:`scale_kernel` over all of them; a NaN or infinite norm leaves NaNs (or zeros) in
+    them: check the returned value.
     """
     if isinstance(params, Tensor):
         params = [params]
@@ -374,11 +354,9 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, eps: flo
 
 
 def sum_of_squares(grads: list) -> object:
-    """Σ g² over all the arrays, in float64, as a 0-d array on their device (read it with
-    ``float()``, one wait for the GPU). Not finite exactly when some entry is inf or NaN (a
-    float32 entry squared is at most 1.2e77: float64 does not overflow). It is
-    :func:`square_kernel` summed over every gradient (``fused.each_sum``): on a GPU one launch
-    that reads each number once, on NumPy the kernel on each array in turn."""
+    """Σ g² over all the arrays in float64 (:func:`square_kernel`, one launch on a GPU), as a
+    0-d array on their device. Not finite exactly when some entry is inf or NaN (a float32
+    entry squared is at most 1.2e77: float64 does not overflow)."""
     return square_kernel.each_sum((grads,))
 
 
