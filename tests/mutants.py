@@ -711,8 +711,8 @@ MUTANTS = {
         ),
         (
             "eos-dropped",
-            "        out.append(int(t))\n        if t == eos:\n            break",
-            "        if t == eos:\n            break\n        out.append(int(t))",
+            "finished[b].append((s / lp_now, [*seqs[b, beam].tolist(), eos]))",
+            "finished[b].append((s / lp_now, [*seqs[b, beam].tolist()]))",
             "greedy/beam output: the eos left out",
         ),
         (
@@ -1503,8 +1503,18 @@ MUTANTS = {
             "        if True:\n            out = xp_of(a).zeros",
             "ScatterAdd: repeated indices overwrite instead of adding",
         ),
-        ("tril-k", "return g.tril(ctx.k)", "return g.tril(0)", "Tril backward: diagonal k lost"),
-        ("triu-k", "return g.triu(ctx.k)", "return g.triu(0)", "Triu backward: diagonal k lost"),
+        (
+            "triangle-k",
+            "return Triangle.apply(g, k=ctx.k, upper=ctx.upper)",
+            "return Triangle.apply(g, k=0, upper=ctx.upper)",
+            "tril/triu backward: diagonal k lost",
+        ),
+        (
+            "triangle-flipped",
+            "return Triangle.apply(g, k=ctx.k, upper=ctx.upper)",
+            "return Triangle.apply(g, k=ctx.k, upper=not ctx.upper)",
+            "tril/triu backward: the other triangle of g",
+        ),
         (
             "scatter-half-not-widened",
             "    a, half = in_float32(a)\n    xp = xp_of(a)",

@@ -1,19 +1,9 @@
 """Normalizing with alignment: which characters of the original each normalized one came from.
 
-Offsets must point into the text the user gave, but tokens are cut from the *normalized* text
-("Café" may have become "cafe", "ﬁ" became "fi", a space was put before "中"). So each normalizer
-also has an aligned form, working on an ``Aligned``: the text and, for every character, the
-(start, end) span of original characters it stands for. The rules, as the ``tokenizers`` library
-keeps its alignments:
-
-* a character rewritten on its own (lowercased, decomposed, ...) keeps its span; one that
-  became several characters ("ﬁ" -> "fi") gives each of them its span; characters merged into
-  one (e + combining accent -> é) give it the span of the first, and a dropped accent takes its
-  span with it. ``by_clusters`` does this for any normalizer that works on a character and the
-  marks that follow it, by normalizing each such cluster alone;
-* a replaced stretch gives its replacement the union of the stretch's spans (``replaced``);
-* characters put in front of the text get the span of the first one (``prepended``);
-* removed characters take their spans with them (``stripped``).
+Offsets point into the text the user gave, but tokens are cut from the *normalized* text, so
+each normalizer has an aligned form working on an ``Aligned``: the text and, for each of its
+characters, the (start, end) span of original characters it stands for. The rules are the
+``tokenizers`` library's, one function each below.
 """
 
 from __future__ import annotations

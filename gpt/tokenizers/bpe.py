@@ -1,33 +1,12 @@
 """Byte-level Byte Pair Encoding, as used by GPT-2.
 
-Byte Pair Encoding (Gage, 1994; applied to subwords by Sennrich et al., 2016) starts from a base
-alphabet and repeatedly *merges* the most frequent adjacent pair of tokens into a new token,
-recording each merge. Encoding replays the merges, lowest rank (earliest learned) first.
-
-GPT-2 (Radford et al., 2019) made two choices that this class follows:
-
-* The base alphabet is the 256 byte values of the UTF-8 encoding. Any string is a sequence of
-  bytes, so there is never an unknown token, and decoding is exact.
-* Text is first cut into pre-tokens by a regular expression (see ``pre_tokenizers.py``), and
-  merges happen only inside a pre-token, so tokens do not span "dog" and "." at once.
-
-Training, done naively, recounts all pairs after every merge: O(merges x corpus). Here it is
-incremental. Pre-tokens are counted first, so the work is over *distinct* words with a frequency
-each. We keep
-
-* ``counts``: pair -> number of occurrences (weighted by word frequency),
-* ``where``: pair -> indices of the words that contain it (a superset; stale entries are
-  harmless because a merge rescans only those words),
-* a heap of (-count, pair) to find the most frequent pair. Entries go stale as counts change:
-  every pair whose count a merge changes gets a fresh entry, and an entry whose count is not
-  its pair's current one is skipped when it comes up.
-
-A merge then rewrites only the words that contain the pair and adjusts the counts of the pairs
-around each occurrence. Ties between equally frequent pairs go to the smaller (id, id) pair, so
-training is deterministic. The loop is ``base.learn_merges``, which WordPiece trains with too.
-
-Encoding replays the merges by rank (``models.MergeModel``) and caches the token ids of each
-distinct pre-token; natural text repeats its words so often that most pre-tokens are cache hits.
+BPE (Gage, 1994; Sennrich et al., 2016) starts from a base alphabet and repeatedly *merges* the
+most frequent adjacent pair of tokens into a new token; encoding replays the merges, earliest
+learned first (``models.apply_merges``). GPT-2 (Radford et al., 2019) takes the 256 byte values
+as the alphabet, so no text has an unknown token and decoding is exact, and merges only inside
+the pre-tokens its regular expression cuts (``pre_tokenizers.GPT2_PATTERN``). Training is the
+incremental loop ``base.learn_merges``; ties go to the smaller (id, id) pair, so it is
+deterministic. docs/tokenizers.md tells the rest.
 """
 
 from __future__ import annotations

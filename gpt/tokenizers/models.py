@@ -1,25 +1,12 @@
 """Models of a ``tokenizer.json`` pipeline: one pre-tokenized word in, token ids out.
 
-The four model types of the ``tokenizers`` library, as ``build`` reads them from a file:
-
-* ``BPE``: a vocabulary and a ranked list of merges over *characters* (``MergeModel`` below).
-  Byte-level files (GPT-2) put a ``ByteLevel`` pre-tokenizer in front, which spells every byte
-  as a character, so the same model serves them. Options: ``continuing_subword_prefix`` /
-  ``end_of_word_suffix`` (decorate non-first / last characters), ``unk_token`` and ``fuse_unk``
-  (characters outside the vocabulary), ``byte_fallback`` (such characters become ``<0xXX>``
-  byte tokens instead), ``ignore_merges`` (a word that is a token is taken whole). ``dropout``
-  (random merges, a training device) must be null or 0: encoding must be deterministic. A word
-  falls apart where no merge reaches across (``MergeModel.parts``): a file with no
-  pre-tokenizer (Llama 2's) gives the whole text as one word, and its parts are cached.
-* ``WordPiece``: greedy longest match (``WordPieceModel``).
-* ``Unigram``: the most probable segmentation, a Viterbi search (``UnigramModel``; ``unk_id``
-  may be null: then a character no piece covers alone is an error when encoding), and
-  segmentations sampled for subword regularization.
-* ``WordLevel``: each word is a token or the unknown token.
-
-``build`` returns a ``Model``: the vocabulary by id and the word encoder. The trainers
-(``bpe.py``, ``wordpiece.py``, ``unigram.py``, ``char.py``) write these models into the files
-they make, so every tokenizer encodes through this file.
+``build`` reads the four model types of the ``tokenizers`` library (their options are listed in
+docs/tokenizers.md): ``BPE`` (``MergeModel``: ranked merges over characters; byte-level files
+put a ``ByteLevel`` pre-tokenizer in front, which spells every byte as a character),
+``WordPiece`` (``WordPieceModel``: greedy longest match), ``Unigram`` (``UnigramModel``: the
+most probable segmentation, and sampled ones) and ``WordLevel`` (a word is a token or the
+unknown token). The trainers write these models into the files they make, so every tokenizer
+encodes through this file.
 """
 
 from __future__ import annotations
@@ -31,30 +18,25 @@ import os
 import random
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from .base import Pair, TokenizerError, TokenizerFileError
-from .fields import check, get, items, pair
+from .fields import Part, items, pair
 
 
-@dataclass
 class Model:
-    """What a pipeline needs from its model: token -> id, and a word's ids. ``parts``, where
-    the model has it, cuts a word into pieces that encode independently (the word's ids are the
-    pieces' ids one after another), so that the pipeline can encode a long word piece by piece
-    through its word cache (``MergeModel.parts``)."""
+    """What a pipeline needs of its model: ``vocab`` (token -> id), ``unk_token``,
+    ``encode_word(word)`` (its ids) and ``tokens(word)`` (``(id, start, end)`` of each token, in
+    UTF-8 bytes of the word, as the library counts them: offsets are made of these). Where
+    ``cuts``, ``parts(word)`` cuts a word into pieces that encode apart (the word's ids are the
+    pieces' one after another), so the pipeline encodes a long word piece by piece through its
+    word cache (``MergeModel._cutter``); ``sample(word, alpha, rng)`` is a sampled segmentation
+    (Unigram's)."""
 
-    vocab: dict[str, int]
-    encode_word: Callable[[str], list[int]]
-    #: ``(id, start, end)`` of each token of a word, in UTF-8 bytes of the word, as the library
-    #: counts them (offsets are made of these)
-    tokens: Callable[[str], list[tuple[int, int, int]]]
-    unk_token: str | None
-    parts: Callable[[str], list[str]] | None = None
-    #: a sampled segmentation of a word: ``sample(word, alpha, rng)`` (Unigram only)
-    sample: Callable[[str, float, random.Random], list[int]] | None = None
+    unk_token: str | None = None
+    cuts = False
+    sample = None
 
 
 def apply_merges(
@@ -65,12 +47,10 @@ def apply_merges(
     ``ranks[(a, b)]`` is ``(rank, id of the merged token)``. ``ids`` is consumed; ``lens``, if
     given, are the symbols' lengths, summed as they merge.
 
-    A merge may make a pair that ranks below pairs already waiting, so the merges do not run in
-    the list's order. The pairs wait in a heap by (rank, position) and the word is a doubly
-    linked list, so a word of n symbols takes O(n log n), not the O(n²) of rescanning the word
-    for its best pair after every merge (a 16,000-letter word: 0.55 s that way). A heap entry
-    whose pair has changed since it was pushed (a neighbour was merged into one side) is
-    skipped when it comes up; the new pairs a merge makes are pushed then.
+    The pairs wait in a heap by (rank, position) and the word is a doubly linked list: O(n log n)
+    for n symbols, not the O(n²) of rescanning the word after every merge. A heap entry whose
+    pair has changed since it was pushed (a neighbour was merged into one side) is skipped when
+    it comes up; the new pairs a merge makes are pushed then.
     """
     n = len(ids) if ranks else 0  # no merges (a character tokenizer): nothing to link up, for
     # a word as long as a text chunk (a megabyte when no pre-tokenizer splits it)
@@ -114,7 +94,7 @@ def byte_token(b: int) -> str:
     return f"<0x{b:02X}>"
 
 
-class MergeModel:
+class MergeModel(Model):
     """BPE over characters, merging as the ``tokenizers`` library does.
 
     A word starts as its characters (looked up with the prefix/suffix decorations). Then,
@@ -135,11 +115,8 @@ class MergeModel:
     ):
         self.vocab = vocab
         self.unk_token, self.prefix, self.suffix = unk_token, prefix, suffix
-        self.fuse_unk, self.byte_fallback, self.ignore_merges = (
-            fuse_unk,
-            byte_fallback,
-            ignore_merges,
-        )
+        self.fuse_unk, self.byte_fallback = fuse_unk, byte_fallback
+        self.ignore_merges = ignore_merges
         self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
         for rank, (a, b) in enumerate(merges):
             merged = a + (b[len(prefix) :] if prefix and b.startswith(prefix) else b)
@@ -150,33 +127,19 @@ class MergeModel:
             # list) and the tokenizers library do
             self.ranks[(vocab[a], vocab[b])] = (rank, vocab[merged])
         self._cut = self._cutter(merges)
+        self.cuts = self._cut is not None
 
     def _cutter(self, merges: list[tuple[str, str]]) -> re.Pattern | None:
-        """The pattern that finds the places :meth:`parts` cuts a word at.
+        """The pattern that finds the places :meth:`parts` cuts a word at, or None where the
+        model cannot be cut (docs/tokenizers.md, "Files", tells why this is exact).
 
-        Only a merge joins two symbols, so a token that covers two neighbouring characters x|y
-        of a word was made, at some step, by a merge (a, b) that joined exactly there: a ends
-        with x's last symbol and b starts with y's first. For characters that are tokens those
-        are x and y themselves; an unknown x becomes a byte token ("<0xE2>", under byte
-        fallback) or the unknown token. So if no merge (a, b) has a ending in x and b starting
-        with y, nothing ever joins across x|y, and encoding the two sides apart gives the same
-        ids: the merges on each side, and their order, are the same, for the lowest-ranked
-        pair of the whole word is also the lowest of its side. (A run of unknown characters
-        fused into one unknown token ends where a known character starts, so it is never cut
-        either.)
-
-        The cuts this finds are those of one rule, so that one pattern of two character classes
-        finds them: take the character that the most tokens start with (SentencePiece's "▁",
-        whose BPE keeps whitespace at a piece's start; GPT-2's "Ġ") and J, the characters any
-        merge puts in front of it; cut before every token y that nothing outside J is put in
-        front of (that character, and the many that nothing joins from the left), after every
-        character outside J. An unknown character (x above) counts as outside J only when
-        neither ">" nor the unknown token's last character is in J, and never without an
-        unknown token: then it may become nothing (no byte tokens for it), and its neighbours
-        meet. With SentencePiece's "▁" (J holds at most "▁") a text cuts into its words. None
-        where the model cannot be cut: with a prefix or suffix the first and last characters
-        are spelled apart, and ``ignore_merges`` takes a whole word that is a token without
-        merging it.
+        Only a merge joins two symbols, so where no merge (a, b) has a ending in x and b
+        starting with y, nothing joins across x|y and the two sides encode apart. Take the
+        character most tokens start with ("▁", "Ġ") and J, the characters merges put in front
+        of it; cut before every token that nothing outside J is put in front of, after every
+        character outside J (an unknown one only when it cannot vanish and no merge puts a
+        byte token or the unknown token there). Never with a prefix, a suffix or
+        ``ignore_merges``.
         """
         if self.prefix or self.suffix or self.ignore_merges:
             return None
@@ -279,7 +242,7 @@ class MergeModel:
         return [(i, e - n, e) for i, n, e in zip(ids, lens, ends)]
 
 
-class WordPieceModel:
+class WordPieceModel(Model):
     """Greedy longest-match-first within each word: take the longest vocabulary piece that
     starts the word, then the longest ``prefix`` piece ("##ing") that continues it, and so on.
     If at some point no piece matches, or the word has more than ``max_word_chars``
@@ -290,7 +253,7 @@ class WordPieceModel:
             raise TokenizerError(f"max_word_chars must be at least 0, got {max_word_chars}")
         if unk_token not in vocab:
             raise TokenizerError(f"unknown token {unk_token!r} is not in the vocabulary")
-        self.vocab, self.unk = vocab, vocab[unk_token]
+        self.vocab, self.unk_token, self.unk = vocab, unk_token, vocab[unk_token]
         self.prefix, self.max_word_chars = prefix, max_word_chars
         self.max_piece_chars = max(len(t) for t in vocab)
 
@@ -335,7 +298,7 @@ def in_bytes(word: str, pieces: list[tuple[int, int, int]]) -> list[tuple[int, i
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
 
 
-class UnigramModel:
+class UnigramModel(Model):
     """The Unigram language model (Kudo, 2018; SentencePiece): a word is a sequence of pieces
     drawn independently with probabilities p(piece), and its encoding is the most probable
     segmentation, argmax over segmentations of the product of p(piece).
@@ -355,7 +318,7 @@ class UnigramModel:
         byte_fallback: bool = False,
         excluded: Iterable[str] = (),
     ):
-        self.stoi = {t: i for i, (t, _) in enumerate(pieces)}
+        self.vocab = self.stoi = {t: i for i, (t, _) in enumerate(pieces)}
         if len(self.stoi) != len(pieces):
             raise TokenizerError("Unigram vocabulary has duplicate tokens")
         for t, s in pieces:
@@ -477,8 +440,22 @@ class UnigramModel:
         return [self.stoi[self.unk_token]]
 
 
-def _vocab(spec: dict, path, where: str) -> dict[str, int]:
-    return dict(items(get(spec, "vocab", "object", path, where), "int", path, f"{where}.vocab"))
+class WordLevelModel(Model):
+    """Each word is a token, or the unknown token."""
+
+    def __init__(self, vocab: dict[str, int], unk_token: str | None):
+        self.vocab, self.unk_token = vocab, unk_token
+
+    def encode_word(self, word: str) -> list[int]:
+        i = self.vocab.get(word)
+        if i is None:
+            if self.unk_token not in self.vocab:
+                raise TokenizerError(f"{word!r} is not in the vocabulary and there is no unk")
+            i = self.vocab[self.unk_token]
+        return [i]
+
+    def tokens(self, word: str) -> list[tuple[int, int, int]]:
+        return [(*self.encode_word(word), 0, len(word.encode()))]
 
 
 def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:
@@ -491,80 +468,53 @@ def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:
     return pair(m, "str,str", path, where)
 
 
-def _merges(spec: dict, path, where: str) -> list[tuple[str, str]]:
-    merges = get(spec, "merges", "list", path, where)
-    return [merge_pair_of(m, path, f"{where}.merges[{k}]") for k, m in enumerate(merges)]
-
-
 def build(
     spec: dict[str, Any], added: dict[str, int], path: str | os.PathLike, where: str = "model"
 ) -> Model:
     """The model a file describes; ``added`` (the added tokens) are excluded from segmenting."""
-    check(spec, "object", path, where)
-    kind = get(spec, "type", "str", path, where, None) or _guess_type(spec)
+    p = Part(spec, path, where)
+    kind = p("type", "str", None) or _guess_type(spec)
+    if kind in ("BPE", "WordPiece", "WordLevel"):
+        vocab = dict(items(p("vocab", "object"), "int", path, f"{where}.vocab"))
     if kind == "BPE":
-        dropout = get(spec, "dropout", "number|null", path, where, None)
+        dropout = p("dropout", "number|null", None)
         if dropout:
-            raise TokenizerFileError(
-                path, f"{where}: BPE dropout={dropout} is random; only null or 0 is supported"
-            )
-        vocab = _vocab(spec, path, where)
-        unk = get(spec, "unk_token", "str|null", path, where, None)
-        model = MergeModel(
+            raise p.error(f"{where}: BPE dropout={dropout} is random; only null or 0 is supported")
+        merges = [
+            merge_pair_of(m, path, f"{where}.merges[{k}]")
+            for k, m in enumerate(p("merges", "list"))
+        ]
+        return MergeModel(
             vocab,
-            _merges(spec, path, where),
-            unk,
-            get(spec, "continuing_subword_prefix", "str|null", path, where, None) or "",
-            get(spec, "end_of_word_suffix", "str|null", path, where, None) or "",
-            get(spec, "fuse_unk", "bool", path, where, False),
-            get(spec, "byte_fallback", "bool", path, where, False),
-            get(spec, "ignore_merges", "bool", path, where, False),
+            merges,
+            p("unk_token", "str|null", None),
+            p("continuing_subword_prefix", "str|null", None) or "",
+            p("end_of_word_suffix", "str|null", None) or "",
+            p("fuse_unk", "bool", False),
+            p("byte_fallback", "bool", False),
+            p("ignore_merges", "bool", False),
         )
-        parts = model.parts if model._cut else None
-        return Model(vocab, model.encode_word, model.tokens, unk, parts)
     if kind == "WordPiece":
-        vocab = _vocab(spec, path, where)
-        unk = get(spec, "unk_token", "str", path, where, "[UNK]")
-        wp = WordPieceModel(
-            vocab,
-            unk,
-            get(spec, "continuing_subword_prefix", "str", path, where, "##"),
-            get(spec, "max_input_chars_per_word", "int", path, where, 100),
-        )
-        return Model(vocab, wp.encode_word, wp.tokens, unk)
+        unk, prefix = p("unk_token", "str", "[UNK]"), p("continuing_subword_prefix", "str", "##")
+        return WordPieceModel(vocab, unk, prefix, p("max_input_chars_per_word", "int", 100))
     if kind == "Unigram":
         pieces = [
-            pair(p, "str,number", path, f"{where}.vocab[{k}]")
-            for k, p in enumerate(get(spec, "vocab", "list", path, where))
+            pair(piece, "str,number", path, f"{where}.vocab[{k}]")
+            for k, piece in enumerate(p("vocab", "list"))
         ]
-        unk_id = get(spec, "unk_id", "int|null", path, where, None)
+        unk_id = p("unk_id", "int|null", None)
         if unk_id is not None and not 0 <= unk_id < len(pieces):
-            raise TokenizerFileError(path, f"field {where}.unk_id {unk_id} is out of range")
+            raise p.error(f"field {where}.unk_id {unk_id} is out of range")
         # null: no unknown token; text with a character no piece covers alone is then refused
-        # when it is encoded, not when the file is read (as the library does)
+        # when it is encoded, not when the file is read (as the library does). The added tokens,
+        # which are cut out of the text before the model runs, take no part in segmenting; the
+        # unknown token does unless the file adds it (as the library does it)
         unk = None if unk_id is None else pieces[unk_id][0]
-        # the added tokens, which are cut out of the text before the model runs, do not take part
-        # in segmenting; the unknown token does unless the file adds it (as the library does it)
-        uni = UnigramModel(
-            pieces, unk, get(spec, "byte_fallback", "bool", path, where, False), set(added)
-        )
-        return Model(dict(uni.stoi), uni.encode_word, uni.tokens, unk, sample=uni.sample)
+        return UnigramModel(pieces, unk, p("byte_fallback", "bool", False), set(added))
     if kind == "WordLevel":
-        vocab = _vocab(spec, path, where)
-        unk = get(spec, "unk_token", "str|null", path, where, None)
-
-        def word_level(word: str) -> list[int]:
-            i = vocab.get(word)
-            if i is None:
-                if unk not in vocab:
-                    raise TokenizerError(f"{word!r} is not in the vocabulary and there is no unk")
-                i = vocab[unk]
-            return [i]
-
-        return Model(vocab, word_level, lambda w: [(*word_level(w), 0, len(w.encode()))], unk)
-    raise TokenizerFileError(
-        path,
-        f"{where}: unsupported model type {kind!r} (supported: BPE, WordPiece, Unigram, WordLevel)",
+        return WordLevelModel(vocab, p("unk_token", "str|null", None))
+    raise p.error(
+        f"{where}: unsupported model type {kind!r} (supported: BPE, WordPiece, Unigram, WordLevel)"
     )
 
 

@@ -1,24 +1,10 @@
 """Which characters of the text each token covers: ``encode_with_offsets``.
 
-The offsets are carried through the pipeline, stage by stage, as the ``tokenizers`` library
-carries them:
-
-* the normalizer keeps, for each character of the normalized text, the span of original
-  characters it came from (``alignment.py``: a decomposed "é" gives both parts its span, a
-  dropped accent takes its span with it, a replacement gets the span of what it replaced);
-* each pre-tokenizer step keeps, for each character of a piece, the place in the normalized
-  text it came from (``pre_tokenizers.Piece``): a cut keeps its characters' places, a
-  byte-level piece has a character for each UTF-8 byte, each from its character, and a "▁" or
-  space put in front of a piece comes from its first character;
-* the model says which bytes of its word each token is made of (``models.Model.tokens``): an
-  unknown token those of the word (WordPiece, WordLevel) or of the unknown characters it
-  stands for (BPE, Unigram).
-
-A token's span is then from the original span of its first character to that of its last;
-an added token's is where the text was cut for it (``Tokenizer.segments``). Spans are
-``text[start:end]``, in characters, so a byte-level token holding part of a character covers
-the whole character. A ``ByteLevel`` or ``RobertaProcessing`` post-processor with
-``trim_offsets`` leaves a token's leading and trailing spaces out of its span (``_trim``).
+The offsets are carried through the pipeline as the ``tokenizers`` library carries them
+(docs/tokenizers.md, "Seeing tokens"): the normalizer's alignment (``alignment.py``), each
+pre-tokenizer piece's places (``pre_tokenizers.Piece``), and the bytes of its word each token
+is made of (``models.Model.tokens``). A token's span runs from the original span of its first
+character to that of its last; ``trim_offsets`` is applied after (``_trim``).
 """
 
 from __future__ import annotations

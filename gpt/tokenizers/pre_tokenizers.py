@@ -1,25 +1,15 @@
 """Pre-tokenization: cutting text into words before any subword algorithm runs.
 
-Subword merges should not cross word boundaries: ``"dog."`` and ``"dog!"`` ought to share the
-token ``"dog"`` instead of each growing its own ``"g."`` / ``"g!"``. So text is first split into
-pre-tokens (words), and the subword model runs inside each one.
+Subword merges should not cross word boundaries (``"dog."`` and ``"dog!"`` ought to share the
+token ``"dog"``), so text is first split into pre-tokens and the model runs inside each one.
+This file holds GPT-2's pattern (``GPT2_PATTERN``: contractions, runs of letters, of digits, of
+other symbols, each with at most one leading space, and whitespace runs) and its
+``bytes_to_unicode`` table (the 256 bytes as printable characters, in which byte-level files
+spell their tokens), and builds the pre-tokenizers of a ``tokenizer.json``: each step cuts every
+piece of a list further (``Piece``).
 
-GPT-2's pattern (Radford et al., 2019, released with the model) splits off English contractions,
-runs of letters, runs of digits and runs of other symbols, each with at most one leading space,
-plus whitespace runs. It needs Unicode property classes (``\\p{L}`` letters, ``\\p{N}``
-numbers), which the third-party ``regex`` module provides and the stdlib ``re`` lacks. This file
-also holds GPT-2's ``bytes_to_unicode`` table, a fixed bijection from the 256 byte values to 256
-printable characters: byte-level BPE files (``vocab.json``, ``merges.txt``, ``tokenizer.json``)
-store byte strings through it so they remain readable text.
-
-In a ``tokenizer.json`` pipeline a pre-tokenizer works on a list of pieces; each step cuts every
-piece further. Here a piece is ``(text, at_start)``, where ``at_start`` says whether the piece
-begins the original text (``Metaspace`` with ``prepend_scheme="first"`` needs to know).
-
-Most steps are one operation, "split on what a pattern matches", with a *behaviour* for the
-matched parts (``splitting``). The pattern is a regex (its matches), or a character class
-(each matching character is one match: ``char_splitting``, the same cut as one regex). The
-behaviours, on "a-b--c" split at "-":
+Most steps split where a pattern matches, with a *behaviour* for the matches (``splitting``;
+``char_splitting`` where every match is one character of a class). On "a-b--c" split at "-":
 
 * ``Removed``: drop the matches: "a", "b", "c".
 * ``Isolated``: keep each match as a piece of its own: "a", "-", "b", "-", "-", "c".
@@ -27,12 +17,7 @@ behaviours, on "a-b--c" split at "-":
 * ``MergedWithNext``: glue each match to the piece after it: "a", "-b", "-", "-c".
 * ``Contiguous``: like Isolated, but neighbouring matches form one piece: "a", "-", "b", "--", "c".
 
-``invert`` swaps matches and the text between them. The step types (``build``):
-``Whitespace`` (words ``\\w+`` and runs of other non-space symbols), ``WhitespaceSplit`` (cut at
-whitespace), ``BertPreTokenizer``, ``Punctuation``, ``Digits``, ``Metaspace`` (spaces become
-"▁"), ``Split`` (a file's own pattern, run under a time limit), ``CharDelimiterSplit``,
-``ByteLevel`` (GPT-2: its regex, then every byte spelled as a printable character) and
-``Sequence``.
+``invert`` swaps matches and the text between them.
 """
 
 from __future__ import annotations
@@ -89,22 +74,16 @@ def compile_pattern(pattern: str) -> regex.Pattern:
 #: nothing) and were written to run in time linear in the text, so they run without a limit.
 SHIPPED = (GPT2_PATTERN, UNIGRAM_PATTERN, METASPACE_SPLIT_PATTERN)
 
-# ----- time limits for patterns from elsewhere -------------------------------------------------
-#
-# A pattern read from a file can backtrack catastrophically: ``(a|a)+$`` takes about 40 s on 28
-# characters and twice as long with each one more. So every pattern that is not in SHIPPED runs
-# under the ``regex`` module's ``timeout``: each search may take at most
-# PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text) seconds. Normal patterns need well under
-# a microsecond per character, so the allowance per character is generous, and the base second
-# absorbs a busy machine. The ``regex`` module then reads the clock as it matches, which makes
-# matching about three times slower; that is why the shipped patterns are exempt.
-
+#: A pattern read from a file can backtrack catastrophically (``(a|a)+$``: about 40 s on 28
+#: characters, twice as long with each more), so every pattern not in SHIPPED runs under the
+#: ``regex`` module's ``timeout``, which makes matching slower (docs/tokenizers.md, "Loading
+#: files safely"): each search may take PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text) s.
 PATTERN_TIME_LIMIT = 1.0
 PATTERN_TIME_PER_CHAR = 5e-6
 
 
 def time_limit(text: str) -> float:
-    """Seconds one search of a pattern from elsewhere may take on ``text``."""
+    """Seconds one search of a pattern from a file may take on ``text``."""
     return PATTERN_TIME_LIMIT + PATTERN_TIME_PER_CHAR * len(text)
 
 
@@ -130,18 +109,10 @@ def bytes_to_unicode() -> dict[int, str]:
     '®'..'ÿ') map to themselves; the remaining 68 (control bytes, space, and a few others) map to
     code points 256, 257, ... in byte order. The result is a bijection over all 256 bytes.
     """
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)}
+    printable |= {*range(ord("®"), ord("ÿ") + 1)}
+    others = [b for b in range(256) if b not in printable]
+    return {b: chr(b) for b in printable} | {b: chr(256 + k) for k, b in enumerate(others)}
 
 
 @lru_cache(maxsize=1)

@@ -1,14 +1,11 @@
 """SentencePiece's compiled character map: the ``Precompiled`` normalizer of ``tokenizer.json``.
 
-A SentencePiece model normalizes text with a table of rewrites (its ``nmt_nfkc`` rule is NFKC
-plus some clean-up: "ﬁ" -> "fi", full-width "Ａ" -> "A", control characters dropped, ...),
-compiled into one blob, ``precompiled_charsmap``. Files converted from SentencePiece models (T5,
-mT5, ALBERT, XLNet, XLM-R, Marian, ...) carry that blob, base64-encoded, as their normalizer.
-
-The blob (SentencePiece's ``normalizer.cc``): a little-endian uint32, the size in bytes of a
-double-array trie (darts-clone's format: uint32 units), the trie, then the replacement strings,
-each ended by a NUL byte. The trie's keys are UTF-8 strings; a key's value is the offset of its
-replacement in the strings. Walking unit by unit (:meth:`CharsMap.prefixes`):
+Files converted from SentencePiece models (T5, ALBERT, XLNet, ...) carry their normalization
+rules ("ﬁ" -> "fi", full-width "Ａ" -> "A", ...) as one base64 blob, ``precompiled_charsmap``
+(SentencePiece's ``normalizer.cc``): a little-endian uint32, the size in bytes of a double-array
+trie (darts-clone's format: uint32 units), the trie, then the replacement strings, each ended
+by a NUL byte. A key (UTF-8) has as value the offset of its replacement. Walking the trie
+(:meth:`CharsMap._walk`):
 
     pos ^= offset(unit) at the root, then for each byte c:
     pos ^= c; unit = trie[pos]; stop unless label(unit) == c;
@@ -17,15 +14,8 @@ replacement in the strings. Walking unit by unit (:meth:`CharsMap.prefixes`):
     offset(u) = (u >> 10) << ((u & 2⁹) >> 6),  label(u) = u & (2³¹ | 0xFF),
     has_leaf(u) = (u >> 8) & 1,  value(u) = u & (2³¹ - 1).
 
-How the text is rewritten follows the ``tokenizers`` library (its ``Precompiled`` normalizer),
-whose files these are, rather than SentencePiece's own longest-match loop: the text is cut into
-extended grapheme clusters (a character with its combining marks, an emoji sequence); a cluster
-of fewer than 6 UTF-8 bytes that begins with a key is replaced whole by the replacement of the
-*shortest* such key; any other cluster is rewritten character by character, each character that
-begins with a key by that key's replacement. Alignment (which original characters a rewritten
-one stands for, for offsets): the first characters of a replacement stand for the replaced
-ones one to one; extra characters share the span of the last one; when a replacement is
-shorter, the replaced characters left over are dropped with their spans.
+Text is rewritten as the ``tokenizers`` library does it (:meth:`CharsMap.cluster_rewrites`),
+with the alignment of :meth:`CharsMap.align`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The one tokenizer class: the pipeline a Hugging Face ``tokenizer.json`` describes.
 
-Every tokenizer here is such a pipeline, whether read from a file or made by one of the
-trainers (``char.py``, ``bpe.py``, ``wordpiece.py``, ``unigram.py``, which write the file's
-contents and build this class from them). ``Tokenizer(data)`` runs the parsed file in the
-``tokenizers`` library's order:
-
-1. **Added tokens** (``<|endoftext|>``, ``[CLS]``, ...) are cut out of the raw text first and
-   never split. Their flags: ``lstrip``/``rstrip`` also swallow the whitespace on that side,
-   ``single_word`` matches only a whole word, ``normalized`` matches in the normalized text
-   instead of the raw text, ``special`` marks the tokens ``allowed_special`` chooses among and
-   ``decode(..., skip_special_tokens=True)`` leaves out.
-2. The **normalizer** cleans each remaining stretch of text (``normalizers.py``).
-3. The **pre-tokenizer** cuts it into words (``pre_tokenizers.py``).
-4. The **model** turns each word into ids (``models.py``).
-5. With ``add_special_tokens=True`` the **post-processor** puts the template's special tokens
-   around the ids (``post_processors.py``).
-6. **Truncation** and **padding**, when set (by the file or by assigning ``truncation`` and
-   ``padding``), cut and fill encodings to a length (``batching.py``).
-
-Decoding looks the ids up and hands the token strings to the **decoder** (``decoders.py``).
-``save`` writes the file back (atomically); ``files.load`` reads one.
+Every tokenizer here is such a pipeline, read from a file or written by a trainer (``char.py``,
+``bpe.py``, ``wordpiece.py``, ``unigram.py``). ``Tokenizer(data)`` runs the parsed file in the
+``tokenizers`` library's order: the **added tokens** are cut out of the raw text first and
+never split (``split_added``), the **normalizer** cleans each remaining stretch
+(``normalizers.py``), the **pre-tokenizer** cuts it into words (``pre_tokenizers.py``), the
+**model** turns each word into ids (``models.py``), and with ``add_special_tokens=True`` the
+**post-processor** puts the template's special tokens around them (``post_processors.py``);
+then **truncation** and **padding**, when set (``batching.py``). Decoding hands the token
+strings to the **decoder** (``decoders.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +45,9 @@ _SPACE_AFTER = regex.compile(rf"^{SPACE}+")
 
 @dataclass(frozen=True)
 class AddedToken:
-    """An entry of the file's ``added_tokens``."""
+    """An entry of the file's ``added_tokens``: ``normalized`` ones are matched in the
+    normalized text, ``special`` ones are those ``allowed_special`` chooses among and
+    ``decode(..., skip_special_tokens=True)`` leaves out."""
 
     content: str
     id: int
@@ -134,8 +125,8 @@ def read_added_tokens(data: dict[str, Any], path: str | os.PathLike) -> list[Add
 def split_added(text: str, tokens: list[AddedToken]) -> list[tuple[str, AddedToken | None, int]]:
     """Cut ``text`` at the added tokens: (text, the token or None, start offset) in order.
 
-    At each position the longest token wins; ``single_word``, ``lstrip`` and ``rstrip`` are
-    applied as described in the module docstring.
+    At each position the longest token wins; one with ``single_word`` matches only a whole
+    word, ``lstrip``/``rstrip`` also swallow the whitespace on that side.
     """
     if not tokens or not text:
         return [(text, None, 0)] if text else []
@@ -240,7 +231,7 @@ class Tokenizer:
         # a word the model can cut (models.Model.parts) is encoded part by part, each part
         # through the word cache: a file with no pre-tokenizer (Llama 2's) hands the model the
         # whole text as one word, whose parts are its words again
-        self._encode_word = model.encode_word if model.parts is None else self._encode_parts
+        self._encode_word = self._encode_parts if model.cuts else model.encode_word
 
     def to_hf_json(self) -> dict[str, Any]:
         """The ``tokenizer.json`` this tokenizer was built from, with its current truncation

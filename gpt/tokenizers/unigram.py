@@ -1,41 +1,20 @@
-"""Unigram language-model tokenization, as in SentencePiece.
+"""Unigram language-model tokenization, as in SentencePiece (Kudo, 2018).
 
-The Unigram model (Kudo, 2018) treats a word as a sequence of pieces drawn independently from a
-vocabulary with probabilities p(piece). A word usually has many segmentations; the tokenizer
-picks the most probable one, argmax over segmentations of the product of p(piece).
+A word is a sequence of pieces drawn independently with probabilities p(piece); its
+segmentations are the paths of a *lattice* whose nodes are the positions 0..n between characters
+and whose edges i -> j are the vocabulary pieces word[i:j], weighted by log p(piece). Encoding
+is the best path (Viterbi, ``models.UnigramModel``); the total probability of a word is the sum
+over paths (forward algorithm), and the expected uses of each piece come from forward and
+backward sums: E[edge] = exp(alpha[i] + log p + beta[j] - log Z).
 
-A word and its candidate pieces form a *lattice*: nodes are the positions 0..n between
-characters, and every vocabulary piece word[i:j] is an edge i -> j weighted by log p(piece).
-Segmentations are paths from 0 to n, so
+Training goes top-down: seed a large vocabulary (every character and the most frequent
+substrings), fit p by EM (expected counts by forward-backward, then renormalize), prune the
+pieces whose removal costs the least likelihood (never a single character), and repeat until
+the requested size is left. The lattices of all distinct words are one set of numpy edge
+arrays, and every pass runs over all words at once, one character offset at a time.
 
-* encoding is the best path, found by Viterbi dynamic programming (``models.UnigramModel``),
-* the total probability of the word is a sum over paths (the forward algorithm), and
-* the expected number of times each piece is used follows from forward and backward sums:
-  E[edge] = exp(alpha[i] + log p + beta[j] - log Z).
-
-Training goes top-down, the opposite of BPE and WordPiece:
-
-1. Seed a large vocabulary: every single character plus the most frequent substrings of words.
-2. Fit p by EM: the E step computes expected piece counts over the corpus with forward-backward,
-   the M step sets p(piece) proportional to its expected count.
-3. Prune: for each piece, estimate how much the corpus likelihood drops if it is removed and its
-   uses fall back to the next-best segmentation of the piece itself. Drop the fifth of pieces
-   whose removal costs least, but never a single character, so every word stays segmentable.
-4. Repeat 2-3 until the vocabulary has the requested size, then run EM once more.
-
-For speed, the lattices of all distinct words are stored as one set of numpy edge arrays and the
-forward, backward and Viterbi passes run over every word at once, one character offset at a
-time.
-
-Text is prepared the SentencePiece way: spaces become "▁" (U+2581) and, by default, a "▁" is
-put in front of the text, so "Hello world" is seen as "▁Hello▁world". Decoding reverses this.
-That makes decode(encode(x)) == x for text whose characters were seen in training, which holds
-no "▁" itself and does not start with a space. Characters never seen in training become the
-unknown token ``<unk>`` (consecutive ones are fused into one).
-
-Sampling a segmentation instead of taking the best one (subword regularization, Kudo 2018)
-is ``Tokenizer.encode_sample``: forward sums with probabilities sharpened or flattened by
-``alpha``, then a random walk backwards from the end of the word (``UnigramModel.sample``).
+Text is prepared the SentencePiece way: spaces become "▁" and a "▁" is put in front, so
+"Hello world" is seen as "▁Hello▁world" (docs/tokenizers.md says when decoding is exact).
 """
 
 from __future__ import annotations

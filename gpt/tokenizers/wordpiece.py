@@ -1,41 +1,13 @@
-"""WordPiece, the subword tokenizer of BERT.
+"""WordPiece, the subword tokenizer of BERT (Schuster & Nakajima, 2012; Devlin et al., 2019).
 
-WordPiece (Schuster & Nakajima, 2012; used by BERT, Devlin et al., 2019) splits each word into
-pieces from a vocabulary. A piece that continues a word carries the prefix ``##``, so "playing"
-may become ``play ##ing`` and the vocabulary tells word starts from word middles.
-
-Training builds the vocabulary bottom-up like BPE: words start as characters (``##`` on all
-but the first), and the trainer repeatedly merges a pair of adjacent pieces into a new piece.
-Which pair is a choice, ``score=``:
-
-* ``"frequency"`` (the default): the most frequent pair, exactly as BPE does. This is what the
-  Hugging Face ``tokenizers`` library's ``WordPieceTrainer`` does (it runs its BPE trainer with
-  the ``##`` prefix and keeps the resulting vocabulary).
-* ``"likelihood"``: under a unigram language model over the current pieces, merging a and b into
-  ab raises the corpus log-likelihood by roughly
-  ``count(ab) * log(count(ab) * N / (count(a) * count(b)))``, and WordPiece as described for BERT
-  ranks pairs by the core of that expression, ``count(ab) / (count(a) * count(b))``: pairs whose
-  parts rarely occur apart, not merely frequent pairs.
-
-The default is chosen by measurement. On tinyshakespeare (trained on the first 90%, vocabulary
-2048, measured on the last 10%) the likelihood score needs about twice the tokens of the
-frequency score: it spends the vocabulary on rare words whose letters always come together
-(names, odd spellings) before common words like "good", whose letters are everywhere, so "good"
-stays ``g ##o ##o ##d``. The frequency score needs as many tokens as the ``tokenizers`` library's
-trainer (figures in ``docs/tokenizers.md``).
-
-Pair counts are kept incrementally, by the loop BPE trains with (``base.learn_merges``). The
-likelihood score is trickier: a merge changes count(a) and count(b), which changes the score of
-*every* pair containing a or b, up or down. So after each merge those pairs are re-pushed onto
-the heap with fresh scores, and a popped entry counts only if its score still equals the pair's
-current score.
-
-Encoding is greedy longest-match-first within each word (``models.WordPieceModel``): take the
-longest vocabulary piece that starts the word, then the longest ``##`` piece that continues it,
-and so on. If at some point no piece matches, the whole word becomes ``[UNK]``. Text is
-normalized and split into words the way BERT does it (``BertNormalizer``,
-``BertPreTokenizer``), so decoding is not exact: whitespace and, if enabled, case and accents
-are lost.
+A piece that continues a word carries the prefix ``##`` ("playing" -> ``play ##ing``). Training
+merges pairs of pieces like BPE (``base.learn_merges``), words starting as characters with
+``##`` on all but the first; ``score=`` picks the pair: ``"frequency"`` (the default, as the
+``tokenizers`` library's trainer) or ``"likelihood"``, the largest
+``count(ab) / (count(a) * count(b))`` (WordPiece as described for BERT). Encoding is greedy
+longest-match-first (``models.WordPieceModel``) on text normalized and split the BERT way, so
+decoding loses whitespace. docs/tokenizers.md measures the two scores and tells why the
+default is frequency.
 """
 
 from __future__ import annotations
