@@ -1,4 +1,5 @@
-"""trace_backward: one line per op, each op once, in the order backward runs them."""
+"""trace_backward: one line per op, each op once, in the order backward runs them; small
+tensors by their signed entries, larger ones by their norms."""
 
 import io
 
@@ -79,3 +80,24 @@ def test_an_op_whose_backward_returns_arrays_is_traced():
     (step,) = [s for s in trace.steps if s.op == "ArrayMatMul"]
     assert step.sent[0][0] == (4, 3) and step.sent[1][0] == (3, 2)
     assert step.sent[1][1] == pytest.approx(float(np.linalg.norm(W.grad.numpy())), rel=1e-6)
+
+
+def test_small_tensors_show_their_entries_with_signs():
+    """A gradient of at most 6 entries is printed entry by entry, so its signs show (a norm
+    hides them); a larger one by its norm."""
+    x = tl.tensor(np.array([[1.0, -2.0]]), requires_grad=True)
+    buf = io.StringIO()
+    with tl.trace_backward(file=buf) as trace:
+        (x * -3.0).sum().backward()
+    sum_line, mul_line = buf.getvalue().splitlines()
+    assert "receives () [1]  sends (1,2) [1, 1]" in sum_line
+    assert "receives (1,2) [1, 1]  sends (1,2) [-3, -3], -" in mul_line
+    mul = trace.steps[1]
+    assert mul.grad_entries == (1.0, 1.0) and mul.sent_entries == [(-3.0, -3.0), None]
+    assert mul.sent[0] == ((1, 2), np.sqrt(18.0))  # the norm is still recorded
+    w = tl.tensor(np.full(7, -1.0), requires_grad=True)
+    buf = io.StringIO()
+    with tl.trace_backward(file=buf) as trace:
+        (w * 2.0).sum().backward()
+    assert "sends (7,) |5.29|, -" in buf.getvalue()  # 7 entries of -2: the norm √28
+    assert trace.steps[1].sent_entries == [None, None]
