@@ -1,31 +1,18 @@
-"""Data parallelism across processes with MPI: the same program on every process, each on its
-share of the batch, gradients averaged after backward.
+"""Data parallelism across processes with MPI: the same program on every process (a *rank*,
+0..N−1), each on its share of the batch, gradients averaged after backward::
 
     mpiexec -n 2 python -m gpt train ...       # nothing else changes
 
-Every process (a *rank*, 0..N−1) holds the whole model. One training step on each:
+Every rank holds the whole model, keeps rows [r·B/N, (r+1)·B/N) of the same global batch, and
+after backward all-reduces ḡ = (1/N) Σ_r g_r, the gradient of the mean loss over the whole
+batch; the same optimizer step then keeps the parameters identical on every rank. The
+all-reduce packs the gradients into a few flat float32 *buckets* and calls MPI once per
+bucket; the last one carries a few extra numbers (the step's loss, a stop request). How and
+why: docs/distributed.md.
 
-1. draw the same global batch (all ranks share the batch stream) and keep rows
-   ``[r·B/N, (r+1)·B/N)``;
-2. forward and backward on those rows: gradients g_r of the mean loss over them;
-3. all-reduce: every rank ends with ḡ = (1/N) Σ_r g_r, the gradient of the mean loss over the
-   whole batch (the rows are equal in number, so the mean of means is the mean);
-4. the same optimizer step on the same ḡ: the parameters stay identical on every rank.
-
-So N processes take the steps one process would take on the whole batch, up to float rounding
-of the sums (tested for N = 1 and 2).
-
-The all-reduce packs the gradients into a few flat float32 buffers (*buckets*, at most
-``bucket_bytes`` each) and calls MPI once per bucket, in place, instead of once per parameter:
-MPI's cost per call is latency plus bytes/bandwidth, so few large calls waste least. A ring
-all-reduce moves 2(N−1)/N of the buffer's bytes in and out of each rank (docs/distributed.md).
-The last bucket carries a few extra numbers summed along with the gradients (the step's loss,
-and whether any rank was asked to stop), so the ranks agree on them without another call.
-
-``world()`` gives the :class:`Distributed` of this process: the MPI world when the program was
-started by ``mpiexec`` with more than one process, otherwise :class:`Solo`, whose collectives
-do nothing. Which one is chosen once, when training starts. CuPy gradients are staged through
-host memory (an MPI that is not CUDA-aware cannot read device memory).
+``world()`` gives this process's :class:`Distributed` when ``mpiexec`` started more than one
+process, otherwise :class:`Solo`, whose collectives do nothing. CuPy gradients are staged
+through host memory (an MPI that is not CUDA-aware cannot read device memory).
 """
 
 from __future__ import annotations
@@ -43,14 +30,6 @@ from tensorlab.backend import to_device, xp_of
 # Environment variables that MPI launchers set in each process they start (MPICH/Hydra,
 # Open MPI, Slurm's PMI): how a program knows it was started by mpiexec without importing MPI.
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE")
-
-
-def launched_size() -> int:
-    """The number of processes the launcher started (1 when not started by mpiexec)."""
-    for var in _SIZE_VARS:
-        if var in os.environ:
-            return int(os.environ[var])
-    return 1
 
 
 class PeerError(RuntimeError):
@@ -203,7 +182,7 @@ class Distributed:
 
 def world() -> Solo | Distributed:
     """The MPI world if this program was started by mpiexec with N > 1 processes, else Solo."""
-    n = launched_size()
+    n = next((int(os.environ[v]) for v in _SIZE_VARS if v in os.environ), 1)  # the launcher's
     if n <= 1:
         return Solo()
     try:
