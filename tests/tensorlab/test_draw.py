@@ -342,16 +342,22 @@ needs_browser = pytest.mark.skipif(
 
 
 def browser_dom(path: Path, fragment: str = "") -> str:
-    """The page's DOM after its scripts ran (viz.js's drawing included), by headless Chromium."""
+    """The page's DOM after its scripts ran (viz.js's drawing included), by headless Chromium.
+    Its virtual time does not wait for WebAssembly to compile: on a busy machine a dump can
+    come before viz.js has drawn (the placeholder still there), so that is tried three times."""
     import subprocess
 
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
-    return subprocess.run(
-        [BROWSER, *args, "--dump-dom", path.as_uri() + fragment],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+    for _ in range(3):
+        dom = subprocess.run(
+            [BROWSER, *args, "--dump-dom", path.as_uri() + fragment],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        if "The picture is drawn here by viz.js" not in dom:
+            break
+    return dom
 
 
 @needs_browser
