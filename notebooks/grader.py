@@ -35,6 +35,7 @@ import inspect
 import os
 import re
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ import numpy as np
 
 from nn.activation import gelu
 from nn.attention import scaled_dot_product_attention
+from nn.linear import linear
 from nn.loss import cross_entropy
 from nn.norm import layer_norm
 from tensorlab.autograd import grad as _grad
@@ -54,6 +56,7 @@ ATOL, RTOL = 1e-6, 1e-4  # |yours - numeric| <= ATOL + RTOL |numeric| for every 
 
 D1 = "docs/derivations.md"
 D2 = "docs/derivations_nn.md"
+D3 = "docs/transformer.md"
 
 
 @dataclass
@@ -78,6 +81,10 @@ class Exercise:
     positive: tuple[str, ...] = ()
     sign_hint: str = ""  # what a wrong sign usually means here (no formula)
     slips: dict[str, Callable[..., bool]] = field(default_factory=dict)
+    # An answer that is not one op's backward (an engine, an optimizer step, an attribution):
+    # grade(answer) runs it on the grader's own cases and returns what agreed, or raises _Wrong
+    # with the first mistake; inputs and reference are then unused.
+    grade: Callable | None = None
 
     def draw(self, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
         """The inputs and the gradient ``g`` arriving at the output, all float64."""
@@ -121,6 +128,18 @@ def _gelu_tanh(x):
 
 def _attention(q, k, v):
     return scaled_dot_product_attention(q, k, v, causal=True)
+
+
+def _mlp(x, W_in, b_in, W_out, b_out):
+    return linear(gelu(linear(x, W_in, b_in), approximate="tanh"), W_out, b_out)
+
+
+def _heads(x, W_q, W_k, W_v, W_O):
+    """Causal multi-head self-attention of x (T, d_model): W_q, W_k, W_v (d_model, H, d_head),
+    W_O (H, d_head, d_model), no biases: every head at once as (H, T, d_head)."""
+    q, k, v = (linear(x, W).transpose(0, 1) for W in (W_q, W_k, W_v))
+    z = scaled_dot_product_attention(q, k, v, causal=True).transpose(0, 1)  # (T, H, d_head)
+    return linear(z, W_O, in_dims=2)
 
 
 # NumPy forms of the wrong forwards the slips look for
@@ -326,6 +345,34 @@ EXERCISES: dict[str, Exercise] = {
                 ),
             },
         ),
+        Exercise(
+            "mlp",
+            {"x": (4, 6), "W_in": (6, 8), "b_in": (8,), "W_out": (8, 6), "b_out": (6,)},
+            _mlp,
+            "h = x W_in + b_in, a = gelu(h), y = a W_out + b_out: dW_out = aᵀ g, "
+            "db_out = Σ_rows g, da = g W_outᵀ, dh = da ⊙ gelu'(h), dW_in = xᵀ dh, "
+            "db_in = Σ_rows dh, dx = dh W_inᵀ",
+            f"{D3}#3-backward-with-shapes",
+            "three layers in series, a linear layer, GELU, a linear layer: go back through them "
+            "one at a time, keeping the forward's intermediates (h and gelu(h)); each step is "
+            "a backward you wrote in an earlier notebook, and each gradient has the shape of "
+            "what it is the gradient of",
+        ),
+        Exercise(
+            "heads",
+            {"x": (5, 6), "W_q": (6, 2, 3), "W_k": (6, 2, 3), "W_v": (6, 2, 3), "W_O": (2, 3, 6)},
+            _heads,
+            "per head h, q = x W_q[:, h] (k, v alike), z = attention(q, k, v): "
+            "dz = g W_O[h]ᵀ, dW_O[h] = zᵀ g, (dq, dk, dv) = the attention backward of dz, "
+            "dW_q[:, h] = xᵀ dq (k, v alike), dx = Σ_h (dq W_q[:, h]ᵀ + dk W_k[:, h]ᵀ + "
+            "dv W_v[:, h]ᵀ)",
+            f"{D3}#3-backward-with-shapes",
+            "each head is the single head of notebook 4 between two projections: the output "
+            "projection sums the heads, so each head's z gets its own slice of the gradient; "
+            "the attention backward you wrote turns it into the gradients of q, k and v; the "
+            "input projections bring those back to x, and x feeds every head and all three "
+            "projections, so its gradient is a sum",
+        ),
     ]
 }
 
@@ -342,8 +389,11 @@ def _exercise(name: str) -> Exercise:
 
 
 def _where(ex: Exercise) -> str:
-    """'PAGE, section N' (a section's title can spell the answer: "softmax minus onehot")."""
+    """'PAGE, section N' (a section's title can spell the answer: "softmax minus onehot"), or
+    for a source file 'FILE, the docstring of NAME'."""
     page, anchor = ex.section.split("#")
+    if page.endswith(".py"):
+        return f"{page}, the docstring of {anchor}"
     return f"{page}, section {anchor.split('-', 1)[0]}"
 
 
@@ -357,7 +407,9 @@ def hint_text(exercise: str, level: int) -> str:
     idea in words, 3 the formula (the exercise's ``rule``)."""
     ex = _exercise(exercise)
     level = min(max(int(level), 1), len(HINT_LEVELS))
-    if level == 1:
+    if level == 1 and ex.section.split("#")[0].endswith(".py"):
+        body = f"read {_where(ex)}: {ex.section}; it states what the library computes"
+    elif level == 1:
         page, anchor = ex.section.split("#")
         number, title = anchor.split("-", 1)
         body = (
@@ -840,6 +892,30 @@ def _wrong(exercise: str, message: str, kind: str) -> Verdict:
     return Verdict(exercise, False, f"{exercise}: {message}; {_ask(exercise)}", mistake=kind)
 
 
+def _not_written(exercise: str) -> Verdict:
+    return Verdict(
+        exercise,
+        False,
+        f"{exercise}: not written yet (the function raises NotImplementedError): write it "
+        f'and run the cell again; for a hint, hint("{exercise}") (each call tells more)',
+        done=False,
+        mistake="not done",
+    )
+
+
+def _graded(ex: Exercise, answer) -> Verdict:
+    """The verdict on an exercise graded by its own cases (``Exercise.grade``)."""
+    if answer is None:
+        raise TypeError(f"check: pass your answer to {ex.name!r} (a function or a class)")
+    try:
+        right = ex.grade(answer)
+    except NotImplementedError:
+        return _not_written(ex.name)
+    except _Wrong as w:
+        return _wrong(ex.name, str(w), w.kind)
+    return Verdict(ex.name, True, f"{ex.name}: right: {right}.")
+
+
 def check(
     exercise: str,
     backward: Callable | type | None = None,
@@ -858,6 +934,8 @@ def check(
     if exercise not in EXERCISES:
         raise KeyError(f"check: no exercise {exercise!r}; there are {', '.join(EXERCISES)}")
     ex = EXERCISES[exercise]
+    if ex.grade is not None:
+        return _graded(ex, backward if backward is not None else forward)
     op = None
     if inspect.isclass(backward) and issubclass(backward, Function):
         op, backward = backward, None
@@ -872,14 +950,7 @@ def check(
         else:
             y_out, grads = _student_outputs(ex, forward, backward, op, xs, g)
     except NotImplementedError:
-        return Verdict(
-            exercise,
-            False,
-            f"{exercise}: not written yet (the function raises NotImplementedError): write it "
-            f'and run the cell again; for a hint, hint("{exercise}") (each call tells more)',
-            done=False,
-            mistake="not done",
-        )
+        return _not_written(exercise)
     except _Wrong as w:
         return _wrong(exercise, str(w), w.kind)
     if y_out is not None:
@@ -912,3 +983,573 @@ def check(
         f"{exercise}: right: {what} with finite differences (largest difference "
         f"{worst:.1e}) and with the engine's op.",
     )
+
+
+# ---------------------------------------------------------------------- not one op's backward
+# Each grades a function or a class on the grader's own cases, against tensorlab (its .grad,
+# gpt.model.Block, nn.optim, gpt.circuits), and raises _Wrong with the first mistake it finds.
+def _allclose(yours, want, rtol=1e-6, atol=1e-9) -> bool:
+    yours = np.asarray(yours, dtype=np.float64)
+    return yours.shape == np.shape(want) and bool(np.allclose(yours, want, rtol=rtol, atol=atol))
+
+
+def _first_diff(what: str, yours, want) -> str:
+    """'WHAT[i, j] is yours Y, tensorlab's W' at the worst entry (or the two shapes)."""
+    yours, want = np.asarray(yours, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if yours.shape != want.shape:
+        return f"{what} has shape {_fmt(yours.shape)}, tensorlab's {_fmt(want.shape)}"
+    if yours.ndim == 0:
+        return f"{what} is yours {float(yours):.6g}, tensorlab's {float(want):.6g}"
+    worst = np.unravel_index(np.argmax(np.abs(yours - want)), want.shape)
+    return f"{what}{_entry(worst)} is yours {yours[worst]:.6g}, tensorlab's {want[worst]:.6g}"
+
+
+def _matching_slip(slips: dict, yours, variant) -> str | None:
+    """The kind of the first slip whose variant output ``variant(kind)`` equals ``yours``."""
+    for kind in slips:
+        if _allclose(yours, variant(kind), rtol=1e-7, atol=1e-10):
+            return kind
+    return None
+
+
+# --- write the engine: a scalar Value class, sum_to, an array class
+def _twice(d):
+    return d * d.tanh()  # d used by two ops: the product and tanh
+
+
+# (what, the expression, its leaves' values, what a wrong gradient here points to)
+_VALUE_CASES = [
+    ("a + b", lambda a, b: a + b, (0.7, -1.3), "local"),
+    ("a * b", lambda a, b: a * b, (0.7, -1.3), "local"),
+    ("a.tanh()", lambda a: a.tanh(), (0.6,), "local"),
+    ("(a * b + c).tanh()", lambda a, b, c: (a * b + c).tanh(), (0.5, -1.5, 0.2), "chain"),
+    ("a * a", lambda a: a * a, (0.8,), "accumulate"),
+    ("d * d.tanh() with d = a * b", lambda a, b: _twice(a * b), (0.9, -0.4), "order"),
+]
+_ARRAY_CASES = [
+    ("(x * y).sum()", lambda x, y: (x * y).sum(), {"x": (2, 3), "y": (2, 3)}, "local"),
+    ("(x * x).sum()", lambda x: (x * x).sum(), {"x": (2, 3)}, "accumulate"),
+    (
+        "(x @ W + b).tanh().sum()",
+        lambda x, W, b: (x @ W + b).tanh().sum(),
+        {"x": (4, 3), "W": (3, 2), "b": (2,)},
+        "broadcast",
+    ),
+    ("(x * c).sum()", lambda x, c: (x * c).sum(), {"x": (4, 3), "c": (4, 1)}, "broadcast"),
+    (
+        "(h * h.tanh()).sum() with h = x @ W",
+        lambda x, W: _twice(x @ W).sum(),
+        {"x": (4, 3), "W": (3, 2)},
+        "order",
+    ),
+]
+_NAMES = "abc"
+
+
+def _grade_engine(cls, cases, arrays: bool) -> str:
+    """Build each case from ``cls`` and from tensorlab, call backward() on both, and compare
+    the output's value and every leaf's gradient."""
+    rng = np.random.default_rng(0)
+    for what, f, leaves, kind in cases:
+        if arrays:
+            names, values = list(leaves), [rng.standard_normal(s) for s in leaves.values()]
+        else:
+            names, values = list(_NAMES[: len(leaves)]), [float(v) for v in leaves]
+        mine = [_call(cls, f"{cls.__name__}()", v.copy() if arrays else v) for v in values]
+        out = _call(f, f"{what} (a forward of your class)", *mine)
+        _call(out.backward, "backward")
+        ts = [Tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for v in values]
+        ref = f(*ts)
+        ref.backward()
+        if not _allclose(_as_array(out.data, "data"), ref.numpy()):
+            raise _Wrong(f"in {what}, {_first_diff('the value', out.data, ref.numpy())}", "forward")
+        grads = [_as_array(m.grad, f"{n}.grad") for n, m in zip(names, mine)]
+        wants = [t.grad.numpy() for t in ts]
+        if all(not g.any() for g in grads):
+            raise _Wrong(
+                f"after {what} and backward(), every leaf's .grad is still 0: nothing reached "
+                "the leaves (does the walk start from the output's own gradient, dL/dL, and "
+                "visit every node?)",
+                "seed",
+            )
+        for n, g, w in zip(names, grads, wants):
+            if _allclose(g, w):
+                continue
+            if g.shape != w.shape:
+                raise _Wrong(
+                    f"in {what}, {n} has shape {_fmt(w.shape)} but {n}.grad has shape "
+                    f"{_fmt(g.shape)}: {n} was broadcast, so the gradient that arrives for it "
+                    f"has the shape of the op's output and must be summed back to {n}'s shape "
+                    "(your sum_to) before it is added",
+                    "broadcast",
+                )
+            diff = _first_diff(f"{n}.grad", g, w)
+            if kind == "accumulate" and _allclose(2 * g, w):
+                raise _Wrong(
+                    f"in {what}, {n} is used twice and {diff}, half of it: one use's share "
+                    "replaced the other's, but a value used more than once receives the sum of "
+                    "its uses' shares",
+                    "accumulate",
+                )
+            if kind == "order":
+                raise _Wrong(
+                    f"in {what}, {diff}, though the single ops and a reused leaf were right: d "
+                    "is used by two ops, and it passed its gradient on before both had sent "
+                    "their shares; the walk must reach a node only after every node that uses it",
+                    "order",
+                )
+            sign = " (the wrong sign)" if _allclose(g, -w) else ""
+            raise _Wrong(f"in {what}, {diff}{sign}", "local" if kind == "local" else "chain")
+    return (
+        "the value and every leaf's gradient agree with tensorlab's .grad in "
+        f"{len(cases)} expressions (single ops, a chain, a reused leaf, a reused inner node"
+        f"{', broadcasting' if arrays else ''})"
+    )
+
+
+def _grade_value(cls) -> str:
+    return _grade_engine(cls, _VALUE_CASES, arrays=False)
+
+
+def _grade_array(cls) -> str:
+    try:
+        return _grade_engine(cls, _ARRAY_CASES, arrays=True)
+    except _Wrong as w:
+        if "non-broadcastable output operand" not in str(w):
+            raise
+        raise _Wrong(
+            "adding a gradient to a leaf's .grad failed because their shapes differ (NumPy: "
+            "non-broadcastable output operand): a broadcast leaf's gradient arrives in the "
+            "shape of the op's output and must be summed back to the leaf's shape (your "
+            "sum_to) before it is added",
+            "broadcast",
+        ) from None
+
+
+_SUM_TO_CASES = [((4, 3), (4, 1)), ((2, 4, 3), (4, 1)), ((4, 3), (3,)), ((2, 3), (2, 3))]
+_SUM_TO_CASES += [((3, 1, 5), (1, 5)), ((4,), ())]
+
+
+def _grade_sum_to(sum_to) -> str:
+    rng = np.random.default_rng(0)
+    for big, shape in _SUM_TO_CASES:
+        g = rng.standard_normal(big)
+        want = Tensor(g).sum_to(shape).numpy()
+        yours = _as_array(_call(sum_to, "sum_to", g.copy(), shape), "sum_to's result")
+        if _allclose(yours, want):
+            continue
+        lead = len(big) - len(shape)
+        ones = tuple(i for i, n in enumerate(shape) if n == 1 and big[lead + i] != 1)
+        where = f"sum_to(g of shape {_fmt(big)}, {_fmt(shape)})"
+        if yours.shape == shape:
+            raise _Wrong(f"{where}: {_first_diff('the result', yours, want)}", "values")
+        if lead and yours.shape == big[:lead] + shape:
+            raise _Wrong(
+                f"{where} has shape {_fmt(yours.shape)}: g has {lead} more leading axis(es) "
+                f"than {_fmt(shape)}, which NumPy put in front when it broadcast; the input "
+                "was copied along them too, so they are summed away",
+                "leading",
+            )
+        if ones and yours.shape == big[lead:]:
+            raise _Wrong(
+                f"{where} has shape {_fmt(yours.shape)}: where the input has a 1 and g more "
+                f"(axis {ones[0]} of the input), the input was stretched too, so that axis is "
+                "summed as well (and stays, with length 1)",
+                "ones",
+            )
+        if ones and yours.shape == tuple(n for i, n in enumerate(shape) if i not in ones):
+            raise _Wrong(
+                f"{where} has shape {_fmt(yours.shape)}: the length-1 axes were summed but "
+                f"dropped; a gradient has its input's shape, {_fmt(shape)}",
+                "keepdims",
+            )
+        raise _Wrong(f"{where} has shape {_fmt(yours.shape)}, not {_fmt(shape)}", "shape")
+    return f"sum_to agrees with tensorlab's Tensor.sum_to on {len(_SUM_TO_CASES)} shapes"
+
+
+# --- a GPT block, from engine ops
+_BLOCK = dict(d_model=8, n_head=2, d_head=4, T=5)
+
+
+def _np_block(x, p, kind=None):
+    """A pre-norm GPT block in NumPy (the grader's own, for naming slips): ``kind`` leaves
+    one thing out or changes it ("residual", "causal", "scale", "post")."""
+    H, dh = _BLOCK["n_head"], _BLOCK["d_head"]
+
+    def ln(z, n):
+        return _np_normalize(z) * p[f"{n}.w"] + p[f"{n}.b"]
+
+    def attn(h):
+        q, k, v = (
+            np.einsum("td,dhe->hte", h, p[f"attn.W_{c}"]) + p[f"attn.b_{c}"].reshape(H, 1, dh)
+            for c in "qkv"
+        )
+        s = q @ k.swapaxes(-1, -2) / (1 if kind == "scale" else np.sqrt(dh))
+        if kind != "causal":
+            s = np.where(_causal(h), s, -np.inf)
+        z = _np_softmax(s) @ v
+        return np.einsum("hte,hed->td", z, p["attn.W_O"]) + p["attn.b_O"]
+
+    def mlp(h):
+        a = h @ p["mlp.W_in"] + p["mlp.b_in"]
+        a = 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a**3)))
+        return a @ p["mlp.W_out"] + p["mlp.b_out"]
+
+    if kind == "post":
+        x = ln(x + attn(x), "ln1")
+        return ln(x + mlp(x), "ln2")
+    if kind == "residual":
+        return mlp(ln(attn(ln(x, "ln1")), "ln2"))
+    x = x + attn(ln(x, "ln1"))
+    return x + mlp(ln(x, "ln2"))
+
+
+_BLOCK_SLIPS = {
+    "residual": "has no residual connections: each sublayer's output is added to the stream "
+    "it read, and the stream goes on",
+    "causal": "has no causal mask: position i may look at positions j ≤ i only",
+    "scale": "has no 1/√d_head scale on the scores",
+    "post": "normalizes after each residual add (post-norm, Vaswani et al.); GPT-2's block "
+    "normalizes each sublayer's input (pre-norm)",
+}
+
+
+def _grade_block(block_forward) -> str:
+    from gpt.config import GPTConfig
+    from gpt.model import Block
+
+    d, H, dh, T = (_BLOCK[k] for k in ("d_model", "n_head", "d_head", "T"))
+    sizes = dict(n_layer=1, n_head=H, d_head=dh, d_model=d, block_size=T)
+    with warnings.catch_warnings():  # (a toy size, far from the usual aspect ratio)
+        warnings.simplefilter("ignore")
+        cfg = GPTConfig(vocab_size=16, activation="gelu_tanh", **sizes)
+    block = Block(cfg)
+    rng = np.random.default_rng(0)
+    weights = {k: rng.standard_normal(v.shape) * 0.5 for k, v in block.state_dict().items()}
+    for k in weights:
+        if k.endswith("ln1.w") or k.endswith("ln2.w"):
+            weights[k] += 1.0
+    block.load_state_dict(weights)
+    for p in block.parameters():  # float64, as everywhere in the grader
+        p.data = p.data.astype(np.float64)
+    weights = {k: np.array(v, dtype=np.float64) for k, v in block.state_dict().items()}
+    x0 = rng.standard_normal((T, d))
+    g = rng.standard_normal((T, d))
+    x_ref = Tensor(x0[None], requires_grad=True)
+    y_ref = block(x_ref)
+    y_ref.backward(g[None])
+    x = Tensor(x0.copy(), requires_grad=True)
+    params = {k: Tensor(v.copy(), requires_grad=True) for k, v in weights.items()}
+    y = _call(block_forward, "forward", x, params)
+    yours = _as_array(y, "the block's output")
+    want = y_ref.numpy()[0]
+    if not _allclose(yours, want):
+        slip = _matching_slip(_BLOCK_SLIPS, yours, lambda k: _np_block(x0, weights, k))
+        if slip is not None:
+            raise _Wrong(f"the block {_BLOCK_SLIPS[slip]}", f"block-{slip}")
+        raise _Wrong(_first_diff("the block's output", yours, want), "forward")
+    if not isinstance(y, Tensor) or y._ctx is None:
+        raise _Wrong(
+            "the output is right but is not a Tensor made by engine ops (a NumPy array, or "
+            "computed from .numpy() or .data), so no gradient can flow back through it",
+            "detached",
+        )
+    _call(y.backward, "backward", Tensor(g))
+    named = dict(block.named_parameters())
+    for k, t in [("x", x), *params.items()]:
+        ref = x_ref.grad.numpy()[0] if k == "x" else named[k].grad.numpy()
+        if t.grad is None:
+            raise _Wrong(
+                f"no gradient reached {k}: the forward does not use it through engine ops "
+                "(left out, or read through .numpy() or .data)",
+                "detached",
+            )
+        if not _allclose(t.grad.numpy(), ref):
+            raise _Wrong(_first_diff(f"the gradient of {k}", t.grad.numpy(), ref), "values")
+    return (
+        "the output agrees with gpt.model.Block's, and the engine's gradients through your "
+        f"forward agree with the Block's for x and all {len(params)} parameters"
+    )
+
+
+# --- the training step: AdamW, gradient clipping
+# (λ and the weights large enough that Adam's L2 decay, g + λw, flips the sign of some of the
+# first step's entries: the first step is ±lr per entry, and else it looks like no decay)
+_ADAMW = dict(lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.5)
+
+
+def _np_adamw(w, g, m, v, t, lr, betas, eps, weight_decay, kind=None):
+    """The AdamW step in NumPy, or with one slip (``kind``) in it, for naming mistakes."""
+    b1, b2 = betas
+    if kind == "coupled":
+        g = g + weight_decay * w
+    elif kind == "decay-scale":
+        w = w * (1 - weight_decay)
+    elif kind != "no-decay":
+        w = w * (1 - lr * weight_decay)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = (m, v) if kind == "bias" else (m / (1 - b1**t), v / (1 - b2**t))
+    step = m_hat / ((v_hat if kind == "sqrt" else np.sqrt(v_hat)) + eps)
+    return w + lr * step if kind == "sign" else w - lr * step, m, v
+
+
+_ADAMW_SLIPS = {
+    "bias": "has no bias correction: m and v start at 0, so early on they are too small, "
+    "and each is divided by its own (1 - β^t) before use",
+    "coupled": "adds the weight decay to the gradient (Adam's L2 decay), where the adaptive "
+    "scaling then divides it; AdamW shrinks the weights directly",
+    "decay-scale": "shrinks the weights by the factor λ alone; the decay is a step too, "
+    "scaled by the learning rate",
+    "no-decay": "has no weight decay",
+    "sqrt": "divides by v̂ itself; v̂ is a mean of squares, so its units are the gradient's squared",
+    "sign": "moves the weights up the gradient, so the loss would grow",
+}
+
+
+def _grade_adamw(adamw_step) -> str:
+    import nn
+    from nn.optim import AdamW
+
+    rng = np.random.default_rng(0)
+    w0 = 3 * rng.standard_normal((3, 4))
+    grads = [rng.standard_normal((3, 4)) for _ in range(3)]
+    p = nn.Parameter(Tensor(w0.copy()))
+    opt = AdamW([p], **_ADAMW)
+    w, m, v = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
+    for t, g in enumerate(grads, start=1):
+        p.grad = Tensor(g.copy())
+        opt.step()
+        args = (w.copy(), g.copy(), m.copy(), v.copy(), t, *_ADAMW.values())
+        out = _call(adamw_step, "update", *args)
+        if not isinstance(out, tuple | list) or len(out) != 3:
+            raise _Wrong("adamw_step returns the new (w, m, v), three arrays", "count")
+        new = [_as_array(a, n) for a, n in zip(out, ("w", "m", "v"))]
+        want = p.numpy()
+        if not _allclose(new[0], want):
+            slip = _matching_slip(
+                _ADAMW_SLIPS,
+                new[0],
+                lambda k, s=(w, g, m, v, t): _np_adamw(*s, **_ADAMW, kind=k)[0],
+            )
+            if slip is not None:
+                raise _Wrong(f"at step {t} your update {_ADAMW_SLIPS[slip]}", slip)
+            raise _Wrong(f"after step {t}, {_first_diff('w', new[0], want)}", "values")
+        state = opt.state[p]
+        for name, yours, ref in [("m", new[1], state["m"]), ("v", new[2], state["v"])]:
+            if not _allclose(yours, ref):
+                raise _Wrong(
+                    f"after step {t} w is right but {_first_diff(name, yours, ref)}: the "
+                    f"next step reads the {name} you return",
+                    "moments",
+                )
+        w, m, v = new
+    return "three steps agree with nn.optim.AdamW's (weights and both moments)"
+
+
+def _np_clip(grads, max_norm, kind=None):
+    if kind == "per-array":
+        return [g * min(1.0, max_norm / (np.sqrt((g * g).sum()) + 1e-6)) for g in grads]
+    norm = sum(float((g * g).sum()) for g in grads)
+    norm = norm if kind == "no-sqrt" else np.sqrt(norm)
+    s = max_norm / (norm + 1e-6)
+    return [g * (s if kind == "scale-up" else min(1.0, s)) for g in grads]
+
+
+_CLIP_SLIPS = {
+    "per-array": "clips each gradient array to max_norm on its own; the norm is one number "
+    "over all of them together, and all are scaled by the same factor",
+    "scale-up": "scales gradients up when their norm is below max_norm; clipping only ever "
+    "shrinks them",
+    "no-sqrt": "measures the gradients by their sum of squares; the norm is its square root",
+}
+
+
+def _grade_clip(clip_grad_norm) -> str:
+    import nn
+    from nn.optim import clip_grad_norm_
+
+    rng = np.random.default_rng(0)
+    shapes = [(3, 4), (5,), (2, 2)]
+    for max_norm in (1.0, 3.0, 100.0):  # clipped hard, clipped a little, untouched
+        grads = [rng.standard_normal(s) for s in shapes]
+        params = [nn.Parameter(Tensor(np.zeros(s))) for s in shapes]
+        for p, g in zip(params, grads):
+            p.grad = Tensor(g.copy())
+        norm = clip_grad_norm_(params, max_norm)
+        out = _call(clip_grad_norm, "clip", [g.copy() for g in grads], max_norm)
+        if not isinstance(out, tuple | list) or len(out) != 2:
+            raise _Wrong("clip_grad_norm returns (the clipped gradients, the norm)", "count")
+        clipped, yours_norm = out
+        clipped = [_as_array(c, "a clipped gradient") for c in clipped]
+        wants = [p.grad.numpy() for p in params]
+        if len(clipped) != len(wants) or not all(
+            _allclose(c, w, rtol=1e-5) for c, w in zip(clipped, wants)
+        ):
+            for kind in _CLIP_SLIPS:
+                variant = _np_clip(grads, max_norm, kind)
+                if len(clipped) == len(variant) and all(
+                    _allclose(c, w, rtol=1e-5) for c, w in zip(clipped, variant)
+                ):
+                    raise _Wrong(f"with max_norm={max_norm:g} yours {_CLIP_SLIPS[kind]}", kind)
+            i = next((i for i, (c, w) in enumerate(zip(clipped, wants)) if not _allclose(c, w)), 0)
+            diff = _first_diff(f"gradient {i}", clipped[i], wants[i]) if clipped else "empty"
+            raise _Wrong(f"with max_norm={max_norm:g}, {diff}", "values")
+        if not _allclose(_as_array(yours_norm, "the norm"), norm, rtol=1e-5):
+            slip = "no-sqrt" if _allclose(yours_norm, norm**2, rtol=1e-5) else None
+            if slip:
+                raise _Wrong(f"the norm you return {_CLIP_SLIPS[slip]}", slip)
+            raise _Wrong(_first_diff("the norm you return", yours_norm, norm), "values")
+    return "the clipped gradients and the norm agree with nn.optim.clip_grad_norm_ (3 cases)"
+
+
+# --- direct logit attribution
+_DLA_SLIPS = {
+    "no-centre": "does not centre each head's output: the final layer norm subtracts each "
+    "vector's mean before anything else",
+    "no-scale": "does not divide by the final norm's σ (cache['ln_final.hook_scale'])",
+    "no-gain": "reads the logits with W_U alone; the final norm's gain γ multiplies first "
+    "(fold it into the unembedding)",
+}
+
+
+def _grade_dla(head_attributions) -> str:
+    import gpt
+    from gpt import circuits
+
+    with warnings.catch_warnings():  # (a toy size, far from the usual aspect ratio)
+        warnings.simplefilter("ignore")
+        cfg = gpt.GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, d_model=8)
+    model = gpt.GPT(cfg)
+    rng = np.random.default_rng(0)
+    model.load_state_dict(
+        {k: rng.standard_normal(v.shape) * 0.5 for k, v in model.state_dict().items()}
+    )
+    tokens = rng.integers(0, 13, (2, 6))
+    next_tokens = rng.integers(0, 13, (2, 6))
+    _, cache = circuits.run_with_cache(model, tokens)
+    stack = circuits.stack_head_results(model, cache)
+    want = circuits.logit_attrs(model, cache, stack, next_tokens)
+    yours = _as_array(
+        _call(head_attributions, "attribution", model, cache, next_tokens), "your attributions"
+    )
+    if _allclose(yours, want, rtol=1e-5, atol=1e-6):
+        return (
+            "every head's direct logit attribution agrees with gpt.circuits.logit_attrs "
+            f"({want.shape[0]} heads, {want.shape[1]} sequences of {want.shape[2]})"
+        )
+    if yours.shape != want.shape:
+        raise _Wrong(
+            f"your attributions have shape {_fmt(yours.shape)}; there is one number per head "
+            f"(layer-major), sequence and position: {_fmt(want.shape)}",
+            "shape",
+        )
+    W_U = np.asarray(model.W_U.numpy(), dtype=np.float64)
+    gain = np.asarray(model.ln_final.w.numpy(), dtype=np.float64)
+    sigma = cache["ln_final.hook_scale"]
+    r = np.asarray(stack)
+
+    def variant(kind):
+        c = r if kind == "no-centre" else r - r.mean(axis=-1, keepdims=True)
+        c = c if kind == "no-scale" else c / sigma
+        dirs = (W_U if kind == "no-gain" else gain[:, None] * W_U).T[next_tokens]
+        return (c * dirs).sum(axis=-1)
+
+    for kind in _DLA_SLIPS:
+        if _allclose(yours, variant(kind), rtol=1e-5, atol=1e-6):
+            raise _Wrong(f"your attribution {_DLA_SLIPS[kind]}", kind)
+    raise _Wrong(_first_diff("the attribution", yours, want), "values")
+
+
+for _e in [
+    Exercise(
+        "value",
+        {},
+        None,
+        "topological order: list each node after its parents (a depth-first search from the "
+        "output); out.grad = 1; then for each node in reversed order and each (parent, local) "
+        "pair: parent.grad += node.grad * local",
+        "docs/autograd.md#2-reverse-topological-order",
+        "a node may pass its gradient on only once every node that uses it has sent its share: "
+        "list the nodes so that each comes after its parents, start the output's gradient at "
+        "dL/dL, and walk the list from the end; each parent gets the chain rule's product, and "
+        "a parent used twice gets two shares, added",
+        grade=_grade_value,
+    ),
+    Exercise(
+        "sum_to",
+        {},
+        None,
+        "sum g over its first len(g.shape) - len(shape) axes; then over every axis where shape "
+        "has 1 and g more, with keepdims=True",
+        "docs/derivations.md#2-broadcasting-and-the-one-sum_to",
+        "NumPy lines the shapes up from the right: it put new axes in front of the smaller "
+        "shape and stretched its length-1 axes; every copy it made sends back a gradient, and "
+        "the copies of one entry add up: undo both kinds of copying with sums",
+        grade=_grade_sum_to,
+    ),
+    Exercise(
+        "array",
+        {},
+        None,
+        "as Value.backward, with out.grad = np.ones_like(out.data) and each parent's share "
+        "p.grad += sum_to(vjp(node.grad), p.data.shape)",
+        "docs/autograd.md#4-the-single-sum_to",
+        "the scalar walk carries over: the same order, the same seeding and the same sums; what "
+        "changes is that a share arrives in the shape of the op's output, which for a "
+        "broadcast parent is bigger than the parent",
+        grade=_grade_array,
+    ),
+    Exercise(
+        "gpt_block",
+        {},
+        None,
+        "h = x + attention(ln1(x)), with attention = softmax(causal(q kᵀ / √d_head)) v per "
+        "head, heads summed through W_O; y = h + mlp(ln2(h)), mlp = gelu(h W_in + b_in) W_out "
+        "+ b_out",
+        "docs/transformer.md#1-forward-with-shapes",
+        "two sublayers, each reading a normalized copy of the stream and adding its output to "
+        "the stream itself; attention projects to queries, keys and values per head, scores "
+        "them, masks the future, scales and takes a softmax, mixes the values, and projects "
+        "back",
+        grade=_grade_block,
+    ),
+    Exercise(
+        "adamw",
+        {},
+        None,
+        "w = w (1 - lr λ); m = β1 m + (1 - β1) g; v = β2 v + (1 - β2) g²; "
+        "w = w - lr (m / (1 - β1ᵗ)) / (√(v / (1 - β2ᵗ)) + eps)",
+        "nn/optim.py#Adam",
+        "keep two running averages per weight, of the gradient and of its square, correct "
+        "both for starting at zero, and step by the first over the square root of the second; "
+        "AdamW's weight decay shrinks the weights themselves, apart from that step",
+        grade=_grade_adamw,
+    ),
+    Exercise(
+        "clip",
+        {},
+        None,
+        "n = √(Σ over every gradient of Σ g²); if n > max_norm: g = g · max_norm / (n + 1e-6) "
+        "for every g; return the gradients and n",
+        "nn/optim.py#clip_grad_norm_",
+        "one number measures all the gradients together, as if they were one long vector; if "
+        "it is too large, every gradient is shrunk by the same factor, so the direction of the "
+        "step is kept",
+        grade=_grade_clip,
+    ),
+    Exercise(
+        "dla",
+        {},
+        None,
+        "per head, with r its output (hook_result) and σ the final norm's scale (hook_scale), "
+        "attr = ((r - mean(r)) / σ) · (γ ⊙ W_U)ᵀ[token]",
+        "docs/interpretability.md#4-the-residual-stream-taken-apart",
+        "each head's output is a vector added to the residual stream; the final layer norm is "
+        "linear once its scale σ is read from this run, so each head's share of a logit is its "
+        "vector put through that norm (centred, divided by σ, times γ) and dotted with the "
+        "token's column of the unembedding",
+        grade=_grade_dla,
+    ),
+]:
+    EXERCISES[_e.name] = _e

@@ -41,6 +41,10 @@ def test_every_exercise_has_a_solution_and_a_hint_that_resolves():
     assert set(SOL.SOLUTIONS) == set(EXERCISES)
     for ex in EXERCISES.values():
         page, anchor = ex.section.split("#")
+        if page.endswith(".py"):  # a source file's class or function, whose docstring says it
+            text = (ROOT / page).read_text()
+            assert re.search(rf"^(class|def) {anchor}\b", text, re.M), ex.section
+            continue
         headings = re.findall(r"^#{1,6}\s+(.*?)\s*$", (ROOT / page).read_text(), re.M)
         slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
         assert anchor in slugs, ex.section
@@ -219,7 +223,7 @@ def test_the_hints_escalate_from_where_to_read_to_the_formula(name, capsys):
         GRADER.hint(name)
         shown.append(capsys.readouterr().out.strip())
     one, two, three, four = shown
-    assert one.startswith(f"{name}, hint 1 of 3 (where to read): read docs/")
+    assert one.startswith(f"{name}, hint 1 of 3 (where to read): read {ex.section.split('#')[0]}")
     assert ex.section in one and f'Call hint("{name}") again for the idea in words.' in one
     assert two.startswith(f"{name}, hint 2 of 3 (the idea in words): {ex.idea}")
     assert f'Call hint("{name}") again for the formula.' in two
@@ -237,8 +241,11 @@ def test_the_hints_escalate_from_where_to_read_to_the_formula(name, capsys):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_no_wrong_answer_is_told_the_formula(name):
     """Wrong answers of every kind (a sign, a factor, zeros, one gradient short, an error,
-    a wrong forward): the verdict points to the hints and states no part of the rule."""
+    a wrong forward): the verdict points to the hints and states no part of the rule. (The
+    exercises graded by their own cases: test_each_diagnosis_of_an_own_case_exercise.)"""
     ex = EXERCISES[name]
+    if ex.grade is not None:
+        pytest.skip("not one op's backward: its wrong answers are in WRONG below")
     right, forward = SOL.SOLUTIONS[name], SOL.FORWARDS.get(name)
 
     def scaled(c):
@@ -465,3 +472,322 @@ def test_g_spread_along_the_wrong_axis_is_named():
     v = check("sum_rows", lambda g, a: np.broadcast_to(g, a.shape))
     assert v.mistake == "broadcast-shape" and "broadcasts shape (3,) against (3, 5)" in v.message
     assert "remapped" not in v.message
+
+
+# ---------------------------------------------------------------------- not one op's backward
+# The exercises graded by their own cases (an engine, sum_to, a GPT block, AdamW, clipping,
+# direct logit attribution): a wrong answer of every kind each names, with that kind.
+class SeedlessValue(SOL.Value):
+    def backward(self):  # the output's own gradient never set
+        grad, self.grad = self.grad, 0.0
+        SOL.Value.backward(self)
+        self.grad = grad
+
+
+class SwappedMul(SOL.Value):
+    def __mul__(self, other):  # each factor's local derivative is itself
+        return SwappedMul(self.data * other.data, (self, other), (self.data, other.data))
+
+    def __add__(self, other):
+        return SwappedMul(self.data + other.data, (self, other), (1.0, 1.0))
+
+
+class WrongSignTanh(SOL.Value):
+    def tanh(self):
+        t = np.tanh(self.data)
+        return WrongSignTanh(t, (self,), (t * t - 1,))
+
+
+class AddsInsteadOfMul(SOL.Value):
+    def __mul__(self, other):
+        return AddsInsteadOfMul(self.data + other.data, (self, other), (1.0, 1.0))
+
+
+def _walk(node):
+    order, seen = [], set()
+
+    def visit(n):
+        if id(n) not in seen:
+            seen.add(id(n))
+            for p in n.parents:
+                visit(p)
+            order.append(n)
+
+    visit(node)
+    return order
+
+
+class Overwrites(SOL.Value):
+    def backward(self):  # '=' where the shares should add
+        self.grad = 1.0
+        for node in reversed(_walk(self)):
+            for p, local in zip(node.parents, node.local):
+                p.grad = node.grad * local
+
+
+class NoOrder(SOL.Value):
+    def backward(self):  # each node passes its gradient on at once, recursively
+        self.grad = 1.0
+        self._send()
+
+    def _send(self):
+        for p, local in zip(self.parents, self.local):
+            p.grad += self.grad * local
+            p._send()
+
+
+class OneLevel(SOL.Value):
+    def backward(self):  # only the output's own parents
+        self.grad = 1.0
+        for p, local in zip(self.parents, self.local):
+            p.grad += local
+
+
+for _cls in (SeedlessValue, Overwrites, NoOrder, OneLevel):  # ops that make their own class
+    for _op in ("__add__", "__mul__"):
+        setattr(
+            _cls,
+            _op,
+            lambda a, b, op=_op, c=_cls: c(
+                getattr(SOL.Value, op)(a, b).data, (a, b), getattr(SOL.Value, op)(a, b).local
+            ),
+        )
+    _cls.tanh = lambda a, c=_cls: c(SOL.Value.tanh(a).data, (a,), SOL.Value.tanh(a).local)
+
+
+class ArrayNoSumTo(SOL.Array):
+    def backward(self):
+        self.grad = np.ones_like(self.data)
+        for node in reversed(_walk(self)):
+            for p, vjp in zip(node.parents, node.vjps):
+                p.grad += vjp(node.grad)
+
+
+class ArrayOverwrites(SOL.Array):
+    def backward(self):
+        self.grad = np.ones_like(self.data)
+        for node in reversed(_walk(self)):
+            for p, vjp in zip(node.parents, node.vjps):
+                p.grad = SOL.sum_to(vjp(node.grad), p.data.shape)
+
+
+class ArraySeedless(SOL.Array):
+    def backward(self):
+        for node in reversed(_walk(self)):
+            for p, vjp in zip(node.parents, node.vjps):
+                p.grad += SOL.sum_to(vjp(node.grad), p.data.shape)
+
+
+class ArrayNoOrder(SOL.Array):
+    def backward(self):
+        self.grad = np.ones_like(self.data)
+        self._send()
+
+    def _send(self):
+        for p, vjp in zip(self.parents, self.vjps):
+            p.grad += SOL.sum_to(vjp(self.grad), p.data.shape)
+            p._send()
+
+
+def _array_ops(cls):  # the ops make nodes of cls (the subclass), so its backward runs
+    for op in ("__add__", "__mul__", "__matmul__"):
+
+        def f(a, b, op=op):
+            out = getattr(SOL.Array, op)(a, b)
+            return cls(out.data, out.parents, out.vjps)
+
+        setattr(cls, op, f)
+    for op in ("tanh", "sum"):
+
+        def f(a, op=op):
+            out = getattr(SOL.Array, op)(a)
+            return cls(out.data, out.parents, out.vjps)
+
+        setattr(cls, op, f)
+
+
+for _cls in (ArrayNoSumTo, ArrayOverwrites, ArraySeedless, ArrayNoOrder):
+    _array_ops(_cls)
+
+
+def _stretched(g, shape):
+    """The axes of g where shape has a 1 and g more (aligned from the right)."""
+    lead = g.ndim - len(shape)
+    return tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+
+
+def only_leading_summed(g, shape):
+    return g.sum(axis=tuple(range(g.ndim - len(shape))))
+
+
+def only_ones_summed(g, shape):
+    return g.sum(axis=_stretched(g, shape), keepdims=True)
+
+
+def ones_summed_and_dropped(g, shape):
+    return g.sum(axis=tuple(range(g.ndim - len(shape))) + _stretched(g, shape))
+
+
+def block(x, p, kind=None):
+    """A GPT block from engine ops with one slip (``kind``)."""
+    T, (H, dh) = x.shape[0], p["attn.W_O"].shape[:2]
+
+    def ln(z, n):
+        return SOL._ln(z, p[f"{n}.w"], p[f"{n}.b"])
+
+    def attn(h):
+        q, k, v = (
+            ((h @ p[f"attn.W_{c}"].reshape(-1, H * dh)) + p[f"attn.b_{c}"])
+            .reshape(T, H, dh)
+            .transpose(0, 1)
+            for c in "qkv"
+        )
+        s = q @ k.mT / (1.0 if kind == "scale" else dh**0.5)
+        if kind != "causal":
+            s = tl.where(np.tri(T, dtype=bool), s, -np.inf)
+        z = (s.softmax(axis=-1) @ v).transpose(0, 1).reshape(T, H * dh)
+        return z @ p["attn.W_O"].reshape(H * dh, -1) + p["attn.b_O"]
+
+    def mlp(h):
+        return SOL._gelu(h @ p["mlp.W_in"] + p["mlp.b_in"]) @ p["mlp.W_out"] + p["mlp.b_out"]
+
+    if kind == "post":
+        x = ln(x + attn(x), "ln1")
+        return ln(x + mlp(x), "ln2")
+    if kind == "residual":
+        return mlp(ln(attn(ln(x, "ln1")), "ln2"))
+    x = x + attn(ln(x, "ln1"))
+    return x + mlp(ln(x, "ln2"))
+
+
+def adamw(kind):
+    def step(w, g, m, v, t, lr, betas, eps, weight_decay):
+        b1, b2 = betas
+        if kind == "coupled":
+            g = g + weight_decay * w
+        elif kind == "decay-scale":
+            w = w - weight_decay * w
+        elif kind != "no-decay":
+            w = w - lr * weight_decay * w
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g**2
+        mh, vh = (m, v) if kind == "bias" else (m / (1 - b1**t), v / (1 - b2**t))
+        d = lr * mh / ((vh if kind == "sqrt" else np.sqrt(vh)) + eps)
+        return (w + d if kind == "sign" else w - d), m, v
+
+    return step
+
+
+def clip(kind):
+    def f(grads, max_norm):
+        if kind == "per-array":
+            return [g * min(1, max_norm / (np.linalg.norm(g) + 1e-6)) for g in grads], 0.0
+        n = sum((g**2).sum() for g in grads)
+        n = n if kind == "no-sqrt" else np.sqrt(n)
+        s = max_norm / (n + 1e-6)
+        return [g * (s if kind == "scale-up" else min(1, s)) for g in grads], n
+
+    return f
+
+
+def dla(kind):
+    def f(model, cache, tokens):
+        W_U = model.W_U.numpy().astype(np.float64)
+        if kind != "no-gain":
+            W_U = W_U * model.ln_final.w.numpy()[:, None]
+        out = []
+        for layer in range(len(model.blocks)):
+            result = cache[f"blocks.{layer}.attn.hook_result"]
+            for h in range(result.shape[2]):
+                r = result[:, :, h]
+                r = r if kind == "no-centre" else r - r.mean(axis=-1, keepdims=True)
+                r = r if kind == "no-scale" else r / cache["ln_final.hook_scale"]
+                out.append((r * W_U.T[tokens]).sum(axis=-1))
+        return np.stack(out[:2] if kind == "shape" else out)
+
+    return f
+
+
+WRONG = {  # exercise -> (a wrong answer, the mistake it must be named as, words of the message)
+    "value": [
+        (AddsInsteadOfMul, "forward", "in a * b, the value is yours -0.6"),
+        (SeedlessValue, "seed", "every leaf's .grad is still 0"),
+        (SwappedMul, "local", "in a * b, a.grad is yours 0.7"),
+        (WrongSignTanh, "local", "(the wrong sign)"),
+        (OneLevel, "chain", "in (a * b + c).tanh(), "),
+        (Overwrites, "accumulate", "in a * a, a is used twice"),
+        (NoOrder, "order", "d is used by two ops, and it passed its gradient on before"),
+    ],
+    "array": [
+        (ArrayNoSumTo, "broadcast", "non-broadcastable output operand"),
+        (ArraySeedless, "seed", "every leaf's .grad is still 0"),
+        (ArrayOverwrites, "accumulate", "in (x * x).sum(), x is used twice"),
+        (ArrayNoOrder, "order", "in (h * h.tanh()).sum() with h = x @ W, "),
+    ],
+    "sum_to": [
+        (lambda g, shape: g, "ones", "axis 1 of the input"),
+        (only_leading_summed, "ones", "axis 1 of the input"),
+        (only_ones_summed, "leading", "g has 1 more leading axis(es)"),
+        (ones_summed_and_dropped, "keepdims", "summed but dropped"),
+        (lambda g, shape: SOL.sum_to(g, shape) / 2, "values", "the result["),
+        (lambda g, shape: SOL.sum_to(g, shape).ravel()[:1], "shape", "has shape (1,), not"),
+    ],
+    "gpt_block": [
+        (lambda x, p: block(x, p, "residual"), "block-residual", "has no residual connections"),
+        (lambda x, p: block(x, p, "causal"), "block-causal", "has no causal mask"),
+        (lambda x, p: block(x, p, "scale"), "block-scale", "has no 1/√d_head scale"),
+        (lambda x, p: block(x, p, "post"), "block-post", "normalizes after each residual add"),
+        (lambda x, p: block(x, p) * 1.01, "forward", "the block's output["),
+        (lambda x, p: tl.tensor(block(x, p).numpy()), "detached", "is not a Tensor made by"),
+        (
+            lambda x, p: block(x, {**p, "mlp.b_out": tl.tensor(p["mlp.b_out"].numpy())}),
+            "detached",
+            "no gradient reached mlp.b_out",
+        ),
+    ],
+    "adamw": [
+        *[(adamw(k), k, GRADER._ADAMW_SLIPS[k][:30]) for k in GRADER._ADAMW_SLIPS],
+        (lambda w, g, m, v, t, *a: (adamw(None)(w, g, m, v, t, *a)[0], m, v), "moments", "but m"),
+        (lambda *a: adamw(None)(*a)[0], "count", "returns the new (w, m, v)"),
+        (lambda *a: (adamw(None)(*a)[0] * 1.001, *adamw(None)(*a)[1:]), "values", "w["),
+    ],
+    "clip": [
+        *[(clip(k), k, GRADER._CLIP_SLIPS[k][:30]) for k in GRADER._CLIP_SLIPS],
+        (lambda gs, n: (clip(None)(gs, n)[0], 1.0), "values", "the norm you return is yours"),
+    ],
+    "dla": [
+        *[(dla(k), k, GRADER._DLA_SLIPS[k][:30]) for k in GRADER._DLA_SLIPS],
+        (dla("shape"), "shape", "one number per head"),
+        (lambda *a: dla(None)(*a) * 2, "values", "the attribution["),
+    ],
+}
+
+
+def test_every_own_case_exercise_has_its_wrong_answers():
+    assert set(WRONG) == {n for n, ex in EXERCISES.items() if ex.grade is not None}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_each_diagnosis_of_an_own_case_exercise(name):
+    """Every kind a grader names is reached by a wrong answer of that kind; the verdict points
+    to the hints and states no part of the rule."""
+    ex = EXERCISES[name]
+    kinds = set()
+    for wrong, kind, words in WRONG[name]:
+        v = check(name, wrong)
+        assert not v and v.done and v.mistake == kind, (kind, v.message)
+        assert words in v.message, (words, v.message)
+        assert f'stuck? hint("{name}")' in v.message and "\n" not in v.message
+        assert_no_formula(ex, v.message)
+        kinds.add(kind)
+    assert len(kinds) >= 3
+
+
+def test_an_error_in_an_own_case_answer_is_reported_not_raised():
+    def broken(*args):
+        return 1 / 0
+
+    for name in WRONG:
+        v = check(name, broken)
+        assert v.mistake == "error" and "ZeroDivisionError" in v.message, v.message
+    with pytest.raises(TypeError, match="pass your answer"):
+        check("value")
