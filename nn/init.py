@@ -1,27 +1,15 @@
 """Weight initialisation: fill a Parameter in place with random or constant values.
 
-Every function takes a Tensor, overwrites its ``.data`` in place (the same array keeps its
-identity, so optimizers and hooks still see it), bumps its version, and returns it. Random draws
-come from ``tensorlab.backend.generator(device)``, so ``tl.manual_seed(s)`` makes them
-reproducible.
+Every function takes a Tensor, overwrites its ``.data`` in place (the same array, so
+optimizers and hooks still see it), bumps its version, and returns it. Random draws come from
+``tensorlab.backend.generator(device)``, so ``tl.manual_seed(s)`` makes them reproducible.
 
-Fan convention (differs from PyTorch!)
---------------------------------------
-This project stores a linear layer's weight as ``W`` of shape ``(d_in, d_out)`` so that
-``y = x @ W + b`` (the circuits notation ``x W_Q``). PyTorch stores ``(out, in)``. So here::
-
-    2-D weight (d_in, d_out):          fan_in = shape[0],   fan_out = shape[1]
-    n-D weight (..., d_in, d_out):     fan_in = shape[-2],  fan_out = shape[-1]
-
-For more than two axes the leading axes index independent matrices (for example attention
-heads, ``W_Q`` of shape ``(n_head, d_model, d_head)``): each head's map is ``d_in -> d_out``, so
-the leading axes do not change the fans. (A weight whose leading axis is *summed over*, such as
-``W_O`` of shape ``(n_head, d_head, d_model)``, has a true fan-in of ``n_head * d_head``; reshape
-it to 2-D before initialising if that matters to you.) 0-D and 1-D tensors have no fans.
-
-The GPT-2 scheme (Radford et al. 2019, as in nanoGPT): every matrix ~ N(0, 0.02²), biases zero,
-layer-norm gains one, and the projections that write into the residual stream ~ N(0, σ²) with
-``σ = 0.02 / sqrt(2 · n_layer)`` (each of the ``n_layer`` blocks adds two such writes).
+Fan convention (differs from PyTorch!): a linear layer's weight is ``W`` of shape
+``(d_in, d_out)`` (``y = x @ W + b``; PyTorch stores ``(out, in)``), so ``fan_in = shape[-2]``
+and ``fan_out = shape[-1]``; leading axes index independent matrices (attention heads) and do
+not change the fans. (A weight whose leading axis is *summed over*, such as ``W_O`` of shape
+``(n_head, d_head, d_model)``, has a true fan-in of ``n_head * d_head``: reshape it to 2-D
+before initialising if that matters to you.) 0-D and 1-D tensors have no fans.
 """
 
 from __future__ import annotations
@@ -190,20 +178,13 @@ def uniform(shape, bound: float, dtype=DEFAULT_DTYPE, device: str | None = None)
 
 
 def normal(shape, std: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
-    """A Parameter with entries drawn from N(0, std²) (in float32 for float16 and bfloat16,
-    which the generators cannot draw, then rounded)."""
-    if _skip[0]:
-        return _empty(shape, dtype, device)
-    draw = np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64) else np.dtype(np.float32)
-    data = generator(device).standard_normal(shape, dtype=draw.type) * std
-    return Parameter(data.astype(np.dtype(dtype), copy=False))
+    """A Parameter with entries drawn from N(0, std²) (:func:`normal_`)."""
+    return normal_(_empty(shape, dtype, device), 0.0, std)
 
 
 def constant(shape, value: float, dtype=DEFAULT_DTYPE, device: str | None = None) -> Parameter:
     """A Parameter filled with ``value`` (zeros for biases, ones for gains)."""
-    if _skip[0]:
-        return _empty(shape, dtype, device)
-    return Parameter(xp_for(device).full(shape, value, dtype=np.dtype(dtype)))
+    return constant_(_empty(shape, dtype, device), value)
 
 
 def _empty(shape, dtype, device: str | None) -> Parameter:
