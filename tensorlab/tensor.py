@@ -725,11 +725,11 @@ class Tensor:
 
     def tril(self, k: int = 0) -> Tensor:
         _matrices("tril", self)
-        return Tril.apply(self, k=k)
+        return Triangle.apply(self, k=k, upper=False)
 
     def triu(self, k: int = 0) -> Tensor:
         _matrices("triu", self)
-        return Triu.apply(self, k=k)
+        return Triangle.apply(self, k=k, upper=True)
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, key) -> Tensor:
@@ -943,8 +943,7 @@ from tensorlab.ops.index import (  # noqa: E402
     GetItem,
     ScatterAdd,
     ScatterAlongAxis,
-    Tril,
-    Triu,
+    Triangle,
 )
 from tensorlab.ops.linalg import MatMul, autocast_inputs  # noqa: E402
 from tensorlab.ops.reduce import (  # noqa: E402

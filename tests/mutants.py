@@ -1522,16 +1522,10 @@ MUTANTS = {
             "scatter-add: float16 summed in float16 (stalls at 2048), bfloat16 refused by CuPy",
         ),
         (
-            "tril-dtype-not-kept",
-            "return xp_of(a).tril(a, k).astype(a.dtype, copy=False)",
-            "return xp_of(a).tril(a, k)",
-            "tril: CuPy's float32 for bfloat16 kept",
-        ),
-        (
-            "triu-dtype-not-kept",
-            "return xp_of(a).triu(a, k).astype(a.dtype, copy=False)",
-            "return xp_of(a).triu(a, k)",
-            "triu: CuPy's float32 for bfloat16 kept",
+            "triangle-dtype-not-kept",
+            "return y.astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)",
+            "return y  # (CuPy: bfloat16 -> float32)",
+            "tril/triu: CuPy's float32 for bfloat16 kept",
         ),
     ],
     "tensorlab/ops/linalg.py": [

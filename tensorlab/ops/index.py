@@ -133,23 +133,14 @@ class ScatterAlongAxis(Function):
         return GetItem.apply(g, key=_along_axis_index(xp_of(g.data), ctx.index, ctx.axis))
 
 
-class Tril(Function):
-    """y = a with entries above diagonal k (of the last two axes) set to 0;  da = tril(g, k)."""
+class Triangle(Function):
+    """y = a with the entries above diagonal k of the last two axes set to 0 (``tril``), or
+    those below it (``upper``: ``triu``);  da = the same triangle of g."""
 
-    def forward(ctx, a, k):
-        ctx.k = k
-        return xp_of(a).tril(a, k).astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
-
-    def backward(ctx, g):
-        return g.tril(ctx.k)
-
-
-class Triu(Function):
-    """y = a with entries below diagonal k (of the last two axes) set to 0;  da = triu(g, k)."""
-
-    def forward(ctx, a, k):
-        ctx.k = k
-        return xp_of(a).triu(a, k).astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
+    def forward(ctx, a, k, upper):
+        ctx.k, ctx.upper = k, upper
+        y = (xp_of(a).triu if upper else xp_of(a).tril)(a, k)
+        return y.astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
 
     def backward(ctx, g):
-        return g.triu(ctx.k)
+        return Triangle.apply(g, k=ctx.k, upper=ctx.upper)
