@@ -536,14 +536,15 @@ class NoOrder(SOL.Value):
             p._send()
 
 
-class OneLevel(SOL.Value):
-    def backward(self):  # only the output's own parents
+class LocalOnly(SOL.Value):
+    def backward(self):  # each parent gets the local derivative, not times the node's grad
         self.grad = 1.0
-        for p, local in zip(self.parents, self.local):
-            p.grad += local
+        for node in reversed(_walk(self)):
+            for p, local in zip(node.parents, node.local):
+                p.grad += local
 
 
-for _cls in (SeedlessValue, Overwrites, NoOrder, OneLevel):  # ops that make their own class
+for _cls in (SeedlessValue, Overwrites, NoOrder, LocalOnly):  # ops that make their own class
     for _op in ("__add__", "__mul__"):
         setattr(
             _cls,
@@ -713,7 +714,7 @@ WRONG = {  # exercise -> (a wrong answer, the mistake it must be named as, words
         (SeedlessValue, "seed", "every leaf's .grad is still 0"),
         (SwappedMul, "local", "in a * b, a.grad is yours 0.7"),
         (WrongSignTanh, "local", "(the wrong sign)"),
-        (OneLevel, "chain", "in (a * b + c).tanh(), "),
+        (LocalOnly, "chain", "in (a * b + c).tanh(), "),
         (Overwrites, "accumulate", "in a * a, a is used twice"),
         (NoOrder, "order", "d is used by two ops, and it passed its gradient on before"),
     ],
