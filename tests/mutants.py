@@ -2980,8 +2980,8 @@ MUTANTS = {
         ),
         (
             "truncation-json-strategies-swapped",
-            'strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlyFirst", "OnlySecond")))',
-            'strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlySecond", "OnlyFirst")))',
+            '    "only_first": "OnlyFirst",\n    "only_second": "OnlySecond",',
+            '    "only_first": "OnlySecond",\n    "only_second": "OnlyFirst",',
             "truncation_json: only_first written as OnlySecond and back",
         ),
         (

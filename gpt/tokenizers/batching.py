@@ -1,16 +1,13 @@
 """Truncation and padding: making encoded texts fit a length, and a batch rectangular.
 
-A model takes at most so many positions (BERT: 512), and a batch is one array, so encodings are
-cut to a maximum length and padded to a common one. This follows the ``tokenizers`` library,
-whose ``tokenizer.json`` may carry both settings (``"truncation"`` and ``"padding"``):
-
-* Truncation keeps ``max_length`` ids, counting the special tokens the post-processor will add.
-  With a pair of texts, ``longest_first`` shortens the longer one first (when both must be cut
-  they end up with half each); ``only_first`` / ``only_second`` cut just one. ``direction``
-  "right" drops the end, "left" the beginning.
-* Padding appends (or, ``direction="left"``, prepends) ``pad_id`` up to ``length``, or to the
-  longest encoding of the batch if ``length`` is None, rounded up to a multiple of
-  ``multiple_of``. The attention mask is 1 for real tokens and 0 for padding.
+As the ``tokenizers`` library does it, whose ``tokenizer.json`` may carry both settings
+(``"truncation"``, ``"padding"``). Truncation keeps ``max_length`` ids, counting the special
+tokens the post-processor will add; with a pair of texts ``longest_first`` shortens the longer
+one first (when both must be cut they end up with half each), ``only_first`` / ``only_second``
+cut just one; ``direction`` "right" drops the end, "left" the beginning. Padding appends (or,
+``direction="left"``, prepends) ``pad_id`` up to ``length``, or to the longest encoding of the
+batch if ``length`` is None, rounded up to a multiple of ``multiple_of``; the attention mask is
+1 for real tokens and 0 for padding.
 """
 
 from __future__ import annotations
@@ -19,10 +16,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .base import TokenizerError, TokenizerFileError
-from .fields import check, get
+from .base import TokenizerError
+from .fields import Part, check
 
-STRATEGIES = ("longest_first", "only_first", "only_second")
+#: the truncation strategies, and their names in a tokenizer.json
+STRATEGIES = {
+    "longest_first": "LongestFirst",
+    "only_first": "OnlyFirst",
+    "only_second": "OnlySecond",
+}
 DIRECTIONS = ("right", "left")
 
 
@@ -38,7 +40,7 @@ class Truncation:
         if self.max_length < 0:
             raise TokenizerError(f"truncation max_length must be >= 0, got {self.max_length}")
         if self.strategy not in STRATEGIES:
-            raise TokenizerError(f"truncation strategy must be one of {STRATEGIES}")
+            raise TokenizerError(f"truncation strategy must be one of {tuple(STRATEGIES)}")
         if self.direction not in DIRECTIONS:
             raise TokenizerError(f"truncation direction must be one of {DIRECTIONS}")
 
@@ -126,67 +128,49 @@ def pad(batch: list[list[int]], params: Padding) -> tuple[list[list[int]], list[
     return out, masks
 
 
-# ----- reading the settings of a tokenizer.json ---------------------------------------------------
-
-
-def _direction(spec: dict, path, where: str) -> str:
-    value = get(spec, "direction", "str", path, where, "Right")
-    if value not in ("Right", "Left"):
-        raise TokenizerFileError(path, f"field {where}.direction must be Right or Left: {value!r}")
-    return value.lower()
+def _direction(p: Part) -> str:
+    return p.choice("direction", ("Right", "Left"), "Right").lower()
 
 
 def read_truncation(spec: Any, path: str | os.PathLike) -> Truncation | None:
+    """The ``"truncation"`` entry of a tokenizer.json."""
     if spec is None:
         return None
-    check(spec, "object", path, "truncation")
-    strategy = get(spec, "strategy", "str", path, "truncation", "LongestFirst")
-    names = {
-        "LongestFirst": "longest_first",
-        "OnlyFirst": "only_first",
-        "OnlySecond": "only_second",
-    }
-    if strategy not in names:
-        raise TokenizerFileError(
-            path, f"field truncation.strategy must be one of {list(names)}, got {strategy!r}"
-        )
-    max_length = get(spec, "max_length", "int", path, "truncation")
+    p = Part(spec, path, "truncation")
+    strategy = p.choice("strategy", tuple(STRATEGIES.values()), "LongestFirst")
+    max_length = p("max_length", "int")
     if max_length < 0:
-        raise TokenizerFileError(path, f"field truncation.max_length must be >= 0: {max_length}")
-    return Truncation(max_length, names[strategy], _direction(spec, path, "truncation"))
+        raise p.error(f"field truncation.max_length must be >= 0: {max_length}")
+    ours = {name: our for our, name in STRATEGIES.items()}[strategy]
+    return Truncation(max_length, ours, _direction(p))
 
 
 def read_padding(spec: Any, path: str | os.PathLike) -> Padding | None:
+    """The ``"padding"`` entry of a tokenizer.json."""
     if spec is None:
         return None
-    check(spec, "object", path, "padding")
+    p = Part(spec, path, "padding")
     strategy = spec.get("strategy", "BatchLongest")
     if strategy == "BatchLongest":
         length = None
     elif isinstance(strategy, dict) and list(strategy) == ["Fixed"]:
         length = check(strategy["Fixed"], "int", path, "padding.strategy.Fixed")
     else:
-        raise TokenizerFileError(
-            path, f'field padding.strategy must be "BatchLongest" or {{"Fixed": n}}: {strategy!r}'
+        raise p.error(
+            f'field padding.strategy must be "BatchLongest" or {{"Fixed": n}}: {strategy!r}'
         )
-    multiple = get(spec, "pad_to_multiple_of", "int|null", path, "padding", None)
-    return Padding(
-        get(spec, "pad_id", "int", path, "padding", 0),
-        length,
-        _direction(spec, path, "padding"),
-        multiple or None,
-    )
+    multiple = p("pad_to_multiple_of", "int|null", None) or None
+    return Padding(p("pad_id", "int", 0), length, _direction(p), multiple)
 
 
 def truncation_json(params: Truncation | None) -> dict[str, Any] | None:
     """``params`` as a tokenizer.json ``"truncation"`` entry."""
     if params is None:
         return None
-    strategy = dict(zip(STRATEGIES, ("LongestFirst", "OnlyFirst", "OnlySecond")))
     return {
         "direction": params.direction.capitalize(),
         "max_length": params.max_length,
-        "strategy": strategy[params.strategy],
+        "strategy": STRATEGIES[params.strategy],
         "stride": 0,
     }
 

@@ -72,8 +72,6 @@ class ByteBPE(Tokenizer):
             trained_json(special_tokens, None, pre, decoder | {"use_regex": True}, model)
         )
 
-    # ----- training ----------------------------------------------------------------------------
-
     @classmethod
     def train(
         cls,
@@ -115,8 +113,6 @@ class ByteBPE(Tokenizer):
             vocab[256 + k] = vocab[a] + vocab[b]
         n = len(vocab)
         return cls(vocab, merges, {t: n + k for k, t in enumerate(specials)}, pattern)
-
-    # ----- bytes -------------------------------------------------------------------------------
 
     def token_bytes(self, i: int) -> bytes:
         """The bytes of one token (a special token's UTF-8)."""

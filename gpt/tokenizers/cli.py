@@ -1,10 +1,5 @@
-"""The tokenizer commands of python -m gpt: tokenizer-report and tokenizer-train.
-
-python -m gpt tokenizer-report --text data.txt                   # train all four, compare
-python -m gpt tokenizer-report --text data.txt --kinds bpe,unigram --vocab-size 4096
-python -m gpt tokenizer-report --text data.txt --tokenizer tok.json --html tokens.html
-python -m gpt tokenizer-train --text data.txt --kind bpe --vocab-size 4096 --out tok.json
-"""
+"""The tokenizer commands of python -m gpt: tokenizer-report and tokenizer-train (examples in
+their ``--help``)."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from pathlib import Path
 from nn.serialization import atomic_write
 
 from .base import TokenizerError
-from .files import load
+from .files import load, read_text
 from .metrics import format_reports, report
 from .tokenizer import Tokenizer
 
@@ -80,15 +75,6 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _read_text(path: str) -> str | None:
-    """The text of ``--text``; None, after saying why on stderr, if it cannot be read."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"error: cannot read {path}: {e}", file=sys.stderr)
-        return None
-
-
 def _train(kind: str, text: str, args: argparse.Namespace) -> Tokenizer:
     """Train one kind with the command's ``--vocab-size`` and ``--special``. The character
     tokenizer keeps every character it sees (no vocabulary size) and maps new ones to <unk>."""
@@ -103,19 +89,17 @@ def run_report(args: argparse.Namespace) -> int:
     """Run the command; returns a process exit code (0 ok, 2 bad input)."""
     from . import KINDS
 
-    text = _read_text(args.text)
-    if text is None:
-        return 2
     fraction = args.train_fraction
     if fraction is None:
         fraction = 0.0 if args.tokenizer else 0.9
     if not 0.0 <= fraction < 1.0:
         print(f"error: --train-fraction must be in [0, 1), got {fraction}", file=sys.stderr)
         return 2
-    cut = int(len(text) * fraction)
-    train_text, heldout = text[:cut], text[cut:]
     reports, tokenizers = [], {}
     try:
+        text = read_text(args.text)
+        cut = int(len(text) * fraction)
+        train_text, heldout = text[:cut], text[cut:]
         for path in args.tokenizer:
             tokenizers[Path(path).name] = tok = load(path)
             reports.append(report(tok, heldout, name=Path(path).name))
@@ -179,12 +163,9 @@ def run_train(args: argparse.Namespace) -> int:
     if Path(args.out).exists() and not args.overwrite:  # it may be a training run's tokenizer
         print(f"error: --out {args.out} exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
-    text = _read_text(args.text)
-    if text is None:
-        return 2
     t0 = time.perf_counter()
     try:
-        tok = _train(args.kind, text, args)
+        tok = _train(args.kind, read_text(args.text), args)
         tok.save(args.out)
     except TokenizerError as e:
         print(f"error: {e}", file=sys.stderr)

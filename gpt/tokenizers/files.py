@@ -49,21 +49,27 @@ def _nesting(value: Any) -> int:
     return depth
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file, turning every failure into a TokenizerFileError naming the file."""
+def read_text(path: str | os.PathLike) -> str:
+    """Read a UTF-8 file, turning every failure into a TokenizerFileError naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            return f.read()
     except FileNotFoundError:
         raise TokenizerFileError(path, "no such file") from None
     except UnicodeDecodeError as e:
         raise TokenizerFileError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise TokenizerFileError(path, f"cannot be read: {e.strerror or e}") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file, turning every failure into a TokenizerFileError naming the file."""
+    try:
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise TokenizerFileError(path, f"not valid JSON: {e}") from None
     except RecursionError:  # deeper than this Python parses, so deeper than the limit
         raise TokenizerFileError(path, TOO_DEEP) from None
-    except OSError as e:
-        raise TokenizerFileError(path, f"cannot be read: {e.strerror or e}") from None
     if _nesting(data) > MAX_JSON_DEPTH:
         raise TokenizerFileError(path, TOO_DEEP)
     return data
@@ -116,13 +122,7 @@ def load_gpt2(
     vocab_t2i = read_json(vocab_path)
     if not isinstance(vocab_t2i, dict) or not all(isinstance(i, int) for i in vocab_t2i.values()):
         raise TokenizerFileError(vocab_path, "expected a JSON object mapping tokens to ids")
-    try:
-        with open(merges_path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise TokenizerFileError(merges_path, "no such file") from None
-    except UnicodeDecodeError as e:
-        raise TokenizerFileError(merges_path, f"not UTF-8 text ({e.reason})") from None
+    lines = read_text(merges_path).splitlines()
     merges = []
     for n, line in enumerate(lines, 1):
         if not line.strip() or (n == 1 and line.startswith("#version")):

@@ -15,6 +15,7 @@ under the table how each one cuts a sample line of the text (the token visualize
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -48,12 +49,7 @@ class TokenizerReport:
 
 def first_difference(a: str, b: str) -> int | None:
     """Index of the first position where a and b differ (None if equal)."""
-    if a == b:
-        return None
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
+    return None if a == b else len(os.path.commonprefix([a, b]))
 
 
 def report(

@@ -79,8 +79,6 @@ class Unigram(Tokenizer):
         specials = {t: ids[t] for t in special_tokens}
         super().__init__(trained_json(specials, None, pre, meta | {"split": True}, model))
 
-    # ----- training ----------------------------------------------------------------------------
-
     @classmethod
     def train(
         cls,
@@ -370,8 +368,9 @@ def _layout(lengths: np.ndarray, max_len: int):
     """
     base = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
     n_nodes = int(lengths.sum() + len(lengths))
-    starts, ends = _spans(lengths, max_len)
-    word = np.repeat(np.arange(len(lengths)), _n_spans(lengths, max_len))
+    spans = [_span_array(n, max_len) for n in lengths.tolist()]
+    starts, ends = np.concatenate(spans).reshape(-1, 2).T
+    word = np.repeat(np.arange(len(lengths)), [len(a) // 2 for a in spans])
     return base, n_nodes, word, starts, ends
 
 
@@ -379,32 +378,14 @@ def _layout(lengths: np.ndarray, max_len: int):
 def _span_list(n: int, max_len: int) -> tuple[tuple[int, int], ...]:
     """(start, end) of every substring of up to ``max_len`` characters of a string of length
     ``n``, by start, then end: the one order in which candidate ids are read off the strings and
-    ``_spans`` lists the offsets of their edges, so the two line up."""
+    ``_layout`` lists their edges, so the two line up."""
     return tuple((i, j) for i in range(n) for j in range(i + 1, min(n, i + max_len) + 1))
 
 
-def _n_spans(lengths: np.ndarray, max_len: int) -> np.ndarray:
-    """Number of substrings of up to max_len characters in a string of each length."""
-    m = np.minimum(lengths, max_len)
-    return m * lengths - m * (m - 1) // 2
-
-
-_SPAN_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _spans(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) offsets of every substring of strings of each length, string after string,
-    in ``_span_list`` order."""
-    starts, ends = [], []
-    for n in lengths.tolist():
-        key = (n, max_len)
-        if key not in _SPAN_CACHE:
-            arr = np.array(_span_list(n, max_len), dtype=np.int64).reshape(-1, 2)
-            _SPAN_CACHE[key] = (arr[:, 0], arr[:, 1])
-        a, b = _SPAN_CACHE[key]
-        starts.append(a)
-        ends.append(b)
-    return np.concatenate(starts), np.concatenate(ends)
+@functools.cache
+def _span_array(n: int, max_len: int) -> np.ndarray:
+    """``_span_list`` flat, as an array: start, end, start, end, ..."""
+    return np.array(_span_list(n, max_len), dtype=np.int64).reshape(-1)
 
 
 def _normalize(logp: np.ndarray, alive: np.ndarray) -> np.ndarray:

@@ -67,8 +67,6 @@ class WordPiece(Tokenizer):
             )
         )
 
-    # ----- training ----------------------------------------------------------------------------
-
     @classmethod
     def train(
         cls,
