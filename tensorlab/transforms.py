@@ -1,17 +1,10 @@
 """Functional transforms: derivatives of a function, as functions of its inputs.
 
-Everything here is built on :func:`tensorlab.grad`, the vector-Jacobian product (VJP): for
-y = f(x) and a vector v shaped like y, ``grad(y, x, v)`` is vᵀ J with J = ∂y/∂x.
-
-- :func:`vjp` is that product, returned with f(x).
-- :func:`jvp` is the other product, J u, for u shaped like x. Reverse mode does not give it
-  directly; the double-VJP trick does. With a dummy w shaped like y, h(w) = wᵀ J = grad(y, x, w)
-  is linear in w, so its own VJP with u is (∂h/∂w)ᵀ u = J u. Two backward passes, no new
-  machinery.
-- :func:`jacobian` stacks one VJP per output entry (v = each one-hot in turn): J row by row.
-- :func:`hessian` is the Jacobian of the gradient (f scalar), built with ``create_graph``.
-- :func:`vhp` and :func:`hvp` are vᵀ H and H v: the gradient of (∇f · v), one double backward.
-  For f twice continuously differentiable H is symmetric and the two are equal.
+All are built on :func:`tensorlab.grad`, the vector-Jacobian product vᵀ J (J = ∂y/∂x):
+:func:`vjp` is that product; :func:`jvp`, J u, is the VJP of the linear map w ↦ wᵀ J (two
+backward passes, the double-VJP trick); :func:`jacobian` is one VJP per output entry;
+:func:`hessian` the Jacobian of the gradient; :func:`vhp` and :func:`hvp` the gradient of
+∇f · v. The table and the reasoning: docs/autograd.md, section 10.
 
 Signatures follow ``torch.autograd.functional``: ``inputs`` is a Tensor or a tuple of Tensors,
 and results take the same structure; ``v`` has the structure of the outputs (vjp) or of the
@@ -92,7 +85,8 @@ def _match(v, like: tuple[Tensor, ...], fn: str, what: str) -> tuple[Tensor, ...
 
 
 def _vjp_of(outs, xs, vs, create_graph: bool, retain: bool = True):
-    pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
+    """Σ vᵀ ∂out/∂xs over the outputs that depend on xs (None: out does not)."""
+    pairs = [(o, v) for o, v in zip(outs, vs) if o is not None and o.requires_grad]
     if not pairs:
         return [None] * len(xs)
     return grad(
@@ -125,19 +119,7 @@ def jvp(func: Callable, inputs, v=None, create_graph: bool = False, strict: bool
     vs = _match(v, xs, "jvp", "input")
     ws = tuple(Tensor._wrap(o.data * 0).requires_grad_() for o in outs)  # the dummy w
     hs = _vjp_of(outs, xs, ws, create_graph=True)  # wᵀ J, linear in w
-    pairs = [(h, u) for h, u in zip(hs, vs) if h is not None and h.requires_grad]
-    if pairs:
-        ju = grad(
-            [h for h, _ in pairs],
-            list(ws),
-            grad_outputs=[u for _, u in pairs],
-            retain_graph=create_graph,
-            create_graph=create_graph,
-            allow_unused=True,
-        )
-    else:
-        ju = [None] * len(ws)
-    ju = _fill(ju, outs, strict, "jvp", "output")
+    ju = _fill(_vjp_of(hs, ws, vs, create_graph, create_graph), outs, strict, "jvp", "output")
     outs, ju = _detach_all(outs, create_graph), _detach_all(ju, create_graph)
     return (outs if out_tuple else outs[0]), (ju if out_tuple else ju[0])
 
