@@ -4,14 +4,11 @@ For a function f and an input entry xᵢ, the central difference
 
     (f(x + ε eᵢ) - f(x - ε eᵢ)) / 2ε  =  ∂f/∂xᵢ + O(ε²)
 
-approximates one column of the Jacobian. With float64 and ε = 1e-6 the truncation error
-(~ε² f''') is about 1e-12 and the rounding error (~1e-16 |f| / ε) about 1e-10 |f|, both far
-below the default tolerance |analytic - numeric| ≤ atol + rtol·|numeric| with atol = 1e-5,
-rtol = 1e-3 (the defaults of PyTorch's gradcheck). In float32 the rounding term alone is
-~1e-7/ε, so checks must run in float64: inputs of another dtype are refused.
-
-The analytic Jacobian is built row by row, one backward per output entry, so both sides are
-full Jacobians and a mismatch is reported at the exact (output, input) entry.
+approximates one column of the Jacobian. The analytic Jacobian is built row by row, one
+backward per output entry, so both sides are full Jacobians and a mismatch is reported at the
+exact (output, input) entry. Checks run in float64 with ε = 1e-6 and pass when
+|analytic - numeric| ≤ atol + rtol·|numeric| (atol = 1e-5, rtol = 1e-3, PyTorch's defaults);
+why these numbers, and why float32 is refused: docs/autograd.md, section 8.
 """
 
 from __future__ import annotations
@@ -147,7 +144,6 @@ def gradgradcheck(
     """Check second derivatives: gradcheck of ``v ↦ vᵀ ∂fn/∂x`` (built with
     ``create_graph=True``) with respect to both the inputs and ``v``."""
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    wrt = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
     outs = _as_list(fn(*inputs))
     if grad_outputs is None:
         rng = np.random.default_rng(seed)
@@ -159,8 +155,7 @@ def gradgradcheck(
     def first_derivative(*args):
         xs = list(args[:n])
         diff = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
-        outs = [o for o in _as_list(fn(*xs))]
-        pairs = [(o, v) for o, v in zip(outs, args[n:]) if o.requires_grad]
+        pairs = [(o, v) for o, v in zip(_as_list(fn(*xs)), args[n:]) if o.requires_grad]
         gs = _grad(
             [o for o, _ in pairs],
             diff,
@@ -171,7 +166,6 @@ def gradgradcheck(
         return tuple(g for g in gs if g is not None)
 
     first_derivative.__name__ = f"d({getattr(fn, '__name__', 'fn')})"
-    del wrt
     return gradcheck(
         first_derivative,
         inputs + list(grad_outputs),
