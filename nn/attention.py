@@ -51,13 +51,9 @@ _causal_cache: dict = {}
 
 
 def causal_keep(xp, T_q: int, T_k: int, window: int | None = None):
-    """Boolean (T_q, T_k): query i may see key j iff j ≤ i + (T_k - T_q), and with a sliding
-    ``window`` W also i + (T_k - T_q) - j < W (each query sees itself and the W - 1 keys
-    before it, as Mistral's ``sliding_window``).
-
-    Queries are aligned with the *last* T_q keys, which is what a key/value cache needs (the
-    new tokens come after the cached ones); for T_q = T_k it is the usual lower triangle.
-    """
+    """Boolean (T_q, T_k): query i may see key j iff j ≤ i + (T_k - T_q) (queries aligned with
+    the *last* T_q keys, as a key/value cache needs), and with a sliding ``window`` W also
+    i + (T_k - T_q) - j < W (itself and the W - 1 keys before it, Mistral's)."""
     keep = xp.tri(T_q, T_k, T_k - T_q, dtype=bool)
     if window is not None:
         keep &= ~xp.tri(T_q, T_k, T_k - T_q - window, dtype=bool)
@@ -193,7 +189,7 @@ class AttentionFn(Function):
         ctx.blocks = query_blocks(
             q.shape[-3], k.shape[-3], causal, window, BLOCK_ROWS[device_of(q)]
         )
-        ctx.E, total = [], None  # E block by block; l (..., H, T_q, 1) for every query
+        ctx.E, sums = [], []  # E and l (..., H, T_q, 1) block by block
         Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
         q = q * scale  # s Q, once for every block
         for rows, keys in ctx.blocks:
@@ -206,14 +202,10 @@ class AttentionFn(Function):
                 window,
             )
             ctx.E.append(E)
-            if len(ctx.blocks) == 1:
-                total = l
-            else:
-                if total is None:
-                    total = xp.empty(l.shape[:-2] + (q.shape[-3], 1), l.dtype)
-                total[..., rows, :] = l
+            sums.append(l)
             P = E if dropout_mask is None else E * _cut(dropout_mask, rows, keys)
             xp.matmul(P, _heads_first(v[..., keys, :, :]), out=_heads_first(Y[..., rows, :, :]))
+        total = sums[0] if len(sums) == 1 else xp.concatenate(sums, axis=-2)  # the blocks' rows
         Y /= _heads_first(total)  # (..., T_q, H, 1)
         ctx.total = total
         ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
@@ -382,17 +374,12 @@ def scaled_dot_product_attention(
 
 
 class KVCache:
-    """The keys and values one attention layer has seen, for incremental decoding.
-
-    Self-attention appends each step's keys and values (shape (B, T, H_kv, d_head), after any
-    rotary embedding; with grouped-query attention only the H_kv key/value heads are kept);
-    ``len(cache)`` is the number of cached positions and ``seen`` the number of positions
-    appended so far, which is also the position of the next token. With a sliding window W
-    the cache keeps only the last W - 1 positions (all a later query can see), so
-    ``len(cache)`` stops growing while ``seen`` goes on. Cross-attention stores the source's
-    keys and values on the first call and reuses them afterwards. Use one cache per layer and
-    per sequence batch.
-    """
+    """The keys and values one attention layer has seen, for incremental decoding (one cache
+    per layer and per sequence batch). Self-attention appends each step's (B, T, H_kv, d_head),
+    after any rotary embedding; ``len(cache)`` is the number of cached positions, ``seen`` the
+    number appended so far (the next token's position). With a sliding window W only the last
+    W - 1 are kept (all a later query can see). Cross-attention keeps the source's keys and
+    values from its first call."""
 
     def __init__(self) -> None:
         self.k: Tensor | None = None
@@ -670,14 +657,11 @@ class MultiHeadAttention(Module):
 
 
 class SelfAttention(MultiHeadAttention):
-    """Attention of a sequence to itself, bidirectional or causal.
-
-    Args: ``d_model``, ``n_head``, ``d_head``, ``n_kv_head``, ``bias``, ``dropout`` (see
-    :class:`MultiHeadAttention`); ``causal``: True lets each query see only keys at its own
-    position or earlier; an int W is a causal sliding window (Mistral): each query sees
-    itself and the W - 1 positions before it, and a :class:`KVCache` then keeps W - 1
-    positions. ``positions``: a :class:`RotaryEmbedding` applied to queries and keys, or a
-    :class:`RelativePositionBias` whose (H, T_q, T_k) bias is added to the scores, or None.
+    """Attention of a sequence to itself, bidirectional or causal (the other arguments: see
+    :class:`MultiHeadAttention`). ``causal``: True lets each query see only keys at its own
+    position or earlier; an int W is a causal sliding window (Mistral): each query sees itself
+    and the W - 1 positions before it. ``positions``: a :class:`RotaryEmbedding` applied to
+    queries and keys, or a :class:`RelativePositionBias` added to the scores, or None.
 
     ``forward(x, key_padding_mask=None, mask=None, cache=None)``: x (B, T, d_model) → (B, T,
     d_model); with a cache, x holds only the new positions.
@@ -723,10 +707,7 @@ class SelfAttention(MultiHeadAttention):
 
 class CrossAttention(MultiHeadAttention):
     """Attention of a sequence x to another, ``source`` (an encoder's output): queries from x,
-    keys and values from the source, no causal mask.
-
-    Args: ``d_model``, ``n_head``, ``d_source`` (the source's width, default d_model),
-    ``d_head``, ``n_kv_head``, ``bias``, ``dropout`` (see :class:`MultiHeadAttention`).
+    keys and values from the source (``d_source`` wide, default d_model), no causal mask.
 
     ``forward(x, source=None, key_padding_mask=None, mask=None, cache=None)``: x (B, T_q,
     d_model), source (B, T_k, d_source) → (B, T_q, d_model). A :class:`KVCache` keeps the

@@ -1950,9 +1950,9 @@ MUTANTS = {
         ),
         (
             "blocks-totals-misplaced",
-            "total[..., rows, :] = l",
-            "total[..., : l.shape[-2], :] = l",
-            "AttentionFn: every block's row sums l written to the first block's rows",
+            "xp.concatenate(sums, axis=-2)",
+            "xp.concatenate(sums[::-1], axis=-2)",
+            "AttentionFn: the blocks' row sums l put back in the reverse order",
         ),
         (
             "blocks-broadcast-rows-cut",
