@@ -1,34 +1,18 @@
 """Activation checkpointing: ``y = tl.checkpoint(fn, *args)`` is ``fn(*args)`` that keeps none
 of the arrays ``fn``'s ops save for backward, and recomputes them when the gradient arrives.
+Wrap each block of a deep network (``x = tl.checkpoint(block, x)``) and only one block's
+activations are alive at a time, for one more forward per step (docs/autograd.md, section 11).
 
-A training step holds, until its backward, every array the forward's ops saved: for a
-transformer, a few activations of every layer. Wrapping each block in ``checkpoint`` keeps
-only the block's inputs; the backward runs the block's forward once more (about a third more
-compute for the step) to rebuild its graph, backpropagates through it, and drops it again.
-So at most one block's activations are alive at a time.
-
-How it is one node of the graph (:class:`Checkpoint`):
-
-1. ``fn`` runs once with the graph recorded, inside a ``named_scope`` of its own, to find the
-   tensors it reads from outside that require grad (a module's parameters, or any tensor
-   computed earlier): these and the tensor arguments become the node's inputs, so the engine
-   sends their gradients on like any op's. The recorded graph is then dropped: only the
-   output's array is kept.
-2. The node's backward runs ``fn`` again on the same inputs (with the random generators put
-   back where they were, so dropout draws the same mask) and backpropagates ``g`` through the
-   new graph, stopping at the inputs (``autograd.grads_at_inputs``, the mechanism the fused ops
-   use under ``create_graph``); the graph is freed as soon as that returns.
-
-Under ``create_graph=True`` the engine differentiates the node's ``composed`` form, which is
-the same recomputation, so higher derivatives work too. The gradients are those of
-``fn(*args)`` without checkpointing, bit for bit where the recomputation is deterministic.
-``fn`` must return one Tensor, must not change its inputs in place, and, if it is random,
-must draw from tensorlab's generators (``tensorlab.backend.generator``). It runs twice per
-step, so its side effects (a module's forward hooks, an activation cache) happen twice.
-
-Wiring it into a model is one line per block, e.g. in a GPT's loop over blocks::
-
-    x = tl.checkpoint(block, x) if checkpointing else block(x)
+It is one node of the graph (:class:`Checkpoint`). ``fn`` runs once with the graph recorded,
+inside a ``named_scope`` of its own, to find the tensors it reads from outside that require
+grad (a module's parameters, earlier results): with the tensor arguments they become the
+node's inputs, and that graph is dropped. The backward runs ``fn`` again on the inputs, with
+the random generators put back where they were (dropout draws the same mask), and
+backpropagates ``g`` to the inputs (``autograd.grads_at_inputs``, as the fused ops do under
+``create_graph``); under ``create_graph=True`` the engine differentiates the same
+recomputation (``composed``). ``fn`` must return one Tensor, must not change its inputs in
+place, and must draw random numbers from tensorlab's generators; its side effects (hooks, an
+activation cache) happen twice.
 """
 
 from __future__ import annotations
