@@ -63,7 +63,8 @@ class GradScaler:
         if self._found_inf is not None:
             return self._found_inf
         found = False
-        grads = [p.grad.data for p in _params_with_grad(optimizer)] if self.enabled else []
+        params = [p for g in optimizer.param_groups for p in g["params"]] if self.enabled else []
+        grads = [p.grad.data for p in params if p.grad is not None]
         if grads:
             scale_kernel.each((grads,), 1.0 / self.scale_value)  # one launch on a GPU
             # inf or NaN somewhere exactly when Σ g² is not finite: summed in float64, the
@@ -105,10 +106,3 @@ class GradScaler:
         self.scale_value = float(state["scale"])
         self.good_steps = int(state["good_steps"])
         self.skipped = int(state.get("skipped", 0))
-
-
-def _params_with_grad(optimizer: Optimizer):
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None:
-                yield p

@@ -60,8 +60,8 @@ class LinearFn(Function):
 
     @staticmethod
     def composed(x, W, *b, in_dims=1):
-        d_in, d_out = math.prod(W.shape[:in_dims]), math.prod(W.shape[in_dims:])
-        y = x.reshape(x.shape[: x.ndim - in_dims] + (d_in,)) @ W.reshape(d_in, d_out)
+        x2, W2 = _as_matrices(x, W, in_dims)
+        y = x2 @ W2
         if b:
             y = y + b[0]
         return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
