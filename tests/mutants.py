@@ -2914,6 +2914,24 @@ MUTANTS = {
             "data = json.dumps(self.frames)",
             "a tensor name holding </script> ends the page's script early",
         ),
+        (
+            "steps-auto-never-dot",
+            'return render == "dot" or (render == "auto" and _dot_on_path())',
+            'return render == "dot"',
+            'backward_steps(render="auto") leaves the picture to viz.js even where dot is installed',
+        ),
+        (
+            "drawing-needs-dot-again",
+            "            if not _dot_on_path():  # the browser draws it",
+            "            if False:  # the browser draws it",
+            "without dot a notebook gets no drawing (graphviz's display fails) instead of viz.js's",
+        ),
+        (
+            "viz-not-embedded",
+            'VIZ="" if here else _viz_js(),',
+            'VIZ="",',
+            "a step page the browser must draw lacks viz.js: its picture never appears",
+        ),
     ],
     "gpt/tokenizers/alignment.py": [
         (
