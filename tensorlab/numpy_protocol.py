@@ -1,18 +1,12 @@
 """NumPy calls on Tensors: ``np.sin(x)``, ``np.sum(x, axis=0)``, ``array * x``.
 
-NumPy hands a call that involves a Tensor to ``Tensor.__array_ufunc__`` (for ufuncs such as
-``np.sin`` or the ``*`` of ``array * x``) or ``Tensor.__array_function__`` (for functions such
-as ``np.sum``). Without these hooks NumPy would convert the tensor with ``__array__`` and
-return a plain array: the result would look right and the graph would be gone, so a later
-``backward()`` would silently miss everything computed that way.
-
-So each call either runs the engine op of the same meaning (the tables below: the result is a
-Tensor, in the graph) or raises a ``TypeError`` that names the NumPy function. Ufuncs whose
-result is a predicate (``np.isnan``, comparisons) or piecewise constant (``np.floor``,
-``np.sign``: derivative 0 wherever it exists) return a constant Tensor. ``np.asarray(x)`` and
-``np.array(x)`` are conversions, not calls: they still give the values as an array.
-
-Only NumPy calls reach this file; ``x * y`` and ``x.sin()`` never do.
+NumPy hands a call that involves a Tensor to ``Tensor.__array_ufunc__`` (ufuncs, and the ``*``
+of ``array * x``) or ``Tensor.__array_function__`` (``np.sum``, ...). Without them it would
+convert the tensor with ``__array__`` and return a plain array, the graph silently gone. So
+each call runs the engine op of the same meaning (the tables below), returns a constant Tensor
+for predicates and piecewise-constant ufuncs (``np.isnan``, ``np.floor``), or raises a
+``TypeError`` that names the NumPy function (docs/autograd.md, section 9). ``np.asarray(x)`` is
+a conversion, not a call: it still gives the values. ``x * y`` and ``x.sin()`` never come here.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorlab.backend import xp_of
-from tensorlab.ops.elementwise import Add, Div, Mul, Sub
+from tensorlab.ops.elementwise import Add, Div, Maximum, Minimum, Mul, Pow, Sub
 from tensorlab.ops.linalg import MatMul, einsum
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.tensor import Tensor, _lift, where
@@ -33,17 +27,9 @@ def _tensor_first(a, b):
     return _lift(a, b), b
 
 
-def _binary(method: str):
-    def call(a, b):
-        a, b = _tensor_first(a, b)
-        return getattr(a, method)(b)
-
-    return call
-
-
 def _arithmetic(op):
-    """``op`` of two inputs, one a Tensor: the operators' own call (``array * x`` lands here,
-    so this stays as short as ``Tensor.__rmul__``)."""
+    """``op`` of two inputs, one a Tensor, the other lifted beside it (``array * x`` lands
+    here, so this stays as short as ``Tensor.__rmul__``)."""
 
     def call(a, b):
         if isinstance(a, Tensor):
@@ -74,11 +60,11 @@ UFUNCS = {
     np.subtract: _arithmetic(Sub),
     np.multiply: _arithmetic(Mul),
     np.true_divide: _arithmetic(Div),
-    np.power: _binary("__pow__"),
-    np.float_power: _binary("__pow__"),
+    np.power: _arithmetic(Pow),
+    np.float_power: _arithmetic(Pow),
     np.matmul: _arithmetic(MatMul),
-    np.maximum: _binary("maximum"),
-    np.minimum: _binary("minimum"),
+    np.maximum: _arithmetic(Maximum),
+    np.minimum: _arithmetic(Minimum),
     np.negative: Tensor.__neg__,
     np.positive: Tensor.__pos__,
     np.exp: Tensor.exp,
