@@ -49,42 +49,15 @@ def _evaluating(fn):
     return wrapper
 
 
-def _cut(row, eos: int) -> list[int]:
-    out = []
-    for t in row:
-        out.append(int(t))
-        if t == eos:
-            break
-    return out
-
-
-@_evaluating
 def greedy_decode(model: Transformer, src, max_new_tokens: int | None = None, use_cache=True):
     """The most likely next token at every step, until ``eos`` or ``max_new_tokens`` tokens
-    (default: as many as the decoder's ``max_len`` allows).
+    (default: as many as the decoder's ``max_len`` allows): :func:`beam_search` with one beam.
 
     ``src``: one sequence of ids (returns one list) or a batch, (B, S) padded with ``pad_id``
     or a list of lists (returns a list of lists). Outputs exclude ``bos`` and end with ``eos``
     when the model produced it.
     """
-    cfg = model.config
-    src, single = _as_batch(model, src)
-    max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
-    memory, src_mask = model.encode(src), model.padding_mask(src)
-    B = src.shape[0]
-    cache = model.new_cache() if use_cache else None
-    tokens = np.full((B, 1), cfg.bos_id, dtype=np.int64)
-    done = np.zeros(B, dtype=bool)
-    for _ in range(max_new):
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(memory, src_mask, step_in, cache).numpy()[:, -1]
-        nxt = np.where(done, cfg.pad_id, logits.argmax(-1))
-        tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
-        done |= nxt == cfg.eos_id
-        if done.all():
-            break
-    out = [_cut(row[1:], cfg.eos_id) for row in tokens]
-    return out[0] if single else out
+    return beam_search(model, src, 1, max_new_tokens, use_cache=use_cache)
 
 
 @_evaluating

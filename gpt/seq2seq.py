@@ -20,12 +20,8 @@ sinusoidal positions, and tied logits ``resid @ W_Eᵀ`` start at unit scale
 (``scale_embeddings=False`` turns the factor off). Other matrices start Glorot-uniform, as in
 the paper's reference code (tensor2tensor).
 
-Hook points (identity modules): ``encoder.hook_embed``, ``decoder.hook_embed``,
-``encoder.blocks.{i}.{hook_resid_pre, hook_attn_out, hook_resid_mid, hook_mlp_out,
-hook_resid_post}``, ``decoder.blocks.{i}.{hook_resid_pre, hook_attn_out, hook_resid_mid,
-hook_cross_out, hook_resid_cross, hook_mlp_out, hook_resid_post}``, and inside the attention
-layers ``encoder.blocks.{i}.attn.hook_pattern``, ``decoder.blocks.{i}.attn.hook_pattern``,
-``decoder.blocks.{i}.cross_attn.hook_pattern`` (and hook_q, hook_k, hook_v, hook_z).
+Hook points as in :mod:`gpt.model`, under ``encoder.`` and ``decoder.``; a decoder block adds
+``hook_cross_out`` and ``hook_resid_cross`` (the stream after cross-attention).
 
 Generation (greedy decoding, beam search) is in ``gpt/generate_seq2seq.py``.
 """
@@ -43,89 +39,52 @@ from gpt.model import NoNorm, make_norm, sublayer
 from tensorlab import Tensor
 from tensorlab.backend import xp_of
 
-__all__ = [
-    "Transformer",
-    "Encoder",
-    "Decoder",
-    "EncoderBlock",
-    "DecoderBlock",
-    "Seq2SeqCache",
-]
+__all__ = ["Transformer", "Encoder", "Decoder", "Seq2SeqBlock", "Seq2SeqCache"]
 
 
 # ---------------------------------------------------------------------- blocks
-def _norms(block: nn.Module, cfg: Seq2SeqConfig, n: int) -> None:
-    """ln1..ln{n} on ``block``, and an output norm ln{i}_out for each (the identity unless the
-    placement is "sandwich"); see :func:`gpt.model.sublayer`."""
-    for i in range(1, n + 1):
-        setattr(block, f"ln{i}", make_norm(cfg))
-        setattr(
-            block, f"ln{i}_out", make_norm(cfg) if cfg.norm_placement == "sandwich" else NoNorm()
-        )
+class Seq2SeqBlock(nn.Module):
+    """Self-attention, then (in the decoder) cross-attention to the encoder's memory, then the
+    MLP, each added by :func:`gpt.model.sublayer`. The encoder's self-attention is
+    bidirectional with the source padding masked out, the decoder's causal; norms ln1..ln3
+    (and their outputs ln{i}_out) in that order."""
 
-
-def _feed_forward(cfg: Seq2SeqConfig) -> nn.FeedForward:
-    return nn.FeedForward(
-        cfg.d_model, cfg.d_ff, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
-    )
-
-
-class EncoderBlock(nn.Module):
-    """Bidirectional self-attention (source padding masked out), then the MLP."""
-
-    def __init__(self, cfg: Seq2SeqConfig):
+    def __init__(self, cfg: Seq2SeqConfig, decoder: bool):
         super().__init__()
-        self.post = cfg.norm_placement == "post"
-        self.attn = nn.SelfAttention(cfg.d_model, cfg.n_head, bias=cfg.bias, dropout=cfg.dropout)
-        self.mlp = _feed_forward(cfg)
-        _norms(self, cfg, 2)
+        self.post, self.decoder = cfg.norm_placement == "post", decoder
+        d, H, kw = cfg.d_model, cfg.n_head, dict(bias=cfg.bias, dropout=cfg.dropout)
+        self.attn = nn.SelfAttention(d, H, causal=decoder, **kw)
+        if decoder:
+            self.cross_attn = nn.CrossAttention(d, H, **kw)
+        self.mlp = nn.FeedForward(d, cfg.d_ff, activation=cfg.activation, **kw)
+        for i in range(1, 4 if decoder else 3):
+            setattr(self, f"ln{i}", make_norm(cfg))
+            sandwich = cfg.norm_placement == "sandwich"
+            setattr(self, f"ln{i}_out", make_norm(cfg) if sandwich else NoNorm())
         self.hook_resid_pre = nn.HookPoint()
         self.hook_attn_out = nn.HookPoint()
         self.hook_resid_mid = nn.HookPoint()
+        if decoder:
+            self.hook_cross_out = nn.HookPoint()
+            self.hook_resid_cross = nn.HookPoint()
         self.hook_mlp_out = nn.HookPoint()
         self.hook_resid_post = nn.HookPoint()
 
-    def forward(self, resid: Tensor, src_mask=None) -> Tensor:
+    def forward(self, resid, memory=None, src_mask=None, self_cache=None, cross_cache=None):
         resid = self.hook_resid_pre(resid)
-        attn = lambda h: self.attn(h, key_padding_mask=src_mask)  # noqa: E731
+        own_mask = None if self.decoder else src_mask  # the encoder's keys are the source
+        attn = lambda h: self.attn(h, key_padding_mask=own_mask, cache=self_cache)  # noqa: E731
         resid = sublayer(resid, attn, self.ln1, self.ln1_out, self.hook_attn_out, self.post)
         resid = self.hook_resid_mid(resid)
-        resid = sublayer(resid, self.mlp, self.ln2, self.ln2_out, self.hook_mlp_out, self.post)
-        return self.hook_resid_post(resid)
-
-
-class DecoderBlock(nn.Module):
-    """Causal self-attention, cross-attention to the encoder's memory, then the MLP."""
-
-    def __init__(self, cfg: Seq2SeqConfig):
-        super().__init__()
-        self.post = cfg.norm_placement == "post"
-        d, H = cfg.d_model, cfg.n_head
-        self.attn = nn.SelfAttention(d, H, bias=cfg.bias, dropout=cfg.dropout, causal=True)
-        self.cross_attn = nn.CrossAttention(d, H, bias=cfg.bias, dropout=cfg.dropout)
-        self.mlp = _feed_forward(cfg)
-        _norms(self, cfg, 3)
-        self.hook_resid_pre = nn.HookPoint()
-        self.hook_attn_out = nn.HookPoint()
-        self.hook_resid_mid = nn.HookPoint()
-        self.hook_cross_out = nn.HookPoint()
-        self.hook_resid_cross = nn.HookPoint()
-        self.hook_mlp_out = nn.HookPoint()
-        self.hook_resid_post = nn.HookPoint()
-
-    def forward(
-        self, resid: Tensor, memory: Tensor, src_mask=None, self_cache=None, cross_cache=None
-    ) -> Tensor:
-        resid = self.hook_resid_pre(resid)
-        attn = lambda h: self.attn(h, cache=self_cache)  # noqa: E731
-        cross = lambda h: self.cross_attn(  # noqa: E731
-            h, source=memory, key_padding_mask=src_mask, cache=cross_cache
-        )
-        resid = sublayer(resid, attn, self.ln1, self.ln1_out, self.hook_attn_out, self.post)
-        resid = self.hook_resid_mid(resid)
-        resid = sublayer(resid, cross, self.ln2, self.ln2_out, self.hook_cross_out, self.post)
-        resid = self.hook_resid_cross(resid)
-        resid = sublayer(resid, self.mlp, self.ln3, self.ln3_out, self.hook_mlp_out, self.post)
+        norms = self.ln2, self.ln2_out  # the MLP's (the decoder's ln2 is cross-attention's)
+        if self.decoder:
+            cross = lambda h: self.cross_attn(  # noqa: E731
+                h, source=memory, key_padding_mask=src_mask, cache=cross_cache
+            )
+            resid = sublayer(resid, cross, *norms, self.hook_cross_out, self.post)
+            resid = self.hook_resid_cross(resid)
+            norms = self.ln3, self.ln3_out
+        resid = sublayer(resid, self.mlp, *norms, self.hook_mlp_out, self.post)
         return self.hook_resid_post(resid)
 
 
@@ -170,12 +129,12 @@ class Encoder(_Stack):
 
     def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
         super().__init__(cfg, embed)
-        self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_encoder_layer))
+        self.blocks = nn.ModuleList(Seq2SeqBlock(cfg, False) for _ in range(cfg.n_encoder_layer))
 
     def forward(self, src: Tensor, src_mask=None) -> Tensor:
         resid = self.embed_tokens(src)
         for block in self.blocks:
-            resid = block(resid, src_mask)
+            resid = block(resid, src_mask=src_mask)
         return self.final(resid)
 
 
@@ -186,7 +145,7 @@ class Decoder(_Stack):
 
     def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
         super().__init__(cfg, embed)
-        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_decoder_layer))
+        self.blocks = nn.ModuleList(Seq2SeqBlock(cfg, True) for _ in range(cfg.n_decoder_layer))
 
     def forward(self, tgt: Tensor, memory: Tensor, src_mask=None, cache=None) -> Tensor:
         resid = self.embed_tokens(tgt, offset=cache.length if cache is not None else 0)

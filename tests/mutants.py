@@ -3198,8 +3198,8 @@ MUTANTS = {
         ),
         (
             "writer-added-not-special",
-            '        "special": True,\n    }',
-            '        "special": False,\n    }',
+            "    special: bool = True",
+            "    special: bool = False",
             "added_token_json: the trainers' special tokens written as ordinary added tokens",
         ),
     ],

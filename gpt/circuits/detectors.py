@@ -50,10 +50,8 @@ PATTERNS = {
 
 
 def _own_pattern(pattern, T: int) -> np.ndarray:
-    """A pattern of the user's own, checked as TransformerLens does: (T, T) and lower
-    triangular. A weight above the diagonal marks a key the query cannot attend to (the
-    mask), so it would count that query as a miss without a word; any other shape would
-    broadcast, a (T,) row standing for every query."""
+    """A pattern of the user's own, (T, T) and lower triangular as in TransformerLens (a key
+    after its query can never be attended to; a (T,) row would broadcast)."""
     pattern = np.asarray(pattern, dtype=np.float64)
     if pattern.shape != (T, T):
         raise ValueError(
@@ -74,13 +72,10 @@ def detect_head(
     exclude_bos: bool = False,
     exclude_current_token: bool = False,
 ) -> np.ndarray:
-    """Scores (n_layer, n_head) of every head for ``pattern`` ("previous_token",
-    "duplicate_token", "induction", or a lower-triangular (T, T) array of weights of the
-    user's own) on ``tokens`` (B, T) or (T,): the attention on the pattern's keys, averaged
-    over the queries that have one (see the module docstring). ``exclude_bos`` and
-    ``exclude_current_token`` drop the attention to key 0 and to the query itself and
-    renormalize what is left (a head that parks its attention on the first token or on itself
-    when it has nothing to do is then scored on the rest)."""
+    """Scores (n_layer, n_head) of every head for ``pattern`` (a name in ``PATTERNS`` or a
+    lower-triangular (T, T) array) on ``tokens`` (B, T) or (T,) (see the module docstring).
+    ``exclude_bos`` and ``exclude_current_token`` drop the attention to key 0 and to the query
+    itself and renormalize the rest."""
     tokens = _as_tokens(tokens).numpy()
     B, T = tokens.shape
     if isinstance(pattern, str):

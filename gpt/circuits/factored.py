@@ -16,23 +16,11 @@ def _arr(x, dtype=np.float64) -> np.ndarray:
 
 
 class FactoredMatrix:
-    """The product ``A @ B`` of A (m, r) and B (r, n), kept factored.
-
-    Nothing of size m × n is formed unless asked (:meth:`full`, or ``@`` with a dense m×n
-    result the caller asked for). Useful when r ≪ m, n, as for a head's QK and OV circuits
-    (r = d_head, m = n = vocab).
-
-    - ``shape`` (m, n), ``rank_bound`` r, ``T`` (Bᵀ Aᵀ);
-    - ``F @ v`` (vector) → A (B v) (m,); ``F @ M`` (matrix) → FactoredMatrix(A, B M);
-      ``M @ F`` → FactoredMatrix(M A, B); ``F @ G`` (both factored) → factored, through the
-      narrower inner factor;
-    - ``svd()`` → U (m, k), S (k,), Vᵀ (k, n) from QR of the factors and the SVD of a small
-      core; ``S`` the singular values; ``norm()`` the Frobenius norm;
-    - ``eigenvalues()`` (square only): the nonzero eigenvalues of AB, which are those of BA
-      (r × r);
-    - ``row(i)``, ``column(j)``, ``F[i, j]``, ``F[rows]``, ``F[:, cols]`` without the product;
-    - ``summary()``: singular values, copying score, norm.
-    """
+    """The product ``A @ B`` of A (m, r) and B (r, n), kept factored: nothing of size m × n
+    is formed unless asked (:meth:`full`). ``F @ v`` is A (B v); ``F @ M``, ``M @ F`` and
+    ``F @ G`` (through the narrower inner factor) stay factored; ``F[i, j]``, ``F[rows]``,
+    ``F[:, cols]``, :meth:`row` and :meth:`column` skip the product; :meth:`svd`,
+    :meth:`norm` and :meth:`eigenvalues` work on r × r cores."""
 
     def __init__(self, A, B, dtype=np.float64):
         A, B = _arr(A, dtype), _arr(B, dtype)

@@ -28,9 +28,8 @@ def hook_names(model) -> list[str]:
 
 
 def _select(model, names) -> dict[str, object]:
-    """Modules chosen by ``names``: None (every hook point), one name, a list of names, or a
-    predicate ``name -> bool`` over the hook point names. Explicit names may also be any
-    other submodule (``"blocks.0.ln1"``), whose output is then what is cached or replaced."""
+    """Modules chosen by ``names``: None (every hook point), one name, a list of names (any
+    submodule, e.g. ``"blocks.0.ln1"``), or a predicate over the hook point names."""
     modules = dict(model.named_modules())
     points = hook_names(model)
     if names is None:
@@ -67,34 +66,21 @@ _OPENERS = (
 
 @contextlib.contextmanager
 def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpec] = ()):
-    """Register hooks by name for the duration of a ``with`` block; they are removed on exit,
-    also when the block raises.
+    """Register hooks by name for the duration of a ``with`` block (removed on exit, also
+    when the block raises).
 
-    ``fwd_hooks``: pairs ``(name, fn)`` where name is a module name (usually a hook point) or
-    a predicate over hook point names, and ``fn(activation)`` returns a replacement Tensor (or
-    array) or None to leave the activation as it is. A function with two required positional
-    parameters is called as ``fn(activation, name)`` (parameters with defaults don't count).
-    An array replacement is a constant: in a run with a graph, no gradient flows back through
-    that hook point to anything before it; a Tensor computed from the activation (``act *
-    keep``) keeps the graph for the entries it keeps.
+    ``fwd_hooks``: pairs ``(name, fn)``, name a module name (usually a hook point) or a
+    predicate over hook point names; ``fn(activation)``, or ``fn(activation, name)`` when it
+    takes two required positional parameters, returns a replacement Tensor (or array: a
+    constant, through which no gradient flows back) or None to leave it as it is.
 
-    ``bwd_hooks``: pairs ``(name, fn)`` as well, but ``fn(grad)`` (or ``fn(grad, name)``)
-    sees the gradient arriving at that hook point's activation when a backward pass runs
-    through it, and may return a replacement gradient. They are attached (``register_hook``)
-    to the activations of the forward passes made inside the block, so they fire on a
-    backward from those passes' outputs, also one called after the block; the model needs a
-    graph (``nn.evaluating(model, grad=True)`` or ``run_with_hooks(..., grad=True)``). An
-    activation that depends on no parameter (sinusoidal positions) is made a leaf of its own
-    value for this, so the gradient reaches it too (:func:`_differentiable`).
+    ``bwd_hooks``: pairs ``(name, fn)`` whose ``fn(grad)`` (or ``fn(grad, name)``) sees, and
+    may replace, the gradient at that activation when a backward pass runs through it, also
+    one called after the block; the forward passes inside it need a graph (``grad=True``).
 
-    Three kinds of hook point are closed on the default (training) path and opened here for
-    the block, only when hooked (:data:`_OPENERS`): ``hook_attn_scores`` and ``hook_pattern``
-    switch the model's attention layers to their composed path (``nn.composed_attention``: a
-    fused attention has no scores or pattern), ``hook_result`` makes them compute each head's
-    output on its own (``nn.attention.attention_results``: by default W_O sums over heads in
-    one product), and the norms' ``hook_scale`` and ``hook_normalized`` switch the norms to
-    their composed path (``nn.composed_norms``). Either way the logits agree with the default
-    path up to float rounding.
+    Hook points closed on the training path are opened for the block when hooked
+    (:data:`_OPENERS`; docs/interpretability.md, section 1); the logits agree either way up
+    to float rounding.
     """
     fwd_hooks, bwd_hooks = _pairs(fwd_hooks, "fwd_hooks"), _pairs(bwd_hooks, "bwd_hooks")
     chosen = [
@@ -119,8 +105,8 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
 
 
 def _pairs(specs, arg: str) -> list:
-    """``specs`` as a list of (name, fn) pairs, or a TypeError saying what is wrong (one pair
-    passed without its list would otherwise unpack the name's characters)."""
+    """``specs`` as a list of (name, fn) pairs (one pair without its list would otherwise
+    unpack the name's characters)."""
     specs = list(specs)
     for spec in specs:
         if not (isinstance(spec, tuple | list) and len(spec) == 2 and callable(spec[1])):
@@ -182,9 +168,8 @@ def _backward_hook(fn: Callable, name: str):
 
 
 def _differentiable(act: Tensor) -> Tensor:
-    """``act``, or, where it depends on no parameter (sinusoidal positions: a constant, so no
-    graph records it), a leaf of the same value, so that the gradient reaches it too: the
-    loss depends on a constant activation as much as on any other."""
+    """``act``, or where it depends on no parameter (sinusoidal positions) a leaf of the same
+    value, so that the gradient reaches it too."""
     return act if act.requires_grad else act.detach().requires_grad_()
 
 
@@ -200,23 +185,17 @@ def run_with_cache(
     """Run ``model`` on ``tokens`` (B, T) (or one sequence (T,)) and record activations.
 
     Returns ``(logits, cache)``: the logits Tensor (B, T, vocab) and a dict from hook name to a
-    NumPy copy of the activation, in the order the forward pass reached them, e.g.
-    ``cache["blocks.1.attn.hook_pattern"]`` (B, H, T, T). ``names`` selects what to record:
-    None (every hook point), a name or list of names, or a predicate ``name -> bool``. (Every
-    hook point includes ``hook_result``, H times the size of the stream per layer; on a large
-    model, name what you need.)
+    NumPy copy of the activation, e.g. ``cache["blocks.1.attn.hook_pattern"]`` (B, H, T, T).
+    ``names`` selects what to record: None (every hook point, ``hook_result`` included: on a
+    large model, name what you need), a name or list of names, or a predicate over names.
 
-    ``incl_bwd``: also the gradient of a scalar at every recorded activation, under
-    ``name + "_grad"`` (TransformerLens's keys), same shape. The scalar is ``metric(logits)``
-    (a Tensor function of the logits), by default the mean next-token cross-entropy of
-    ``tokens``. The gradients are taken with ``tl.grad``: the parameters' ``.grad`` are not
-    touched.
+    ``incl_bwd``: also the gradient of ``metric(logits)`` (default :func:`mean_token_loss`) at
+    every recorded activation, under ``name + "_grad"`` (TransformerLens's keys), taken with
+    ``tl.grad`` (the parameters' ``.grad`` are not touched).
 
-    The model runs in eval mode (no dropout; restored afterwards) and without building a graph
-    unless ``grad`` or ``incl_bwd``; the hooks are removed afterwards, also on an error.
-    Hooking ``hook_attn_scores``/``hook_pattern``, ``hook_result`` or a norm's ``hook_scale``/
-    ``hook_normalized`` opens them for this run (see :func:`hooks`), so caching only the
-    residual-stream hooks keeps the fast path.
+    Eval mode (restored afterwards), no graph unless ``grad`` or ``incl_bwd``; the hooks are
+    removed afterwards, also on an error. Caching only residual-stream hooks keeps the fast
+    path (see :func:`hooks`).
     """
     cache: dict[str, np.ndarray] = {}
     acts: dict[str, Tensor] = {}
@@ -265,11 +244,8 @@ def run_with_hooks(
     *,
     grad: bool = False,
 ) -> Tensor:
-    """Run ``model`` on ``tokens`` with temporary forward hooks (interventions) and return the
-    logits (B, T, vocab). ``fwd_hooks``: pairs ``(name or predicate, fn)``; ``fn(activation)``
-    returns the replacement or None (see :func:`hooks`). Eval mode, no graph unless ``grad``
-    or ``bwd_hooks``: pairs whose ``fn(grad)`` sees (and may replace) the gradient at that
-    hook point when you call backward on something computed from the returned logits.
+    """Run ``model`` on ``tokens`` with temporary hooks (:func:`hooks`) and return the logits
+    (B, T, vocab). Eval mode, no graph unless ``grad`` or ``bwd_hooks``.
 
     Example: zero-ablate head 2 of layer 0::
 

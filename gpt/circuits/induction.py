@@ -68,10 +68,10 @@ def induction_report(
     bos: int | None = None,
     distinct: bool = True,
 ) -> dict:
-    """Everything from one run on :func:`repeated_tokens` ``(batch, seq_len, low, high, seed,
-    bos, distinct)``: "induction" and "previous_token" scores (n_layer, n_head), "per_position"
-    loss (T-1,), "first_half" and "second_half" mean losses, and the "tokens" used.
-    ``seq_len`` defaults to half the block size; ``high`` to the vocabulary size."""
+    """One run on :func:`repeated_tokens`: "induction" and "previous_token" scores (n_layer,
+    n_head), "per_position" loss (T-1,), "first_half" and "second_half" mean losses (see
+    :func:`repeated_sequence_losses`), and the "tokens". ``seq_len`` defaults to half the
+    block size, ``high`` to the vocabulary size."""
     offset = 0 if bos is None else 1
     seq_len = (model.config.block_size - offset) // 2 if seq_len is None else seq_len
     high = model.config.vocab_size if high is None else high
@@ -102,16 +102,13 @@ def induction_report(
 def induction_scores(model, *args, **kwargs) -> np.ndarray:
     """Induction score of every head (n_layer, n_head) on :func:`repeated_tokens`: the mean
     attention from each token in the second copy to the token right after its earlier copy
-    (seq_len - 1 positions back). An induction head scores near 1, other heads near 0 (a
-    uniform head scores about 1/position). Arguments as for :func:`induction_report`
-    (``seq_len=None, batch=8, low=0, high=None, seed=0, bos=None, distinct=True``)."""
+    (near 1 for an induction head). Arguments as for :func:`induction_report`."""
     return induction_report(model, *args, **kwargs)["induction"]
 
 
 def previous_token_scores(model, tokens=None, **kwargs) -> np.ndarray:
-    """Mean attention to the previous position (per layer and head, (n_layer, n_head)) over
-    every position t ≥ 1 of ``tokens`` (default: :func:`repeated_tokens` with ``kwargs``
-    as for :func:`induction_report`)."""
+    """Mean attention to the previous position (n_layer, n_head) over every position t ≥ 1
+    of ``tokens`` (default: :func:`induction_report`'s, with ``kwargs``)."""
     if tokens is None:
         return induction_report(model, **kwargs)["previous_token"]
     pat, _ = _patterns(model, tokens)
@@ -119,11 +116,9 @@ def previous_token_scores(model, tokens=None, **kwargs) -> np.ndarray:
 
 
 def repeated_sequence_losses(model, **kwargs) -> dict:
-    """Per-position loss on :func:`repeated_tokens` (kwargs as for :func:`induction_report`):
-    "per_position" (T-1,) mean over the batch, and "first_half"/"second_half" means over the
-    predictions of tokens in the first and second copy of r (the first token of each copy
-    is left out: it cannot be predicted from context). A model that learns in context (an
-    induction head) has a much lower second-half loss."""
+    """:func:`induction_report`'s "per_position" loss (T-1,), and "first_half"/"second_half":
+    the means over the tokens of the first and second copy of r (each copy's first token
+    left out: nothing predicts it). An induction head lowers the second half's."""
     rep = induction_report(model, **kwargs)
     return {k: rep[k] for k in ("per_position", "first_half", "second_half")}
 

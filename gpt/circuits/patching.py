@@ -1,17 +1,11 @@
 """Activation patching: run the model on a corrupted input with one activation taken from a
 clean run, and see how much of the clean behaviour comes back (Meng et al. 2022, "ROME";
-Wang et al. 2022, "IOI"). And attribution patching, its first-order approximation from one
-forward and one backward pass (Nanda 2023).
+Wang et al. 2022, "IOI"); attribution patching, its first-order approximation from one
+forward and one backward pass (Nanda 2023). docs/interpretability.md, section 5.
 
-    logits, clean_cache = C.run_with_cache(model, clean)
-    out = C.patch_activation(model, corrupted, clean_cache, "blocks.1.attn.hook_z", head=0)
-    grid = C.activation_patching(model, corrupted, clean_cache, metric, "hook_resid_pre", by="pos")
-    approx = C.attribution_patching(model, clean, corrupted, metric, "attn.hook_z", by="head")
-
-``metric(logits)`` maps the logits Tensor (B, T, vocab) of a whole batch to one number (a
-Tensor of one element, or a float); for attribution patching it must be written in Tensor ops,
-since it is differentiated. Where the patch goes, by the hook point's layout
-(TransformerLens's):
+``metric(logits)`` maps the logits Tensor (B, T, vocab) of a whole batch to one number (in
+Tensor ops for attribution patching, which differentiates it). Where the patch goes, by the
+hook point's layout (TransformerLens's):
 
 ==============================================  ================  ========  ========
 hook points                                     shape             position  head
@@ -53,9 +47,8 @@ def _axes(name: str) -> tuple[int, int | None]:
 
 
 def _index(shape, name: str, pos, head) -> tuple:
-    """The index of the patched entries: all of them, or those at ``pos`` and/or ``head``,
-    every (position, head) pair when both are lists (an open mesh, ``np.ix_``: NumPy would
-    pair two index lists up element by element instead)."""
+    """The index of the entries at ``pos`` and/or ``head`` (all for None), every (position,
+    head) pair when both are lists (``np.ix_``: NumPy would pair two lists up instead)."""
     pos_axis, head_axis = _axes(name)
     index = [slice(None)] * len(shape)
     if pos is not None:
@@ -71,8 +64,7 @@ def _index(shape, name: str, pos, head) -> tuple:
 
 
 def _value(x) -> float:
-    """The metric's one number, or a ValueError naming the shape it returned instead (a
-    per-sequence vector must be reduced, e.g. ``.mean()``, by the metric itself)."""
+    """The metric's one number (a per-sequence vector must be reduced by the metric)."""
     a = np.asarray(x.numpy() if isinstance(x, Tensor) else x)
     if a.size != 1:
         raise ValueError(f"metric(logits) must return one number, got shape {a.shape}")
@@ -82,8 +74,7 @@ def _value(x) -> float:
 def patch_activation(model, corrupted_tokens, clean_cache: dict, name: str, pos=None, head=None):
     """The logits (B, T, vocab) of ``corrupted_tokens`` with the activation at hook point
     ``name`` replaced by its value in ``clean_cache``: whole, or only at position(s) ``pos``
-    and/or head(s) ``head`` (an int, a list, or a slice; see the module docstring for which
-    axes those are)."""
+    and/or head(s) ``head`` (an int, a list, or a slice)."""
     if name not in clean_cache:
         raise KeyError(f"{name!r} is not in the clean cache; run run_with_cache with it")
     clean = clean_cache[name]
@@ -120,11 +111,10 @@ def activation_patching(
     hook: str = "hook_resid_pre",
     by: str = "pos",
 ) -> np.ndarray:
-    """``metric`` of the patched run for every layer and, by ``by``, every position, head or
-    both: ``hook`` names the hook point inside each block ("hook_resid_pre",
-    "attn.hook_z", "attn.hook_result", "attn.hook_pattern", ...) and ``by`` is "layer"
-    (n_layer,), "pos" (n_layer, T), "head" (n_layer, n_head) or "pos_head" (n_layer, T,
-    n_head). One forward pass per entry."""
+    """``metric`` of the patched run (one forward pass each) for every layer and, by ``by``,
+    every position, head or both: ``hook`` is the hook point inside each block
+    ("hook_resid_pre", "attn.hook_z", ...), ``by`` "layer" (n_layer,), "pos" (n_layer, T),
+    "head" (n_layer, n_head) or "pos_head" (n_layer, T, n_head)."""
     corrupted = _as_tokens(corrupted_tokens)
     out = np.zeros(_sweep_shape(model, by, corrupted.shape[1], hook))
     for index in np.ndindex(out.shape):
@@ -149,10 +139,8 @@ def attribution_patching(
 
         metric(patched) - metric(corrupted) ≈ Σ (clean - corrupted) · ∂metric/∂act |corrupted
 
-    summed over the batch and over every axis the sweep does not index (same shapes as
-    :func:`activation_patching`). Exact when the metric is linear in the activation (e.g. the
-    last layer's head results in a model without a final norm); poor where a softmax
-    saturates, so it is a way to choose what to patch for real."""
+    summed over every axis the sweep does not index (shapes as :func:`activation_patching`).
+    Exact when the metric is linear in the activation; poor where a softmax saturates."""
     clean, corrupted = _as_tokens(clean_tokens), _as_tokens(corrupted_tokens)
     if clean.shape != corrupted.shape:
         raise ValueError(

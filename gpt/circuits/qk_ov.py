@@ -1,7 +1,7 @@
 """A head's weights as circuits: W_QK and W_OV on the residual stream, the QK and OV
 circuits from tokens (or positions) to tokens, and Q-, K-, V-composition scores between
-heads. The convention (row vectors) and what the circuits leave out are in the
-:mod:`gpt.circuits` docstring."""
+heads. The convention (row vectors): the :mod:`gpt.circuits` docstring; what the circuits
+leave out: docs/interpretability.md, section 8."""
 
 from __future__ import annotations
 
@@ -73,8 +73,7 @@ def qk_circuit(
 ) -> FactoredMatrix:
     """The QK circuit W_E W_Q^h (W_K^h)ᵀ W_Eᵀ (vocab × vocab) as A = W_E W_Q^h (vocab, d_head),
     B = (W_K^h)ᵀ W_Eᵀ (d_head, vocab): entry [i, j] is the score of query token i for key
-    token j through the direct path (see the :mod:`gpt.circuits` docstring for what is
-    included).
+    token j through the direct path.
 
     ``query``/``key``: "token" (W_E) or "pos" (learned W_pos) for either side, so
     ``query="pos", key="pos"`` is the positional term (block_size × block_size).

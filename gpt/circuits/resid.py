@@ -1,39 +1,15 @@
 """The residual stream taken apart: the final stream as the sum of what every component wrote
-(``decompose_resid``, ``stack_head_results``, ``full_resid_decomposition``), the stream after
-each layer (``accumulated_resid``) and its logits (``logit_lens``), and what each component
-adds to a logit or a logit difference (``logit_attrs``: direct logit attribution).
+(``decompose_resid``, ``stack_head_results``, ``stack_neuron_results``,
+``full_resid_decomposition``), the stream before each layer (``accumulated_resid``) and its
+logits (``logit_lens``), and each component's term in a logit (``logit_attrs``: direct logit
+attribution). Why the parts sum to the whole, and how a norm is folded (σ frozen at this run's
+value, the gain into W_U), so that ``logits = Σ_c apply_ln(c) @ (γ ⊙ W_U) + β @ W_U``:
+docs/interpretability.md, section 4.
 
-Everything reads a cache from :func:`~gpt.circuits.run_with_cache` (every hook point by
-default, ``hook_result`` included) and returns float64 arrays stacked on a first "component"
-axis, (n, B, T, d_model), with TransformerLens's labels when ``return_labels=True``. With
-``apply_ln=True`` the stack comes back normalized, as a :class:`NormedStack` (an ndarray
-marked so that no function normalizes it twice); :func:`logit_attrs`, like TransformerLens's
-``cache.logit_attrs``, takes the stack made with ``apply_ln=False`` and applies the final norm
-itself.
-
-Why the parts sum to the whole. In a pre-norm model the stream only ever grows by addition::
-
-    resid_final = embed + pos_embed + Σ_layers (attn_out + mlp_out),
-    attn_out = Σ_heads result^h + b_O,
-
-so the stacks below sum to the final stream exactly (float rounding aside). The logits are
-``ln_final(resid_final) @ W_U``. A LayerNorm centres its input and divides it by a per-position
-scale σ = √(var + eps) (RMSNorm: by √(mean(x²) + eps)), then multiplies by the gain γ (the
-parameter ``w``) and adds the shift β (``b``), as in docs/README.md's notation. Centring is
-linear; dividing by σ is not, but σ is one number per position, so with σ read from this
-run (frozen) the norm is linear in each component. That is
-TransformerLens's folding: :func:`apply_ln_to_stack` centres each component and divides it by
-the cached σ; the gain goes into the unembedding (:func:`folded_unembed`, γ ⊙ W_U) and
-β @ W_U is a constant that belongs to no component. Then, for this input,
-
-    logits = Σ_components apply_ln(component) @ (γ ⊙ W_U) + β @ W_U
-
-up to float rounding. What is approximate is the reading, not the sum: σ depends on every
-component, so a component's term is what it adds *at this σ*, not what removing it would
-change (that is activation patching, :mod:`gpt.circuits.patching`).
-
-Only models whose stream is a plain sum have a decomposition: norm_placement "pre" (a
-"post" or "sandwich" model normalizes inside each block).
+Everything reads a cache from :func:`~gpt.circuits.run_with_cache` and returns float64 arrays
+stacked on a first "component" axis, (n, B, T, d_model), with TransformerLens's labels when
+``return_labels=True``. Only a pre-norm model's stream is a plain sum ("post" and "sandwich"
+normalize inside each block).
 """
 
 from __future__ import annotations
@@ -64,8 +40,7 @@ def _get(cache: dict, name: str) -> np.ndarray:
 
 
 def _embed_parts(model, cache: dict) -> tuple[list[np.ndarray], list[str]]:
-    """The token embeddings (B, T, d) and, for learned or sinusoidal positions, the position
-    vectors (B, T, d): ``hook_embed`` and ``hook_pos_embed``."""
+    """``hook_embed`` and, for learned or sinusoidal positions, ``hook_pos_embed``."""
     parts, labels = [_get(cache, "hook_embed")], ["embed"]
     if model.pos is not None:
         parts.append(_get(cache, "hook_pos_embed"))
@@ -74,8 +49,7 @@ def _embed_parts(model, cache: dict) -> tuple[list[np.ndarray], list[str]]:
 
 
 def final_resid(model, cache: dict) -> np.ndarray:
-    """The stream the final norm reads, (B, T, d): the last block's ``hook_resid_post`` (the
-    embeddings for a model of no layers)."""
+    """The stream the final norm reads, (B, T, d) (the embeddings for a model of no layers)."""
     _check_pre_norm(model)
     L = len(model.blocks)
     if L:
@@ -108,19 +82,13 @@ def _centre(norm, stack: np.ndarray) -> np.ndarray:
 
 
 class NormedStack(np.ndarray):
-    """A stack that a norm has already been applied to (what the stacking functions return
-    with ``apply_ln=True``, and :func:`apply_ln_to_stack`). In every other way a plain NumPy
-    array; its slices, sums and products keep the type. It is there so that
-    :func:`apply_ln_to_stack` and :func:`logit_attrs` can refuse to normalize a stack a second
-    time: dividing by σ twice gives numbers of the right shape and the wrong size."""
+    """A plain NumPy array marked as normalized already (``apply_ln=True``), so that
+    :func:`apply_ln_to_stack` and :func:`logit_attrs` refuse to divide it by σ a second time."""
 
 
 def _reading_norm(model, cache: dict, layer: int | None, mlp_input: bool = False):
-    """The norm that reads the stream before ``layer``, that stream (B, T, d) and the norm's
-    name: block ``layer``'s ln1 and its ``hook_resid_pre``, or for None (and n_layer) the
-    final norm and the final stream; with ``mlp_input``, block ``layer``'s ln2 and its
-    ``hook_resid_mid`` (the stream its MLP reads). TransformerLens's
-    ``apply_ln_to_stack(layer, mlp_input)``."""
+    """(norm, the stream (B, T, d) it reads, its name) before ``layer``: block ``layer``'s ln1,
+    the final norm for None and n_layer, block ``layer``'s ln2 with ``mlp_input``."""
     _check_pre_norm(model)
     layer = _layer_range(model, layer)
     if mlp_input:
@@ -146,8 +114,7 @@ def _check_cut(arg: str, value) -> None:
 
 
 def _slice_scale(scale: np.ndarray, pos_slice, batch_slice) -> np.ndarray:
-    """σ (B, T, 1) cut like the stack: positions first, then the batch, one after the other
-    (NumPy would pair two index lists up element by element)."""
+    """σ (B, T, 1) cut by positions, then by batch (NumPy would pair two index lists up)."""
     _check_cut("pos_slice", pos_slice)
     _check_cut("batch_slice", batch_slice)
     if pos_slice is not None:
@@ -168,22 +135,13 @@ def apply_ln_to_stack(
     batch_slice=None,
     mlp_input: bool = False,
 ) -> NormedStack:
-    """A norm applied to every component of ``stack`` (n, *batch_and_pos, d) without its gain
-    and bias (the final norm's are in :func:`folded_unembed`): centred (LayerNorm) and divided
-    by σ. The norm is the one reading the stream before ``layer``: block ``layer``'s ln1, or the
-    final norm for None (default) and n_layer, as in TransformerLens; with ``mlp_input``, block
-    ``layer``'s ln2, which reads the stream between its attention and its MLP.
-
-    σ is that stream's, the same for every component, so the results still sum to the
-    normalized stream: the frozen-scale linearization of the module docstring. It is the
-    norm's ``hook_scale`` where ``cache`` holds it (as TransformerLens reads it: a run that
-    patched σ is decomposed with the σ it used), else computed from the cached stream. A stack
-    cut to some positions or batch entries needs the same cut of σ: ``pos_slice`` and
-    ``batch_slice`` (an int, a slice or a list of indices, as applied to the stack's position
-    and batch axes); the stack's middle axes must then match σ's, else a ValueError.
-    ``recompute_ln=True`` instead divides each entry by its own σ, as if it were the stream
-    (the logit lens; the results then no longer add up). A stack already normalized
-    (:class:`NormedStack`) is refused."""
+    """Every component of ``stack`` (n, *batch_and_pos, d) centred (LayerNorm) and divided by
+    the σ of the stream that the norm before ``layer`` reads (:func:`_reading_norm`), without
+    the gain and bias (:func:`folded_unembed`), so the results still sum to the normalized
+    stream. σ is the norm's cached ``hook_scale`` (a run that patched σ is decomposed with the
+    σ it used), else computed from the cached stream; ``pos_slice`` and ``batch_slice`` (an
+    int, a slice or a list of indices) cut it as the stack was cut. ``recompute_ln=True``
+    divides each entry by its own σ instead (the logit lens; the parts no longer add up)."""
     if isinstance(stack, NormedStack):
         raise ValueError(
             "this stack is already normalized (apply_ln=True or apply_ln_to_stack); pass the "
@@ -237,13 +195,11 @@ def decompose_resid(
 ):
     """What each layer wrote, stacked (n, B, T, d): "embed", "pos_embed" (learned or
     sinusoidal positions only), then "{i}_attn_out" and "{i}_mlp_out" for the layers before
-    ``layer`` (default all; ``mode`` "attn" or "mlp" keeps one kind). With every part and all
-    layers, the sum is the final stream; ``apply_ln`` normalizes them by the norm that reads
-    the stream they sum to (:func:`apply_ln_to_stack` with ``layer``: the final norm, or
-    block ``layer``'s ln1). ``pos_slice`` (an int, a slice or a list of indices) keeps those
-    positions only, normalized by their own σ (as in every stacking function here).
-    ``mlp_input`` adds block ``layer``'s "{layer}_attn_out": the parts then sum to the stream
-    its MLP reads, and ``apply_ln`` uses that block's ln2."""
+    ``layer`` (default all; ``mode`` "attn" or "mlp" keeps one kind); they sum to the stream
+    ``layer`` reads. ``mlp_input`` adds block ``layer``'s "{layer}_attn_out" (the sum is then
+    the stream its MLP reads). In every stacking function here ``apply_ln`` normalizes by the
+    norm reading the stream the parts sum to (:func:`apply_ln_to_stack`), and ``pos_slice``
+    (an int, a slice or a list of indices) keeps those positions."""
     if mode not in ("all", "attn", "mlp"):
         raise ValueError(f"mode must be 'all', 'attn' or 'mlp', got {mode!r}")
     _check_pre_norm(model)
@@ -275,8 +231,7 @@ def stack_head_results(
 ):
     """Every head's output in the residual basis (``hook_result``, without b_O), stacked
     (layers·heads, B, T, d) layer-major, labelled "L{l}H{h}", for the layers before
-    ``layer`` (default all). ``apply_ln`` normalizes them by the norm that reads the stream
-    before ``layer`` (:func:`apply_ln_to_stack`; the final norm by default)."""
+    ``layer`` (default all)."""
     _check_pre_norm(model)
     parts, labels = [], []
     for i in range(_layer_range(model, layer)):
@@ -298,8 +253,7 @@ def stack_neuron_results(
     """Every MLP neuron's output in the residual basis, post_n · W_out[n] (``mlp.hook_post``
     times a row of W_out, without b_out), stacked (layers·d_ff, B, T, d) layer-major, labelled
     "L{l}N{n}", for the layers before ``layer`` (default all). Per layer they sum to
-    ``hook_mlp_out`` minus b_out. ``apply_ln`` normalizes them by the norm that reads the
-    stream before ``layer`` (:func:`apply_ln_to_stack`; the final norm by default)."""
+    ``hook_mlp_out`` minus b_out."""
     _check_pre_norm(model)
     parts, labels = [], []
     for i in range(_layer_range(model, layer)):
@@ -331,8 +285,7 @@ def full_resid_decomposition(
     TransformerLens's order: each head "L{l}H{h}", each MLP "{l}_mlp_out" (or, with
     ``expand_neurons``, each of its neurons "L{l}N{n}"), "embed", "pos_embed", and "bias" (Σ
     of the attention output biases b_O, which belong to no head, and with ``expand_neurons``
-    the MLP output biases b_out). The parts sum to the final stream; ``apply_ln`` folds the
-    final norm (:func:`apply_ln_to_stack`); ``pos_slice`` keeps those positions."""
+    the MLP output biases b_out). The parts sum to the final stream."""
     _check_pre_norm(model)
     heads, labels = stack_head_results(model, cache, return_labels=True)
     parts = list(heads)
@@ -368,16 +321,12 @@ def accumulated_resid(
     mlp_input: bool = False,
 ):
     """The stream as it stood before each layer, stacked (n, B, T, d): "{i}_pre" for the
-    layers up to and including ``layer`` (the stream ``layer`` reads; "{i}_mid" too, between
-    attention and MLP, when ``incl_mid``, for the layers before ``layer``), and "final_post"
-    in place of "{n_layer}_pre" when ``layer`` is None or n_layer: TransformerLens's
-    ``accumulated_resid``, so the last entry is the sum of ``decompose_resid(..., layer)``.
-    ``apply_ln``, as TransformerLens: with ``layer`` None (or n_layer) the final norm
-    normalizes each stream with its own statistics, as if the model stopped there (the logit
-    lens); with ``layer`` < n_layer, block ``layer``'s ln1 applies the scale it computed in
-    this run to every stream (:func:`apply_ln_to_stack`). ``pos_slice`` keeps those
-    positions. ``mlp_input`` adds "{layer}_mid", the stream block ``layer``'s MLP reads, last,
-    and ``apply_ln`` then uses that block's ln2."""
+    layers up to and including ``layer`` ("{i}_mid" too, between attention and MLP, with
+    ``incl_mid``), and "final_post" in place of "{n_layer}_pre": TransformerLens's
+    ``accumulated_resid``; the last entry is the sum of ``decompose_resid(..., layer)``.
+    ``mlp_input`` adds "{layer}_mid" last. ``apply_ln`` as TransformerLens: after the last
+    layer each stream is normalized by its own statistics (the logit lens); before it, with
+    the scale the reading norm computed in this run (:func:`apply_ln_to_stack`)."""
     _check_pre_norm(model)
     L = len(model.blocks)
     n = _layer_range(model, layer)
@@ -413,9 +362,8 @@ def logit_lens(model, cache: dict, incl_mid: bool = False, return_labels: bool =
 
 
 def _token_array(model, tokens, arg: str = "tokens") -> np.ndarray:
-    """``tokens`` (an int, a list, an array or a Tensor) as an int64 array, or a ValueError
-    naming the argument: floats would be truncated and a negative id would index from the end
-    of the vocabulary, both without a word."""
+    """``tokens`` (an int, a list, an array or a Tensor) as int64 ids checked to be integers
+    in the vocabulary (a float would be truncated, a negative id index from the end)."""
     a = np.asarray(tokens.numpy() if isinstance(tokens, tl.Tensor) else tokens)
     if not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"{arg} must be integer token ids, got dtype {a.dtype}")
@@ -433,10 +381,8 @@ def residual_directions(model, tokens) -> np.ndarray:
 
 
 def _check_token_shape(tokens: np.ndarray, axes: tuple, arg: str) -> None:
-    """``tokens`` must be one token (shape ()) or one per entry of the stack's batch and
-    position axes ``axes``: that shape, or with 1 for an axis to repeat along it ((B, 1): one
-    token per sequence). Anything else, (B,) against (B, T) in particular, is refused: NumPy
-    would line (B,) up with the positions, and with B == T say nothing."""
+    """``tokens`` must have shape (), ``axes`` or ``axes`` with 1 on an axis to repeat along;
+    NumPy would line a (B,) up with the positions of a (B, T) stack without a word."""
     ok = tokens.ndim == 0 or (
         tokens.ndim == len(axes) and all(t in (1, a) for t, a in zip(tokens.shape, axes))
     )
@@ -459,19 +405,11 @@ def logit_attrs(
     batch_slice=None,
 ) -> np.ndarray:
     """Direct logit attribution (TransformerLens's ``cache.logit_attrs``): each component's
-    term in the logit of ``tokens``, (n, *batch_and_pos), from ``stack`` (n, *batch_and_pos,
-    d) as the stacking functions return it with ``apply_ln=False``. The final norm is applied
-    here with the scale from ``cache`` (:func:`apply_ln_to_stack`; ``pos_slice`` and
-    ``batch_slice`` say how the stack was cut, e.g. ``stack[:, :, -1]`` with ``pos_slice=-1``);
-    a stack already normalized is refused.
-
-    ``tokens``: per entry of the batch and position axes the token whose logit to read (e.g.
-    the next token): one token (shape ()), the axes' shape, or size 1 on an axis to repeat
-    along it; other shapes raise a ValueError. With ``incorrect_tokens`` (same shape as
-    ``tokens``, as TransformerLens requires) the term in the logit difference
-    logit(tokens) - logit(incorrect_tokens). Σ over the components of
-    :func:`full_resid_decomposition` (plus ``folded_unembed``'s b_U entries) is the model's
-    logit (difference)."""
+    term (n, *batch_and_pos) in the logit of ``tokens`` (one per entry of the batch and
+    position axes, see :func:`_check_token_shape`), or with ``incorrect_tokens`` in
+    logit(tokens) - logit(incorrect_tokens). ``stack`` is made with ``apply_ln=False``: the
+    final norm is applied here (:func:`apply_ln_to_stack`; ``pos_slice``, ``batch_slice``: how
+    the stack was cut). Σ over :func:`full_resid_decomposition` plus b_U is the logit."""
     if not isinstance(cache, dict):
         raise TypeError(
             f"logit_attrs(model, cache, stack, tokens): cache must be the dict from "
@@ -507,9 +445,8 @@ def _finish(
     mlp_input: bool = False,
     recompute_ln: bool = False,
 ):
-    """The parts stacked at the positions ``pos_slice`` keeps, normalized by the norm that
-    reads the stream before ``layer`` (they sum to that stream) when ``apply_ln``, with their
-    labels when ``return_labels``. ``recompute_ln`` as for :func:`apply_ln_to_stack`."""
+    """The parts stacked at ``pos_slice``, normalized when ``apply_ln``, with their labels
+    when ``return_labels`` (the stacking functions' common end)."""
     embed = _cut(_get(cache, "hook_embed"), pos_slice)
     stack = np.stack([_cut(p, pos_slice) for p in parts]) if parts else np.zeros((0,) + embed.shape)
     if apply_ln:

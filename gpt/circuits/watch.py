@@ -25,17 +25,11 @@ from tensorlab import Tensor
 
 
 def circuit_scores(model, **report_kw) -> dict:
-    """The scores :class:`CircuitWatcher` records by default, each per head (n_layer,
-    n_head) unless said otherwise:
-
-    - "induction", "previous_token": :func:`~gpt.circuits.induction_report` on repeated
-      random tokens (``report_kw`` as for it), and "repeat_loss", its loss on the second
-      copy (a number);
-    - "ov_copying": the copying score of each head's OV circuit (positive eigenvalues: the
-      head raises the logit of the token it attends to), a summary of what heads write;
-    - "k_composition": for each head, its largest K-composition score with a head of an
-      earlier layer (0 in layer 0), a summary of how much its keys read earlier heads.
-    """
+    """The scores :class:`CircuitWatcher` records by default, per head (n_layer, n_head):
+    "induction" and "previous_token" (:func:`~gpt.circuits.induction_report` with
+    ``report_kw``), "ov_copying" (each OV circuit's copying score), "k_composition" (each
+    head's largest with an earlier head; 0 in layer 0); and "repeat_loss", the loss on the
+    repeated tokens' second copy (a number)."""
     rep = induction_report(model, **report_kw)
     L, H = rep["induction"].shape
     copying = np.array(
@@ -62,17 +56,15 @@ LABELS = {
 
 
 def label(name: str) -> str:
-    """The words a figure shows for a recorded key: ``LABELS``' entry, or the key with its
-    underscores as spaces ("my_score" -> "my score") for a measure of one's own."""
+    """A recorded key in words: ``LABELS``' entry, or "my_score" -> "my score"."""
     return LABELS.get(name, name.replace("_", " "))
 
 
 class CircuitWatcher:
     """Call it after each training step, ``watcher(step, model, loss)``: every ``every``
     steps (and at step 1 when ``first``, and whenever ``force``) it records the loss and
-    ``measure(model)`` in ``history`` and returns the record (else None). ``measure``
-    defaults to :func:`circuit_scores` with ``report_kw``. The model is measured in eval mode
-    without a graph (``run_with_cache``), and its training mode is restored."""
+    ``measure(model)`` (default :func:`circuit_scores` with ``report_kw``) in ``history`` and
+    returns the record (else None)."""
 
     def __init__(
         self,
@@ -110,10 +102,8 @@ class CircuitWatcher:
         return sorted({k for r in self.history for k in r} - {"step"})
 
     def plot(self, path, losses=("loss", "repeat_loss"), scores=None) -> str:
-        """A PNG at ``path``: the ``losses`` over training above, each score's largest value
-        over heads below (``scores``: default every per-head score recorded), on one step
-        axis, so a phase change shows in both at once. The legends name each series in words
-        (:func:`label`)."""
+        """A PNG at ``path``: the ``losses`` above, each score's largest value over heads
+        below (``scores``: default every per-head score recorded), on one step axis."""
         from gpt.plots import _pyplot, _save
 
         plt = _pyplot()

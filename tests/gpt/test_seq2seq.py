@@ -365,14 +365,26 @@ def peaked(seed: int) -> Transformer:
     return model
 
 
+def argmax_decode(model, src, max_new_tokens: int) -> list[list[int]]:
+    """Greedy decoding written out: per source, the argmax after the whole prefix, each step."""
+    cfg, out = model.config, []
+    for s in src:
+        hyp = []
+        while len(hyp) < max_new_tokens and cfg.eos_id not in hyp:
+            logits, _ = model(s[None], np.array([[cfg.bos_id, *hyp]]))
+            hyp.append(int(logits.numpy()[0, -1].argmax()))
+        out.append(hyp)
+    return out
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_size_one_is_greedy(alpha):
     for seed in range(3):
         model = peaked(seed)
         src = sources(seed=seed + 10, n=5)
-        assert beam_search(model, src, 1, max_new_tokens=12, alpha=alpha) == greedy_decode(
-            model, src, max_new_tokens=12
-        )
+        greedy = argmax_decode(model, src, 12)
+        assert greedy_decode(model, src, max_new_tokens=12) == greedy
+        assert beam_search(model, src, 1, max_new_tokens=12, alpha=alpha) == greedy
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
