@@ -19,7 +19,7 @@ import operator
 import os
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import regex
@@ -28,7 +28,7 @@ from nn.serialization import atomic_write
 
 from . import alignment, batching, decoders, models, normalizers, post_processors, pre_tokenizers
 from .base import TokenizerError, TokenizerFileError, file_errors
-from .fields import check, get
+from .fields import Part, check, get
 from .pre_tokenizers import SPACE
 
 AllowedSpecial = Literal["all", "none"] | Iterable[str]
@@ -45,36 +45,24 @@ _SPACE_AFTER = regex.compile(rf"^{SPACE}+")
 
 @dataclass(frozen=True)
 class AddedToken:
-    """An entry of the file's ``added_tokens``: ``normalized`` ones are matched in the
+    """An entry of the file's ``added_tokens`` (its fields in the file's order; the defaults are
+    a special token as the trainers write one): ``normalized`` ones are matched in the
     normalized text, ``special`` ones are those ``allowed_special`` chooses among and
     ``decode(..., skip_special_tokens=True)`` leaves out."""
 
-    content: str
     id: int
-    special: bool = True
+    content: str
+    single_word: bool = False
     lstrip: bool = False
     rstrip: bool = False
-    single_word: bool = False
     normalized: bool = False
-
-
-def added_token_json(content: str, i: int) -> dict[str, Any]:
-    """The ``added_tokens`` entry of a special token as the trainers write it."""
-    return {
-        "id": i,
-        "content": content,
-        "single_word": False,
-        "lstrip": False,
-        "rstrip": False,
-        "normalized": False,
-        "special": True,
-    }
+    special: bool = True
 
 
 def trained_json(special: dict[str, int], normalizer, pre_tokenizer, decoder, model) -> dict:
     """A ``tokenizer.json`` as the trainers write it: these parts, the special tokens (content
     -> id) as added tokens, no post-processor, truncation or padding."""
-    added = [added_token_json(t, i) for t, i in special.items()]
+    added = [asdict(AddedToken(i, t)) for t, i in special.items()]
     return {"version": HF_VERSION, "truncation": None, "padding": None, "added_tokens": added} | {
         "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
@@ -84,39 +72,33 @@ def trained_json(special: dict[str, int], normalizer, pre_tokenizer, decoder, mo
     }
 
 
+def pre_tokenize(pre: pre_tokenizers.PreTokenizer | None, text: str, first: bool) -> list[str]:
+    """The words ``pre`` cuts ``text`` into (``first``: it starts the input)."""
+    if pre is None:
+        return [text] if text else []
+    return [w for w, _, _ in pre([(text, first, None)])]
+
+
 def word_splitter(normalizer: dict | None, pre_tokenizer: dict | None):
     """``words(text, first)``: the words a file's normalizer and pre-tokenizer (JSON parts) cut
-    ``text`` into (``first``: it starts the input). The trainers count the words they learn
-    from with it, so they cut text as the files they write do."""
-    normalize = normalizers.build(normalizer, "<memory>")
+    ``text`` into. The trainers count the words they learn from with it, so they cut text as
+    the files they write do."""
+    normalize = normalizers.build(normalizer, "<memory>") or (lambda text: text)
     pre = pre_tokenizers.build(pre_tokenizer, "<memory>")
-
-    def words(text: str, first: bool) -> list[str]:
-        if normalize is not None:
-            text = normalize(text)
-        if pre is None:
-            return [text] if text else []
-        return [w for w, _, _ in pre([(text, first, None)])]
-
-    return words
+    return lambda text, first: pre_tokenize(pre, normalize(text), first)
 
 
 def read_added_tokens(data: dict[str, Any], path: str | os.PathLike) -> list[AddedToken]:
     """The ``added_tokens`` list of a file, every flag type-checked."""
     out = []
     for k, e in enumerate(get(data, "added_tokens", "list", path, default=[])):
-        where = f"added_tokens[{k}]"
-        check(e, "object", path, where)
-        special = get(e, "special", "bool", path, where, False)
+        p = Part(e, path, f"added_tokens[{k}]")
+        special = p("special", "bool", False)
+        flags = {flag: p(flag, "bool", False) for flag in ("single_word", "lstrip", "rstrip")}
+        normalized = p("normalized", "bool", not special)
         out.append(
             AddedToken(
-                get(e, "content", "str", path, where),
-                get(e, "id", "int", path, where),
-                special,
-                get(e, "lstrip", "bool", path, where, False),
-                get(e, "rstrip", "bool", path, where, False),
-                get(e, "single_word", "bool", path, where, False),
-                get(e, "normalized", "bool", path, where, not special),
+                p("id", "int"), p("content", "str"), **flags, normalized=normalized, special=special
             )
         )
     return out
@@ -413,9 +395,7 @@ class Tokenizer:
 
     def words(self, text: str, first: bool) -> list[str]:
         """The words the pre-tokenizer cuts ``text`` (normalized, with no added token) into."""
-        if self.pre_tokenizer is None:
-            return [text] if text else []
-        return [w for w, _, _ in self.pre_tokenizer([(text, first, None)])]
+        return pre_tokenize(self.pre_tokenizer, text, first)
 
     def _encode_ordinary(self, text: str, first: bool) -> list[int]:
         return self._encode_words(self.words(text, first), self._encode_word)
