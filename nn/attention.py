@@ -453,7 +453,7 @@ class MultiHeadAttention(Module):
                     "them so, or give d_head"
                 )
             d_head = d_model // n_head
-        check_p(dropout, name)
+        check_p(dropout, name, "dropout")
         H, dh = n_head, d_head
         H_kv = H if n_kv_head is None else n_kv_head
         if isinstance(H_kv, bool) or not isinstance(H_kv, int) or H_kv < 1 or H % H_kv:

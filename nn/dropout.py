@@ -7,6 +7,7 @@ backward, dx = g ⊙ m / (1 - p), needs no op of its own.
 
 from __future__ import annotations
 
+from nn.checks import check_real
 from nn.module import Module
 from tensorlab import Tensor
 from tensorlab.backend import acc_dtype, device_of, generator
@@ -21,9 +22,9 @@ def dropout_mask(shape, p: float, like):
     return keep * like.dtype.type(1.0 / (1.0 - p))
 
 
-def check_p(p: float, where: str) -> None:
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{where}: dropout probability p must be in [0, 1), got {p}")
+def check_p(p: float, owner: str, name: str = "p") -> None:
+    """A dropout probability is a number in [0, 1)."""
+    check_real(name, p, 0.0, 1.0, open_hi=True, owner=owner)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
