@@ -5,15 +5,14 @@
   to the token embeddings, PE(t, 2i) = sin(t ω_i), PE(t, 2i+1) = cos(t ω_i), ω_i = 10000^(-2i/d).
 - :class:`LearnedPositionalEmbedding` (GPT-2): a learned vector per absolute position, added.
 - :class:`RelativePositionBias`: a learned scalar per head and per (clipped) offset j - i,
-  added to the attention scores. The scalar-per-head bias is T5's (Raffel et al. 2020); the
-  clipping of |j - i| at a maximum distance is Shaw et al. (2018)'s (T5 uses log-spaced
-  buckets instead, and Shaw et al. add learned *vectors* to the keys rather than scalars).
+  added to the attention scores (T5's scalars, Raffel et al. 2020; Shaw et al. 2018's clipping
+  of |j - i| where T5 has log-spaced buckets).
 - :class:`RotaryEmbedding` (RoPE, Su et al. 2021): queries and keys are rotated pair by pair by
-  angles proportional to their position, so q_i · k_j depends on i and j only through j - i.
+  angles proportional to their position.
 
 The last two plug into :class:`~nn.attention.SelfAttention` (its ``positions``); the two
-before are added to the residual stream by the model.
-Each takes an ``offset``: the position of the first token, for decoding with a cache.
+before are added to the residual stream by the model. Each takes an ``offset``: the position
+of the first token, for decoding with a cache.
 """
 
 from __future__ import annotations
@@ -23,13 +22,7 @@ import numpy as np
 from nn.init import constant, normal
 from nn.module import Module
 from tensorlab import Tensor
-from tensorlab.backend import (
-    DEFAULT_DTYPE,
-    default_device,
-    min_max,
-    xp_for,
-    xp_of,
-)
+from tensorlab.backend import DEFAULT_DTYPE, default_device, min_max, xp_for, xp_of
 from tensorlab.function import Function
 
 
@@ -147,10 +140,8 @@ class RelativePositionBias(Module):
     offset clipped to [-max_distance, max_distance]: offsets beyond share one value.
 
     Parameter ``W`` (n_head, 2·max_distance + 1); column ``max_distance + r`` holds the bias
-    of offset r. ``forward(T_q, T_k)`` gives the (n_head, T_q, T_k) bias to add to the scores;
-    queries are the last T_q of the T_k positions (query i sits at i + T_k - T_q), which is the
-    layout of decoding with a key/value cache. In a causal model only offsets ≤ 0 are used.
-    """
+    of offset r. ``forward(T_q, T_k)`` gives the (n_head, T_q, T_k) bias to add to the scores,
+    queries being the last T_q of the T_k positions (as with a key/value cache)."""
 
     def __init__(
         self, n_head: int, max_distance: int = 16, dtype=DEFAULT_DTYPE, device: str | None = None
@@ -266,11 +257,9 @@ class RotaryEmbedding(Module):
     rotated by the angle t θ_i, θ_i = base^(-2i/d_head) (see :func:`rope_frequencies` for
     ``scaling``). ``layout`` "interleaved" pairs (x_{2i}, x_{2i+1}); "half" pairs
     (x_i, x_{i+d/2}), as Hugging Face's Llama-family checkpoints expect (:class:`RotaryFn`).
-    The two layouts are the same map up to a fixed permutation of each head's dimensions.
-
-    Because rotations compose, R(iθ)ᵀ R(jθ) = R((j - i)θ), a rotated query at i and a rotated
-    key at j have a dot product that depends on their positions only through j - i. Nothing is
-    learned; cos/sin tables are built once per dtype and grown on demand.
+    A query at i and a key at j then have a dot product that depends on i and j only through
+    j - i (docs/derivations_nn.md, section 10). Nothing is learned; cos/sin tables are built
+    once per dtype and grown on demand.
     """
 
     def __init__(
