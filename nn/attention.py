@@ -341,16 +341,14 @@ def scaled_dot_product_attention(
     as in PyTorch (every leading axis, heads included, is a batch axis).
 
     - ``mask``: boolean, broadcastable to (..., T_q, T_k), True where a query *may* attend.
-    - ``causal``: query i sees keys j ≤ i + (T_k - T_q) (aligned to the last keys, so it is
-      right for a key/value cache; the lower triangle when T_q = T_k).
+    - ``causal``: query i sees keys j ≤ i + (T_k - T_q) (:func:`causal_keep`).
     - ``bias``: an additive score bias (e.g. a relative-position bias); it gets a gradient.
     - ``scale``: defaults to 1/√d.
     - ``dropout_p``: dropout on the pattern (pass 0 in evaluation).
     - ``fused``: one node (:class:`AttentionFn`), or the composed ops
       (:func:`attention_composed`); the same numbers up to rounding, and the same dropout draws.
 
-    (:class:`AttentionFn` holds heads on their own axis, (..., T, H, d); here they are a
-    batch axis, so q, k, v get a heads axis of 1, and the scores' axes one before (T_q, T_k).)
+    (Heads are a batch axis here, so q, k, v get :class:`AttentionFn`'s heads axis of 1.)
     """
     check_p(dropout_p, "scaled_dot_product_attention")
     one_head = lambda t: t.reshape(t.shape[:-1] + (1, t.shape[-1]))  # noqa: E731

@@ -9,13 +9,11 @@
 
   The header maps each tensor name to ``{"dtype": "F32", "shape": [...], "data_offsets":
   [begin, end]}`` (offsets into the byte buffer after the header), plus ``"__metadata__"``, a
-  ``{str: str}`` dict. The ``safetensors`` package writes and checks these files, so a file
-  is valid here exactly when it is valid for every other reader (no gaps between tensors, no
-  trailing bytes); this module also refuses a name that appears twice in one header, which the
-  package would read as the last of the two. bfloat16 arrays need ``ml_dtypes``.
-  Each tensor's CRC-32 is stored in the metadata as ``"checksum.<name>"`` and checked on
-  load, so a flipped byte in the data is refused (naming the file and the tensor) instead of
-  loading silently; a file without checksums (older, or another program's) loads unchecked.
+  ``{str: str}`` dict. The ``safetensors`` package writes and checks these files (no gaps
+  between tensors, no trailing bytes); this module also refuses a name twice in one header
+  (the package would keep the last). bfloat16 arrays need ``ml_dtypes``. Each tensor's CRC-32
+  is stored in the metadata as ``"checksum.<name>"`` and checked on load (a file without
+  checksums, older or another program's, loads unchecked).
 - ``.npz`` (NumPy's zip of ``.npy`` files), read back with ``allow_pickle=False``; the zip
   format keeps a CRC-32 per member, which reading checks.
 
@@ -29,11 +27,10 @@ written as ``{"__items__": [[key, value], ...]}`` so that integer keys come back
 Tuples come back as lists. A file without a tree (written by another program) loads as a flat
 ``{name: array}`` dict.
 
-Writes are atomic: the bytes go to a temporary file in the target's directory, which is flushed,
-fsync'ed and then renamed over the target (``os.replace``). A crash mid-write leaves the old
-file (or nothing) at the target path, never half a file; a failed write removes its temporary
-file. Reading a damaged file raises :class:`SerializationError`, one line naming the file and,
-where it can be told, the tensor or the place in the structure that is wrong.
+Writes are atomic (:func:`atomic_write`): a crash mid-write leaves the old file (or nothing)
+at the target path, never half a file. Reading a damaged file raises
+:class:`SerializationError`, one line naming the file and, where it can be told, the tensor or
+the place in the structure that is wrong.
 """
 
 from __future__ import annotations
