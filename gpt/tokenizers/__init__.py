@@ -1,20 +1,15 @@
 """Tokenizers trained, measured and interoperable: characters, byte-level BPE, WordPiece, Unigram.
 
+One class, ``Tokenizer``, runs the pipeline a Hugging Face ``tokenizer.json`` describes, the
+one file format; the four trainers are its subclasses, and ``load`` reads any such file (and
+GPT-2's ``vocab.json`` + ``merges.txt``). docs/tokenizers.md is the guide:
+
     import gpt.tokenizers as tk
     tok = tk.ByteBPE.train(text, vocab_size=512, special_tokens=["<|endoftext|>"])
-    ids = tok.encode("Hello world<|endoftext|>")
-    assert tok.decode(ids) == "Hello world<|endoftext|>"
+    assert tok.decode(tok.encode("Hello world<|endoftext|>")) == "Hello world<|endoftext|>"
     tok.save("tokenizer.json"); tok = tk.load("tokenizer.json")
-    print(tk.format_reports([tk.report(tok, heldout_text)]))
-
-There is one tokenizer class, ``Tokenizer``: the pipeline a Hugging Face ``tokenizer.json``
-describes (normalizer, pre-tokenizer, model, post-processor, decoder, added tokens), and one
-file format, that file. The four trainers (``CharTokenizer``, ``ByteBPE``, ``WordPiece``,
-``Unigram``) are ``Tokenizer`` subclasses that write such a file's contents from what they
-learn; ``load`` reads any ``tokenizer.json`` (and GPT-2's ``vocab.json`` + ``merges.txt``) into
-a ``Tokenizer``. ``encode_with_offsets`` says which characters each token covers; ``to_terminal``
-and ``to_html`` show it.
 """
+
 
 from .base import TokenizerError, TokenizerFileError
 from .bpe import ByteBPE

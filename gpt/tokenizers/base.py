@@ -1,11 +1,7 @@
-"""What the tokenizers share: their errors, and the steps the trainers have in common.
-
-* ``TokenizerError`` for bad input, ``TokenizerFileError`` for a file that cannot be read,
-* counting the pre-tokens of the training text (``count_words``), and for the two trainers
-  that merge pairs, BPE and WordPiece, their one merge loop (``learn_merges``) over counting
-  adjacent pairs (``count_pairs``) and replacing a pair by its new token (``merge_pair``),
-* checking the special tokens a trainer is given (``check_special_tokens``).
+"""What the tokenizers share: their errors, and the steps the trainers have in common (counting
+the training text's pre-tokens, the merge loop of BPE and WordPiece, checking special tokens).
 """
+
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""Character-level tokenization: one token per Unicode character.
-
-The vocabulary is the set of characters seen in the training text (sorted, so training is
-deterministic), plus any special tokens. The only design question is what to do with a
-character that never appeared in training. ``unknown`` chooses:
-
-* ``"error"``: raise TokenizerError naming the character (the default: no silent data loss),
-* ``"replace"``: emit the ``<unk>`` token, which is then part of the vocabulary,
-* ``"skip"``: drop the character.
-
-Decoding is exact for text whose characters were all seen in training.
+"""Character-level tokenization: one token per Unicode character seen in training (sorted, so
+training is deterministic), plus any special tokens. ``unknown`` says what becomes of a
+character never seen: ``"error"`` (the default: no silent data loss), ``"replace"`` (the
+``<unk>`` token) or ``"skip"``.
 """
+
 
 from __future__ import annotations
 

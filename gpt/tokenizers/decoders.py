@@ -2,20 +2,14 @@
 
 A decoder takes the list of token strings and returns a list of strings (the ``tokenizers``
 library's ``decode_chain``), so decoders can be chained; the text is their concatenation.
-Without a decoder the tokens are joined with spaces. The types ``build`` reads:
-
-* ``ByteLevel``: every token's characters back to bytes (GPT-2's printable byte alphabet), the
-  bytes of all tokens decoded as UTF-8 together (invalid bytes become "�").
-* ``WordPiece``: a token starting with the prefix ("##") glues to the one before it, others get
-  a space before them; ``cleanup`` then removes spaces before punctuation and contractions.
-* ``Metaspace``: "▁" back to a space; in the first token, where the pre-tokenizer put one, every
-  "▁" is removed instead (unless ``prepend_scheme`` is "never").
-* ``BPEDecoder``: the end-of-word suffix ("</w>") becomes a space (nothing after the last token).
-* ``ByteFallback``: runs of "<0xXX>" tokens become the text their bytes spell.
-* ``Fuse``: all tokens into one string. ``Strip``: remove up to ``start``/``stop`` copies of a
-  character from each token's ends. ``Replace``: a pattern replaced in each token.
-* ``Sequence``: the listed decoders one after another.
+Without a decoder the tokens are joined with spaces. ``BUILDERS`` lists the types read:
+``ByteLevel`` (GPT-2's printable byte alphabet back to bytes, decoded as UTF-8 together),
+``WordPiece`` ("##" pieces glued to the one before, others after a space), ``Metaspace`` ("▁"
+back to a space, dropped in the first token), ``BPEDecoder`` (the end-of-word suffix becomes a
+space), ``ByteFallback`` ("<0xXX>" runs become the text their bytes spell), ``Fuse``, ``Strip``,
+``Replace`` and ``Sequence``.
 """
+
 
 from __future__ import annotations
 

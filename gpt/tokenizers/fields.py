@@ -1,12 +1,12 @@
 """Reading the fields of a tokenizer file with their types checked.
 
-A tokenizer file is data from somewhere else, so nothing in it is taken on trust: a field that
-should be ``true``/``false`` and holds ``"no"`` must be refused, not read as true (Python's
-``bool("no")`` is ``True``). Every reader goes through ``get``, which returns the value only if
-it has the expected JSON type, and otherwise raises a one-line ``TokenizerFileError`` naming the
-file, the field (as a path through the JSON: ``model.vocab["hello"]``), the value found and the
-type expected.
+Nothing in a file from elsewhere is taken on trust: a field that should be ``true``/``false``
+and holds ``"no"`` is refused, not read as true. Every reader goes through ``get``, which
+returns the value only if it has the expected JSON type, and otherwise raises a one-line
+``TokenizerFileError`` naming the file, the field (``model.vocab["hello"]``), the value found
+and the type expected.
 """
+
 
 from __future__ import annotations
 

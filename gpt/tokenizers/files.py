@@ -1,14 +1,9 @@
-"""Reading tokenizer files: Hugging Face ``tokenizer.json`` (the one format tokenizers are saved
-in, by ``Tokenizer.save``), and GPT-2's ``vocab.json`` + ``merges.txt``.
-
-``load`` accepts either and tells them apart by content: a ``tokenizer.json``, a GPT-2
-``vocab.json`` with ``merges.txt`` beside it, or a folder holding either. A file is data from
-elsewhere, so reading it never runs code, and every problem with it is a one-line
-``TokenizerFileError`` naming the file (``fields.py`` checks each field's type).
-
-GPT-2's original files are a ``vocab.json`` (token -> id) and a ``merges.txt`` (one merge
-"a b" per line, after a ``#version`` header), both in the printable byte alphabet.
+"""Reading tokenizer files: Hugging Face ``tokenizer.json`` (the one format ``Tokenizer.save``
+writes) and GPT-2's ``vocab.json`` + ``merges.txt`` (one merge "a b" a line after a
+``#version`` header), told apart by content. Reading a file never runs code, and every problem
+with it is a one-line ``TokenizerFileError`` naming the file.
 """
+
 
 from __future__ import annotations
 

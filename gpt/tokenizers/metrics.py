@@ -1,17 +1,11 @@
-"""Measuring a tokenizer on held-out text: the questions people ask of one.
+"""Measuring a tokenizer on held-out text: compression (bytes and characters per token),
+vocabulary use (the share seen at all, and seen only a few times), unknown tokens, and whether
+``decode(encode(text))`` gives the text back (if not, where it first differs).
 
-* Compression: how many bytes (and characters) of text does a token cover on average? More
-  bytes per token means shorter sequences for the same text, so a model sees more context.
-* Vocabulary use: what share of the vocabulary appears at all on the text, and what share
-  appears only a few times (entries a model will barely learn)?
-* Unknowns: what share of tokens is the unknown token (information thrown away)?
-* Reversibility: does ``decode(encode(text))`` give the text back? If not, where is the first
-  difference?
-
-``report`` returns a ``TokenizerReport``; ``format_reports`` prints several side by side, and
-under the table how each one cuts a sample line of the text (the token visualizer's plain form,
-``visualize.cut``).
+``report`` returns a ``TokenizerReport``; ``format_reports`` prints several side by side, with
+how each one cuts a sample line of the text (``visualize.cut``).
 """
+
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """Normalizers: the first step of a ``tokenizer.json`` pipeline, text in, cleaned-up text out.
 
-A Hugging Face ``tokenizer.json`` names its normalizer as a JSON object ``{"type": ..., ...}``.
-``build`` turns one into a function ``str -> str`` with the meaning the ``tokenizers`` library
-gives it, so that files from there encode to the same ids here:
-
-* ``NFC``, ``NFD``, ``NFKC``, ``NFKD``: Unicode normal forms (composed / decomposed, with or
-  without compatibility mappings such as "ﬁ" -> "fi").
-* ``Lowercase``: each character lowercased on its own (no final-sigma rule: "Σ" -> "σ" always).
-* ``StripAccents``: drop combining marks (use after ``NFD``, which splits "é" into "e" + mark).
-* ``BertNormalizer``: BERT's cleanup (``bert_normalize``).
-* ``Replace``: every match of a literal string or a regex becomes ``content``.
-* ``Prepend``: put a string before non-empty text; ``Strip``: drop whitespace at either end.
-* ``Precompiled``: SentencePiece's compiled character map (T5, ALBERT, XLNet, ...), in
-  ``precompiled.py``.
-* ``Sequence``: the listed normalizers one after another.
-
-Anything else (``NMT``, ...) is refused with an error naming the type and where it sits in
-the file.
+``build`` turns a file's normalizer (``{"type": ..., ...}``) into a ``Normalizer`` with the
+meaning the ``tokenizers`` library gives it, so files from there encode to the same ids here;
+``BUILDERS`` lists the types read (docs/tokenizers.md, "Files"), anything else is refused by
+name and place. SentencePiece's ``Precompiled`` map is in ``precompiled.py``.
 """
+
 
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """Post-processors of a ``tokenizer.json`` pipeline: special tokens around encoded text.
 
-BERT wants ``[CLS] text [SEP]`` (and ``[CLS] a [SEP] b [SEP]`` for a pair of texts), RoBERTa
-``<s> text </s>`` (``<s> a </s></s> b </s>``). A post-processor adds them after the model ran,
-and only when asked (``add_special_tokens=True``). The types ``build`` reads:
-
-* ``TemplateProcessing``: a template for one text and one for a pair, e.g.
-  ``["[CLS]", "$A", "[SEP]"]`` as JSON items ``{"SpecialToken": {"id": "[CLS]"}}`` and
-  ``{"Sequence": {"id": "A"}}``; each special token's ids are listed in ``special_tokens``.
-* ``BertProcessing`` and ``RobertaProcessing``: the two fixed templates above, with the
-  ``cls`` and ``sep`` tokens given as ``[token, id]``.
-* ``ByteLevel``: only adjusts character offsets; the ids are unchanged.
-* ``Sequence``: the listed post-processors, of which at most one may add tokens.
-
-A post-processor here is a ``Template``: ``template(ids, pair_ids or None) -> ids``.
+BERT wants ``[CLS] text [SEP]`` (``[CLS] a [SEP] b [SEP]`` for a pair of texts), RoBERTa
+``<s> text </s>`` (``<s> a </s></s> b </s>``), added only when asked
+(``add_special_tokens=True``). Every type ``build`` reads (``TemplateProcessing``, with its
+items ``{"SpecialToken": {"id": "[CLS]"}}`` and ``{"Sequence": {"id": "A"}}``; the fixed
+``BertProcessing`` and ``RobertaProcessing``; ``ByteLevel``, which only adjusts offsets; a
+``Sequence`` of which at most one adds tokens) becomes a ``Template``.
 """
+
 
 from __future__ import annotations
 

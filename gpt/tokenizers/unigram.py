@@ -145,48 +145,61 @@ def _exact_in_any_json_reader(score: float) -> float:
     return float(f"{score:.15g}")
 
 
-class _Lattice:
-    """All distinct training words and their candidate pieces, as flat numpy arrays.
+class _Edges:
+    """The lattices of ``strings`` laid end to end (``_layout``), as flat numpy arrays: string w
+    of length L owns nodes ``first_node[w] .. last_node[w]`` (the cuts between its characters),
+    and each occurrence of a substring of up to ``max_len`` characters is an edge (``start``
+    node, ``end`` node, ``sid``: the substring's candidate id in ``sid_of``, which new
+    substrings join). ``whole=False`` leaves out the edge that is a whole string. The edges are
+    sorted by (end offset, end node), the order the forward and Viterbi passes visit them.
+    """
 
-    Nodes: word w of length L owns nodes ``base[w] .. base[w] + L`` (the cuts between its
-    characters). Every substring of up to ``max_len`` characters is a candidate, with an id
-    ("sid"); an edge (start node, end node, sid) exists for each occurrence. Pieces in the
-    current vocabulary are a subset of the sids; edges of other sids are filtered out.
+    def __init__(self, strings: list[str], max_len: int, sid_of: dict[str, int], whole=True):
+        spans = [(s, _span_list(len(s), max_len)) for s in strings]
+        sid = [sid_of.setdefault(s[i:j], len(sid_of)) for s, ij in spans for i, j in ij]
+        lengths = np.array([len(s) for s in strings], dtype=np.int64)
+        base, self.n_nodes, word, starts, ends = _layout(lengths, max_len)
+        keep = np.ones(len(word), bool) if whole else (starts > 0) | (ends < lengths[word])
+        start, end = base[word] + starts, base[word] + ends
+        order = np.flatnonzero(keep)[np.lexsort((end[keep], ends[keep]))]
+        self.sid, self.start, self.end = np.array(sid, np.int64)[order], start[order], end[order]
+        self.start_off, self.end_off, self.word_of_edge = starts[order], ends[order], word[order]
+        self.first_node, self.last_node = base, base + lengths
+
+    def best_paths(self, logp: np.ndarray, alive: np.ndarray, strings, carry: np.ndarray):
+        """Walk the best (Viterbi) paths of ``strings`` (an index into them) at once, each from
+        its last node back to its first, over the edges whose piece is ``alive``. Yields, one
+        step back at a time, the edge each string still on its way takes, and those strings'
+        entries of ``carry`` (a per-string array: a weight, an owner, ...)."""
+        e = np.flatnonzero(alive[self.sid])
+        start, end, w = self.start[e], self.end[e], logp[self.sid[e]]
+        back = _viterbi(self.n_nodes, self.first_node, start, end, self.end_off[e], w)
+        node, first = self.last_node[strings], self.first_node[strings]
+        while len(node):
+            edge = e[back[node]]
+            yield edge, carry
+            node = self.start[edge]
+            more = node != first
+            node, first, carry = node[more], first[more], carry[more]
+
+
+class _Lattice(_Edges):
+    """All distinct training words and their candidate pieces (``_Edges``): every substring of
+    up to ``max_len`` characters is a candidate. Pieces in the current vocabulary are a subset
+    of the candidates; edges of the others are filtered out.
     """
 
     def __init__(self, counts: dict[str, int], max_len: int):
         self.words = list(counts)
         self.freq = np.array([counts[w] for w in self.words], dtype=np.float64)
-        lengths = np.array([len(w) for w in self.words], dtype=np.int64)
         self.max_len = max_len
         self.sid_of: dict[str, int] = {}
-        sid_of = self.sid_of
-        sids: list[int] = []
-        # one pass over every substring occurrence, in the order _layout lists the edges
-        for w in self.words:
-            for i, j in _span_list(len(w), max_len):
-                s = w[i:j]
-                k = sid_of.get(s)
-                if k is None:
-                    k = sid_of[s] = len(sid_of)
-                sids.append(k)
-        self.strings = list(sid_of)
+        super().__init__(self.words, max_len, self.sid_of)
+        self.strings = list(self.sid_of)
         self.n_candidates = len(self.strings)
-        self.sid = np.array(sids, dtype=np.int64)
-        self.base, self.n_nodes, word_of_edge, starts, ends = _layout(lengths, max_len)
-        self.start = self.base[word_of_edge] + starts
-        self.end = self.base[word_of_edge] + ends
-        # edges sorted by (end offset, end node), the order the forward and Viterbi passes visit
-        # them; the backward pass visits them by (start offset descending, start node)
-        order = np.lexsort((self.end, ends))
-        self.sid, self.start, self.end = self.sid[order], self.start[order], self.end[order]
-        self.end_off, self.start_off = ends[order], starts[order]
-        self.word_of_edge = word_of_edge[order]
+        # the backward pass visits the edges by (start offset descending, start node)
         self.backward_order = np.lexsort((self.start, -self.start_off))
-        self.first_node = self.base
-        self.last_node = self.base + lengths
-        sid_len = np.array([len(s) for s in self.strings], dtype=np.int64)
-        self.sid_len = sid_len
+        self.sid_len = np.array([len(s) for s in self.strings], dtype=np.int64)
         # frequency of each candidate (occurrences weighted by word counts)
         self.sid_freq = np.bincount(self.sid, weights=self.freq[self.word_of_edge])
         self.chars = [s for s in self.strings if len(s) == 1]
@@ -224,11 +237,9 @@ class _Lattice:
             logp = _normalize(np.where(alive, logp, -np.inf), alive)
         return [(self.strings[k], float(logp[k])) for k in np.flatnonzero(alive)]
 
-    # ----- the passes over all words at once ---------------------------------------------------
-
     def _em_step(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, float]:
         """One E step (expected piece counts by forward-backward) and M step (renormalize)."""
-        e = _live_edges(self, alive)
+        e = np.flatnonzero(alive[self.sid])
         start, end, w = self.start[e], self.end[e], logp[self.sid[e]]
         alpha = _sweep(self.n_nodes, self.first_node, start, end, self.end_off[e], w)
         # backwards: from each word's last node, by decreasing start offset
@@ -288,74 +299,30 @@ class _Lattice:
     def _viterbi_counts(self, logp: np.ndarray, alive: np.ndarray) -> np.ndarray:
         """How often each piece appears in the best segmentations of the corpus."""
         counts = np.zeros(self.n_candidates)
-        walk = _best_paths(self, logp, alive, self.last_node, self.first_node, self.freq)
-        for edge, weight in walk:
+        for edge, weight in self.best_paths(logp, alive, slice(None), self.freq):
             np.add.at(counts, self.sid[edge], weight)
         return counts
 
 
-class _Alternatives:
+class _Alternatives(_Edges):
     """Each candidate piece as its own little lattice, without the edge that is the whole piece:
     its best path is the segmentation the piece would get if it were removed."""
 
     def __init__(self, lat: _Lattice, alive: np.ndarray):
-        owners = np.flatnonzero(alive & (lat.sid_len > 1))
-        strings = [lat.strings[k] for k in owners]
-        lengths = np.array([len(s) for s in strings], dtype=np.int64)
-        sid_of = lat.sid_of
-        sids = [sid_of[s[i:j]] for s in strings for i, j in _span_list(len(s), lat.max_len)]
-        sid = np.array(sids, dtype=np.int64)
-        base, self.n_nodes, word, starts, ends = _layout(lengths, lat.max_len)
-        not_whole = ~((starts == 0) & (ends == lengths[word]))
-        self.owners = owners
-        self.first_node = base
-        self.last_node = base + lengths
-        start = (base[word] + starts)[not_whole]
-        end = (base[word] + ends)[not_whole]
-        order = np.lexsort((end, ends[not_whole]))  # as in _Lattice: by (end offset, end node)
-        self.sid = sid[not_whole][order]
-        self.start, self.end = start[order], end[order]
-        self.end_off = ends[not_whole][order]
+        self.owners = np.flatnonzero(alive & (lat.sid_len > 1))
+        strings = [lat.strings[k] for k in self.owners]
+        super().__init__(strings, lat.max_len, lat.sid_of, whole=False)
 
     def segment(self, logp: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For every living owner piece, its alternative pieces: parallel arrays (owner, alt)."""
         live = alive[self.owners]
-        walk = _best_paths(
-            self, logp, alive, self.last_node[live], self.first_node[live], self.owners[live]
-        )
         out_owner, out_alt = [], []
-        for edge, owner in walk:
+        for edge, owner in self.best_paths(logp, alive, live, self.owners[live]):
             out_owner.append(owner)
             out_alt.append(self.sid[edge])
         if not out_owner:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(out_owner), np.concatenate(out_alt)
-
-
-def _live_edges(lat, alive: np.ndarray) -> np.ndarray:
-    """Indices of the edges of ``lat`` whose piece is alive (in the current vocabulary)."""
-    return np.flatnonzero(alive[lat.sid])
-
-
-def _best_paths(lat, logp, alive, last, first, carry):
-    """Walk the best (Viterbi) paths of many words at once, each from its ``last`` node back to
-    its ``first``, over the live edges of ``lat`` (a _Lattice or an _Alternatives: both keep
-    their edges as ``sid``/``start``/``end``/``end_off`` arrays over ``n_nodes`` nodes).
-
-    Yields, one step back at a time, the edge each word still on its way takes, and those
-    words' entries of ``carry`` (a per-word array: a weight, an owner, ...).
-    """
-    e = _live_edges(lat, alive)
-    back = _viterbi(
-        lat.n_nodes, lat.first_node, lat.start[e], lat.end[e], lat.end_off[e], logp[lat.sid[e]]
-    )
-    node = last
-    while len(node):
-        edge = e[back[node]]
-        yield edge, carry
-        node = lat.start[edge]
-        more = node != first
-        node, first, carry = node[more], first[more], carry[more]
 
 
 def _layout(lengths: np.ndarray, max_len: int):

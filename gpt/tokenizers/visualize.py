@@ -1,20 +1,12 @@
 """Seeing tokens: text coloured by token boundaries, in the terminal or as an HTML page.
 
-    import gpt.tokenizers as tk
-    print(tk.to_terminal(tok, "To be, or not to be"))      # ANSI colours, ids underneath
-    Path("tokens.html").write_text(tk.to_html({"bpe": tok, "unigram": uni}, text))
-
-Neighbouring tokens get alternating background colours, so where one token ends and the next
-begins is visible at a glance; in the HTML page hovering over a token shows its id and its
-spelling in the vocabulary. Text no token covers (the spaces WordPiece drops) is left
-uncoloured; a token that covers only part of a character (byte-level BPE cutting an emoji in
-two) shares that character with its neighbour, shown once, with both ids. The positions come
-from ``offsets.encode_with_offsets``.
-
-The HTML page is self-contained (inline CSS, no scripts, no fetches), so it can be mailed or
-opened from disk. ``cut`` is the plain form (tokens separated by "|"), which the tokenizer
-report (``metrics.format_reports``) prints for a sample line.
+Neighbouring tokens get alternating background colours; in the self-contained HTML page
+(inline CSS, no scripts, no fetches) hovering over a token shows its id and vocabulary entry.
+Text no token covers is left uncoloured, and tokens sharing a character (byte-level BPE cutting
+an emoji in two) share it, shown once. The positions come from ``offsets.encode_with_offsets``;
+``cut`` is the plain form (tokens separated by "|") that ``metrics.format_reports`` prints.
 """
+
 
 from __future__ import annotations
 
