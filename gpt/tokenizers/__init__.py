@@ -10,7 +10,6 @@ GPT-2's ``vocab.json`` + ``merges.txt``). docs/tokenizers.md is the guide:
     tok.save("tokenizer.json"); tok = tk.load("tokenizer.json")
 """
 
-
 from .base import TokenizerError, TokenizerFileError
 from .bpe import ByteBPE
 from .char import CharTokenizer

@@ -2,7 +2,6 @@
 the training text's pre-tokens, the merge loop of BPE and WordPiece, checking special tokens).
 """
 
-
 from __future__ import annotations
 
 import heapq

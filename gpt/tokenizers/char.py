@@ -4,7 +4,6 @@ character never seen: ``"error"`` (the default: no silent data loss), ``"replace
 ``<unk>`` token) or ``"skip"``.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -10,7 +10,6 @@ space), ``ByteFallback`` ("<0xXX>" runs become the text their bytes spell), ``Fu
 ``Replace`` and ``Sequence``.
 """
 
-
 from __future__ import annotations
 
 import itertools

@@ -7,7 +7,6 @@ returns the value only if it has the expected JSON type, and otherwise raises a 
 and the type expected.
 """
 
-
 from __future__ import annotations
 
 import os

@@ -4,7 +4,6 @@ writes) and GPT-2's ``vocab.json`` + ``merges.txt`` (one merge "a b" a line afte
 with it is a one-line ``TokenizerFileError`` naming the file.
 """
 
-
 from __future__ import annotations
 
 import json

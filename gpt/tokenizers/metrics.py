@@ -6,7 +6,6 @@ vocabulary use (the share seen at all, and seen only a few times), unknown token
 how each one cuts a sample line of the text (``visualize.cut``).
 """
 
-
 from __future__ import annotations
 
 import os

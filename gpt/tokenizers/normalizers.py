@@ -6,7 +6,6 @@ meaning the ``tokenizers`` library gives it, so files from there encode to the s
 name and place. SentencePiece's ``Precompiled`` map is in ``precompiled.py``.
 """
 
-
 from __future__ import annotations
 
 import os

@@ -8,7 +8,6 @@ items ``{"SpecialToken": {"id": "[CLS]"}}`` and ``{"Sequence": {"id": "A"}}``; t
 ``Sequence`` of which at most one adds tokens) becomes a ``Template``.
 """
 
-
 from __future__ import annotations
 
 import os

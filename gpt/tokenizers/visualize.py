@@ -7,7 +7,6 @@ an emoji in two) share it, shown once. The positions come from ``offsets.encode_
 ``cut`` is the plain form (tokens separated by "|") that ``metrics.format_reports`` prints.
 """
 
-
 from __future__ import annotations
 
 import html
