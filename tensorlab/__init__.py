@@ -51,44 +51,7 @@ from tensorlab.creation import (
 from tensorlab.draw import backward_steps, draw  # the function replaces the submodule's name here
 from tensorlab.function import AnomalyError, Function, named_scope
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from tensorlab.method_functions import (
-    abs,
-    argsort,
-    broadcast_to,
-    clamp,
-    clip,
-    cos,
-    cumsum,
-    exp,
-    flip,
-    gather,
-    index_add,
-    log,
-    log_softmax,
-    logsumexp,
-    matmul,
-    maximum,
-    mean,
-    minimum,
-    prod,
-    relu,
-    repeat_interleave,
-    roll,
-    scatter_add,
-    sigmoid,
-    sin,
-    softmax,
-    sort,
-    sqrt,
-    std,
-    sum,
-    tanh,
-    tile,
-    topk,
-    tril,
-    triu,
-    var,
-)
+from tensorlab.method_functions import *  # noqa: F403 - tl.exp(x), tl.sum(x, axis), ...
 from tensorlab.ops.linalg import autocast_inputs, einsum, matmul_grads
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.ops.softmax import log_softmax_array

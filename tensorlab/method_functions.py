@@ -5,8 +5,6 @@
 :meth:`Tensor.repeat`).
 """
 
-from __future__ import annotations
-
 from tensorlab.tensor import Tensor
 
 exp = Tensor.exp

@@ -1013,6 +1013,9 @@ Tensor.max = _reduction(Max)
 Tensor.min = _reduction(Min)
 Tensor.prod = _reduction(Prod)
 Tensor.logsumexp = _reduction(LogSumExp)
+for _name, _method in list(vars(Tensor).items()):  # each made above is named as it is called
+    if "<locals>" in getattr(_method, "__qualname__", ""):
+        _method.__name__, _method.__qualname__ = _name, f"Tensor.{_name}"
 
 # NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.
 from tensorlab.numpy_protocol import UFUNCS as _UFUNCS  # noqa: E402
