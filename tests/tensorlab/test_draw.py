@@ -26,7 +26,7 @@ needs_dot = pytest.mark.skipif(
 )
 # the step-through page's two ways to a picture: dot here, or viz.js in the browser (no dot)
 RENDERS = [pytest.param("dot", marks=needs_dot), "browser"]
-VIZ_JS = Path(tl.draw.__code__.co_filename).parent / "vendor" / "viz-js"
+VIZ_JS = importlib.import_module("tensorlab.draw")._VIZ_JS.parent  # vendor/viz-js
 
 
 def without_dot(monkeypatch, tmp_path):
