@@ -124,13 +124,9 @@ def count_pairs(
 def merge_pair(
     ids: list[int], pair: Pair, new_id: int, changes: list[tuple[Pair, Pair]] | None = None
 ) -> list[int]:
-    """``ids`` with every occurrence of ``pair``, left to right, replaced by ``new_id``.
-
-    This is the one step that both merge trainers share. Trainers pass a list
-    as ``changes`` to learn which neighbouring pairs each occurrence turned into new ones, so
-    they can update their pair counts: (old, new) is appended for (x, a) -> (x, new_id) on the
-    left and (b, y) -> (new_id, y) on the right, where there is a neighbour. In "a b a b" the
-    second occurrence's left neighbour is the first one's ``new_id``.
+    """``ids`` with every occurrence of ``pair``, left to right, replaced by ``new_id``. Given a
+    list as ``changes``, appends (old, new) for each neighbouring pair an occurrence changes,
+    (x, a) -> (x, new_id) and (b, y) -> (new_id, y), so a trainer can update its pair counts.
     """
     a, b = pair
     out: list[int] = []
@@ -163,14 +159,12 @@ def learn_merges(
     pair is left; returns the merged pairs in order. ``merged(pair)`` gives the id of the token
     a merge makes and whether it is new (WordPiece spells a+##bc and ab+##c alike). The best
     pair is the most frequent (ties: the smaller pair), or with ``likelihood`` the one with the
-    largest count(ab) / (count(a) count(b)) (``wordpiece.py``). This is the trainer of BPE and
-    WordPiece; ``verbose`` shows a progress bar of the merges (tqdm, on stderr).
+    largest count(ab) / (count(a) count(b)). ``verbose`` shows a progress bar (tqdm, stderr).
 
-    It is incremental (``bpe.py`` tells why): pair counts and the words that hold each pair are
-    kept up to date, so a merge rewrites only the words that hold its pair, and a heap of
-    (-score, pair) finds the next one. A merge changes the counts of the pairs around each
-    occurrence (and, for ``likelihood``, the score of every pair with a or b); each such pair
-    gets a fresh heap entry, and an entry whose score is not its pair's current one is skipped.
+    It is incremental: pair counts and the words that hold each pair are kept up to date, so a
+    merge rewrites only the words that hold its pair, and a heap of (-score, pair) finds the
+    next one. Each pair whose score a merge changes (with ``likelihood``: every pair with a or
+    b) gets a fresh heap entry, and an entry whose score is no longer its pair's is skipped.
     """
     tok_count: Counter[int] = Counter()
     pairs_of: dict[int, set[Pair]] = {}  # token -> pairs it has been part of (likelihood)

@@ -28,15 +28,25 @@ from .fields import Part, items, pair
 class Model:
     """What a pipeline needs of its model: ``vocab`` (token -> id), ``unk_token``,
     ``encode_word(word)`` (its ids) and ``tokens(word)`` (``(id, start, end)`` of each token, in
-    UTF-8 bytes of the word, as the library counts them: offsets are made of these). Where
-    ``cuts``, ``parts(word)`` cuts a word into pieces that encode apart (the word's ids are the
-    pieces' one after another), so the pipeline encodes a long word piece by piece through its
-    word cache (``MergeModel._cutter``); ``sample(word, alpha, rng)`` is a sampled segmentation
-    (Unigram's)."""
+    UTF-8 bytes of the word, as the library counts them: offsets are made of these), here both
+    from ``pieces(word)``, the tokens with their places in characters. Where ``cuts``,
+    ``parts(word)`` cuts a word into pieces that encode apart, so the pipeline encodes a long
+    word piece by piece through its word cache (``MergeModel._cutter``); ``sample(word, alpha,
+    rng)`` is a sampled segmentation (Unigram's)."""
 
     unk_token: str | None = None
     cuts = False
     sample = None
+
+    def encode_word(self, word: str) -> list[int]:
+        return [i for i, _, _ in self.pieces(word)]
+
+    def tokens(self, word: str) -> list[tuple[int, int, int]]:
+        pieces = self.pieces(word)
+        if word.isascii():
+            return pieces
+        at = [0, *itertools.accumulate(len(c.encode("utf-8")) for c in word)]
+        return [(i, at[a], at[b]) for i, a, b in pieces]
 
 
 def apply_merges(
@@ -257,15 +267,7 @@ class WordPieceModel(Model):
         self.prefix, self.max_word_chars = prefix, max_word_chars
         self.max_piece_chars = max(len(t) for t in vocab)
 
-    def encode_word(self, word: str) -> list[int]:
-        return [i for i, _, _ in self.pieces(word)]
-
-    def tokens(self, word: str) -> list[tuple[int, int, int]]:
-        """``(id, start, end)`` of each token of the word, in UTF-8 bytes of the word."""
-        return in_bytes(word, self.pieces(word))
-
     def pieces(self, word: str) -> list[tuple[int, int, int]]:
-        """``(id, start, end)`` of each piece, in characters of the word."""
         whole = [(self.unk, 0, len(word))]
         if len(word) > self.max_word_chars:
             return whole
@@ -285,14 +287,6 @@ class WordPieceModel(Model):
                 return whole
             start = end
         return out
-
-
-def in_bytes(word: str, pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """``(id, start, end)`` in characters of ``word`` as offsets in its UTF-8 bytes."""
-    if word.isascii():
-        return pieces
-    at = [0, *itertools.accumulate(len(c.encode("utf-8")) for c in word)]
-    return [(i, at[a], at[b]) for i, a, b in pieces]
 
 
 UNK_PENALTY = 10.0  # an unknown character scores this much below the least likely piece
@@ -357,12 +351,8 @@ class UnigramModel(Model):
                 )
             yield i + 1, self.unk_score
 
-    def encode_word(self, word: str) -> list[int]:
-        return [i for i, _, _ in self.pieces(word, self.viterbi(word))]
-
-    def tokens(self, word: str) -> list[tuple[int, int, int]]:
-        """``(id, start, end)`` of each token of the word, in UTF-8 bytes of the word."""
-        return in_bytes(word, self.pieces(word, self.viterbi(word)))
+    def pieces(self, word: str) -> list[tuple[int, int, int]]:
+        return self.segment(word, self.viterbi(word))
 
     def viterbi(self, word: str) -> list[int]:
         """The cuts of the best segmentation: best[j] is the best score of word[:j]. Ties go to
@@ -407,9 +397,9 @@ class UnigramModel(Model):
             weights = [math.exp(logf[i] + s - logf[j]) for i, s in options]
             j = rng.choices([i for i, _ in options], weights)[0]
             cuts.append(j)
-        return [i for i, _, _ in self.pieces(word, cuts[::-1])]
+        return [i for i, _, _ in self.segment(word, cuts[::-1])]
 
-    def pieces(self, word: str, cuts: list[int]) -> list[tuple[int, int, int]]:
+    def segment(self, word: str, cuts: list[int]) -> list[tuple[int, int, int]]:
         """``(id, start, end)`` of the pieces between cuts, in characters; a run of unknown
         pieces is fused into the unknown token or, with ``byte_fallback``, its bytes (each
         with the run's place, as the library gives them)."""
@@ -446,16 +436,13 @@ class WordLevelModel(Model):
     def __init__(self, vocab: dict[str, int], unk_token: str | None):
         self.vocab, self.unk_token = vocab, unk_token
 
-    def encode_word(self, word: str) -> list[int]:
+    def pieces(self, word: str) -> list[tuple[int, int, int]]:
         i = self.vocab.get(word)
         if i is None:
             if self.unk_token not in self.vocab:
                 raise TokenizerError(f"{word!r} is not in the vocabulary and there is no unk")
             i = self.vocab[self.unk_token]
-        return [i]
-
-    def tokens(self, word: str) -> list[tuple[int, int, int]]:
-        return [(*self.encode_word(word), 0, len(word.encode()))]
+        return [(i, 0, len(word))]
 
 
 def merge_pair_of(m: Any, path, where: str) -> tuple[str, str]:

@@ -229,35 +229,19 @@ def segments(
 def apply_behaviour(segs: list[tuple[int, int, bool]], behaviour: str) -> list[tuple[int, int]]:
     """Spans of the pieces that ``behaviour`` makes of the segments (see the module docstring;
     a match is glued only to a neighbour that is not itself a match)."""
-    if behaviour == "Removed":
-        return [(s, e) for s, e, m in segs if not m]
-    if behaviour == "Isolated":
-        return [(s, e) for s, e, _ in segs]
-    out: list[list[int]] = []
-    previous_match = False
-    if behaviour == "MergedWithPrevious":
-        for s, e, m in segs:
-            if m and not previous_match and out:
-                out[-1][1] = e
-            else:
-                out.append([s, e])
-            previous_match = m
-    elif behaviour == "MergedWithNext":
-        for s, e, m in reversed(segs):
-            if m and not previous_match and out:
-                out[-1][0] = s
-            else:
-                out.append([s, e])
-            previous_match = m
-        out.reverse()
-    elif behaviour == "Contiguous":
-        for s, e, m in segs:
-            if m == previous_match and out:
-                out[-1][1] = e
-            else:
-                out.append([s, e])
-            previous_match = m
-    return [(s, e) for s, e in out]
+    if behaviour in ("Removed", "Isolated"):
+        return [(s, e) for s, e, m in segs if not (m and behaviour == "Removed")]
+    backwards = behaviour == "MergedWithNext"  # glue to the piece after: walk from the end
+    out: list[tuple[int, int]] = []
+    previous = False  # whether the segment before (in walking order) is a match
+    for s, e, m in reversed(segs) if backwards else segs:
+        glue = m == previous if behaviour == "Contiguous" else m and not previous
+        if glue and out:
+            out[-1] = (min(s, out[-1][0]), max(e, out[-1][1]))
+        else:
+            out.append((s, e))
+        previous = m
+    return out[::-1] if backwards else out
 
 
 def splitting(

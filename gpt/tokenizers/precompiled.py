@@ -58,12 +58,6 @@ class CharsMap:
         self.strings = blob[4 + size :]
         self.lookup = functools.lru_cache(maxsize=1 << 16)(self._lookup)
 
-    def prefixes(self, key: bytes) -> list[int]:
-        """The values of the keys that are prefixes of ``key``, shortest first."""
-        found: list[int] = []
-        self._walk(key, found)
-        return found
-
     def _walk(self, key: bytes, found: list[int]) -> bool:
         """Walk ``key`` through the trie, adding the value of each key met on the way to
         ``found``; True if the whole of ``key`` is on a path of the trie (a key may begin
@@ -82,7 +76,8 @@ class CharsMap:
 
     def _lookup(self, piece: str) -> str | None:
         """The replacement of the shortest key ``piece`` begins with, or None."""
-        values = self.prefixes(piece.encode("utf-8"))
+        values: list[int] = []
+        self._walk(piece.encode("utf-8"), values)
         if not values:
             return None
         start = values[0]

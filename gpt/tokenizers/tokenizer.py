@@ -255,13 +255,8 @@ class Tokenizer:
 
     def check_ids(self, ids: Iterable[int]) -> list[int]:
         """Return ids as a list of ints, raising TokenizerError for anything that is not an
-        integer id of this vocabulary.
-
-        An id must be of an integer type (``int``, a NumPy integer, an element of an int array):
-        ``operator.index`` accepts exactly those. ``int()`` would also take ``3.0``, ``"3"`` and
-        ``True``, which are mistakes (a float tensor's values, a string from a file, a flag), not
-        ids. ``bool`` is an ``int`` subclass, so it is refused by name.
-        """
+        integer id of this vocabulary: ``operator.index`` accepts exactly the integer types
+        (``int``, NumPy integers), not ``3.0`` or ``"3"``; ``bool`` is refused by name."""
         n = self.vocab_size
         out = []
         for i in ids:
