@@ -149,8 +149,8 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
         out = node._output_ref()
         if out is not None and out._vc[0] != node._output_version:
             raise _changed(node, "its output", out, node._output_version)
-    if create_graph and node.composed is not None:
-        grads = _composed_grads(node, g)
+    if create_graph and node.composed is not None:  # the composed form's gradients, as a graph
+        grads = grads_at_inputs(node.composed(*node.inputs, **node.params), g, node.inputs)
     else:
         grads = type(node).backward(node, g)
         if grads.__class__ is not tuple:
@@ -185,12 +185,6 @@ def _changed(node, what: str, t: Tensor, saved: int) -> RuntimeError:
         f"(its version went from {saved} to {t._version}) after the forward pass (through "
         "itself, a view or a detach() of it); make a copy before changing it"
     )
-
-
-def _composed_grads(node, g: Tensor) -> list:
-    """A fused op's local gradients as a graph: run its composed form on the same inputs and
-    backpropagate ``g`` through it, stopping at the inputs (they are the variables here)."""
-    return grads_at_inputs(node.composed(*node.inputs, **node.params), g, node.inputs)
 
 
 def grads_at_inputs(y: Tensor, g: Tensor, ins, create_graph: bool = True) -> list:
@@ -332,14 +326,10 @@ def _root_grad(t: Tensor, grad, what: str) -> Tensor:
                 "only for scalars. Reduce it (e.g. .sum()) or pass grad= of the same shape"
             )
         return Tensor._wrap(xp_of(t.data).ones_like(t.data))
-    g = grad if isinstance(grad, Tensor) else Tensor._wrap(_as_array(grad, t))
+    g = grad if isinstance(grad, Tensor) else Tensor._wrap(xp_of(t.data).asarray(grad, t.dtype))
     if g.shape != t.shape:
         raise RuntimeError(f"{what}: grad has shape {g.shape} but the output has shape {t.shape}")
     return g
-
-
-def _as_array(x, like: Tensor):
-    return xp_of(like.data).asarray(x, dtype=like.dtype)
 
 
 def backward(

@@ -187,14 +187,11 @@ def _forward_error(cls, inputs, err: Exception) -> Exception:
             f"{name}: tensors are on different devices ({where}); move them with .to(device) first"
         )
     shapes = " and ".join(str(tuple(t.shape)) for t in inputs)
-    if isinstance(err, np.exceptions.AxisError):  # both a ValueError and an IndexError
-        kind = np.exceptions.AxisError
-    elif isinstance(err, IndexError):  # (an index out of range stays an IndexError, as in
-        kind = IndexError  # PyTorch and NumPy: code that catches it must still see it)
-    elif isinstance(err, ValueError):
-        kind = ValueError
-    else:
-        kind = type(err)
+    # the first of these err is (an AxisError is both a ValueError and an IndexError; an index
+    # out of range stays an IndexError, as in PyTorch and NumPy: code that catches it must
+    # still see it), else its own class
+    kinds = (np.exceptions.AxisError, IndexError, ValueError, type(err))
+    kind = next(k for k in kinds if isinstance(err, k))
     try:
         return kind(f"{name}: inputs of shapes {shapes}: {err}")
     except Exception:
