@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 import tomllib
-from dataclasses import MISSING, fields
+from dataclasses import fields
 
 from gpt.config import (
     ACTIVATIONS,
@@ -77,9 +77,7 @@ def _flag(name: str) -> str:
 
 
 def _defaults(cls) -> dict:
-    return {
-        f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)
-    }
+    return {f.name: f.default for f in fields(cls)}
 
 
 def _add_train_parser(sub) -> None:
@@ -313,12 +311,8 @@ def _add_prepare_parser(sub) -> None:
 
 
 def _prepare(args) -> int:
-    from gpt.config import check_int, check_real
     from gpt.token_files import prepare
 
-    check_int("tokenizer_vocab_size", args.tokenizer_vocab_size, 1)
-    check_int("tokenizer_sample_chars", args.tokenizer_sample_chars, 1)
-    check_real("val_fraction", args.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
     meta = prepare(
         args.text,
         args.out,
@@ -354,15 +348,10 @@ GB = 1e9
 
 def attention_bytes(model_cfg: GPTConfig, sequences: int, device: str = "cpu") -> int:
     """About the peak memory of a training step's attention, in bytes, for ``sequences``
-    sequences at once (a micro-batch).
-
-    Each layer keeps its pattern, a (T, T) float32 array per head and sequence, for the
-    backward (``AttentionFn``'s E, nn/attention.py; long causal inputs go in query blocks, so
-    only the part of (T, T) the blocks cover); on top of that, about one more full (T, T)
-    set (measured, not derived: the backward's dA and dS and NumPy's temporaries). float32
-    also under mixed precision. With
-    --checkpoint-activations one layer's pattern is kept at a time. Measured: --block-size
-    4096 with the defaults (batch 12, 4 layers, 4 heads) peaked at 11.8 GB; this says 11.3."""
+    sequences at once: each layer (one with --checkpoint-activations) keeps its float32
+    pattern for the backward, the part of (T, T) per head and sequence that the query blocks
+    cover (nn/attention.py), plus about one more full (T, T) set (measured: the backward's
+    temporaries). --block-size 4096 with the defaults peaked at 11.8 GB; this says 11.3."""
     from nn.attention import BLOCK_ROWS, query_blocks
 
     T, window = model_cfg.block_size, model_cfg.sliding_window
@@ -377,8 +366,7 @@ def attention_bytes(model_cfg: GPTConfig, sequences: int, device: str = "cpu") -
 
 
 def machine_memory(device: str) -> int | None:
-    """The memory of the machine (``cpu``) or of the GPU (``cuda``) in bytes; None when the
-    system does not say."""
+    """The memory of the machine or of the GPU in bytes; None when the system does not say."""
     if device == "cuda":
         import tensorlab as tl
 
@@ -390,8 +378,7 @@ def machine_memory(device: str) -> int | None:
 
 
 def check_attention_memory(model_cfg: GPTConfig, sequences: int, device: str) -> None:
-    """Refuse, before any work, a block size whose attention cannot fit in memory (it would
-    train for minutes, then end in an out-of-memory traceback)."""
+    """Refuse, before any work, a block size whose attention cannot fit in memory."""
     from gpt.config import bad_value
 
     need, have = attention_bytes(model_cfg, sequences, device), machine_memory(device)
@@ -430,9 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """``parser.parse_args``, except that an argument the command does not know is reported by
-    the command's own parser (its usage, not the top level's); a flag spelled with
-    underscores, ``--max_iters``, is answered with its dashed spelling, ``--max-iters``."""
+    """``parser.parse_args``, with an unknown argument reported by the command's own parser,
+    and ``--max_iters`` answered with its dashed spelling, ``--max-iters``."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser.commands[args.command]
@@ -470,8 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     dist = world()
 
     def error(err: Exception, message: str, code: int) -> int:
-        """Print the one line (rank 0 when every rank knows of the error) and return the
-        exit code; an error on one rank alone ends the whole MPI job instead."""
+        """Print the one line (rank 0) and return the exit code; an error on one rank
+        alone ends the whole MPI job instead."""
         if dist.size > 1 and not getattr(err, "agreed", False):
             fail(dist, message, code)
         if dist.rank == 0:

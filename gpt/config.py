@@ -61,6 +61,18 @@ class _Fields:
             raise ConfigError(f"{cls.__name__}: unknown fields {', '.join(unknown)}")
         return cls(**d)
 
+    def _check_layers(self, norms: tuple, positionals: tuple) -> None:
+        """The fields both model configs share, and the MLP width's default."""
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("norm", self.norm, norms)
+        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
+        check_choice("positional", self.positional, positionals)
+        check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
+        check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
+        if self.d_ff is None:
+            self.d_ff = default_d_ff(self.d_model, self.activation in GATED)
+        check_count(None, d_ff=self.d_ff)
+
 
 @dataclass
 class GPTConfig(_Fields):
@@ -110,7 +122,6 @@ class GPTConfig(_Fields):
         )
         check_int("n_layer", self.n_layer, 0)
         check_int("max_relative_distance", self.max_relative_distance, 1)
-        check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
         check_real("rope_base", self.rope_base, 0.0, open_lo=True)
         check_real("init_std", self.init_std, 0.0)
         for name in (
@@ -122,10 +133,7 @@ class GPTConfig(_Fields):
             "checkpoint_activations",
         ):
             check_bool(name, getattr(self, name))
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("norm", self.norm, NORMS)
-        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
-        check_choice("positional", self.positional, POSITIONAL)
+        self._check_layers(NORMS, POSITIONAL)
         check_choice("rope_layout", self.rope_layout, ROPE_LAYOUTS)
         if self.rope_scaling is not None:
             try:
@@ -156,10 +164,6 @@ class GPTConfig(_Fields):
                 f"positional='rope' rotates pairs of dimensions, so d_head must "
                 f"be even, got {self.d_head}"
             )
-        if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.activation in GATED)
-        check_count(None, d_ff=self.d_ff)
-        check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
         if self.parallel and (self.attn_only or self.norm_placement == "post"):
             raise ConfigError(
                 "parallel=True runs attention and MLP side by side on the block's input: it "
@@ -235,20 +239,12 @@ class Seq2SeqConfig(_Fields):
             n_encoder_layer=self.n_encoder_layer,
             n_decoder_layer=self.n_decoder_layer,
         )
-        check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("norm", self.norm, ("layernorm", "rmsnorm"))
-        check_choice("norm_placement", self.norm_placement, PLACEMENTS)
-        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        self._check_layers(("layernorm", "rmsnorm"), ("sinusoidal", "learned"))
         if self.d_model % self.n_head:
             raise bad_value("n_head", self.n_head, f"must divide d_model={self.d_model}")
-        if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.activation in GATED)
-        check_count(None, d_ff=self.d_ff)
         if self.final_norm is None:
             self.final_norm = self.norm_placement != "post"
-        check_real("dropout", self.dropout, 0.0, 1.0, open_hi=True)
         check_real("label_smoothing", self.label_smoothing, 0.0, 1.0, open_hi=True)
-        check_real("norm_eps", self.norm_eps, 0.0, open_lo=True)
         for name in ("bias", "tie_weights", "share_embeddings", "scale_embeddings"):
             check_bool(name, getattr(self, name))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -8,16 +8,9 @@ the final stream into next-token logits:
     resid = resid + attn(norm(resid));  resid = resid + mlp(norm(resid))    (per block, pre-norm)
     logits = norm(resid) @ W_U
 
-Hook points (identity modules) name every activation a circuits analysis reads:
-``hook_embed``, ``hook_pos_embed`` (learned or sinusoidal positions, (B, T, d) as in
-TransformerLens), ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.hook_attn_out``,
-``blocks.{i}.hook_resid_mid``, ``blocks.{i}.hook_mlp_out``, ``blocks.{i}.hook_resid_post``,
-inside attention ``blocks.{i}.attn.hook_q`` (k, v), ``hook_attn_scores``, ``hook_pattern``,
-``hook_z`` and ``hook_result`` (each head's output in the residual basis), and inside each norm
-(``blocks.{i}.ln1``, ``ln2``, ``ln_final``) ``hook_scale`` σ and ``hook_normalized`` x̂.
-The scores, the pattern, the per-head results and the norms' σ and x̂ are closed on the
-training path (a fused attention, W_O summing over heads in one product, fused norms) and
-opened by ``gpt.circuits`` when a hook asks for them, so an unused hook point costs nothing.
+Hook points (identity modules, ``hook_embed``, ``blocks.{i}.hook_resid_pre``, ...) name every
+activation a circuits analysis reads, with TransformerLens's names and shapes: the table and
+what they cost are in docs/interpretability.md, section 1.
 """
 
 from __future__ import annotations

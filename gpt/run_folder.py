@@ -11,30 +11,14 @@
       loss.png           the loss curve (when matplotlib is installed)
       run.lock           while a run is training: its process id and host
 
-The rules (:meth:`RunFolder.claim`): a folder that holds a run is written into only to resume
-that run or when the user asked to overwrite it; resuming needs a checkpoint, and the
-tokenizer.json the checkpoint was trained with (it records its fingerprint). A run stopped
-before its first checkpoint leaves its config.json (maybe its tokenizer.json) and nothing
-trained: it has nothing to resume and nothing to lose, so a new run (no --resume) takes the
-folder and replaces those files (:meth:`RunFolder.only_begun`). Every file is
-written atomically (a temporary file renamed over the target), so a crash leaves the old file or
-the new one; the temporary files a crash leaves behind are removed when the next run starts.
-
-One run at a time (:meth:`RunFolder.lock`): a training run creates ``run.lock`` before it
-writes anything and removes it when it ends, however it ends; a second run into the folder
-is refused while the lock is there. A process killed outright (SIGKILL, the out-of-memory
-killer) cannot remove its lock: the next run on the same machine sees that the process is gone
-and takes the lock over; a lock from another machine has to be deleted by hand. The lock is
-not one of the run's files: it does not make a folder "hold a run", and overwriting a run does
-not remove it.
-
-Resuming (:meth:`RunFolder.check_resume`, once, before any work): the run continues the one
-its checkpoint records, or is refused with every difference named. The checkpoint records the
-model config, the data settings (``SAME_ON_RESUME``), the text's digest, prepared data's token
-counts and the tokenizer's fingerprint; config.json is the same record for people and for
-``--resume``'s flags, not a second check.
-
-``gpt.load("out")`` gives back the model and tokenizer of a finished run in one call.
+The rules: a folder that holds a run is written into only to resume that run (from its
+checkpoint, with the tokenizer.json it was trained with) or to overwrite it (:meth:`claim`);
+a run stopped before its first checkpoint has nothing to lose, so a new run replaces its files
+(:meth:`only_begun`). Every file is written atomically, and a crash's temporary files are
+removed when the next run starts. One run at a time: ``run.lock`` (:meth:`lock`), taken over
+when its process is provably gone. A resumed run continues the one its checkpoint records,
+or is refused with every difference named (:meth:`check_resume`); config.json is the same
+record for people and for ``--resume``'s flags, not a second check.
 """
 
 from __future__ import annotations
@@ -84,10 +68,9 @@ class RunFolder:
         return any((self.path / name).exists() for name in RUN_FILES)
 
     def only_begun(self) -> bool:
-        """Whether the folder holds only what a run writes before its first checkpoint: a
-        training run's config.json, maybe its tokenizer.json, and no weights, log or plot. (A
-        config.json of another kind, say an export's, is not a begun run; nor is a run whose
-        tokenizer.json is the file it was told to train with: that is the user's.)"""
+        """Whether the folder holds only a training run's config.json and maybe its own
+        tokenizer.json (not the file the user told it to train with): no weights, log or
+        plot."""
         present = {name for name in RUN_FILES if (self.path / name).exists()}
         if "config.json" not in present or not present <= {"config.json", "tokenizer.json"}:
             return False
@@ -130,10 +113,9 @@ class RunFolder:
             raise self._locked(owner)
 
     def lock(self) -> None:
-        """Claim the folder for this process: create ``run.lock`` holding our process id and
-        host, atomically (``O_CREAT | O_EXCL``: of two runs started together, exactly one
-        creates the file; the other is refused). A lock whose process is provably gone (this
-        host, and no process has its id) is taken over. The folder must exist."""
+        """Create ``run.lock`` holding our process id and host, atomically (``O_CREAT |
+        O_EXCL``: of two runs, exactly one creates it), taking over a lock whose process is
+        provably gone (:func:`_gone`). The folder must exist."""
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         if self._create_lock(me):
             return
@@ -171,10 +153,9 @@ class RunFolder:
         return owner if ok and isinstance(owner.get("host"), str) else None
 
     def _remove_stale(self, owner: dict) -> bool:
-        """Remove the lock of the gone process ``owner``; False if the lock turned out to be
-        another's. Two runs may find the same stale lock: each first renames it to a name of
-        its own (a rename is atomic, so only one gets any one file), then checks that what it
-        moved is the stale lock and not a live one the other run had just created."""
+        """Remove the lock of the gone process ``owner``; False if it turned out to be
+        another's. It is first renamed aside (atomic: of two runs, one gets it), then checked
+        to be the stale lock and not a live one another run had just created."""
         aside = self.lock_file.with_name(f"{LOCK}.{os.getpid()}.stale")
         try:
             os.rename(self.lock_file, aside)
@@ -198,11 +179,9 @@ class RunFolder:
 
     # ------------------------------------------------------------------ resume
     def check_tokenizer(self, extra: dict, file: Path, tokenizer) -> str:
-        """Refuse a ``tokenizer.json`` (loaded as ``tokenizer``) other than the one the
-        checkpoint ``file`` (whose extras are ``extra``) was trained with: its ids would mean
-        other text, and a resumed run would go on training on text encoded another way,
-        without a word. Returns its fingerprint. (Checkpoints from before the fingerprint was
-        recorded are not checked.)"""
+        """Refuse a ``tokenizer`` other than the one the checkpoint ``file`` (extras
+        ``extra``) was trained with (its ids would mean other text); returns its
+        fingerprint."""
         digest = tokenizer_digest(tokenizer)
         if extra.get("tokenizer_digest", digest) != digest:
             raise RunError(
@@ -212,16 +191,12 @@ class RunFolder:
         return digest
 
     def check_resume(self, now: dict, data_tokenizer=None):
-        """The run's own tokenizer, after checking that this run continues the run of the
-        checkpoint faithfully. ``now`` is what this run would record (``model``: a
-        GPTConfig's dict, whose vocabulary becomes the run tokenizer's; ``train``:
-        :func:`recorded`; ``text_digest``; prepared data's ``data_tokens``; ``processes``).
-        The same model, the same data settings (the text the same file by any path, and the
-        same contents), prepared data of the same tokens (the same counts, tokenized by the
-        run's own tokenizer: ``data_tokenizer`` is the data folder's; else the ids would mean
-        other text), and as many processes (each restores its own random state). Every
-        difference is named in one RunError. (A checkpoint from before a record was kept is
-        not checked for it.)"""
+        """The run's own tokenizer, after checking that this run, which would record ``now``
+        (``model``, ``train``: :func:`recorded`, ``text_digest``, ``data_tokens``,
+        ``processes``), continues the checkpoint's: the same model, data settings, text
+        contents, prepared tokens (tokenized by the run's own tokenizer: ``data_tokenizer``
+        is the data folder's) and number of processes. One RunError names every
+        difference."""
         import gpt.tokenizers as tk
         from nn.serialization import load_checkpoint
 
@@ -267,8 +242,8 @@ class RunFolder:
         return ", ".join(n for n in RUN_FILES if (self.path / n).exists())
 
     def prepare(self, overwrite: bool) -> None:
-        """Make the folder, remove a crash's temporary files, and the old run if asked or if
-        it stopped before its first checkpoint (its tokenizer.json would else be kept)."""
+        """Make the folder; remove a crash's temporary files, and the old run if asked or if
+        it only began."""
         self.path.mkdir(parents=True, exist_ok=True)
         for stale in self.stale_temp_files():
             stale.unlink()
@@ -277,8 +252,7 @@ class RunFolder:
                 (self.path / name).unlink(missing_ok=True)
 
     def stale_temp_files(self) -> list[Path]:
-        """Temporary files of an atomic write that never finished (``name.*.tmp`` or
-        ``.name.*.tmp`` for one of the run's files)."""
+        """An unfinished atomic write's ``name.*.tmp`` or ``.name.*.tmp`` of a run file."""
         return [
             p
             for p in self.path.glob("*.tmp")
@@ -330,8 +304,7 @@ class RunFolder:
 
 def _gone(owner: dict | None) -> bool:
     """Whether the lock's process has provably ended: it ran on this host and no process has
-    its id now. (A process of another host, or one we may not signal, counts as running; so
-    does any on Windows, where os.kill would end the process instead of asking about it.)"""
+    its id now (another host's, one we may not signal, or any on Windows counts as running)."""
     if os.name != "posix" or not owner or owner["host"] != socket.gethostname():
         return False
     if owner["pid"] <= 0:  # (0 and -1 would ask about process groups)
@@ -364,12 +337,8 @@ def tokenizer_digest(tokenizer) -> str:
 
 
 def recorded(cfg) -> dict:
-    """A TrainConfig as the run records it (config.json, the checkpoint): ``asdict(cfg)`` with
-    the paths of the text, the data and a tokenizer file made absolute. ``--resume`` reads them
-    back, maybe from another working directory or from a run folder that was moved since: a
-    relative path is relative to the directory the run was started in, and would then name
-    another file or none. (An absolute path still works when the run folder moves; when the
-    data moves, give its new path and the contents are checked, see :func:`same_file`.)"""
+    """``asdict(cfg)`` with the paths of the text, the data and a tokenizer file made absolute
+    (``--resume`` may read them back from another working directory)."""
     config = asdict(cfg)
     for name in ("text", "data", "tokenizer"):
         if _names_file(name, config[name]):
@@ -378,9 +347,8 @@ def recorded(cfg) -> dict:
 
 
 def config_differences(saved: dict, now: dict, names=None) -> list[str]:
-    """``name: saved -> now`` for each field that differs (all fields, or ``names``). The
-    files of a training config (``text``, ``data``, a ``tokenizer`` file) differ only when
-    they are other files (:func:`same_file`), not when one path is relative and one absolute."""
+    """``name: saved -> now`` for each field that differs (all fields, or ``names``); paths
+    differ only when they name other files (:func:`same_file`)."""
     names = sorted(set(saved) | set(now)) if names is None else names
     return [
         f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
@@ -405,14 +373,9 @@ def _same_value(name: str, saved, now) -> bool:
 
 
 def same_file(saved: str, now: str) -> bool:
-    """Whether the path ``now`` names the file (or folder) the run recorded as ``saved``.
-
-    The same path, or another path to the same file (relative or absolute, from another
-    working directory, through a link) is the same file. When ``saved`` no longer exists (the
-    file was moved) any path is accepted here: the run checks the contents themselves (the
-    text's digest; prepared data's tokenizer and token counts). A path to another file that
-    exists beside the recorded one is refused, whatever it holds. (A relative ``saved``, from
-    a run begun before paths were recorded absolute, is taken from the working directory.)"""
+    """Whether the path ``now`` names the file (or folder) the run recorded as ``saved``, by
+    any path; when ``saved`` no longer exists (moved), any (the contents are checked by
+    digest and token counts instead)."""
     if saved == now or not os.path.exists(saved):
         return True
     return os.path.exists(now) and os.path.samefile(saved, now)

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gpt.data import DataError
+from nn.checks import check_int, check_real
 from nn.serialization import atomic_write
 
 META = "meta.json"
@@ -82,11 +83,12 @@ def prepare(
 
     import gpt.tokenizers as tk
 
+    check_int("tokenizer_vocab_size", vocab_size, 1)
+    check_int("tokenizer_sample_chars", tokenizer_sample_chars, 1)
+    check_real("val_fraction", val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
     path, out = Path(text), Path(out)
     if not path.is_file():
         raise DataError(f"text file {str(path)!r} does not exist")
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     if (out / META).exists():
         raise DataError(f"{out} already holds prepared data; choose another folder")
     taken = [n for n in ("train.bin", "val.bin", "tokenizer.json") if (out / n).exists()]

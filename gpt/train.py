@@ -3,15 +3,11 @@
     python -m gpt train --text input.txt --max-iters 2000
 
 Each step draws a random batch and takes one AdamW step (``grad_accum_steps`` micro-batches
-add their gradients first). Every ``eval_interval`` iterations (and at iteration 0) the loss is
-estimated on ``eval_iters`` random batches of each split; then the checkpoint is written, and
-then the log. ``resume`` reloads the checkpoint (model, optimizer moments, iteration, the random
-generators' states), so the run continues bit for bit as if it had never stopped.
-
-What keeps a run from being lost (gpt/run_folder.py has the folder's rules): a non-finite loss
-stops the run before anything is saved, keeping the last good checkpoint; Ctrl-C or SIGTERM
-finishes the step, saves, and stops (:class:`Interrupted`); the newest and the best-validation
-checkpoints are both kept.
+add their gradients first). Every ``eval_interval`` iterations (and at iteration 0) both splits'
+losses are estimated, then the checkpoint and the log are written; ``resume`` continues from
+the checkpoint bit for bit. A non-finite loss stops the run before anything is saved
+(:class:`Diverged`); Ctrl-C or SIGTERM finishes the step, saves, and stops
+(:class:`Interrupted`). The run folder's rules: gpt/run_folder.py.
 """
 
 from __future__ import annotations
@@ -73,12 +69,9 @@ def build_tokenizer(cfg: TrainConfig, text: str):
 def estimate_loss(
     model: nn.Module, splits: dict, cfg: TrainConfig, block_size: int, it: int, dist=None
 ) -> dict[str, float]:
-    """Mean loss over ``eval_iters`` random batches of each split, in eval mode.
-
-    The batches come from a generator seeded by (seed, iteration), so evaluating never
-    disturbs the training batches' random stream. In an MPI job (``dist``) rank r runs the
-    batches i with i mod N = r, and the sums are added over the ranks: the same batches and
-    the same mean as one process."""
+    """Mean loss over ``eval_iters`` random batches of each split, in eval mode, drawn from a
+    generator seeded by (seed, iteration), not the training stream. In an MPI job rank r runs
+    the batches i with i mod N = r and the sums are added: the same mean as one process."""
     from tqdm import tqdm
 
     dist = dist or nn.distributed.Solo()
@@ -108,26 +101,19 @@ def estimate_loss(
 
 
 def _float16_scaler(state) -> bool:
-    """Whether a checkpoint's ``loss_scaler`` entry is a float16 run's scale (to resume).
-
-    A float32 or bfloat16 run saves None; older checkpoints saved their pass-through scaler,
-    scale 1.0 with no step skipped, which a float16 run cannot reach (its scale starts at
-    2¹⁶ and only a skipped step lowers it). Loading that into a run resumed in float16 would
-    train with no loss scaling at all, its small gradients flushed to zero."""
+    """Whether a checkpoint's ``loss_scaler`` entry is a float16 run's scale (to resume):
+    not None, and not the pass-through scale 1.0 with no step skipped that older float32
+    checkpoints saved (a float16 run starts at 2¹⁶ and only a skipped step lowers it)."""
     if not isinstance(state, dict):
         return False
     return not (state.get("scale") == 1.0 and state.get("skipped", 0) == 0)
 
 
 class Trainer:
-    """Holds everything a run needs, so that a checkpoint can capture and restore it.
-
-    With ``cfg.resume`` the tokenizer is the run's own (``tokenizer.json`` in the run folder),
-    and the model config and the data settings must equal the run's (refused otherwise, naming
-    each difference: :meth:`RunFolder.check_resume`).
-
-    Started by ``mpiexec -n N``, each process trains on its share of every batch and the
-    gradients are averaged (nn/distributed.py); rank 0 alone writes the run's files."""
+    """Holds everything a run needs, so that a checkpoint can capture and restore it. With
+    ``cfg.resume`` the tokenizer is the run's own (:meth:`RunFolder.check_resume`). Under
+    ``mpiexec -n N`` each process trains on its share of every batch and the gradients are
+    averaged (nn/distributed.py); rank 0 alone writes the run's files."""
 
     def __init__(
         self,
@@ -230,9 +216,7 @@ class Trainer:
         self.pending = []
 
     def load(self) -> None:
-        """Restore everything :meth:`save` wrote, and make the log agree with the checkpoint.
-        (That this run may continue the checkpoint's was checked when it was made:
-        :meth:`RunFolder.check_resume`.)"""
+        """Restore everything :meth:`save` wrote, and make the log agree with the checkpoint."""
         path = self.checkpoint_path
         extra = nn.serialization.load_checkpoint(path, self.model, self.optimizer)
         # The optimizer's state brings back the hyperparameters it was saved with; this run's
@@ -306,11 +290,8 @@ class Trainer:
 
     def backward(self, x: np.ndarray, y: np.ndarray) -> float:
         """Add the batch's gradient to the parameters' ``.grad``; returns the batch's loss.
-
-        The batch runs as ``grad_accum_steps`` = K micro-batches, each loss scaled by 1/K, so
-        the gradients add up to the whole batch's mean-loss gradient (up to float rounding).
-        With ``dtype`` bfloat16 or float16 the forward runs under ``tl.autocast`` (float32
-        parameters, half-precision products); float16's loss is scaled (``self.scaler``)."""
+        The batch runs as K = ``grad_accum_steps`` micro-batches, each loss scaled by 1/K, under
+        ``tl.autocast(dtype)``; float16's loss is scaled (``self.scaler``)."""
         k, device = self.cfg.grad_accum_steps, self.cfg.device
         model = self.model
         total = 0.0  # summed on the device, read once (on a GPU each read waits for it)
@@ -368,10 +349,9 @@ class Trainer:
         return self.history
 
     def _take_folder(self) -> None:
-        """Lock the run folder (rank 0 alone: the rank that writes its files), then check
-        again that this run may write into it: another run may have written it since this
-        Trainer was made. The first run() also removes a crash's temporary files and, with
-        ``overwrite``, the old run; later ones go on with the run this Trainer began."""
+        """Lock the run folder (rank 0 alone), then check again that this run may write into
+        it (another run may have since this Trainer was made); the first run() also prepares
+        it (:meth:`RunFolder.prepare`)."""
         cfg, folder = self.cfg, self.run_folder
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.lock()
@@ -412,8 +392,8 @@ class Trainer:
 
     @contextlib.contextmanager
     def _signals_stop_after_the_step(self):
-        """While training, Ctrl-C and SIGTERM ask the loop to stop after the current step (a
-        second Ctrl-C stops at once). Signals can only be caught on the main thread."""
+        """Ctrl-C and SIGTERM ask the loop to stop after the current step (a second Ctrl-C
+        stops at once); on the main thread only, where signals can be caught."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return

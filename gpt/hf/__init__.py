@@ -57,13 +57,8 @@ def _family(hf: dict, path):
 
 
 def config_from_hf(hf: dict, path: str | os.PathLike = CONFIG_NAME) -> GPTConfig:
-    """The :class:`GPTConfig` of a Hugging Face ``config.json`` (already parsed): GPT-2, or a
-    Llama, Qwen2 or Mistral causal LM.
-
-    Dropout is set to 0 (the checkpoint is loaded for inference). Raises
-    :class:`HFCheckpointError` naming ``path`` and the field for anything the checkpoint does
-    not do the way :class:`gpt.model.GPT` does.
-    """
+    """The :class:`GPTConfig` of a Hugging Face ``config.json`` (already parsed), dropout 0;
+    anything :class:`gpt.model.GPT` does not do is refused naming ``path`` and the field."""
     return _family(hf, path).config_from_hf(hf, path)
 
 
@@ -76,11 +71,9 @@ def load_gpt2_weights(model: GPT, path: str | os.PathLike, strict: bool = True) 
 
 
 def from_pretrained(path: str | os.PathLike, strict: bool = True) -> GPT:
-    """A :class:`gpt.model.GPT` with the config and weights of a local Hugging Face checkpoint
-    directory (``config.json`` + ``model.safetensors``, or sharded with
-    ``model.safetensors.index.json``): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
-    ``Qwen2ForCausalLM`` or ``MistralForCausalLM``, float32, float16 or bfloat16 (computed in
-    float32). In eval mode. Anything else is refused by name."""
+    """A :class:`gpt.model.GPT` in eval mode with the config and weights of a local Hugging
+    Face checkpoint directory (``config.json`` + ``model.safetensors``, or sharded), of a
+    family in ``FAMILIES``, float32, float16 or bfloat16 (computed in float32)."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory (expected config.json + {WEIGHTS_NAME})")
@@ -109,10 +102,9 @@ def save_hf_gpt2(model: GPT, path: str | os.PathLike) -> None:
 
 
 def save_hf_llama(model: GPT, path: str | os.PathLike) -> None:
-    """Write a Llama-shaped ``model`` (RMSNorm, rotate-half RoPE, SwiGLU, pre-norm; any
-    ``n_kv_head``) as a Hugging Face ``LlamaForCausalLM`` folder, or ``MistralForCausalLM`` with
-    a sliding window, or ``Qwen2ForCausalLM`` with q/k/v-only biases (float32 safetensors and
-    ``config.json``), which both :func:`from_pretrained` and ``transformers`` read."""
+    """Write a Llama-shaped ``model`` as a Hugging Face ``LlamaForCausalLM`` folder (Mistral
+    with a sliding window, Qwen2 with q/k/v-only biases: :func:`gpt.hf.llama.config_to_hf`),
+    which both :func:`from_pretrained` and ``transformers`` read."""
     _save(model, path, llama)
 
 

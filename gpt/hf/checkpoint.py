@@ -51,8 +51,7 @@ def read_json(path: Path) -> dict:
 
 
 def field(hf: dict, path, name: str, *fallbacks: str, default=None):
-    """``hf[name]`` (or the first fallback spelling present), else ``default``; a field with
-    neither is refused by name."""
+    """``hf[name]`` (or the first fallback spelling present), else ``default``, else refused."""
     for key in (name, *fallbacks):
         if hf.get(key) is not None:
             return hf[key]
@@ -63,8 +62,7 @@ def field(hf: dict, path, name: str, *fallbacks: str, default=None):
 
 def make_config(hf: dict, path, family: str, **fields) -> GPTConfig:
     """The :class:`GPTConfig` of a checkpoint: ``fields`` plus what every family here shares
-    (pre-norm, a final norm, no dropout: HF's several dropout rates have no single equivalent,
-    and the checkpoint is loaded for inference). An invalid one is refused naming ``path``."""
+    (pre-norm, a final norm, no dropout: the checkpoint is loaded for inference)."""
     try:
         with warnings.catch_warnings():  # the shape is the checkpoint's, notes are moot
             warnings.simplefilter("ignore", ConfigNote)
@@ -80,9 +78,8 @@ def make_config(hf: dict, path, family: str, **fields) -> GPTConfig:
 
 
 def refuse_unless(cfg: GPTConfig, family: str, wanted: dict, problems: list[str]) -> None:
-    """Raise ValueError naming every field of ``cfg`` that differs from ``wanted``, and the
-    ``problems`` found besides, when a model cannot be written as a ``family`` checkpoint.
-    Every family here is pre-norm with a final norm, an MLP and sequential blocks."""
+    """Raise ValueError naming every field of ``cfg`` that differs from ``wanted`` (and what
+    every family here is: pre-norm, a final norm, an MLP, sequential blocks) and ``problems``."""
     shared = {"norm_placement": "pre", "parallel": False, "attn_only": False, "final_norm": True}
     problems = [
         f"{name}={getattr(cfg, name)!r} ({family} has {value!r})"
@@ -151,10 +148,9 @@ def tensors_from_hf(
     strict: bool = True,
 ) -> dict[str, np.ndarray]:
     """Hugging Face tensors (a checkpoint's ``state``) -> ``model.state_dict()``'s names and
-    shapes by the ``family`` module's table (float32; float16 and bfloat16 tensors are widened
-    exactly). ``source`` names the file (or maps each key to its file) for the errors. With
-    ``strict`` a tensor the table does not use raises (it would mean another architecture or a
-    head we drop); the family's ``IGNORED`` buffers never do."""
+    shapes by the ``family``'s table, widened to float32. ``source`` names the file (or maps
+    each key to its file) for the errors. With ``strict`` a tensor the table does not use
+    raises (another architecture or a head we drop), except the family's ``IGNORED``."""
     cfg = model.config
     shapes = {k: p.shape for k, p in model.named_parameters()}
 
