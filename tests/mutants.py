@@ -1255,8 +1255,8 @@ MUTANTS = {
         ),
         (
             "extra-chars-span",
-            "out_spans.extend(spans[min(a + k, b - 1)] for k in range(len(new)))",
-            "out_spans.extend(spans[a] for k in range(len(new)))",
+            "[spans[min(a + k, b - 1)] for k in range(len(new))]",
+            "[spans[a] for k in range(len(new))]",
             "Precompiled alignment: every rewritten character gets the first one's span",
         ),
     ],
@@ -3130,8 +3130,8 @@ MUTANTS = {
         ),
         (
             "replace-regex-keeps-match",
-            "            out.append(content)\n            pos = end",
-            "            out.append(content)\n            pos = start",
+            "[(s, e, content) for s, e in find(text)]",
+            "[(s, s, content) for s, e in find(text)]",
             "Replace(Regex): the matched text kept after its replacement",
         ),
         (

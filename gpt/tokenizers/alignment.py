@@ -100,6 +100,29 @@ def by_clusters(normalize: Callable[[str], str]) -> Callable[[Aligned], Aligned]
     return align
 
 
+def rewrite(text: str, rewrites: list[tuple[int, int, str]]) -> str:
+    """``text`` with each stretch ``(start, end, new)`` of ``rewrites`` (in order, apart)
+    replaced by ``new``."""
+    out, pos = [], 0
+    for a, b, new in rewrites:
+        out += (text[pos:a], new)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def rewrite_aligned(aligned: Aligned, rewrites: list[tuple[int, int, str]], spans_of) -> Aligned:
+    """``rewrite`` of an aligned text; ``spans_of(start, end, new)`` gives ``new``'s spans."""
+    text, spans = aligned
+    out_spans: list[Span] = []
+    pos = 0
+    for a, b, new in rewrites:
+        out_spans += spans[pos:a]
+        out_spans += spans_of(a, b, new)
+        pos = b
+    return rewrite(text, rewrites), out_spans + spans[pos:]
+
+
 def replaced(find: Callable[[str], list[Span]], content: str) -> Callable[[Aligned], Aligned]:
     """Each match ``find`` reports is replaced by ``content``, each of whose characters gets
     the span of the match's last character, as in the ``tokenizers`` library (which counts
@@ -108,24 +131,15 @@ def replaced(find: Callable[[str], list[Span]], content: str) -> Callable[[Align
 
     def align(aligned: Aligned) -> Aligned:
         text, spans = aligned
-        out_text: list[str] = []
-        out_spans: list[Span] = []
-        pos = 0
-        for start, end in find(text):
-            out_text.append(text[pos:start])
-            out_spans.extend(spans[pos:start])
+
+        def spans_of(start: int, end: int, new: str) -> list[Span]:
             if start < end:
                 where = spans[end - 1]
-            elif spans:
-                where = spans[min(start, len(spans) - 1)]
             else:
-                where = (0, 0)
-            out_text.append(content)
-            out_spans.extend([where] * len(content))
-            pos = end
-        out_text.append(text[pos:])
-        out_spans.extend(spans[pos:])
-        return "".join(out_text), out_spans
+                where = spans[min(start, len(spans) - 1)] if spans else (0, 0)
+            return [where] * len(new)
+
+        return rewrite_aligned(aligned, [(a, b, content) for a, b in find(text)], spans_of)
 
     return align
 

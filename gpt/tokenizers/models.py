@@ -293,16 +293,13 @@ UNK_PENALTY = 10.0  # an unknown character scores this much below the least like
 
 
 class UnigramModel(Model):
-    """The Unigram language model (Kudo, 2018; SentencePiece): a word is a sequence of pieces
-    drawn independently with probabilities p(piece), and its encoding is the most probable
-    segmentation, argmax over segmentations of the product of p(piece).
+    """The Unigram language model (Kudo, 2018): a word's encoding is its most probable
+    segmentation into pieces drawn independently with probabilities p(piece).
 
     ``pieces`` lists (token, log probability) in id order; those in ``excluded`` (the added
-    tokens) take no part in segmenting. ``unk_token=None`` means there is no unknown token:
-    encoding a character that no piece is on its own raises TokenizerError naming it, as the
-    ``tokenizers`` library refuses such text. Runs of unknown characters are fused into one
-    unknown token, or with ``byte_fallback`` become their UTF-8 bytes as "<0xXX>" pieces, when
-    the vocabulary has them all (as SentencePiece's byte_fallback).
+    tokens) take no part in segmenting. With no ``unk_token``, a character no piece is on its
+    own is an error, as in the library. Runs of unknown characters are fused into one unknown
+    token, or with ``byte_fallback`` become their "<0xXX>" byte pieces if the vocabulary has them.
     """
 
     def __init__(

@@ -107,17 +107,7 @@ def replace_pattern(pattern: dict[str, str], content: str) -> Callable[[str], st
         literal = pattern["String"]
         return lambda text: text.replace(literal, content) if literal else text
     find = matches_of(pattern)
-
-    def replace(text: str) -> str:
-        out, pos = [], 0
-        for start, end in find(text):
-            out.append(text[pos:start])
-            out.append(content)
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
-
-    return replace
+    return lambda text: alignment.rewrite(text, [(s, e, content) for s, e in find(text)])
 
 
 def build(

@@ -28,7 +28,7 @@ import struct
 
 import regex
 
-from .alignment import Aligned, Span
+from .alignment import Aligned, rewrite, rewrite_aligned
 from .base import TokenizerFileError
 
 _CLUSTER = regex.compile(r"\X")
@@ -143,27 +143,15 @@ class CharsMap:
         """The rewritten text, and the original span of each of its characters: the first
         characters of a replacement stand for the replaced ones one to one, extra ones share
         the span of the last, leftover replaced characters are dropped with their spans."""
-        text, spans = aligned
-        out: list[str] = []
-        out_spans: list[Span] = []
-        pos = 0
-        for a, b, new in self.rewrites(text):
-            out.append(text[pos:a])
-            out_spans.extend(spans[pos:a])
-            out.append(new)
-            out_spans.extend(spans[min(a + k, b - 1)] for k in range(len(new)))
-            pos = b
-        out.append(text[pos:])
-        out_spans.extend(spans[pos:])
-        return "".join(out), out_spans
+        spans = aligned[1]
+        return rewrite_aligned(
+            aligned,
+            self.rewrites(aligned[0]),
+            lambda a, b, new: [spans[min(a + k, b - 1)] for k in range(len(new))],
+        )
 
     def __call__(self, text: str) -> str:
-        out, pos = [], 0
-        for a, b, new in self.rewrites(text):
-            out += (text[pos:a], new)
-            pos = b
-        out.append(text[pos:])
-        return "".join(out)
+        return rewrite(text, self.rewrites(text))
 
 
 def _offset(unit: int) -> int:

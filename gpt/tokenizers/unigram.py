@@ -47,13 +47,9 @@ def metaspace_json(pattern: str, prepend_scheme: str, replacement: str) -> dict:
 
 class Unigram(Tokenizer):
     """Unigram: a ``tokenizer.json`` pipeline of a ``Metaspace`` pre-tokenizer (then a regex
-    ``Split`` by ``pattern``), a ``Unigram`` model and a ``Metaspace`` decoder.
-
-    ``pieces`` lists (token, log probability) in id order, the unknown token and any special
-    tokens included (their scores are not used for segmentation). ``unk_token=None`` (a
-    ``tokenizer.json`` with ``"unk_id": null``) means there is no unknown token: encoding text
-    with a character that no piece is on its own raises TokenizerError naming it, as the
-    ``tokenizers`` library refuses such text.
+    ``Split`` by ``pattern``), a ``Unigram`` model and a ``Metaspace`` decoder. ``pieces`` lists
+    (token, log probability) in id order, the unknown and special tokens included (their scores
+    take no part in segmenting); ``unk_token=None``: no unknown token (``models.UnigramModel``).
     """
 
     def __init__(
@@ -131,16 +127,10 @@ class Unigram(Tokenizer):
 
 
 def _exact_in_any_json_reader(score: float) -> float:
-    """The score to 15 significant digits, so a saved file means the same to every reader.
-
-    The ``tokenizers`` library reads JSON numbers with serde_json's fast parser, which rounds
-    twice when a number has more digits than a float holds exactly: 17-digit scores (as
-    ``repr`` writes them) come back one unit in the last place off about one time in eight.
-    That is enough to break the exact ties between segmentations that runs of one character
-    make ("=" * 29 as 9+10+10 or 10+10+9 characters), so the library would encode our own file
-    differently. A number of at most 15 digits is a whole number below 2**53 over an exact power
-    of ten (for any score further from 0 than 1e-8), which that parser, like Python's, rounds
-    once and so exactly.
+    """The score to 15 significant digits, so a saved file means the same to every reader: the
+    ``tokenizers`` library's JSON parser (serde_json) rounds 17-digit numbers twice, one unit in
+    the last place off about one time in eight, which breaks the exact ties between
+    segmentations that runs of one character make; at most 15 digits it rounds once, exactly.
     """
     return float(f"{score:.15g}")
 
