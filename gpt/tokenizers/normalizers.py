@@ -51,8 +51,6 @@ def strip_accents(text: str) -> str:
     return _MARK.sub("", text)
 
 
-# ----- BERT's normalizer -------------------------------------------------------------------
-#
 # BERT (Devlin et al., 2019) normalizes text (drop control characters, optionally lowercase and
 # strip accents, put spaces around CJK ideographs) as the ``tokenizers`` library's
 # ``BertNormalizer`` defines it, so WordPiece files from there encode identically here.

@@ -128,8 +128,6 @@ def bytes_to_text(b: bytes) -> str:
     return b.decode("latin-1").translate(bytes_to_unicode())
 
 
-# ----- the pre-tokenizers of a tokenizer.json ------------------------------------------------
-
 #: Characters with the Unicode White_Space property (Rust's ``char::is_whitespace``).
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 #: BERT's punctuation: ASCII punctuation (even where Unicode calls it a symbol: '$'), and
@@ -330,8 +328,6 @@ def per_piece(f: Callable[[str, bool], str], bytewise: bool = False) -> PreToken
 
     return run
 
-
-# ----- the character classes of the tokenizers library -----------------------------------------
 
 #: Rust's ``char::is_whitespace`` (the Unicode White_Space property)
 SPACE = rf"[{WHITESPACE}]"

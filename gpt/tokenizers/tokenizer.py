@@ -163,7 +163,7 @@ class Tokenizer:
     source: str | None = None
     # Distinct pre-tokens whose encoding is remembered before the cache is cleared, and the
     # longest one remembered: a whole text handed over as one word (a file with no
-    # pre-tokenizer) is not kept, its parts are (``models.Model.parts``).
+    # pre-tokenizer) is not kept, its parts are (``models.MergeModel.parts``).
     CACHE_LIMIT: ClassVar[int] = 1 << 18
     CACHE_WORD_CHARS: ClassVar[int] = 256
 
@@ -210,7 +210,7 @@ class Tokenizer:
         # whether the pre-tokenizer treats the first piece apart (``Metaspace`` with
         # ``prepend_scheme="first"``), so that encoding must find out which piece that is
         self.first_matters = '"first"' in json.dumps(data.get("pre_tokenizer"))
-        # a word the model can cut (models.Model.parts) is encoded part by part, each part
+        # a word the model can cut (models.MergeModel.parts) is encoded part by part, each part
         # through the word cache: a file with no pre-tokenizer (Llama 2's) hands the model the
         # whole text as one word, whose parts are its words again
         self._encode_word = self._encode_parts if model.cuts else model.encode_word
@@ -230,8 +230,6 @@ class Tokenizer:
         old file or the new one, never a mix)."""
         text = json.dumps(self.to_hf_json(), ensure_ascii=False, indent=1) + "\n"
         atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-    # ----- lookups -----------------------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
@@ -270,8 +268,6 @@ class Tokenizer:
                 raise TokenizerError(f"token id {j} is out of range for vocab_size {n}")
             out.append(j)
         return out
-
-    # ----- encoding ----------------------------------------------------------------------------
 
     def encode(
         self,
@@ -466,8 +462,6 @@ class Tokenizer:
         if self.padding is None:
             return batch, [[1] * len(ids) for ids in batch]
         return batching.pad(batch, self.padding)
-
-    # ----- decoding ----------------------------------------------------------------------------
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Ids to text through the file's decoder (tokens joined by spaces if it has none).
