@@ -33,7 +33,9 @@ def _as_tuple(x, what: str, fn: str) -> tuple[bool, tuple[Tensor, ...]]:
     return is_tuple, items
 
 
-def _variables(inputs: tuple[Tensor, ...], create_graph: bool, fn: str) -> tuple[Tensor, ...]:
+def _variables(inputs, create_graph: bool, fn: str) -> tuple[bool, tuple[Tensor, ...]]:
+    """(were the inputs a tuple, the inputs as the variables of func)."""
+    in_tuple, inputs = _as_tuple(inputs, "input", fn)
     out = []
     for i, x in enumerate(inputs):
         if x.dtype.kind != "f":
@@ -44,7 +46,7 @@ def _variables(inputs: tuple[Tensor, ...], create_graph: bool, fn: str) -> tuple
             out.append(x.reshape(x.shape))  # a new node: derivatives stay linked to x
         else:
             out.append(x.detach().requires_grad_())
-    return tuple(out)
+    return in_tuple, tuple(out)
 
 
 def _call(func: Callable, xs: tuple[Tensor, ...], fn: str) -> tuple[bool, tuple[Tensor, ...]]:
@@ -101,8 +103,7 @@ def _vjp_of(outs, xs, vs, create_graph: bool, retain: bool = True):
 
 def vjp(func: Callable, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """(func(inputs), vᵀ ∂func/∂inputs), v shaped like the output(s)."""
-    in_tuple, inputs = _as_tuple(inputs, "input", "vjp")
-    xs = _variables(inputs, create_graph, "vjp")
+    in_tuple, xs = _variables(inputs, create_graph, "vjp")
     out_tuple, outs = _call(func, xs, "vjp")
     vs = _match(v, outs, "vjp", "output")
     grads = _fill(_vjp_of(outs, xs, vs, create_graph), xs, strict, "vjp", "input")
@@ -113,8 +114,7 @@ def vjp(func: Callable, inputs, v=None, create_graph: bool = False, strict: bool
 def jvp(func: Callable, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """(func(inputs), ∂func/∂inputs · v), v shaped like the input(s); by the double-VJP trick
     (module docstring)."""
-    in_tuple, inputs = _as_tuple(inputs, "input", "jvp")
-    xs = _variables(inputs, create_graph, "jvp")
+    in_tuple, xs = _variables(inputs, create_graph, "jvp")
     out_tuple, outs = _call(func, xs, "jvp")
     vs = _match(v, xs, "jvp", "input")
     ws = tuple(Tensor._wrap(o.data * 0).requires_grad_() for o in outs)  # the dummy w
@@ -128,8 +128,7 @@ def jacobian(func: Callable, inputs, create_graph: bool = False, strict: bool = 
     """∂func/∂inputs, entry [..out index.., ..input index..] = ∂out[i]/∂input[j]: shape
     ``out.shape + input.shape``; for tuples, ``J[i][j]`` for output i and input j (one level
     dropped where func returns one Tensor or takes one)."""
-    in_tuple, inputs = _as_tuple(inputs, "input", "jacobian")
-    xs = _variables(inputs, create_graph, "jacobian")
+    in_tuple, xs = _variables(inputs, create_graph, "jacobian")
     out_tuple, outs = _call(func, xs, "jacobian")
     result = []
     for o in outs:
@@ -151,21 +150,24 @@ def jacobian(func: Callable, inputs, create_graph: bool = False, strict: bool = 
     return tuple(result) if out_tuple else result[0]
 
 
+def _gradient(func: Callable, xs, strict: bool, fn: str) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """(func(xs), its gradient in xs as a graph) for a func with one output entry."""
+    _, outs = _call(func, xs, fn)
+    if len(outs) != 1 or outs[0].size != 1:
+        raise RuntimeError(
+            f"{fn}: func must return one Tensor with one entry, not shapes "
+            f"{[o.shape for o in outs]}"
+        )
+    one = Tensor._wrap(outs[0].data * 0 + 1)
+    return outs[0], _fill(_vjp_of(outs, xs, [one], True), xs, strict, fn, "input")
+
+
 def hessian(func: Callable, inputs, create_graph: bool = False, strict: bool = False):
     """∂²func/∂inputs² for a func with one output entry: shape ``input.shape * 2``; for a tuple
-    of inputs, ``H[i][j]`` of shape ``input_i.shape + input_j.shape``."""
+    of inputs, ``H[i][j]`` of shape ``input_i.shape + input_j.shape``: the Jacobian of the
+    gradient."""
     in_tuple, inputs = _as_tuple(inputs, "input", "hessian")
-
-    def gradient(*xs):
-        _, outs = _call(func, xs, "hessian")
-        if len(outs) != 1 or outs[0].size != 1:
-            raise RuntimeError(
-                f"hessian: func must return one Tensor with one entry, not shapes "
-                f"{[o.shape for o in outs]}"
-            )
-        grads = _vjp_of(outs, xs, [Tensor._wrap(outs[0].data * 0 + 1)], True)
-        return _fill(grads, xs, strict, "hessian", "input")
-
+    gradient = lambda *xs: _gradient(func, xs, strict, "hessian")[1]
     h = jacobian(gradient, tuple(inputs), create_graph=create_graph, strict=strict)
     return h if in_tuple else h[0][0]
 
@@ -173,19 +175,11 @@ def hessian(func: Callable, inputs, create_graph: bool = False, strict: bool = F
 def vhp(func: Callable, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """(func(inputs), vᵀ H) for a func with one output entry, v shaped like the input(s): the
     gradient of ∇func · v."""
-    in_tuple, inputs = _as_tuple(inputs, "input", "vhp")
-    xs = _variables(inputs, create_graph, "vhp")
-    _, outs = _call(func, xs, "vhp")
-    if len(outs) != 1 or outs[0].size != 1:
-        raise RuntimeError(
-            f"vhp: func must return one Tensor with one entry, not shapes {[o.shape for o in outs]}"
-        )
+    in_tuple, xs = _variables(inputs, create_graph, "vhp")
+    out, first = _gradient(func, xs, strict, "vhp")
     vs = _match(v, xs, "vhp", "input")
-    one = Tensor._wrap(outs[0].data * 0 + 1)
-    first = _fill(_vjp_of(outs, xs, [one], True), xs, strict, "vhp", "input")
-    second = _vjp_of(first, xs, vs, create_graph)
-    second = _fill(second, xs, strict, "vhp", "input")
-    out, second = _detach_all(outs, create_graph)[0], _detach_all(second, create_graph)
+    second = _fill(_vjp_of(first, xs, vs, create_graph), xs, strict, "vhp", "input")
+    out, second = _detach_all([out], create_graph)[0], _detach_all(second, create_graph)
     return out, (second if in_tuple else second[0])
 
 

@@ -525,9 +525,9 @@ MUTANTS = {
         ),
         (
             "vhp-first-not-graph",
-            'first = _fill(_vjp_of(outs, xs, [one], True), xs, strict, "vhp", "input")',
-            'first = _fill(_vjp_of(outs, xs, [one], False), xs, strict, "vhp", "input")',
-            "vhp: the gradient is not recorded, so its derivative is zero",
+            'return outs[0], _fill(_vjp_of(outs, xs, [one], True), xs, strict, fn, "input")',
+            'return outs[0], _fill(_vjp_of(outs, xs, [one], False), xs, strict, fn, "input")',
+            "vhp and hessian: the gradient is not recorded, so its derivative is zero",
         ),
         (
             "default-v-two",
