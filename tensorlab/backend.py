@@ -83,16 +83,10 @@ def as_dtype(dtype) -> np.dtype:
 def matmul(a, b, out=None):
     """a @ b (written into ``out`` when given); two float16 (or two bfloat16) arrays give a
     result in their dtype whose products are summed in float32 and rounded once. NumPy is
-    asked for a float32 product and rounds it (its own float16 matmul has no BLAS, so it is
-    many times slower, and its bfloat16 matmul returns float32). cuBLAS does it by itself for
-    CuPy's half arrays of two axes (compute type CUBLAS_COMPUTE_32F, CuPy's default), on the
-    tensor cores, so there the product is taken as it is: widening first would run a float32
-    GEMM, many times slower. With more axes CuPy 14 widens float16 to float32 itself but
-    sends bfloat16 to a kernel that sums in bfloat16 (cupy/cupy#10317), so a stack of
-    matrices times one matrix is taken as one product of two axes (the stack's rows one after
-    another), and other batched half products are widened here. A product with one entry (a
-    row times a column, two vectors) never reaches cuBLAS: CuPy sums it with a reduction kernel
-    in the half dtype (``tensordot_core``'s m == n == 1 case), so it is widened too."""
+    asked for a float32 product (its own float16 matmul has no BLAS; its bfloat16 one returns
+    float32). cuBLAS sums CuPy's half matrices of two axes in float32 by itself, on the tensor
+    cores, so those are taken as they are; the CuPy products that would sum in the half dtype
+    (one entry, and batched bfloat16: cupy/cupy#10317) are widened here (docs/gpu.md)."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None:
@@ -209,10 +203,6 @@ def to_device(array, device: str):
 _generators: dict[str, object] = {}
 
 
-def _new_generator(device: str, seed=None):
-    return np.random.default_rng(seed) if xp_for(device) is np else cupy.random.default_rng(seed)
-
-
 def manual_seed(seed: int) -> None:
     """Seed the random generators of every device, for reproducible runs."""
     _generators["cpu"] = np.random.default_rng(seed)
@@ -226,7 +216,7 @@ def generator(device: str | None = None):
     device = device or default_device()
     gen = _generators.get(device)
     if gen is None:
-        gen = _generators[device] = _new_generator(device)
+        gen = _generators[device] = xp_for(device).random.default_rng()
     return gen
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import glob
 import os
 
@@ -28,29 +29,26 @@ _PREFIXES = ("scipy_openblas_", "scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "", "")
 _SET = tuple(p + "set_num_threads" + s for p, s in zip(_PREFIXES, _SUFFIXES))
 _GET = tuple(p + "get_num_threads" + s for p, s in zip(_PREFIXES, _SUFFIXES))
-_lib: tuple | None = None  # (set, get) once found; () when there is nothing to find
 
 
+@functools.cache
 def _find() -> tuple:
-    global _lib
-    if _lib is None:
-        _lib = ()
-        root = os.path.dirname(np.__file__)
-        candidates = glob.glob(os.path.join(root + ".libs", "*openblas*")) + glob.glob(
-            os.path.join(root, ".dylibs", "*openblas*")
-        )
-        for path in candidates:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            setter = next((getattr(lib, n) for n in _SET if hasattr(lib, n)), None)
-            getter = next((getattr(lib, n) for n in _GET if hasattr(lib, n)), None)
-            if setter is not None and getter is not None:
-                getter.restype = ctypes.c_int
-                _lib = (setter, getter)
-                break
-    return _lib
+    """(set, get) of NumPy's OpenBLAS, looked for once; () when there is none to find."""
+    root = os.path.dirname(np.__file__)
+    candidates = glob.glob(os.path.join(root + ".libs", "*openblas*")) + glob.glob(
+        os.path.join(root, ".dylibs", "*openblas*")
+    )
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _SET if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _GET if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            getter.restype = ctypes.c_int
+            return setter, getter
+    return ()
 
 
 def get_blas_threads() -> int | None:
