@@ -14,6 +14,7 @@ that is a folder, and a ``--block-size`` whose attention would not fit in memory
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tomllib
@@ -76,10 +77,6 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _defaults(cls) -> dict:
-    return {f.name: f.default for f in fields(cls)}
-
-
 def _add_train_parser(sub) -> None:
     from gpt.config import DTYPES, TrainConfig
 
@@ -93,16 +90,10 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--config", metavar="FILE", help="a TOML file of field = value lines")
     p.add_argument("--resume", action="store_true", default=None, help="continue the run")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace the run")
-    defaults = _defaults(TrainConfig)
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
     for name, typ, text in TRAIN_FLAGS:
-        shown = defaults[name]
-        p.add_argument(
-            _flag(name),
-            type=typ,
-            default=None,
-            choices=choices.get(name),
-            help=f"{text} (default: {shown})" if shown is not None else text,
-        )
+        help_ = f"{text} (default: {defaults[name]})" if defaults[name] is not None else text
+        p.add_argument(_flag(name), type=typ, default=None, choices=choices.get(name), help=help_)
     model = p.add_argument_group("model (defaults: the preset's, then GPTConfig's)")
     model.add_argument(
         "--preset",
@@ -110,7 +101,7 @@ def _add_train_parser(sub) -> None:
         choices=sorted(PRESETS),
         help="starting model shape (default: tiny, nanoGPT's CPU config)",
     )
-    gdefaults = _defaults(GPTConfig)
+    gdefaults = {f.name: f.default for f in fields(GPTConfig)}
     for name, typ, text, choices in MODEL_FLAGS:
         shown = PRESETS["tiny"].get(name, gdefaults[name])
         help_ = f"{text} (tiny: {shown})" if shown is not None else text
@@ -181,8 +172,9 @@ def resolve_configs(args) -> tuple[GPTConfig, object]:
 
 def _train(args) -> int:
     from gpt import plots
+    from gpt.generate import generate
     from gpt.run_folder import RunError
-    from gpt.train import Trainer, config_summary
+    from gpt.train import Trainer
     from nn.distributed import world
 
     dist = world()
@@ -197,7 +189,8 @@ def _train(args) -> int:
     if trainer.dist.rank != 0:  # in an MPI job rank 0 alone prints
         trainer.run()
         return 0
-    print(config_summary(trainer.model_cfg, tcfg), file=sys.stderr)
+    for name, cfg in (("model", trainer.model_cfg), ("train", tcfg)):  # resolved, one line each
+        print(f"{name}: {json.dumps(cfg.to_dict())}", file=sys.stderr)
     n = trainer.model.num_parameters()
     processes = f", {trainer.dist.size} processes" if trainer.dist.size > 1 else ""
     print(
@@ -223,7 +216,9 @@ def _train(args) -> int:
                 print(f"loss curve: {plots.loss_curve(folder.read_log(), folder.plot)}")
         finally:
             folder.unlock()
-    print("sample:\n" + trainer.sample())
+    first = [int(trainer.splits["train"][0])]  # the training text's first token, continued
+    ids = generate(trainer.model, first, tcfg.sample_tokens, 0.8, top_k=40, seed=tcfg.seed)
+    print("sample:\n" + trainer.tokenizer.decode(ids))
     return 0
 
 

@@ -170,21 +170,15 @@ class GPTConfig(_Fields):
                 "needs an MLP (attn_only=False) and norm_placement 'pre' or 'sandwich', got "
                 f"attn_only={self.attn_only}, norm_placement={self.norm_placement!r}"
             )
-        for note in self.notes():
-            warnings.warn(note, ConfigNote, stacklevel=3)
-
-    def notes(self) -> list[str]:
-        """Valid but unusual choices worth a word."""
-        out = []
-        if self.n_layer > 0:
-            ratio = self.d_model / self.n_layer
-            if not 16 <= ratio <= 1024:
-                out.append(
-                    f"d_model / n_layer = {ratio:.0f}: far from the ~128 that works well at "
-                    "small scale (Kaplan et al. 2020 find loss flat over a wide range of aspect "
-                    "ratios, degrading outside about 20-200)"
-                )
-        return out
+        ratio = self.d_model / self.n_layer if self.n_layer else 128
+        if not 16 <= ratio <= 1024:  # valid but unusual: a word
+            warnings.warn(
+                f"d_model / n_layer = {ratio:.0f}: far from the ~128 that works well at small "
+                "scale (Kaplan et al. 2020 find loss flat over a wide range of aspect ratios, "
+                "degrading outside about 20-200)",
+                ConfigNote,
+                stacklevel=3,
+            )
 
 
 @dataclass

@@ -99,7 +99,7 @@ class NextLogits:
 
     def __init__(self, model, use_cache: bool = True):
         self.model, self.block = model, model.config.block_size
-        self.use_cache = use_cache and model.supports_cache
+        self.use_cache = use_cache
         self.device = next(iter(model.parameters())).device
         self.cache, self.seen = None, 0  # tokens of ids the cache holds
 

@@ -177,10 +177,6 @@ class GPT(nn.Module):
             return self.embed.W.T
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
-    @property
-    def supports_cache(self) -> bool:
-        return True
-
     def new_cache(self) -> GPTCache:
         return GPTCache(self.config.n_layer)
 

@@ -245,19 +245,12 @@ class RunFolder:
         """Make the folder; remove a crash's temporary files, and the old run if asked or if
         it only began."""
         self.path.mkdir(parents=True, exist_ok=True)
-        for stale in self.stale_temp_files():
-            stale.unlink()
+        for p in self.path.glob("*.tmp"):  # an unfinished atomic write's (.)name.*.tmp
+            if any(p.name.lstrip(".").startswith(name + ".") for name in RUN_FILES):
+                p.unlink()
         if overwrite or self.only_begun():
             for name in RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
-
-    def stale_temp_files(self) -> list[Path]:
-        """An unfinished atomic write's ``name.*.tmp`` or ``.name.*.tmp`` of a run file."""
-        return [
-            p
-            for p in self.path.glob("*.tmp")
-            if any(p.name.lstrip(".").startswith(name + ".") for name in RUN_FILES)
-        ]
 
     # ------------------------------------------------------------------ config and log
     def write_config(self, config: dict) -> None:

@@ -13,14 +13,12 @@ the checkpoint bit for bit. A non-finite loss stops the run before anything is s
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -55,15 +53,12 @@ def build_tokenizer(cfg: TrainConfig, text: str):
     """Train the chosen tokenizer on the text, or load a saved one."""
     import gpt.tokenizers as tk
 
-    if cfg.tokenizer in tk.KINDS:
-        cls = tk.KINDS[cfg.tokenizer]
-        if cfg.tokenizer == "char":
-            return cls.train(text)
-        if cfg.tokenizer == "bpe":  # the one trainer with a progress bar (its merges)
-            verbose = cfg.progress and sys.stderr.isatty()
-            return cls.train(text, vocab_size=cfg.tokenizer_vocab_size, verbose=verbose)
-        return cls.train(text, vocab_size=cfg.tokenizer_vocab_size)
-    return tk.load(cfg.tokenizer)
+    if cfg.tokenizer not in tk.KINDS:
+        return tk.load(cfg.tokenizer)
+    kw = {} if cfg.tokenizer == "char" else {"vocab_size": cfg.tokenizer_vocab_size}
+    if cfg.tokenizer == "bpe":  # the one trainer with a progress bar (its merges)
+        kw["verbose"] = cfg.progress and sys.stderr.isatty()
+    return tk.KINDS[cfg.tokenizer].train(text, **kw)
 
 
 def estimate_loss(
@@ -130,7 +125,6 @@ class Trainer:
                 "batch_size", cfg.batch_size, f"must be divisible by the {dist.size} processes"
             )
         self.run_folder = RunFolder(cfg.out_dir)
-        self.out = self.run_folder.path
         self.run_folder.claim(cfg.resume, cfg.overwrite)
         self.run_folder.check_unlocked()
         check_device(cfg.device)
@@ -317,9 +311,8 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """Estimate both splits' losses at this iteration; the record joins the history."""
-        model = self.model
         losses = estimate_loss(
-            model, self.splits, self.cfg, self.model_cfg.block_size, self.iter, self.dist
+            self.model, self.splits, self.cfg, self.model_cfg.block_size, self.iter, self.dist
         )
         for name in ("train", "val"):
             if not math.isfinite(losses[name]):
@@ -375,7 +368,8 @@ class Trainer:
                 raise bad_value(
                     "max_iters",
                     stop,
-                    f"must be ≥ {self.iter}, the iteration the run in {self.out} has reached",
+                    f"must be ≥ {self.iter}, the iteration the run in {self.run_folder.path} "
+                    "has reached",
                 )
         if cfg.resume and cfg.progress and lead:
             print(f"resuming from iteration {self.iter} ({self.checkpoint_path})", file=sys.stderr)
@@ -383,10 +377,8 @@ class Trainer:
             self.run_folder.write_config({"model": self.model_cfg.to_dict(), **self.record})
         # Processes of one MPI job on one machine share its cores: each one's matrix products
         # get its share of them (BLAS would otherwise start a thread per core in every one).
-        if dist.size > 1:
-            share = blas_threads(max(1, (os.cpu_count() or 1) // dist.local_size))
-        else:
-            share = contextlib.nullcontext()
+        threads = max(1, (os.cpu_count() or 1) // dist.local_size)
+        share = blas_threads(threads) if dist.size > 1 else contextlib.nullcontext()
         with share, self._signals_stop_after_the_step():
             self._loop(stop)
 
@@ -437,28 +429,6 @@ class Trainer:
                 )
         if progress:
             progress.close()
-
-    def sample(
-        self,
-        prompt: str | None = None,
-        max_new_tokens: int | None = None,
-        temperature: float = 0.8,
-        top_k: int | None = 40,
-        seed: int | None = None,
-    ) -> str:
-        """Generated text; without a prompt it starts from the training text's first token."""
-        from gpt.generate import generate
-
-        ids = self.tokenizer.encode(prompt) if prompt else [int(self.splits["train"][0])]
-        out = generate(
-            self.model,
-            ids,
-            self.cfg.sample_tokens if max_new_tokens is None else max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            seed=self.cfg.seed if seed is None else seed,
-        )
-        return self.tokenizer.decode(out)
 
 
 class Progress:
@@ -514,8 +484,3 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def config_summary(model_cfg: GPTConfig, cfg: TrainConfig) -> str:
-    """The resolved configs, one JSON line each (printed when a run starts)."""
-    return f"model: {json.dumps(model_cfg.to_dict())}\ntrain: {json.dumps(asdict(cfg))}"

@@ -123,15 +123,8 @@ class FactoredMatrix:
 
     @property
     def S(self) -> np.ndarray:
+        """The singular values, descending."""
         return self.svd()[1]
-
-    @property
-    def U(self) -> np.ndarray:
-        return self.svd()[0]
-
-    @property
-    def Vh(self) -> np.ndarray:
-        return self.svd()[2]
 
     def norm(self) -> float:
         """Frobenius norm ‖A B‖_F = ‖core‖_F (the Q factors have orthonormal columns)."""

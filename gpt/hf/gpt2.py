@@ -1,26 +1,12 @@
 """GPT-2 checkpoints (``GPT2LMHeadModel``, or ``GPT2Model`` without the ``transformer.``
 prefix): the config and the names of the weights.
 
-How the names map (HF GPT-2 uses ``Conv1D`` layers, whose weights are stored (in, out), the
-same orientation as our ``x @ W``; so every matrix is a reshape, never a transpose)::
-
-    wte.weight                 (V, d)        -> embed.W            (V, d)
-    wpe.weight                 (n_pos, d)    -> pos.W_pos          (n_pos, d)
-    h.{i}.ln_1.weight / .bias  (d,)          -> blocks.{i}.ln1.w / .b
-    h.{i}.attn.c_attn.weight   (d, 3d)       -> blocks.{i}.attn.W_q, W_k, W_v (d, H, d_head)
-    h.{i}.attn.c_attn.bias     (3d,)         -> blocks.{i}.attn.b_q, b_k, b_v (d,)
-    h.{i}.attn.c_proj.weight   (d, d)        -> blocks.{i}.attn.W_O   (H, d_head, d)
-    h.{i}.attn.c_proj.bias     (d,)          -> blocks.{i}.attn.b_O
-    h.{i}.ln_2.weight / .bias  (d,)          -> blocks.{i}.ln2.w / .b
-    h.{i}.mlp.c_fc.weight      (d, d_ff)     -> blocks.{i}.mlp.W_in  (and .bias -> b_in)
-    h.{i}.mlp.c_proj.weight    (d_ff, d)     -> blocks.{i}.mlp.W_out (and .bias -> b_out)
-    ln_f.weight / .bias        (d,)          -> ln_final.w / .b
-    lm_head.weight             (V, d)        -> W_U (d, V), transposed; only when untied
-
-``c_attn``'s 3d output columns are [queries | keys | values], each d wide with the heads
-side by side: the row-major layout of our W_q, W_k, W_v (d, H, d_head) put next to each
-other. The attention buffers ``attn.bias`` / ``attn.masked_bias`` that old checkpoints store
-(the causal mask) are ignored.
+How the names map: :func:`tensor_names`. HF GPT-2 uses ``Conv1D`` layers, whose weights are
+stored (in, out), the same orientation as our ``x @ W``, so every matrix is a reshape, never a
+transpose (but the untied ``lm_head``). ``c_attn``'s 3d output columns are [queries | keys |
+values], each d wide with the heads side by side: the row-major layout of our W_q, W_k, W_v (d,
+H, d_head) put next to each other. The attention buffers ``attn.bias`` / ``attn.masked_bias``
+that old checkpoints store (the causal mask) are ignored.
 """
 
 from __future__ import annotations
@@ -121,8 +107,8 @@ def config_to_hf(cfg: GPTConfig) -> dict:
 
 
 def tensor_names(cfg: GPTConfig) -> list[tuple[str, tuple[int, ...], tuple[str, ...], bool]]:
-    """(HF name, HF shape, our name(s), transposed) for every tensor of the checkpoint: the
-    table above (:mod:`gpt.hf.checkpoint` reads it both ways)."""
+    """(HF name, HF shape, our name(s), transposed) for every tensor of the checkpoint
+    (:mod:`gpt.hf.checkpoint` reads it both ways)."""
     d, f, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
     rows = [
         ("wte.weight", (V, d), ("embed.W",)),

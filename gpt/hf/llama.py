@@ -6,27 +6,13 @@ layout, grouped-query attention, a SwiGLU MLP, no positional table, and usually 
 unembedding. They differ in small switches: Qwen2 puts biases on q, k and v only, Llama may
 put them on all four projections (``attention_bias``), Mistral attends over a sliding window.
 
-How the names map (HF stores ``nn.Linear`` weights as (out, in), we keep ``x @ W`` with
-W (in, out): every matrix is a transpose and then a reshape)::
-
-    model.embed_tokens.weight            (V, d)         -> embed.W            (V, d)
-    model.layers.{i}.input_layernorm     (d,)           -> blocks.{i}.ln1.w
-    ...self_attn.q_proj.weight           (H·d_h, d)     -> blocks.{i}.attn.W_q  (d, H, d_h)
-    ...self_attn.k_proj / v_proj.weight  (H_kv·d_h, d)  -> blocks.{i}.attn.W_k, W_v (d, H_kv, d_h)
-    ...self_attn.{q,k,v}_proj.bias       (·d_h,)        -> blocks.{i}.attn.b_q, b_k, b_v
-    ...self_attn.o_proj.weight           (d, H·d_h)     -> blocks.{i}.attn.W_O  (H, d_h, d)
-    ...post_attention_layernorm          (d,)           -> blocks.{i}.ln2.w
-    ...mlp.gate_proj.weight              (d_ff, d)      -> blocks.{i}.mlp.W_gate (d, d_ff)
-    ...mlp.up_proj.weight                (d_ff, d)      -> blocks.{i}.mlp.W_in   (d, d_ff)
-    ...mlp.down_proj.weight              (d, d_ff)      -> blocks.{i}.mlp.W_out  (d_ff, d)
-    model.norm.weight                    (d,)           -> ln_final.w
-    lm_head.weight                       (V, d)         -> W_U (d, V); absent when tied
-
-The MLP is down(silu(gate(x)) ⊙ up(x)), which is :class:`nn.FeedForward`'s gated form with
-W_gate = gateᵀ and W_in = upᵀ. Rotary embeddings pair dimension i with i + d_h/2 in these
-checkpoints (``rope_layout="half"``), so the q and k weights load as they are, with no
-permutation of their rows. The rotary ``inv_freq`` buffers some checkpoints store (a table
-recomputed from the config) are ignored.
+How the names map: :func:`tensor_names`. HF stores ``nn.Linear`` weights as (out, in), we keep
+``x @ W`` with W (in, out): every matrix is a transpose and then a reshape. The MLP is
+down(silu(gate(x)) ⊙ up(x)), which is :class:`nn.FeedForward`'s gated form with W_gate = gateᵀ
+and W_in = upᵀ. Rotary embeddings pair dimension i with i + d_h/2 in these checkpoints
+(``rope_layout="half"``), so the q and k weights load as they are, with no permutation of their
+rows. The rotary ``inv_freq`` buffers some checkpoints store (a table recomputed from the
+config) are ignored.
 """
 
 from __future__ import annotations
@@ -174,9 +160,8 @@ def config_to_hf(cfg: GPTConfig) -> dict:
 
 
 def tensor_names(cfg: GPTConfig) -> list[tuple[str, tuple[int, ...], tuple[str, ...], bool]]:
-    """(HF name, HF shape, our name(s), transposed) for every tensor of the checkpoint: the
-    table above (:mod:`gpt.hf.checkpoint` reads it both ways). Every ``nn.Linear`` weight is
-    transposed."""
+    """(HF name, HF shape, our name(s), transposed) for every tensor of the checkpoint
+    (:mod:`gpt.hf.checkpoint` reads it both ways). Every ``nn.Linear`` weight is transposed."""
     d, f, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
     H, Hkv, dh = cfg.n_head, cfg.n_kv_head, cfg.d_head
     rows = [
