@@ -87,6 +87,19 @@ def axis_index(op: str, axis: int, ndim: int) -> int:
     return axis % ndim
 
 
+def axes_index(op: str, axis: Axis | list, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int, a tuple or list of them, or None: every axis) as axes counted from 0,
+    each checked by :func:`axis_index` and named once."""
+    if axis is None:
+        return tuple(range(ndim))
+    if not isinstance(axis, tuple | list):  # an int (a NumPy integer too)
+        return (axis_index(op, axis, ndim),)
+    axes = tuple(axis_index(op, a, ndim) for a in axis)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: axis {tuple(axis)} names an axis twice; name each once")
+    return axes
+
+
 def _in_place(name: str, op):
     """The method ``x.name(other)`` that runs ``op`` (``operator.isub``, ...) in x's memory."""
 
@@ -598,8 +611,7 @@ class Tensor:
 
     # ------------------------------------------------------------------ shape
     def reshape(self, *shape) -> Tensor:
-        shape = sizes_of(shape)
-        return Reshape.apply(self, shape=shape)
+        return Reshape.apply(self, shape=sizes_of(shape))
 
     view = reshape
 
@@ -618,8 +630,7 @@ class Tensor:
         return self.reshape(s[:start] + (math.prod(s[start : end + 1]),) + s[end + 1 :])
 
     def permute(self, *axes) -> Tensor:
-        axes = sizes_of(axes)
-        return Permute.apply(self, axes=axes)
+        return Permute.apply(self, axes=sizes_of(axes))
 
     def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
         """Swap two axes (PyTorch's meaning; NumPy's ``transpose(axes)`` is ``permute``)."""
@@ -640,13 +651,8 @@ class Tensor:
     def flip(self, axis: Axis = None) -> Tensor:
         """Reverse the order along ``axis`` (None: every axis): indexing with step -1, so the
         gradient is g flipped back (the backward of indexing, section 7 of derivations.md)."""
-        if axis is None:
-            axes = range(self.ndim)
-        else:
-            axes = axis if isinstance(axis, tuple | list) else (axis,)
-            axes = [axis_index("flip", a, self.ndim) for a in axes]
         key = [slice(None)] * self.ndim
-        for a in axes:
+        for a in axes_index("flip", axis, self.ndim):
             key[a] = slice(None, None, -1)
         return GetItem.apply(self, key=tuple(key))
 
@@ -697,14 +703,12 @@ class Tensor:
 
     def squeeze(self, axis: Axis = None) -> Tensor:
         s = self.shape
+        axes = axes_index("squeeze", axis, self.ndim)
         if axis is None:
-            axes = {i for i, n in enumerate(s) if n == 1}
-        else:
-            axes = axis if isinstance(axis, tuple | list) else (axis,)
-            axes = {axis_index("squeeze", a, self.ndim) for a in axes}
-            bad = [a for a in axes if s[a] != 1]
-            if bad:
-                raise ValueError(f"squeeze: axis {bad[0]} of shape {s} has size {s[bad[0]]}, not 1")
+            axes = [i for i in axes if s[i] == 1]
+        for a in axes:
+            if s[a] != 1:
+                raise ValueError(f"squeeze: axis {a} of shape {s} has size {s[a]}, not 1")
         return self.reshape(tuple(n for i, n in enumerate(s) if i not in axes))
 
     def unsqueeze(self, axis: int) -> Tensor:

@@ -1394,12 +1394,6 @@ MUTANTS = {
             "var with N = ddof left to NumPy (NaN, with its warning)",
         ),
         (
-            "neg-axis",
-            "axes = (axis_index(op, axis, nd),)",
-            "axes = (axis,)",
-            "_reduce_setup: a negative axis is not normalised",
-        ),
-        (
             "mean-scale",
             "return _spread(ctx, g / ctx.count if ctx.count else g)",
             "return _spread(ctx, g)",
@@ -2398,6 +2392,12 @@ MUTANTS = {
             "dtype = like.data.dtype if floating else DEFAULT_DTYPE",
             "dtype = like.data.dtype",
             "an integer tensor times 0.5 truncates the 0.5 to the tensor's integer dtype",
+        ),
+        (
+            "neg-axis",
+            "return (axis_index(op, axis, ndim),)",
+            "return (axis,)",
+            "axes_index (the reductions, flip, squeeze): a negative axis is not normalised",
         ),
         (
             "axis-one-past-end",

@@ -12,22 +12,14 @@ import numpy as np
 
 from tensorlab.backend import acc_dtype, is_float, xp_of
 from tensorlab.function import Function
-from tensorlab.tensor import Tensor, axis_index, select
+from tensorlab.tensor import Tensor, axes_index, select
 
 _const = Tensor._wrap
 
 
 def _reduce_setup(ctx, a, axis, keepdims) -> None:
     """Store what every backward needs: the axes reduced and the kept-dims shape."""
-    nd, op = a.ndim, type(ctx).__name__.lower()
-    if axis is None:
-        axes = tuple(range(nd))
-    elif isinstance(axis, tuple | list):
-        axes = tuple(axis_index(op, ax, nd) for ax in axis)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{op}: axis {tuple(axis)} names an axis twice; name each once")
-    else:  # an int (a NumPy integer too)
-        axes = (axis_index(op, axis, nd),)
+    axes = axes_index(type(ctx).__name__.lower(), axis, a.ndim)
     ctx.axis = axes if axis is not None else None
     ctx.keepdims = keepdims
     ctx.kshape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
