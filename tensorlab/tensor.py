@@ -767,9 +767,7 @@ class Tensor:
         ``axis`` (PyTorch's ``scatter_add``; ``index`` of ``src``'s shape, or smaller: then
         only that corner of ``src`` is used). Gradients: ``self`` gets g, ``src`` gets
         ``g.gather(axis, index)``."""
-        idx = _checked_index("scatter_add", index, self, axis, src)
-        src = _lift(src, self)
-        idx = _own_index(idx, index, src)
+        idx, src = _checked_index("scatter_add", index, self, axis, src)
         if src.shape != idx.shape:
             src = src[tuple(slice(0, n) for n in idx.shape)]
         return self + ScatterAlongAxis.apply(
@@ -780,9 +778,7 @@ class Tensor:
         """A copy of ``self`` with ``alpha * source``'s slice i added to slice ``index[i]``
         along ``axis`` (PyTorch's ``index_add``; repeated indices add up). Gradients:
         ``self`` gets g, ``source`` gets ``alpha * g`` read at those slices."""
-        idx = _checked_index("index_add", index, self, axis, source)
-        source = _lift(source, self)
-        idx = _own_index(idx, index, source)
+        idx, source = _checked_index("index_add", index, self, axis, source)
         if alpha != 1.0:
             source = source * alpha
         key = (slice(None),) * (axis % self.ndim) + (idx,)
@@ -829,8 +825,9 @@ def _own_index(arr, given, *tensors: Tensor):
 
 
 def _checked_index(op: str, index, x: Tensor, axis: int, src):
-    """The integer array of ``index``, checked against ``x`` along ``axis`` (one-line errors
-    naming the op, the shapes and the valid range)."""
+    """(the integer array of ``index``, ``src`` as a Tensor beside ``x``), the index checked
+    against ``x`` along ``axis`` (one-line errors naming the op, the shapes and the valid range)
+    and owned by the op (:func:`_own_index`)."""
     idx = index.data if isinstance(index, Tensor) else xp_of(x.data).asarray(index)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{op}: index must hold integers, not {idx.dtype}")
@@ -862,7 +859,8 @@ def _checked_index(op: str, index, x: Tensor, axis: int, src):
         raise IndexError(
             f"{op}: index {bad} is out of range for axis {axis} of size {n}: 0..{n - 1}"
         )
-    return idx
+    src = _lift(src, x)
+    return _own_index(idx, index, src), src
 
 
 def where(condition, a, b) -> Tensor:
