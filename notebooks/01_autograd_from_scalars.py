@@ -20,6 +20,15 @@
 # 3. tensors and broadcasting: why the engine needs `sum_to`;
 # 4. the order: a reverse topological sort of the graph.
 #
+# **Objectives.** After this notebook you can apply the chain rule by hand and read it as
+# "gradient from above times local derivative"; write an op's backward and check it; say why
+# a broadcast input's gradient is a sum; and say why the backward must run in reverse
+# topological order.
+#
+# **Study time:** about 40 minutes, with the four exercises; the notebook runs in a few
+# seconds. Questions marked **Predict, then run** have their reasoning behind
+# `reveal("name")`: predict first, then run, then reveal.
+#
 # Cells marked **Exercise** ask you to write a backward in NumPy; `check` grades it against
 # finite differences and tensorlab's own op and says what is wrong, without giving the answer.
 # Stuck? `hint("tanh")` (any exercise's name) says where to read; call it again for the idea
@@ -30,7 +39,7 @@
 import shutil
 
 import numpy as np
-from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
+from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
 
 import tensorlab as tl
 from tensorlab.autograd import topological_order
@@ -46,6 +55,9 @@ from tensorlab.draw import backward_steps
 #
 # $$\frac{\partial L}{\partial w} = \underbrace{2y}_{\partial L/\partial y}\;
 #   \underbrace{y(1 - y)}_{\partial y/\partial u}\;\underbrace{x}_{\partial u/\partial w}.$$
+#
+# **Predict, then run.** Which signs will $\partial L/\partial w$, $\partial L/\partial b$
+# and $\partial L/\partial x$ have? Then run, and `reveal("sigmoid-sign")`.
 
 # %%
 x, w, b = 0.5, -1.5, 0.2
@@ -131,7 +143,10 @@ print(check("sub", sub_backward))
 # Add an offset per row, of shape `(4, 1)`, to a batch of shape `(4, 3)`. NumPy copies the
 # offset into every column; each copy sends back its own gradient, and **a value used $k$
 # times receives the sum of its $k$ gradients** (`docs/derivations.md`, section 2). So the
-# offset's gradient is the sum of `g` over the columns, kept as a column:
+# offset's gradient is the sum of `g` over the columns, kept as a column.
+#
+# **Predict, then run.** With `g = np.arange(12.0).reshape(4, 3)`, what is `offset.grad`?
+# Then run, and `reveal("offset-grad")`.
 
 # %%
 X = tl.randn(4, 3, dtype="float64", requires_grad=True)
@@ -238,5 +253,6 @@ page if HAVE_DOT else print("no Graphviz: no page")
 
 # %% [markdown]
 # That is the whole engine: `tensorlab/autograd.py` sorts, walks and adds, and every op in
-# `tensorlab/ops/` is a forward and a local backward like `MyMul`'s. Notebook 2 goes through
-# the backward of every op family; notebook 3 does a whole attention head by hand.
+# `tensorlab/ops/` is a forward and a local backward like `MyMul`'s. In notebook 2 you write
+# that engine yourself and read tensorlab's loop beside yours; notebook 3 goes through the
+# backward of every op family.

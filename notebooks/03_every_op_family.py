@@ -9,13 +9,22 @@
 # ---
 
 # %% [markdown]
-# # 2. The backward of every op family
+# # 3. The backward of every op family
 #
 # tensorlab has about sixty ops, but only a handful of *kinds* of backward. For each family
 # this notebook puts the derivation (in one line; the full one is in `docs/derivations.md`)
 # beside the code that implements it, printed from the op's class, and then checks the op
 # against finite differences with `tl.gradcheck`. Where a family has an exercise, the exercise
 # comes first and the engine's code after it: try it, and ask `hint("name")` when stuck.
+#
+# **Objectives.** After this notebook you can name the six kinds of backward (diagonal,
+# spread, matrix product, reshuffle, scatter-add, full Jacobian per row), write one of each
+# family, and find each in `tensorlab/ops/`.
+#
+# **Study time:** about 45 minutes, with the three exercises; the notebook runs in a few seconds.
+#
+# Questions marked **Predict, then run** have their reasoning behind `reveal("name")`:
+# predict first, then run, then reveal.
 #
 # | family | the idea | section |
 # |---|---|---|
@@ -30,7 +39,7 @@
 import inspect
 
 import numpy as np
-from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
+from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
 
 import tensorlab as tl
 from tensorlab.ops import elementwise, index, linalg, reduce, shape, softmax
@@ -96,6 +105,10 @@ print(check("sum_rows", sum_rows_backward))
 # The engine does it for any axes at once: $g$ reshaped with a 1 where each reduced axis was
 # (`keepdims`), then broadcast back. Mean divides by the count; max sends $g$ to the maximum
 # only, split evenly between ties.
+#
+# **Predict, then run.** For the max over each row of `[[1, 3, 3], [2, 0, 1]]` with $g = 1$,
+# which entries of the first row get a gradient, and how much? Then run, and
+# `reveal("max-tie")`.
 
 # %%
 show(reduce.Sum)
@@ -178,6 +191,15 @@ show(softmax.Softmax)
 print("gradcheck softmax", tl.gradcheck(lambda a: a.softmax(axis=-1), [x(3, 5)]))
 
 # %% [markdown]
+# **Predict, then run.** Whatever $g$ is, what does each row of the softmax's input gradient
+# sum to? Then run, and `reveal("softmax-sum")`.
+
+# %%
+s = x(3, 5)
+s.softmax(axis=-1).backward(np.random.default_rng(1).standard_normal((3, 5)))
+print("row sums of ds:", s.grad.numpy().sum(axis=1))
+
+# %% [markdown]
 # Every other op in `tensorlab/ops/` is one of these patterns, or a composition of them
 # (`docs/derivations.md` has the rest: einsum, gather, sort, scatter, cumulative sums).
-# Notebook 3 strings matmul and softmax together into an attention head.
+# Notebook 4 strings matmul and softmax together into an attention head.

@@ -9,26 +9,36 @@
 # ---
 
 # %% [markdown]
-# # 3. Attention by hand: forward, backward, checked
+# # 4. Attention by hand: forward, backward, checked
 #
 # One causal attention head (Vaswani et al., 2017, "Attention is all you need", eq. 1), on
 # $T = 5$ positions in float64:
 #
-# $$S = \frac{QK^\top}{\sqrt d} + M,\qquad A = \mathrm{softmax}_{\rm rows}(S),\qquad Y = AV,$$
+# $$S = s\,QK^\top + P,\qquad A = \mathrm{softmax}_{\rm rows}(S),\qquad Y = AV,$$
 #
-# with $M$ zero on and below the diagonal and $-\infty$ above it (position $i$ sees keys
-# $j \le i$). You write the backward pass first; then the notebook works through it line by
-# line in NumPy and holds every line to the gradient tensorlab computes for the same
-# intermediate. The derivation is in `docs/derivations_nn.md`, section 9;
+# with the scale $s = 1/\sqrt{d_h}$ ($d_h$ = `d`, the width of a query) and the mask $P$ zero
+# on and below the diagonal and $-\infty$ above it (position $i$ sees keys $j \le i$): the
+# notation of `docs/derivations_nn.md`, section 9. You write the backward pass first; then
+# the notebook works through it line by line in NumPy and holds every line to the gradient
+# tensorlab computes for the same intermediate. The derivation is in that section too;
 # `examples/backprop_attention.py` is the script version, which also goes through the
 # projections $Q = XW_Q$, ...
+#
+# **Objectives.** After this notebook you can write a causal attention head's forward and
+# backward in NumPy, say why the mask needs no backward code, and check a backward three ways
+# (the engine, finite differences, a batched fused op).
+#
+# **Study time:** about 40 minutes, most of it the exercise; the notebook runs in a few seconds.
+#
+# Questions marked **Predict, then run** have their reasoning behind `reveal("name")`:
+# predict first, then run, then reveal.
 
 # %%
 import math
 
 import matplotlib.pyplot as plt
 import numpy as np
-from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
+from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
 
 import nn.functional as F
 import tensorlab as tl
@@ -66,8 +76,8 @@ print(A.round(3))
 # %% [markdown]
 # **Exercise.** Before reading on (the next section works it out), write the whole head's
 # backward as one function: given `g` ($= G$) and `q, k, v`, return `dq, dk, dv` (causal,
-# scale $1/\sqrt d$). Go back through the three forward lines one at a time: each is an op
-# whose backward you have written in notebooks 1 and 2. The checker draws its own inputs and
+# scale $s = 1/\sqrt{d_h}$). Go back through the three forward lines one at a time: each is an op
+# whose backward you have written in notebooks 1 and 3. The checker draws its own inputs and
 # tells you which of the three is wrong, and where; `hint("attention")` when stuck.
 
 
@@ -109,10 +119,13 @@ for name, mine, engine in [
 # %% [markdown]
 # They agree exactly here: the engine's ops evaluate the same formulas in the same order
 # (in another order they would differ by rounding, about $10^{-16}$). Note what the table
-# does *not* contain: any code for the mask. Above the diagonal $A = e^{-\infty}/\ldots = 0$,
-# and $dS = A \odot (\ldots)$ is then 0 there too: no gradient crosses a forbidden query-key
-# pair. Query 0 sees only key 0, so its softmax row is the constant $[1, 0, \ldots]$ and
-# nothing flows back to $Q_0$ at all:
+# does *not* contain: any code for the mask.
+#
+# **Predict, then run.** What is $dS$ above the diagonal, where the mask stood? Then run, and
+# `reveal("mask-grad")`.
+#
+# **Predict, then run.** What is $dQ_0$, the gradient of the first query? Then run, and
+# `reveal("query-zero")`.
 
 # %%
 print("max |dS| above the diagonal:", np.abs(np.triu(dS, 1)).max())
@@ -179,6 +192,6 @@ for fused in (True, False):
     print(f"{'fused' if fused else 'composed'} op vs by hand, (B, H, T) = {(B, H, T)}: {err:.1e}")
 
 # %% [markdown]
-# Where next: notebook 4 puts fused and composed side by side for layer norm, GELU and
+# Where next: notebook 5 puts fused and composed side by side for layer norm, GELU and
 # cross-entropy; `tensorlab.draw.backward_steps(loss)` (notebook 1) steps through the backward
 # of anything, a whole GPT included.

@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 4. Layer norm, GELU, cross-entropy: one fused node or many small ones
+# # 5. Layer norm, GELU, cross-entropy: one fused node or many small ones
 #
 # Layer norm (Ba, Kiros & Hinton, 2016) can be written with the engine's primitives: a mean,
 # a subtraction, a square, another mean, a power, two multiplications and an addition. The
@@ -20,10 +20,20 @@
 #
 # This notebook runs both forms of three layers on the same inputs and compares the numbers,
 # the size of the graphs, and the steps of the backward.
+#
+# **Objectives.** After this notebook you can say what a fused op is and why it keeps a
+# composed form, read a backward step by step with `trace_backward`, and write the backward of
+# layer norm, GELU and cross-entropy.
+#
+# **Study time:** about 50 minutes, most of it the three exercises; the notebook runs in a few
+# seconds.
+#
+# Questions marked **Predict, then run** have their reasoning behind `reveal("name")`:
+# predict first, then run, then reveal.
 
 # %%
 import numpy as np
-from grader import check, hint  # noqa: F401 (hint: for you to call when stuck)
+from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
 
 import nn.functional as F
 import tensorlab as tl
@@ -45,16 +55,16 @@ def ops_in_graph(y):
 # Each layer: (fused, composed), both taking the same Tensors.
 layers = {
     "layer norm": (
-        lambda x, g, b: F.layer_norm(x, g, b),
-        lambda x, g, b: LayerNormFn.composed(x, g, b, eps=1e-5),
+        lambda x, gamma, beta: F.layer_norm(x, gamma, beta),
+        lambda x, gamma, beta: LayerNormFn.composed(x, gamma, beta, eps=1e-5),
     ),
     "GELU (tanh)": (
-        lambda x, g, b: F.gelu(x, approximate="tanh"),
-        lambda x, g, b: GELUTanhFn.composed(x),
+        lambda x, gamma, beta: F.gelu(x, approximate="tanh"),
+        lambda x, gamma, beta: GELUTanhFn.composed(x),
     ),
     "cross-entropy": (
-        lambda x, g, b: F.cross_entropy(x, targets),
-        lambda x, g, b: CrossEntropyFn.composed(x, tl.tensor(targets)).mean(),
+        lambda x, gamma, beta: F.cross_entropy(x, targets),
+        lambda x, gamma, beta: CrossEntropyFn.composed(x, tl.tensor(targets)).mean(),
     ),
 }
 
@@ -63,6 +73,12 @@ layers = {
 #
 # Each form gets the same inputs and the same gradient from above, $g$ (drawn once per
 # layer: comparing two backward passes fed different $g$ compares nothing).
+#
+# **Predict, then run.** How far apart will the two forms' outputs and gradients be? Then
+# run, and `reveal("fused-error")`.
+#
+# **Predict, then run.** How many nodes will each graph have, fused and composed? Then run,
+# and `reveal("node-count")`.
 
 # %%
 graphs = {}
@@ -71,13 +87,13 @@ for name, forms in layers.items():
     results = []
     g_out = None
     for form in forms:
-        x, g, b = (tl.tensor(a, requires_grad=True) for a in (x0, gamma0, beta0))
-        y = form(x, g, b)
+        x, gamma, beta = (tl.tensor(a, requires_grad=True) for a in (x0, gamma0, beta0))
+        y = form(x, gamma, beta)
         graphs.setdefault(name, []).append(ops_in_graph(y))
         if g_out is None:
             g_out = rng.standard_normal(y.shape)
         y.backward(g_out)
-        grads = [t.grad.numpy() if t.grad is not None else np.zeros(t.shape) for t in (x, g)]
+        grads = [t.grad.numpy() if t.grad is not None else np.zeros(t.shape) for t in (x, gamma)]
         results.append((y.numpy(), *grads))
     (yf, dxf, dgf), (yc, dxc, dgc) = results
     nodes = f"{len(graphs[name][0])} vs {len(graphs[name][1])}"
@@ -105,9 +121,9 @@ for name, (fused, composed) in graphs.items():
 
 # %%
 for form in layers["layer norm"]:
-    x, g, b = (tl.tensor(a, requires_grad=True) for a in (x0, gamma0, beta0))
+    x, gamma, beta = (tl.tensor(a, requires_grad=True) for a in (x0, gamma0, beta0))
     with tl.trace_backward():
-        form(x, g, b).backward(np.ones((4, 8)))
+        form(x, gamma, beta).backward(np.ones((4, 8)))
     print()
 
 # %% [markdown]

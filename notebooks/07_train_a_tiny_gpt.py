@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 5. Train a tiny GPT; read its loss curve and its samples
+# # 7. Train a tiny GPT; read its loss curve and its samples
 #
 # A character-level GPT (Radford et al., 2019, at toy size) learns to continue text. The
 # training step is the plain one: forward, `loss.backward()`, an AdamW step (Loshchilov &
@@ -25,6 +25,17 @@
 #
 # The run is short when the test suite runs this notebook (`TL_COURSE_SMALL=1`); unset it for
 # a run that writes recognizable text (600 steps; about 20 s on two idle cores).
+#
+# **Objectives.** After this notebook you can write the two lines of a training step
+# that are not autograd, AdamW's update and the gradient clip; read a loss curve against
+# $\ln V$ and the two entropies counted from the text; and say what the model has learned
+# when it crosses each line.
+#
+# **Study time:** about 40 minutes (the two exercises 20, reading the curve 20); the notebook
+# runs in about 30 s (a few seconds with `TL_COURSE_SMALL=1`).
+#
+# Questions marked **Predict, then run** have their reasoning behind `reveal("name")`:
+# predict first, then run, then reveal.
 
 # %%
 import os
@@ -33,11 +44,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
 
 import gpt
+import nn
 import tensorlab as tl
 from gpt.tokenizers import CharTokenizer
-from nn.optim import AdamW
+from nn.optim import AdamW, clip_grad_norm_
 
 SMALL = os.environ.get("TL_COURSE_SMALL") == "1"
 STEPS, EVAL_EVERY = (20, 10) if SMALL else (600, 50)
@@ -79,7 +92,55 @@ print(
 )
 
 # %% [markdown]
+# ## Inside the step: AdamW and the clip
+#
+# A training step is `loss.backward()`, then two things that are not autograd: the gradients
+# are clipped (`nn.optim.clip_grad_norm_`: if they are too large together, all are shrunk by
+# one factor), and AdamW (Loshchilov & Hutter, 2019; `nn/optim.py`) moves each weight using
+# running averages of its gradient and of its gradient squared.
+#
+# **Exercise 1.** One AdamW step for one weight array `w` with gradient `g`, moments `m` and
+# `v` (zeros before the first step) and step count `t` (1 at the first step): return the new
+# `(w, m, v)`. `check` runs three steps against `nn.optim.AdamW`; `hint("adamw")` points to
+# the docstring that states the update.
+
+
+# %%
+def adamw_step(w, g, m, v, t, lr, betas, eps, weight_decay):
+    raise NotImplementedError  # return w, m, v after the step
+
+
+print(check("adamw", adamw_step))
+
+# %% [markdown]
+# **Predict, then run.** One AdamW step (learning rate 0.01, no decay) on a weight whose
+# gradient is $[10^{-3}, 1, 10^3]$: how far does each entry move? Then run, and
+# `reveal("adam-first-step")`.
+
+# %%
+w = nn.Parameter(tl.tensor([0.0, 0.0, 0.0], dtype="float64"))
+w.grad = tl.tensor([1e-3, 1.0, 1e3], dtype="float64")
+AdamW([w], lr=0.01, weight_decay=0.0).step()
+print("the weights after one step:", w.numpy())
+
+# %% [markdown]
+# **Exercise 2.** Clip a list of gradient arrays to a joint norm of at most `max_norm`:
+# return the clipped arrays and the norm before clipping, as `clip_grad_norm_` does (it uses
+# $10^{-6}$ where a division needs a guard against 0).
+
+
+# %%
+def clip_grad_norm(grads, max_norm):
+    raise NotImplementedError  # return the clipped gradients, the norm before clipping
+
+
+print(check("clip", clip_grad_norm))
+
+# %% [markdown]
 # ## The model and the loop
+#
+# **Predict, then run.** What will the first training loss be, roughly? Then run, and
+# `reveal("first-loss")`.
 
 # %%
 tl.manual_seed(0)
@@ -115,6 +176,7 @@ for step in range(STEPS + 1):
     _, loss = model(tl.tensor(x), tl.tensor(y))
     optimizer.zero_grad()
     loss.backward()
+    clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     losses.append(loss.item())
 print(
@@ -172,5 +234,5 @@ for seed, prompt in enumerate(["\n", "ROMEO:" if found else "The "]):
 # A 20-step run (the test suite's) already puts spaces and line breaks about where they
 # belong. The full 600-step run (validation loss 2.08 nats on tiny Shakespeare, below the
 # bigram line from step 300) writes common words ("the", "of", "my", "your") and speaker
-# names on a line of their own, ending in a colon. Notebook 6 opens a model up to see *how*
+# names on a line of their own, ending in a colon. Notebook 8 opens a model up to see *how*
 # it uses context.

@@ -9,9 +9,9 @@
 # ---
 
 # %% [markdown]
-# # 6. Circuits: a bigram table, QK and OV, an induction head forming
+# # 8. Circuits: a bigram table, QK and OV, an induction head forming
 #
-# Notebook 5 read a model from the outside (its loss). This one reads the weights, following
+# Notebook 7 read a model from the outside (its loss). This one reads the weights, following
 # Elhage et al. (2021), "A mathematical framework for transformer circuits", and Olsson et al.
 # (2022), "In-context learning and induction heads":
 #
@@ -24,6 +24,17 @@
 # Both trainings are the scripts in `examples/`, run from here (the full run takes about 20 s
 # on two idle cores); with `TL_COURSE_SMALL=1` (the test suite) they are cut to a
 # few seconds, and the head has no time to form.
+#
+# **Objectives.** After this notebook you can read a zero-layer model as a bigram table,
+# watch an induction head form, read a head's QK and OV circuits from its weights, and
+# compute each head's direct logit attribution through the final layer norm (graded against
+# `gpt.circuits`).
+#
+# **Study time:** about 45 minutes (the exercise 15); the notebook runs in about 40 s (a few
+# seconds with `TL_COURSE_SMALL=1`).
+#
+# Questions marked **Predict, then run** have their reasoning behind `reveal("name")`:
+# predict first, then run, then reveal.
 
 # %%
 import os
@@ -36,6 +47,8 @@ import numpy as np
 here = Path.cwd().resolve()
 ROOT = next(p for p in [here, *here.parents] if (p / "examples/induction_heads.py").is_file())
 sys.path.insert(0, str(ROOT))
+
+from grader import check, hint, reveal  # noqa: E402, F401 (hint, reveal: for you to call)
 
 import examples.induction_heads as induction  # noqa: E402
 import examples.zero_layer_bigram as bigram  # noqa: E402
@@ -51,7 +64,11 @@ SMALL = os.environ.get("TL_COURSE_SMALL") == "1"
 # $\mathrm{log\,softmax}(W_E W_U)$, and the best such table is the text's bigram
 # statistics, whose loss is the conditional entropy $H(\text{next} \mid \text{current})$.
 # The training loss decomposes exactly as that floor plus a KL divergence that training
-# drives toward 0:
+# drives toward 0.
+#
+# **Predict, then run.** Which of the three lines of notebook 7 ($\ln V$, $H(\text{next})$,
+# $H(\text{next} \mid \text{current})$) can this model's loss reach, and no lower? Then run,
+# and `reveal("bigram-floor")`.
 
 # %%
 zero = bigram.main(["--quick"] if SMALL else ["--steps", "600"])
@@ -165,3 +182,43 @@ k = circuits.composition_scores(model)["k"][1, head, 0]
 for h0, s in enumerate(k):
     tag = "  <- previous-token head" if h0 == prev else ""
     print(f"K-composition of layer-1 head {head} with layer-0 head {h0}: {s:.3f}{tag}")
+
+# %% [markdown]
+# ## 4. Which head writes the answer: direct logit attribution
+#
+# The final stream is a sum of what every component wrote (the embeddings, each head's
+# output, each MLP), and the logits read it through the final layer norm and the unembedding.
+# The norm divides by one number per position, $\sigma$; read $\sigma$ from the run (the
+# cache's `ln_final.hook_scale`) and the whole readout is linear, so each head's output has
+# its own share of each logit: its **direct logit attribution** (Elhage et al., 2021;
+# `docs/interpretability.md`, section 4). `gpt.circuits.logit_attrs` computes it.
+#
+# **Exercise.** Write it for every head: given `model`, a `cache` from
+# `circuits.run_with_cache` (each head's output is `cache[f"blocks.{l}.attn.hook_result"]`,
+# (B, T, heads, d), before the output bias) and `tokens` (B, T), the token at each position
+# whose logit to explain, return an array (layers · heads, B, T), layer-major. `check` runs it
+# on a model with a final layer norm (gain `model.ln_final.w`, shift `model.ln_final.b`) and
+# compares with `gpt.circuits.logit_attrs`.
+
+
+# %%
+def head_attributions(model, cache, tokens):
+    raise NotImplementedError  # return (layers * heads, B, T)
+
+
+print(check("dla", head_attributions))
+
+# %% [markdown]
+# **Predict, then run.** On the $[r, r]$ sequences, which head adds most to the logit of
+# the right next token in the second copy: a layer-0 head or a layer-1 head? Then run (the
+# induction model has no final norm, so its attribution is each head's output dotted with
+# the unembedding), and `reveal("top-head")`.
+
+# %%
+tokens = rep["tokens"]
+_, cache = circuits.run_with_cache(model, tokens)
+stack, labels = circuits.stack_head_results(model, cache, return_labels=True)
+attrs = circuits.logit_attrs(model, cache, stack, np.roll(tokens, -1, axis=1))
+second = attrs[:, :, tokens.shape[1] // 2 : -1].mean(axis=(1, 2))  # the second copy
+for label, a in sorted(zip(labels, second), key=lambda la: -la[1]):
+    print(f"{label}: {a:+.2f} to the right next token's logit, on average")

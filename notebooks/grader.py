@@ -1553,3 +1553,67 @@ for _e in [
     ),
 ]:
     EXERCISES[_e.name] = _e
+
+
+# ---------------------------------------------------------------------- predict, then run
+# Each notebook asks a few questions before a cell runs: predict, run, then reveal(name)
+# for the reasoning. The answers live here, so a notebook prints none of them unless asked.
+QUESTIONS: dict[str, str] = {
+    # 01
+    "sigmoid-sign": "negative for w and b, positive for x (x > 0 but w < 0): y = σ(u) is "
+    "about 0.37 here, and L = y² grows with y, so anything that raises u raises L. dL/du = "
+    "2y·y(1 - y) > 0; then dL/dw = dL/du · x has x's sign (+), dL/db = dL/du (+), and "
+    "dL/dx = dL/du · w has w's sign (-).",
+    "offset-grad": "each entry of the offset was copied into the 3 columns of its row, so "
+    "its gradient is the sum of g over that row: [0+1+2, 3+4+5, 6+7+8, 9+10+11] = "
+    "[3, 12, 21, 30], kept as a column (4, 1).",
+    # 02
+    "reuse": "6 = 2a: a * a uses a twice, and each use sends a share of 3 (the other "
+    "factor). An engine that replaced a.grad instead of adding would report 3, one share.",
+    "sum-to-axes": "axis 0 (NumPy put it in front: the input had 2 axes, g has 3) and axis 2 "
+    "(the input had 1 there, g has 3): 24 numbers become 4, each the sum of the 6 copies of "
+    "one input entry.",
+    # 03
+    "max-tie": "the two 3s get 0.5 each and the 1 gets 0: the max moves only with its "
+    "largest entries, and a tie splits g evenly so that the shares still add up to g.",
+    "softmax-sum": "0, to rounding: a softmax row sums to 1 whatever s is, so moving s "
+    "along any direction cannot change that sum; its gradient is orthogonal to (1, ..., 1).",
+    # 04
+    "mask-grad": "exactly 0: the mask sets those scores to -∞, the softmax makes their "
+    "weight e^-∞ = 0, and dS = A ⊙ (...) is then 0 there; no gradient crosses a pair the "
+    "forward did not use.",
+    "query-zero": "all zeros: query 0 sees key 0 only, so its softmax row is [1, 0, ...] "
+    "whatever its scores are; a constant has no gradient.",
+    # 05
+    "fused-error": "rounding only, about 1e-16 to 1e-15 in float64: both forms compute the "
+    "same function, one as a closed form and one op by op, so they differ by the order of "
+    "floating-point operations.",
+    "node-count": "1 against 8 or 9: the fused op is one node however long its formula; "
+    "the composed form has one node per primitive (mean, subtract, square, ...).",
+    # 06
+    "block-params": "the block's parameters: ln1 (2·d), W_q, W_k, W_v (3·d·d) and their "
+    "biases (3·d), W_O (d·d) and b_O (d), ln2 (2·d), W_in (d·4d) and b_in (4d), W_out "
+    "(4d·d) and b_out (d): 12d² + 13d, 872 for d = 8; the weight matrices dominate (at "
+    "GPT-2's d = 768, 12d² is 99.9% of it).",
+    "last-position": "only position 4's output changes: positions 0-3 cannot see position "
+    "4 (the mask), and the MLP and the norms act on each position alone.",
+    # 07
+    "first-loss": "about ln V: GPT-2's initialization (std 0.02) makes every logit nearly "
+    "0, so the first prediction is nearly uniform over the V characters.",
+    "adam-first-step": "about lr = 0.01 for every entry whatever the size of g: at step 1, "
+    "m̂ = g and v̂ = g², so m̂/√v̂ = ±1; Adam's first step is a sign step.",
+    # 08
+    "bigram-floor": "H(next | current): a model without layers sees only the current "
+    "token, so the best it can do is the text's bigram table, whose loss is that "
+    "conditional entropy.",
+    "top-head": "a layer-1 head: an induction head copies the token after the earlier "
+    "occurrence, so it writes the right next token's direction straight into the stream; "
+    "the layer-0 heads write what layer 1 reads (the previous token), not the answer.",
+}
+
+
+def reveal(name: str) -> None:
+    """Print the answer to the notebook's question ``name`` (after you have predicted)."""
+    if name not in QUESTIONS:
+        raise KeyError(f"no question {name!r}; there are {', '.join(QUESTIONS)}")
+    print(f"{name}: {QUESTIONS[name]}")

@@ -3,7 +3,9 @@
 Each notebook is a jupytext text file (``py:percent``); it is converted and executed with
 nbclient in a fresh Python kernel, with ``TL_COURSE_SMALL=1`` so that the training notebooks
 take seconds. The student notebooks hold stubs where the exercises are (``check`` reports
-them as not written yet) and never import the reference solutions.
+them as not written yet) and never import the reference solutions. Each opens with its
+objectives and a study time, and asks a few "predict, then run" questions whose answers
+only ``reveal(name)`` prints.
 """
 
 from __future__ import annotations
@@ -99,7 +101,10 @@ def test_student_notebooks_hold_no_solutions(path):
 
     for name, func in re.findall(CHECK, text):
         assert name in EXERCISES, name
-        body = re.search(rf"def {func}\(.*?\n(.*?)\n\n", text, re.S)
+        if re.search(rf"^class {func}\b", text, re.M):  # a class: a stub among its methods
+            body = re.search(rf"^class {func}\b(.*?)check\(\"{name}\"", text, re.S | re.M)
+        else:
+            body = re.search(rf"def {func}\(.*?\n(.*?)\n\n", text, re.S)
         assert body and "raise NotImplementedError" in body.group(1), func
 
 
@@ -117,6 +122,15 @@ ANSWERS = {
     "layer_norm": [r"\hat g", "mean(ĝ", "(gh * xhat)"],
     "gelu_tanh": ["1 - t^2", "1 - t**2"],
     "cross_entropy": [r"\mathrm{softmax}(z) - \mathrm{onehot}", "p - onehot", "- onehot"],
+    "value": ["+= node.grad", "self.grad = 1", "reversed(order)", "p.grad +="],
+    "sum_to": ["keepdims=True", "g.sum(axis=tuple(range"],
+    "array": ["np.ones_like(self.data)", "sum_to(vjp("],
+    "gpt_block": ["x = x + ", "x + attn(", "ln1(x)"],
+    "mlp": ["g @ W_out.T", "a.T @ g", "x.T @ dh", "dh @ W_in.T"],
+    "heads": ["dz = ", "attention_backward(dz", 'np.einsum("td,hed->hte"'],
+    "adamw": ["1 - b1**t", r"1 - \beta_1^t", "(1 - lr * weight_decay)", "np.sqrt(v_hat)"],
+    "clip": ["max_norm / (norm", "min(1.0, max_norm"],
+    "dla": ["r.mean(axis=-1", "ln_final.w.numpy()[:, None]", "/ sigma"],
 }
 
 
@@ -131,3 +145,63 @@ def test_no_exercise_is_answered_above_it(path):
         above = text[: text.index(f'check("{name}"')]
         for answer in ANSWERS[name]:
             assert answer not in above, (name, answer)
+
+
+# ---------------------------------------------------------------------- objectives, questions
+def test_the_course_has_eight_notebooks_or_more():
+    assert len(NOTEBOOKS) >= 8
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == list(range(1, len(NOTEBOOKS) + 1))  # numbered in order, no gap
+
+
+def first_markdown(text: str) -> str:
+    return text.split("# %% [markdown]", 1)[1].split("# %%", 1)[0]
+
+
+REVEAL = r'reveal\("([\w-]+)"\)(?<!reveal\("name"\))'  # (not the placeholder "name")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_each_notebook_opens_with_objectives_a_study_time_and_asks_questions(path):
+    from tests.test_grader import GRADER
+
+    text = path.read_text(encoding="utf-8")
+    head = first_markdown(text)
+    assert "**Objectives.**" in head and re.search(r"\*\*Study time:\*\* about \d+ minutes", head)
+    asked = re.findall(REVEAL, text)
+    assert text.count("**Predict, then run.**") >= 2 and len(set(asked)) >= 2, asked
+    assert set(asked) <= set(GRADER.QUESTIONS), set(asked) - set(GRADER.QUESTIONS)
+    assert "reveal" in re.findall(r"^from grader import (.*)$", text, re.M)[0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_answer_to_a_question_is_printed_before_it_is_asked(path):
+    """Run as a script (which calls no reveal), a notebook prints none of its questions'
+    answers; reveal(name) prints the one asked for."""
+    from tests.test_grader import GRADER
+
+    shown = run_as_script(path)
+    for name in set(re.findall(REVEAL, path.read_text(encoding="utf-8"))):
+        answer = GRADER.QUESTIONS[name]
+        assert answer not in shown and answer[:40] not in shown, name
+
+
+def test_reveal_prints_the_answer_asked_for(capsys):
+    from tests.test_grader import GRADER
+
+    GRADER.reveal("reuse")
+    assert capsys.readouterr().out == f"reuse: {GRADER.QUESTIONS['reuse']}\n"
+    with pytest.raises(KeyError, match="no question 'reuse2'"):
+        GRADER.reveal("reuse2")
+    asked = set()
+    for path in NOTEBOOKS:
+        asked |= set(re.findall(REVEAL, path.read_text(encoding="utf-8")))
+    assert asked == set(GRADER.QUESTIONS)  # every answer belongs to a question asked
+
+
+def test_the_new_notebooks_link_their_reading_and_print_the_engines_loop():
+    engine = (ROOT / "notebooks/02_write_the_engine.py").read_text(encoding="utf-8")
+    assert "inspect.getsource(autograd._propagate)" in engine
+    assert "inspect.getsource(Value.backward)" in engine
+    block = (ROOT / "notebooks/06_build_a_gpt_block.py").read_text(encoding="utf-8")
+    assert "docs/transformer.md" in block
