@@ -963,27 +963,28 @@ from tensorlab.ops.shape import BroadcastTo, Permute, Reshape, Roll, SumTo  # no
 from tensorlab.ops.softmax import LogSoftmax, Softmax  # noqa: E402
 
 # ------------------------------------------------------------------ the methods that are one op
-# Set here, now that the ops exist. Each is one call of its op, no frame in between.
-
-
-def _binary(op):
-    """``a op b`` and the reflected ``b op a`` (``2 - a`` is ``Sub.apply(2, a)``, the number
-    lifted to a constant beside ``a`` by :func:`_lift`)."""
-
-    def method(self, other):
-        return op.apply(self, _lift(other, self))
-
-    def reflected(self, other):
-        return op.apply(_lift(other, self), self)
-
-    return method, reflected
-
-
-def _unary(op):
-    def method(self):
-        return op.apply(self)
-
-    return method
+# Set here, now that the ops exist; each is one call of its op. ``2 - a`` (``__rsub__``) is
+# ``Sub.apply(2, a)``, the number lifted to a constant tensor beside ``a`` by :func:`_lift`.
+Tensor.__add__ = lambda self, other: Add.apply(self, _lift(other, self))
+Tensor.__radd__ = lambda self, other: Add.apply(_lift(other, self), self)
+Tensor.__sub__ = lambda self, other: Sub.apply(self, _lift(other, self))
+Tensor.__rsub__ = lambda self, other: Sub.apply(_lift(other, self), self)
+Tensor.__mul__ = lambda self, other: Mul.apply(self, _lift(other, self))
+Tensor.__rmul__ = lambda self, other: Mul.apply(_lift(other, self), self)
+Tensor.__truediv__ = lambda self, other: Div.apply(self, _lift(other, self))
+Tensor.__rtruediv__ = lambda self, other: Div.apply(_lift(other, self), self)
+Tensor.maximum = lambda self, other: Maximum.apply(self, _lift(other, self))
+Tensor.minimum = lambda self, other: Minimum.apply(self, _lift(other, self))
+Tensor.__neg__ = lambda self: Neg.apply(self)
+Tensor.exp = lambda self: Exp.apply(self)
+Tensor.log = lambda self: Log.apply(self)
+Tensor.sqrt = lambda self: Sqrt.apply(self)
+Tensor.abs = lambda self: Abs.apply(self)
+Tensor.tanh = lambda self: Tanh.apply(self)
+Tensor.sin = lambda self: Sin.apply(self)
+Tensor.cos = lambda self: Cos.apply(self)
+Tensor.sigmoid = lambda self: Sigmoid.apply(self)
+Tensor.relu = lambda self: ReLU.apply(self)
 
 
 def _reduction(op):
@@ -993,30 +994,14 @@ def _reduction(op):
     return method
 
 
-Tensor.__add__, Tensor.__radd__ = _binary(Add)
-Tensor.__sub__, Tensor.__rsub__ = _binary(Sub)
-Tensor.__mul__, Tensor.__rmul__ = _binary(Mul)
-Tensor.__truediv__, Tensor.__rtruediv__ = _binary(Div)
-Tensor.maximum = _binary(Maximum)[0]
-Tensor.minimum = _binary(Minimum)[0]
-Tensor.__neg__ = _unary(Neg)
-Tensor.exp = _unary(Exp)
-Tensor.log = _unary(Log)
-Tensor.sqrt = _unary(Sqrt)
-Tensor.abs = _unary(Abs)
-Tensor.tanh = _unary(Tanh)
-Tensor.sin = _unary(Sin)
-Tensor.cos = _unary(Cos)
-Tensor.sigmoid = _unary(Sigmoid)
-Tensor.relu = _unary(ReLU)
 Tensor.sum = _reduction(Sum)
 Tensor.mean = _reduction(Mean)
 Tensor.max = _reduction(Max)
 Tensor.min = _reduction(Min)
 Tensor.prod = _reduction(Prod)
 Tensor.logsumexp = _reduction(LogSumExp)
-for _name, _method in list(vars(Tensor).items()):  # each made above is named as it is called
-    if "<locals>" in getattr(_method, "__qualname__", ""):
+for _name, _method in list(vars(Tensor).items()):  # each made by a lambda or a maker: named
+    if getattr(_method, "__name__", "") in ("<lambda>", "method"):  # as it is called
         _method.__name__, _method.__qualname__ = _name, f"Tensor.{_name}"
 
 # NumPy's hooks (__array_ufunc__, __array_function__) look their ops up here.

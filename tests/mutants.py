@@ -2406,10 +2406,16 @@ MUTANTS = {
             "axis == ndim is accepted and wraps around to axis 0",
         ),
         (
-            "reflected-swapped",
-            "        return op.apply(_lift(other, self), self)",
-            "        return op.apply(self, _lift(other, self))",
-            "2 - x computes x - 2 (and 2 / x computes x / 2)",
+            "rsub-swapped",
+            "Tensor.__rsub__ = lambda self, other: Sub.apply(_lift(other, self), self)",
+            "Tensor.__rsub__ = lambda self, other: Sub.apply(self, _lift(other, self))",
+            "2 - x computes x - 2",
+        ),
+        (
+            "rtruediv-swapped",
+            "Tensor.__rtruediv__ = lambda self, other: Div.apply(_lift(other, self), self)",
+            "Tensor.__rtruediv__ = lambda self, other: Div.apply(self, _lift(other, self))",
+            "2 / x computes x / 2",
         ),
         (
             "rmatmul-swapped",
