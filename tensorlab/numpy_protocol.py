@@ -111,14 +111,6 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
     )
 
 
-def _sort(a, axis=-1, kind=None, order=None, stable=None):
-    return a.sort(axis)[0]
-
-
-def _repeat(a, repeats, axis=None):
-    return a.repeat_interleave(repeats, axis)
-
-
 def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     return a.reshape(shape if shape is not None else newshape)
 
@@ -166,8 +158,8 @@ FUNCTIONS = {
     np.flip: lambda m, axis=None: m.flip(axis),
     np.roll: lambda a, shift, axis=None: a.roll(shift, axis),
     np.tile: lambda a, reps: a.tile(reps),
-    np.repeat: _repeat,
-    np.sort: _sort,
+    np.repeat: lambda a, repeats, axis=None: a.repeat_interleave(repeats, axis),
+    np.sort: lambda a, axis=-1, kind=None, order=None, stable=None: a.sort(axis).values,
     np.argsort: lambda a, axis=-1, kind=None, order=None, stable=None: a.argsort(axis),
     np.tril: lambda m, k=0: m.tril(k),
     np.triu: lambda m, k=0: m.triu(k),
