@@ -67,14 +67,9 @@ def topological_order(roots: Sequence, stop: set[int] = frozenset()) -> list:
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None):
-    """The engine behind :meth:`Tensor.backward` and :func:`grad`: the chain rule, node by node.
-
-    Walk the nodes from the output back (reverse topological order), carrying one gradient
-    per node: it is complete once every consumer has sent its share. A node's ``backward``
-    turns it into one gradient per input (:func:`local_grads`); leaves keep theirs in
-    ``.grad``. With ``inputs`` given, their gradients are returned instead (no ``.grad`` is
-    touched).
-    """
+    """The engine behind :meth:`Tensor.backward` and :func:`grad`: the three steps of the
+    module docstring. With ``inputs`` given, their gradients are returned instead (no
+    ``.grad`` is touched)."""
     order = topological_order([_node_of(r) for r in roots])
     pending: dict[int, Tensor] = {}
     for r, g in zip(roots, root_grads):
@@ -172,8 +167,11 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
     modes = function.modes
     if modes.anomaly:
         for gi in result:
-            if gi is not None:
-                _check_grad(node, gi)
+            if gi is not None and not bool(xp_of(gi.data).isfinite(gi.data).all()):
+                raise AnomalyError(
+                    f"{node.name} produced NaN or Inf in its backward (gradient of "
+                    f"shape {gi.shape})\n{creation_site(node)}"
+                )
     if modes.trace is not None:
         modes.trace(node, g, result)
     return result
@@ -303,14 +301,6 @@ def _free(node) -> None:
     node.inputs = None
     node._keep = None
     node.params = None
-
-
-def _check_grad(node, g: Tensor) -> None:
-    if not bool(xp_of(g.data).isfinite(g.data).all()):
-        raise AnomalyError(
-            f"{node.name} produced NaN or Inf in its backward (gradient of "
-            f"shape {g.shape})\n{creation_site(node)}"
-        )
 
 
 def _root_grad(t: Tensor, grad, what: str) -> Tensor:

@@ -20,13 +20,6 @@ from tensorlab.ops.shape import concatenate, stack
 from tensorlab.tensor import Tensor, _lift, where
 
 
-def _tensor_first(a, b):
-    """(a, b) as two Tensors, the non-Tensor lifted beside the Tensor (as the operators do)."""
-    if isinstance(a, Tensor):
-        return a, _lift(b, a)
-    return _lift(a, b), b
-
-
 def _arithmetic(op):
     """``op`` of two inputs, one a Tensor, the other lifted beside it (``array * x`` lands
     here, so this stays as short as ``Tensor.__rmul__``)."""
@@ -122,7 +115,7 @@ def _where(condition, *branches):
 
 
 def _dot(a, b, out=None):
-    a, b = _tensor_first(a, b)
+    a, b = (a, _lift(b, a)) if isinstance(a, Tensor) else (_lift(a, b), b)
     if a.ndim > 2 or b.ndim > 2:
         raise TypeError("numpy.dot of Tensors with more than 2 axes: use matmul (a @ b)")
     return a * b if a.ndim == 0 or b.ndim == 0 else a @ b
