@@ -20,15 +20,7 @@ import sys
 import tomllib
 from dataclasses import fields
 
-from gpt.config import (
-    ACTIVATIONS,
-    NORMS,
-    PLACEMENTS,
-    POSITIONAL,
-    PRESETS,
-    GPTConfig,
-    check_device,
-)
+from gpt.config import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONAL, PRESETS, GPTConfig, check_device
 
 # Training flags: (field of TrainConfig, type, help). The default shown is TrainConfig's.
 TRAIN_FLAGS = [

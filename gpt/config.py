@@ -153,9 +153,7 @@ class GPTConfig(_Fields):
         if self.d_head is None:
             if self.d_model % self.n_head:
                 raise bad_value(
-                    "n_head",
-                    self.n_head,
-                    f"must divide d_model={self.d_model} (or set d_head)",
+                    "n_head", self.n_head, f"must divide d_model={self.d_model} (or set d_head)"
                 )
             self.d_head = self.d_model // self.n_head
         check_count(None, d_head=self.d_head)
@@ -303,13 +301,14 @@ class TrainConfig(_Fields):
                 f"data={self.data!r}: prepared data brings its own text and tokenizer; "
                 "leave out text and tokenizer"
             )
-        check_int("tokenizer_vocab_size", self.tokenizer_vocab_size, 1)
-        for name in ("max_iters", "eval_interval", "eval_iters", "log_interval", "batch_size"):
+        for name in ("tokenizer_vocab_size", "max_iters", "eval_interval", "eval_iters"):
             check_int(name, getattr(self, name), 1)
-        check_int("grad_accum_steps", self.grad_accum_steps, 1)
+        for name in ("log_interval", "batch_size", "grad_accum_steps"):
+            check_int(name, getattr(self, name), 1)
+        for name in ("warmup_iters", "seed", "sample_tokens"):
+            check_int(name, getattr(self, name), 0)
         check_real("learning_rate", self.learning_rate, 0.0, open_lo=True)
         check_real("min_lr", self.min_lr, 0.0, self.learning_rate)
-        check_int("warmup_iters", self.warmup_iters, 0)
         if self.lr_decay_iters is not None:
             check_int("lr_decay_iters", self.lr_decay_iters, 1)
         check_real("weight_decay", self.weight_decay, 0.0)
@@ -317,10 +316,8 @@ class TrainConfig(_Fields):
         check_real("beta2", self.beta2, 0.0, 1.0, open_hi=True)
         check_real("grad_clip", self.grad_clip, 0.0)
         check_real("val_fraction", self.val_fraction, 0.0, 1.0, open_lo=True, open_hi=True)
-        check_int("seed", self.seed, 0)
         check_choice("device", self.device, ("cpu", "cuda"))
         check_choice("dtype", self.dtype, DTYPES)
-        check_int("sample_tokens", self.sample_tokens, 0)
         for name in ("overwrite", "resume", "progress"):
             check_bool(name, getattr(self, name))
 

@@ -21,10 +21,7 @@ DEFAULT_TEMPERATURE = 1.0
 
 
 def check_sampling(
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    max_new_tokens: int | None = None,
+    temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int | None = None
 ) -> None:
     """Refuse sampling settings outside their ranges (ConfigError naming the setting)."""
     check_real("temperature", temperature, 0.0)
@@ -87,15 +84,10 @@ def sample_next(
 
 
 class NextLogits:
-    """The model's logits for the token after ``ids``, seeing the last ``block_size`` tokens
-    (the model's window; one definition for both paths).
-
-    With ``use_cache`` the keys and values of earlier positions are kept, and each call runs
-    only the tokens added since the last one. Once the sequence outgrows the window the cache
-    starts again from the last ``block_size`` tokens at every step (with absolute positions a
-    window that slides cannot reuse keys computed at other positions), so the logits are those
-    of a full recompute, up to float rounding.
-    """
+    """The model's logits for the token after ``ids``, seeing the last ``block_size`` tokens.
+    With ``use_cache`` each call runs only the tokens added since the last one; once the
+    sequence outgrows the window the cache starts again from the last ``block_size`` tokens at
+    every step (absolute positions cannot slide), so the logits are a full recompute's."""
 
     def __init__(self, model, use_cache: bool = True):
         self.model, self.block = model, model.config.block_size

@@ -7,8 +7,6 @@ source. (Sampling from a decoder-only GPT is ``gpt/generate.py``.)
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 import nn
@@ -38,17 +36,6 @@ def _as_batch(model: Transformer, src) -> tuple[np.ndarray, bool]:
     return arr, False
 
 
-def _evaluating(fn):
-    """``fn(model, ...)`` run inside ``nn.evaluating(model)`` (eval mode, no graph)."""
-
-    @functools.wraps(fn)
-    def wrapper(model, *args, **kwargs):
-        with nn.evaluating(model):
-            return fn(model, *args, **kwargs)
-
-    return wrapper
-
-
 def greedy_decode(model: Transformer, src, max_new_tokens: int | None = None, use_cache=True):
     """The most likely next token at every step, until ``eos`` or ``max_new_tokens`` tokens
     (default: as many as the decoder's ``max_len`` allows): :func:`beam_search` with one beam.
@@ -60,7 +47,6 @@ def greedy_decode(model: Transformer, src, max_new_tokens: int | None = None, us
     return beam_search(model, src, 1, max_new_tokens, use_cache=use_cache)
 
 
-@_evaluating
 def beam_search(
     model: Transformer,
     src,
@@ -87,82 +73,83 @@ def beam_search(
     ``bos``), or (hypothesis, score) pairs with ``return_scores``. ``use_cache=False`` runs
     the decoder over every whole prefix at each step instead (slow; the check of the cache).
     """
-    cfg = model.config
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
-    src, single = _as_batch(model, src)
-    max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
-    B, k, eos = src.shape[0], beam_size, cfg.eos_id
-    memory, src_mask = model.encode(src), model.padding_mask(src)
-    rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
-    memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
-    src_mask = src_mask[rep]
-    cache = model.new_cache() if use_cache else None
-    seqs = np.zeros((B, k, 0), dtype=np.int64)
-    logp = np.full((B, k), -np.inf)
-    logp[:, 0] = 0.0  # one live prefix (bos) to begin with
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    done = np.zeros(B, dtype=bool)
-    bos = np.full((B * k, 1), cfg.bos_id, dtype=np.int64)
-    last = bos
-    max_lp = length_penalty(max_new, alpha)
-    for t in range(max_new):
-        step_in = last if use_cache else np.concatenate([bos, seqs.reshape(B * k, t)], axis=1)
-        logits = model.decode(memory, src_mask, step_in, cache).numpy()[:, -1]
-        V = logits.shape[-1]
-        cand = (
-            logp[:, :, None] + log_softmax_array(logits.astype(np.float64)).reshape(B, k, V)
-        ).reshape(B, k * V)
-        new_seqs = np.zeros((B, k, t + 1), dtype=np.int64)
-        new_logp = np.full((B, k), -np.inf)
-        rows = np.arange(B * k)  # which old row each new row continues (default: itself)
-        lp_now = length_penalty(t + 1, alpha)
-        for b in range(B):
-            if done[b]:
-                continue
-            alive = []
-            order = np.argsort(-cand[b], kind="stable")[: 2 * k]
-            for rank, c in enumerate(order):
-                s = cand[b, c]
-                if s == -np.inf:
-                    break
-                beam, tok = divmod(int(c), V)
-                if tok == eos:
-                    if rank < k:
-                        finished[b].append((s / lp_now, [*seqs[b, beam].tolist(), eos]))
-                else:
-                    alive.append((beam, tok, s))
-                    if len(alive) == k:
+    with nn.evaluating(model):
+        cfg = model.config
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        src, single = _as_batch(model, src)
+        max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
+        B, k, eos = src.shape[0], beam_size, cfg.eos_id
+        memory, src_mask = model.encode(src), model.padding_mask(src)
+        rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
+        memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
+        src_mask = src_mask[rep]
+        cache = model.new_cache() if use_cache else None
+        seqs = np.zeros((B, k, 0), dtype=np.int64)
+        logp = np.full((B, k), -np.inf)
+        logp[:, 0] = 0.0  # one live prefix (bos) to begin with
+        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+        done = np.zeros(B, dtype=bool)
+        bos = np.full((B * k, 1), cfg.bos_id, dtype=np.int64)
+        last = bos
+        max_lp = length_penalty(max_new, alpha)
+        for t in range(max_new):
+            step_in = last if use_cache else np.concatenate([bos, seqs.reshape(B * k, t)], axis=1)
+            logits = model.decode(memory, src_mask, step_in, cache).numpy()[:, -1]
+            V = logits.shape[-1]
+            cand = (
+                logp[:, :, None] + log_softmax_array(logits.astype(np.float64)).reshape(B, k, V)
+            ).reshape(B, k * V)
+            new_seqs = np.zeros((B, k, t + 1), dtype=np.int64)
+            new_logp = np.full((B, k), -np.inf)
+            rows = np.arange(B * k)  # which old row each new row continues (default: itself)
+            lp_now = length_penalty(t + 1, alpha)
+            for b in range(B):
+                if done[b]:
+                    continue
+                alive = []
+                order = np.argsort(-cand[b], kind="stable")[: 2 * k]
+                for rank, c in enumerate(order):
+                    s = cand[b, c]
+                    if s == -np.inf:
                         break
-            for j, (beam, tok, s) in enumerate(alive):
-                new_seqs[b, j, :t] = seqs[b, beam]
-                new_seqs[b, j, t] = tok
-                new_logp[b, j] = s
-                rows[b * k + j] = b * k + beam
-            if t == max_new - 1:  # out of room: live prefixes end here
-                finished[b] += [
-                    (s / lp_now, [*new_seqs[b, j].tolist()]) for j, (_, _, s) in enumerate(alive)
-                ]
-            best = max((f[0] for f in finished[b]), default=-np.inf)
-            reach = max((s for _, _, s in alive), default=-np.inf)
-            reach /= max_lp if exhaustive else lp_now  # the best a live prefix could score
-            done[b] = not alive or t == max_new - 1 or best >= reach
-        if done.all():
-            break
-        seqs, logp = new_seqs, new_logp
-        if use_cache:
-            cache.reorder(rows)
-        last = seqs.reshape(B * k, -1)[:, -1:]
-    results = []
-    for b in range(B):
-        score, hyp = max(finished[b], key=lambda f: f[0])  # the first found among equals
-        results.append((hyp, float(score)) if return_scores else hyp)
-    return results[0] if single else results
+                    beam, tok = divmod(int(c), V)
+                    if tok == eos:
+                        if rank < k:
+                            finished[b].append((s / lp_now, [*seqs[b, beam].tolist(), eos]))
+                    else:
+                        alive.append((beam, tok, s))
+                        if len(alive) == k:
+                            break
+                for j, (beam, tok, s) in enumerate(alive):
+                    new_seqs[b, j, :t] = seqs[b, beam]
+                    new_seqs[b, j, t] = tok
+                    new_logp[b, j] = s
+                    rows[b * k + j] = b * k + beam
+                if t == max_new - 1:  # out of room: live prefixes end here
+                    finished[b] += [
+                        (s / lp_now, [*new_seqs[b, j].tolist()])
+                        for j, (_, _, s) in enumerate(alive)
+                    ]
+                best = max((f[0] for f in finished[b]), default=-np.inf)
+                reach = max((s for _, _, s in alive), default=-np.inf)
+                reach /= max_lp if exhaustive else lp_now  # the best a live prefix could score
+                done[b] = not alive or t == max_new - 1 or best >= reach
+            if done.all():
+                break
+            seqs, logp = new_seqs, new_logp
+            if use_cache:
+                cache.reorder(rows)
+            last = seqs.reshape(B * k, -1)[:, -1:]
+        results = []
+        for b in range(B):
+            score, hyp = max(finished[b], key=lambda f: f[0])  # the first found among equals
+            results.append((hyp, float(score)) if return_scores else hyp)
+        return results[0] if single else results
 
 
-@_evaluating
 def sequence_logprob(model: Transformer, src, hyp) -> float:
     """log P(hyp | src) = Σ_t log p(hyp_t | src, bos, hyp_<t), by one teacher-forced pass,
     for one source sequence (1-D, or a batch of one)."""
@@ -175,7 +162,8 @@ def sequence_logprob(model: Transformer, src, hyp) -> float:
         )
     hyp = [int(t) for t in hyp]
     tgt_in = np.array([[cfg.bos_id, *hyp[:-1]]])
-    logits, _ = model(src, tgt_in)
+    with nn.evaluating(model):
+        logits, _ = model(src, tgt_in)
     lsm = log_softmax_array(logits.numpy()[0].astype(np.float64))
     return float(lsm[np.arange(len(hyp)), hyp].sum())
 

@@ -6,6 +6,7 @@ whether it can be.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 
@@ -15,12 +16,8 @@ __all__ = ["available", "attention_pattern", "loss_curve", "head_scores"]
 
 
 def available() -> bool:
-    """Whether matplotlib can be imported."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether matplotlib is installed."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _pyplot():

@@ -17,8 +17,7 @@ becomes next-token logits through W_U::
 Embeddings are multiplied by √d_model, as in the paper (section 3.4), and drawn from
 N(0, 1/d_model), so that the scaled embedding has unit-size entries comparable to the
 sinusoidal positions, and tied logits ``resid @ W_Eᵀ`` start at unit scale
-(``scale_embeddings=False`` turns the factor off). Other matrices start Glorot-uniform, as in
-the paper's reference code (tensor2tensor).
+(``scale_embeddings=False`` turns the factor off).
 
 Hook points as in :mod:`gpt.model`, under ``encoder.`` and ``decoder.``; a decoder block adds
 ``hook_cross_out`` and ``hook_resid_cross`` (the stream after cross-attention).

@@ -3,24 +3,15 @@
     python -m gpt prepare --text corpus.txt --out data/corpus
     python -m gpt train --data data/corpus --out-dir out/corpus
 
-``prepare`` reads the text twice, a block of lines at a time, never whole: the first pass
-counts its characters, fingerprints it and (for the character tokenizer) collects its
-alphabet; the second encodes each block and appends the ids to ``train.bin`` until the first
-``1 - val_fraction`` of the characters are in, then to ``val.bin``. The folder:
-
-::
-
-    data/corpus/
-      train.bin, val.bin   token ids, raw little-endian uint16 (uint32 if the vocabulary
-                           has more than 65,536 tokens): nanoGPT's layout
-      tokenizer.json       the tokenizer that made them
-      meta.json            dtype, token counts, the text's path, size and fingerprint
-
-A subword tokenizer is trained on the first ``tokenizer_sample_chars`` characters (the whole
-text if shorter). Training then reads batches straight from the files through ``np.memmap``:
-only the windows a batch touches are paged in, so memory stays flat however large the corpus.
-Blocks end at line ends, so a pre-tokenizer never sees a word cut in two (a run of blank lines
-longer than a block can still be split).
+``prepare`` reads the text twice, a block of lines at a time (so a pre-tokenizer never sees a
+word cut in two), never whole: the first pass counts, fingerprints and (for the character
+tokenizer) collects the alphabet; a subword tokenizer trains on the first
+``tokenizer_sample_chars`` characters. The second pass encodes each block into ``train.bin``
+until the first ``1 - val_fraction`` of the characters are in, then into ``val.bin``: raw
+little-endian uint16 ids (uint32 past 65,536 tokens), nanoGPT's layout, beside
+``tokenizer.json`` and ``meta.json`` (dtype, token counts, the text's path, size and
+fingerprint). Training reads batches through ``np.memmap``: memory stays flat however large
+the corpus.
 """
 
 from __future__ import annotations

@@ -30,12 +30,7 @@ the logits of every output token.
 What the circuits include and leave out: docs/interpretability.md, section 8.
 """
 
-from gpt.circuits.bigram import (
-    bigram_kl,
-    bigram_table,
-    conditional_entropy,
-    model_bigram_logprobs,
-)
+from gpt.circuits.bigram import bigram_kl, bigram_table, conditional_entropy, model_bigram_logprobs
 from gpt.circuits.detectors import (
     detect_head,
     duplicate_token_pattern,

@@ -2,17 +2,11 @@
 previous-token, duplicate-token or induction head would look, or where any pattern the user
 gives says (TransformerLens's ``detect_head``).
 
-For token ids ``tokens`` (T,), the detection patterns are (T_q, T_k) 0/1 matrices:
-
-- previous token: query i → key i - 1;
-- duplicate token: query i → every earlier j < i holding the same token;
-- induction: query i → j + 1 for every earlier j < i holding the same token (the token that
-  followed the earlier occurrence; j + 1 ≤ i).
-
-The score of a head is the attention mass it puts on the pattern's keys, averaged over the
-queries that have at least one such key (and over the batch). A perfect detector head scores
-1, a head that never looks there 0. (TransformerLens's "mul" score divides by every query
-instead, so there a perfect head scores the share of queries that have a target.)
+The detection patterns are (T_q, T_k) 0/1 matrices over the token ids (``PATTERNS``). The score
+of a head is the attention mass it puts on the pattern's keys, averaged over the queries that
+have at least one such key (and over the batch). A perfect detector head scores 1, a head that
+never looks there 0. (TransformerLens's "mul" score divides by every query instead, so there a
+perfect head scores the share of queries that have a target.)
 """
 
 from __future__ import annotations

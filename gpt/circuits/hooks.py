@@ -245,14 +245,7 @@ def run_with_hooks(
     grad: bool = False,
 ) -> Tensor:
     """Run ``model`` on ``tokens`` with temporary hooks (:func:`hooks`) and return the logits
-    (B, T, vocab). Eval mode, no graph unless ``grad`` or ``bwd_hooks``.
-
-    Example: zero-ablate head 2 of layer 0::
-
-        def ablate(z):           # z (B, T, H, d_head)
-            z = z.numpy().copy(); z[:, :, 2] = 0; return z
-        run_with_hooks(model, tokens, [("blocks.0.attn.hook_z", ablate)])
-    """
+    (B, T, vocab). Eval mode, no graph unless ``grad`` or ``bwd_hooks``."""
     bwd_hooks = list(bwd_hooks)
     with hooks(model, fwd_hooks, bwd_hooks), nn.evaluating(model, grad=grad or bool(bwd_hooks)):
         logits, _ = model(_as_tokens(tokens))

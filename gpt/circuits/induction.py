@@ -124,11 +124,7 @@ def repeated_sequence_losses(model, **kwargs) -> dict:
 
 
 def format_head_table(
-    scores: np.ndarray,
-    title: str = "",
-    fmt: str = "{:6.3f}",
-    row: str = "layer",
-    col: str = "h",
+    scores: np.ndarray, title: str = "", fmt: str = "{:6.3f}", row: str = "layer", col: str = "h"
 ) -> str:
     """A (rows, heads) array as a small text table; rows are labelled ``f"{row} {i}"`` and
     columns ``f"{col}{j}"`` (default: layers × heads)."""

@@ -395,14 +395,7 @@ def _check_token_shape(tokens: np.ndarray, axes: tuple, arg: str) -> None:
 
 
 def logit_attrs(
-    model,
-    cache: dict,
-    stack,
-    tokens,
-    incorrect_tokens=None,
-    *,
-    pos_slice=None,
-    batch_slice=None,
+    model, cache: dict, stack, tokens, incorrect_tokens=None, *, pos_slice=None, batch_slice=None
 ) -> np.ndarray:
     """Direct logit attribution (TransformerLens's ``cache.logit_attrs``): each component's
     term (n, *batch_and_pos) in the logit of ``tokens`` (one per entry of the batch and

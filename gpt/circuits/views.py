@@ -1,12 +1,7 @@
 """An interactive attention view as one self-contained HTML file (no network, no libraries):
-the prompt's tokens in a row; hover a token to shade every earlier token by how much the
-chosen head attends to it from there (click to pin), and pick the head from a list.
-
-    _, cache = C.run_with_cache(model, tokens, names="blocks.1.attn.hook_pattern")
-    C.attention_html(cache["blocks.1.attn.hook_pattern"][0], [tok.decode([t]) for t in
-                     tokens[0]], "out/attention.html", title="layer 1")
-
-The static PNGs are in :mod:`gpt.plots` (``attention_pattern``).
+the prompt's tokens in a row; hover a token to shade every earlier token by how much the chosen
+head attends to it from there (click to pin), and pick the head from a list. The static PNGs
+are in :mod:`gpt.plots` (``attention_pattern``).
 """
 
 from __future__ import annotations

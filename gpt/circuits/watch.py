@@ -1,15 +1,8 @@
 """Watching circuits form: a training callback that measures chosen circuit scores every N
 steps next to the loss, and a figure of both over training (Olsson et al. 2022 saw the
-induction heads appear in a phase change, together with a bump in the loss).
-
-    watcher = C.CircuitWatcher(every=100)
-    for step in range(1, steps + 1):
-        ...; loss.backward(); opt.step()
-        watcher(step, model, loss)
-    watcher.plot("out/circuits_forming.png")
-
-``watcher.history`` is a list of records ``{"step", "loss", name: score, ...}``, one per
-measured step; what is measured is ``measure(model) -> dict`` (default
+induction heads appear in a phase change, together with a bump in the loss); used in
+examples/induction_heads.py. ``watcher.history`` is a list of records ``{"step", "loss", name:
+score, ...}``, one per measured step; what is measured is ``measure(model) -> dict`` (default
 :func:`circuit_scores`).
 """
 

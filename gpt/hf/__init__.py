@@ -43,8 +43,7 @@ def _family(hf: dict, path):
     model_type = hf.get("model_type", "gpt2")
     if model_type not in FAMILIES:
         raise HFCheckpointError(
-            path,
-            f"model_type={model_type!r} is not supported (supported: {', '.join(FAMILIES)})",
+            path, f"model_type={model_type!r} is not supported (supported: {', '.join(FAMILIES)})"
         )
     allowed = FAMILIES[model_type].ARCHITECTURES[model_type]
     architectures = hf.get("architectures") or []

@@ -41,8 +41,7 @@ def config_from_hf(hf: dict, path) -> GPTConfig:
     act = get("activation_function", default="gelu_new")
     if act not in ACTIVATIONS:
         raise HFCheckpointError(
-            path,
-            f"activation_function={act!r} is not supported (known: {', '.join(ACTIVATIONS)})",
+            path, f"activation_function={act!r} is not supported (known: {', '.join(ACTIVATIONS)})"
         )
     unsupported = {
         "scale_attn_weights": (True, "attention scores are always scaled by 1/sqrt(d_head)"),
