@@ -78,8 +78,7 @@ def test_two_processes_take_the_steps_of_one(tmp_path, monkeypatch):
         if t.dist.rank == 0:
             np.savez({str(tmp_path / "two.npz")!r}, **t.model.state_dict())
             print("losses", *[h["val_loss"] for h in t.history])
-            from gpt.run_folder import RunFolder
-            print("steps", *[r["loss"] for r in RunFolder(t.out).read_log() if "loss" in r])
+            print("steps", *[r["loss"] for r in t.run_folder.read_log() if "loss" in r])
         """
     )
     assert run.returncode == 0, run.stderr[-3000:]
