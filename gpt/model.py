@@ -60,13 +60,9 @@ def sublayer(resid: Tensor, f, norm, norm_out, hook, post: bool) -> Tensor:
 
 
 class Block(nn.Module):
-    """One transformer block: attention then MLP, each added to the residual stream.
-
-    ``norm_placement`` "pre" (GPT-2), "post" (the original Transformer) or "sandwich" (a norm
-    on both the input and the output of each sublayer): see :func:`sublayer`. ``parallel``
-    (GPT-J) feeds attention and MLP the same block input and adds both outputs at once; with
-    pre-norm they share one norm, as in GPT-J.
-    """
+    """One transformer block: attention then MLP, each added to the residual stream as
+    ``norm_placement`` says (:func:`sublayer`). ``parallel`` (GPT-J) feeds both the block's
+    input and adds both outputs at once; with pre-norm they share one norm, as in GPT-J."""
 
     def __init__(self, cfg: GPTConfig, positions=None):
         super().__init__()

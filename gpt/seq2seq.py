@@ -249,27 +249,18 @@ class Transformer(nn.Module):
         return Seq2SeqCache(self.config.n_decoder_layer)
 
     def encode(self, src) -> Tensor:
-        """Source ids (B, S) -> memory (B, S, d_model)."""
-        cfg = self.config
+        """Source ids (B, S) -> memory (B, S, d_model) (the position table refuses S > max_len)."""
         src = _ids(src, "src", self.device)
-        if src.shape[1] > cfg.max_len:
-            raise ValueError(f"source of {src.shape[1]} positions exceeds max_len={cfg.max_len}")
         return self.encoder(src, self.padding_mask(src))
 
     def decode(self, memory: Tensor, src_mask, tgt_in, cache: Seq2SeqCache | None = None):
         """Logits (B, T, tgt_vocab_size) for decoder input ids (B, T). With a cache, tgt_in
         holds only the new positions (which continue from ``cache.length``)."""
-        cfg = self.config
         tgt_in = _ids(tgt_in, "tgt_in", self.device)
         if tgt_in.shape[0] != memory.shape[0]:
             raise ValueError(
                 f"decode: {tgt_in.shape[0]} target sequences (tgt_in {tgt_in.shape}) for "
                 f"{memory.shape[0]} sources (memory {memory.shape}); give one target per source"
-            )
-        offset = cache.length if cache is not None else 0
-        if offset + tgt_in.shape[1] > cfg.max_len:
-            raise ValueError(
-                f"target of {offset + tgt_in.shape[1]} positions exceeds max_len={cfg.max_len}"
             )
         resid = self.decoder(tgt_in, memory, src_mask, cache)
         return F.linear(resid, self.W_U)

@@ -13,6 +13,7 @@ the checkpoint bit for bit. A non-finite loss stops the run before anything is s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -143,9 +144,7 @@ class Trainer:
         self.tokenizer = tokenizer or build_tokenizer(cfg, text)
         self.tokenizer_digest = tokenizer_digest(self.tokenizer)  # (each checkpoint records it)
         if model_cfg.vocab_size != self.tokenizer.vocab_size:
-            model_cfg = GPTConfig.from_dict(
-                {**model_cfg.to_dict(), "vocab_size": self.tokenizer.vocab_size}
-            )
+            model_cfg = dataclasses.replace(model_cfg, vocab_size=self.tokenizer.vocab_size)
         if cfg.data is None:
             ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)  # host: token ids
             self.splits = dict(zip(("train", "val"), split_ids(ids, cfg.val_fraction)))

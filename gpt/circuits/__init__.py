@@ -10,24 +10,11 @@ that watches circuits form. docs/interpretability.md walks through them.
     OV = C.ov_circuit(model, layer=1, head=0)      # a FactoredMatrix (vocab × vocab)
     print(C.format_head_table(C.induction_scores(model), "induction scores"))
 
-Convention. The code multiplies row vectors from the left: a residual-stream vector is a row
-x (1, d_model) and a layer computes x @ W. The paper writes column vectors and W x, so every
-matrix here is the transpose of the paper's, and products read left to right in the order the
-data flows:
-
-=====================  ======================================  ===========================
-circuit                here (row vectors)                       paper (column vectors)
-=====================  ======================================  ===========================
-QK, (vocab, vocab)     W_E W_Q^h (W_K^h)ᵀ W_Eᵀ                  W_Eᵀ W_QK^h W_E
-OV, (vocab, vocab)     W_E W_V^h W_O^h W_U                      W_U W_O^h W_V^h W_E
-=====================  ======================================  ===========================
-
-The QK matrix is the same in both: entry [i, j] is the attention score (before the 1/√d_head
-scale and the softmax) of a query token i for a key token j. The OV matrix here is the
-transpose of the paper's: row i (the paper's column i) is what attending to token i adds to
-the logits of every output token.
-
-What the circuits include and leave out: docs/interpretability.md, section 8.
+Convention: row vectors, so every matrix is the transpose of the paper's and products read
+left to right in the order the data flows (QK = W_E W_Q^h (W_K^h)ᵀ W_Eᵀ, OV = W_E W_V^h W_O^h
+W_U, row i what attending to token i adds to every logit); the table against the paper's
+column vectors, and what the circuits include and leave out: docs/interpretability.md,
+section 8.
 """
 
 from gpt.circuits.bigram import bigram_kl, bigram_table, conditional_entropy, model_bigram_logprobs

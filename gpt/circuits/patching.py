@@ -5,20 +5,7 @@ forward and one backward pass (Nanda 2023). docs/interpretability.md, section 5.
 
 ``metric(logits)`` maps the logits Tensor (B, T, vocab) of a whole batch to one number (in
 Tensor ops for attribution patching, which differentiates it). Where the patch goes, by the
-hook point's layout (TransformerLens's):
-
-==============================================  ================  ========  ========
-hook points                                     shape             position  head
-==============================================  ================  ========  ========
-hook_embed, hook_resid_*, hook_attn_out, ...    (B, T, d_model)   axis 1    none
-attn.hook_q, _k, _v, _z, _result                (B, T, H, ·)      axis 1    axis 2
-attn.hook_attn_scores, attn.hook_pattern        (B, H, T, T)      axis 2    axis 1
-==============================================  ================  ========  ========
-
-(for the scores and the pattern, "position" is the query's). The sweeps correspond to
-TransformerLens's ``patching`` module: ``by="pos"`` on "hook_resid_pre" is
-``get_act_patch_resid_pre``, ``by="head"`` on "attn.hook_z" is
-``get_act_patch_attn_head_out_all_pos``, ``by="pos_head"`` is ``..._by_pos``.
+hook point's layout: :func:`_axes`, and the docs' table.
 """
 
 from __future__ import annotations
@@ -37,7 +24,9 @@ SWEEPS = {"layer": (), "pos": ("pos",), "head": ("head",), "pos_head": ("pos", "
 
 
 def _axes(name: str) -> tuple[int, int | None]:
-    """(position axis, head axis or None) of the activation at hook point ``name``."""
+    """(position axis, head axis or None) of the activation at hook point ``name``: axis 1
+    for the stream and the per-head activations (head axis 2), the query's axis 2 for the
+    scores and the pattern (B, H, T, T) (head axis 1)."""
     last = name.rsplit(".", 1)[-1]
     if last in HEAD_FIRST:
         return 2, 1

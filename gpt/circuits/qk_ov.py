@@ -1,7 +1,7 @@
 """A head's weights as circuits: W_QK and W_OV on the residual stream, the QK and OV
 circuits from tokens (or positions) to tokens, and Q-, K-, V-composition scores between
-heads. The convention (row vectors): the :mod:`gpt.circuits` docstring; what the circuits
-leave out: docs/interpretability.md, section 8."""
+heads. The convention (row vectors) and what the circuits leave out: docs/interpretability.md,
+section 8."""
 
 from __future__ import annotations
 

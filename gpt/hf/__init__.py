@@ -4,13 +4,8 @@ names of its weights (:mod:`gpt.hf.gpt2`: GPT-2; :mod:`gpt.hf.llama`: Llama, Qwe
 :mod:`gpt.hf.checkpoint` reads and writes the folder and renames the tensors by a family's
 table, checking each.
 
-    model = gpt.hf.from_pretrained("path/to/gpt2")       # config.json + model.safetensors
-    model = gpt.hf.from_pretrained("path/to/llama")      # LlamaForCausalLM, Qwen2, Mistral
-    gpt.hf.save_hf_gpt2(model, "out/")                   # loadable by transformers too
-    gpt.hf.save_hf_llama(model, "out/")                  # a Llama-shaped GPT, likewise
-
-The model is built with :func:`nn.init.empty_parameters` (no random initialisation that the
-checkpoint would overwrite) and every parameter is then loaded from the file.
+    model = gpt.hf.from_pretrained("path/to/gpt2")       # or a Llama, Qwen2, Mistral folder
+    gpt.hf.save_hf_llama(model, "out/")                  # loadable by transformers too
 """
 
 from __future__ import annotations

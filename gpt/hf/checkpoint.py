@@ -5,11 +5,10 @@ written, and the tensors renamed by a family's table, each checked against the c
 Nothing here touches the network, unpickles a file, or imports torch: the weights are read by
 :mod:`nn.serialization`.
 
-A family's table lists every tensor once, ``(HF name, HF shape, our name(s), transposed)``,
-and is read both ways. Loading takes the HF tensor, transposes it when HF stores it as
-``nn.Linear`` does (out, in), splits a fused tensor (GPT-2's ``c_attn`` holds the queries,
-keys and values side by side) along its last axis into our names, and reshapes each part to our
-parameter's shape; writing does the reverse.
+A family's table (``tensor_names``) lists every tensor once, ``(HF name, HF shape, our
+name(s), transposed)``, and is read both ways: a tensor is transposed where HF stores it as
+``nn.Linear`` does (out, in), a fused one (GPT-2's ``c_attn``) split along its last axis into
+our names, and each part reshaped to our parameter's shape; writing does the reverse.
 """
 
 from __future__ import annotations
