@@ -17,6 +17,7 @@ activation cache) happen twice.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 
@@ -67,15 +68,14 @@ def checkpoint(fn: Callable[..., Tensor], *args) -> Tensor:
     rng = _generator_states()
     inputs: list[Tensor] = []
     slots: dict[int, _Slot] = {}
-    spec = []
-    for a in args:
-        if isinstance(a, Tensor):
-            if id(a) not in slots:
-                slots[id(a)] = _Slot(len(inputs))
-                inputs.append(a)
-            spec.append(slots[id(a)])
-        else:
-            spec.append(a)
+
+    def slot(t: Tensor) -> _Slot:  # t's place among the node's inputs (added once)
+        if id(t) not in slots:
+            slots[id(t)] = _Slot(len(inputs))
+            inputs.append(t)
+        return slots[id(t)]
+
+    spec = [slot(a) if isinstance(a, Tensor) else a for a in args]
     scope = f"checkpoint{next(_serial)}"
     with named_scope(scope):
         y = fn(*args)
@@ -84,9 +84,7 @@ def checkpoint(fn: Callable[..., Tensor], *args) -> Tensor:
     if not y.requires_grad:
         return y
     for t in _outside_tensors(y, scope, set(slots)):
-        if id(t) not in slots:
-            slots[id(t)] = _Slot(len(inputs))
-            inputs.append(t)
+        slot(t)
     value = [y.data]
     del y  # the graph fn recorded, and every array its ops saved, go here
     return Checkpoint.apply(*inputs, fn=fn, args=spec, rng=rng, value=value)
@@ -119,19 +117,15 @@ def _generator_states() -> dict[str, object]:
     }
 
 
-class _generators_at:
+@contextlib.contextmanager
+def _generators_at(states: dict[str, object]):
     """Inside the block the generators are in the saved states; afterwards they continue from
     where they were before it (the recomputation draws the same numbers and consumes none)."""
-
-    def __init__(self, states: dict[str, object]):
-        self.states = states
-
-    def __enter__(self):
-        self.before = _generator_states()
-        for device, state in self.states.items():
+    before = _generator_states()
+    for device, state in states.items():
+        backend.set_generator_state(state, device)
+    try:
+        yield
+    finally:
+        for device, state in before.items():
             backend.set_generator_state(state, device)
-
-    def __exit__(self, *exc):
-        for device, state in self.before.items():
-            backend.set_generator_state(state, device)
-        return False

@@ -17,12 +17,10 @@ It keeps
 - ``ctx.output``: the output Tensor (read through a weak reference: no reference cycle),
 - any attribute ``forward`` chose to store (``ctx.axis = axis``, a mask array, ...).
 
-``backward`` is written with Tensor operations, not raw arrays. Under plain ``backward()`` it
-runs inside ``no_grad`` and costs the same as array code; under ``create_graph=True`` the same
-lines record a graph of the gradient, which is how second derivatives come for free.
-
-Gradients may come back in a broadcast shape; the engine sums them back to each input's shape
-in one place (``Tensor.sum_to``), so no op handles broadcasting in its backward.
+``backward`` is written with Tensor operations, so under ``create_graph=True`` the same lines
+record a graph of the gradient (second derivatives for free), and may return a gradient in a
+broadcast shape: the engine sums it back once (``Tensor.sum_to``). docs/autograd.md, sections
+1, 4 and 5, walks through it.
 """
 
 from __future__ import annotations
@@ -203,22 +201,17 @@ def _forward_error(cls, inputs, err: Exception) -> Exception:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-class named_scope:
+@contextlib.contextmanager
+def named_scope(name: str):
     """Label every node recorded inside the block with ``name`` (nested scopes join with a
     dot), so that ``tl.draw`` can draw them as one cluster or collapse them into one box."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self):
-        stack = modes.scope_stack
-        outer = stack[-1] if stack else ""
-        stack.append(f"{outer}.{self.name}" if outer else self.name)
-        return self
-
-    def __exit__(self, *exc):
-        modes.scope_stack.pop()
-        return False
+    stack = modes.scope_stack
+    outer = stack[-1] if stack else ""
+    stack.append(f"{outer}.{name}" if outer else name)
+    try:
+        yield
+    finally:
+        stack.pop()
 
 
 class AnomalyError(RuntimeError):

@@ -551,16 +551,16 @@ MUTANTS = {
     "tensorlab/checkpoint.py": [
         (
             "rng-not-rewound",
-            "for device, state in self.states.items():\n"
-            "            backend.set_generator_state(state, device)",
-            "for device, state in self.states.items():\n            pass",
+            "for device, state in states.items():\n"
+            "        backend.set_generator_state(state, device)",
+            "for device, state in states.items():\n        pass",
             "checkpoint: the recomputation draws a different dropout mask",
         ),
         (
             "rng-consumed",
-            "for device, state in self.before.items():\n"
+            "for device, state in before.items():\n"
             "            backend.set_generator_state(state, device)",
-            "for device, state in self.before.items():\n            pass",
+            "for device, state in before.items():\n            pass",
             "checkpoint: the recomputation advances the generators (later draws change)",
         ),
         (
@@ -2612,8 +2612,8 @@ MUTANTS = {
         ),
         (
             "scope-not-nested",
-            'stack.append(f"{outer}.{self.name}" if outer else self.name)',
-            "stack.append(self.name)",
+            'stack.append(f"{outer}.{name}" if outer else name)',
+            "stack.append(name)",
             "nested named_scopes do not join with a dot",
         ),
         (
