@@ -18,7 +18,7 @@ dW_Q, dW_K, dW_V, dX) three ways and compare them:
 
 Run: python examples/backprop_attention.py   (about a second)
 
-notebooks/03_attention_by_hand.py walks through the same head one backward line at a time,
+notebooks/04_attention_by_hand.py walks through the same head one backward line at a time,
 against the engine's gradient of each intermediate, and on to many heads and sequences at
 once; its exercise has you write the whole head's backward and grades it.
 """

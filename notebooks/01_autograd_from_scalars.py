@@ -36,7 +36,6 @@
 # `notebooks/solutions.py`: try first.
 
 # %%
-import shutil
 
 import numpy as np
 from grader import check, hint, reveal  # noqa: F401 (hint, reveal: for you to call)
@@ -226,17 +225,16 @@ with tl.trace_backward():
 # %% [markdown]
 # The backward ran the list in reverse. `Tanh` ran only after both `MatMul` (of `h @ W2`) and
 # `Mul` (of `h * h`) had sent it their gradients. The picture of the same graph, with each
-# tensor's value and gradient (norms; the entries too for tensors of at most 6). It needs
-# Graphviz's `dot` program: `apt install graphviz`, `brew install graphviz` or
-# `conda install -c conda-forge graphviz`.
+# tensor's value and gradient (norms; the entries too for tensors of at most 6). Graphviz's
+# `dot` program draws it where it is installed; elsewhere the notebook's browser draws it with
+# viz.js (Graphviz compiled to WebAssembly, shipped inside tensorlab), so nothing to install.
 
 # %%
-HAVE_DOT = shutil.which("dot") is not None
 loss, h = two_layer_loss()
 h.retain_grad()  # keep the gradient of this intermediate tensor too
 loss.backward(retain_graph=True)  # and every op's output value, for the picture
 picture = tl.draw(loss, show_values=True, show_grad=True, rankdir="LR", graph_attr={"size": "9"})
-picture if HAVE_DOT else print(picture.source[:400])
+picture  # noqa: B018 (a notebook displays its last expression)
 
 # %% [markdown]
 # ## Step through it
@@ -244,12 +242,13 @@ picture if HAVE_DOT else print(picture.source[:400])
 # `backward_steps` runs `backward()` and returns a page with one frame per node, in the order
 # the engine ran them: the node at work in orange, the gradients it sends in red (with shape
 # and norm), the nodes already done in green. Drag the slider or use the arrows. The page is
-# self-contained: `page.save("backward.html")` writes a file any browser opens.
+# self-contained: `page.save("backward.html")` writes a file any browser opens, Graphviz
+# installed or not.
 
 # %%
 loss, h = two_layer_loss()
-page = backward_steps(loss) if HAVE_DOT else None
-page if HAVE_DOT else print("no Graphviz: no page")
+page = backward_steps(loss)
+page  # noqa: B018
 
 # %% [markdown]
 # That is the whole engine: `tensorlab/autograd.py` sorts, walks and adds, and every op in
