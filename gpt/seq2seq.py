@@ -38,7 +38,7 @@ from gpt.model import NoNorm, make_norm, sublayer
 from tensorlab import Tensor
 from tensorlab.backend import xp_of
 
-__all__ = ["Transformer", "Encoder", "Decoder", "Seq2SeqBlock", "Seq2SeqCache"]
+__all__ = ["Transformer", "Stack", "Seq2SeqBlock", "Seq2SeqCache"]
 
 
 # ---------------------------------------------------------------------- blocks
@@ -88,13 +88,14 @@ class Seq2SeqBlock(nn.Module):
 
 
 # ---------------------------------------------------------------------- stacks
-class _Stack(nn.Module):
-    """What both stacks share: √d · W_E[ids] + positions, dropout, and a final norm.
-    ``embed`` may be shared with the other stack."""
+class Stack(nn.Module):
+    """One side of the model: √d · W_E[ids] + positions, dropout, the blocks and a final norm.
+    The encoder maps source ids (B, S) to the memory (B, S, d_model); the decoder, target ids
+    (B, T) and the memory to its final stream (B, T, d_model). ``embed`` may be shared."""
 
-    def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
+    def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding, decoder: bool):
         super().__init__()
-        self.embed = embed
+        self.embed, self.ids = embed, "tgt_in" if decoder else "src"
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         if cfg.positional == "learned":
             self.pos = nn.LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
@@ -102,9 +103,11 @@ class _Stack(nn.Module):
             self.pos = nn.SinusoidalPositionalEncoding(cfg.d_model, max_len=cfg.max_len)
         self.drop = nn.Dropout(cfg.dropout)
         self.hook_embed = nn.HookPoint()
+        n = cfg.n_decoder_layer if decoder else cfg.n_encoder_layer
+        self.blocks = nn.ModuleList(Seq2SeqBlock(cfg, decoder) for _ in range(n))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
 
-    def embed_tokens(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, memory=None, src_mask=None, cache=None) -> Tensor:
         try:  # the embedding checks the ids: integers, in range
             x = self.embed(ids)
         except ValueError as err:
@@ -115,47 +118,15 @@ class _Stack(nn.Module):
         if self.scale != 1.0:
             x = x * self.scale
         x = self.hook_embed(x)
-        return self.drop(x + self.pos(x, offset=offset))
-
-    def final(self, resid: Tensor) -> Tensor:
-        return resid if self.ln_final is None else self.ln_final(resid)
-
-
-class Encoder(_Stack):
-    """Source ids (B, S) -> memory (B, S, d_model)."""
-
-    ids = "src"
-
-    def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
-        super().__init__(cfg, embed)
-        self.blocks = nn.ModuleList(Seq2SeqBlock(cfg, False) for _ in range(cfg.n_encoder_layer))
-
-    def forward(self, src: Tensor, src_mask=None) -> Tensor:
-        resid = self.embed_tokens(src)
-        for block in self.blocks:
-            resid = block(resid, src_mask=src_mask)
-        return self.final(resid)
-
-
-class Decoder(_Stack):
-    """Target ids (B, T) and memory -> final residual stream (B, T, d_model)."""
-
-    ids = "tgt_in"
-
-    def __init__(self, cfg: Seq2SeqConfig, embed: nn.Embedding):
-        super().__init__(cfg, embed)
-        self.blocks = nn.ModuleList(Seq2SeqBlock(cfg, True) for _ in range(cfg.n_decoder_layer))
-
-    def forward(self, tgt: Tensor, memory: Tensor, src_mask=None, cache=None) -> Tensor:
-        resid = self.embed_tokens(tgt, offset=cache.length if cache is not None else 0)
+        resid = self.drop(x + self.pos(x, offset=cache.length if cache is not None else 0))
         for i, block in enumerate(self.blocks):
             if cache is None:
                 resid = block(resid, memory, src_mask)
             else:
                 resid = block(resid, memory, src_mask, cache.self_attn[i], cache.cross_attn[i])
         if cache is not None:
-            cache.length += tgt.shape[1]
-        return self.final(resid)
+            cache.length += ids.shape[1]
+        return resid if self.ln_final is None else self.ln_final(resid)
 
 
 class Seq2SeqCache:
@@ -209,8 +180,8 @@ class Transformer(nn.Module):
         src_embed = (
             tgt_embed if cfg.share_embeddings else nn.Embedding(cfg.src_vocab_size, cfg.d_model)
         )
-        self.encoder = Encoder(cfg, src_embed)
-        self.decoder = Decoder(cfg, tgt_embed)
+        self.encoder = Stack(cfg, src_embed, decoder=False)
+        self.decoder = Stack(cfg, tgt_embed, decoder=True)
         if not cfg.tie_weights:  # unembedding (d_model, tgt_vocab_size); else W_U = W_Eᵀ
             self.W_U = nn.init.constant((cfg.d_model, cfg.tgt_vocab_size), 0.0)
         self.reset_parameters()
@@ -251,7 +222,7 @@ class Transformer(nn.Module):
     def encode(self, src) -> Tensor:
         """Source ids (B, S) -> memory (B, S, d_model) (the position table refuses S > max_len)."""
         src = _ids(src, "src", self.device)
-        return self.encoder(src, self.padding_mask(src))
+        return self.encoder(src, src_mask=self.padding_mask(src))
 
     def decode(self, memory: Tensor, src_mask, tgt_in, cache: Seq2SeqCache | None = None):
         """Logits (B, T, tgt_vocab_size) for decoder input ids (B, T). With a cache, tgt_in

@@ -679,8 +679,8 @@ MUTANTS = {
         ),
         (
             "decoder-offset-zero",
-            "resid = self.embed_tokens(tgt, offset=cache.length if cache is not None else 0)",
-            "resid = self.embed_tokens(tgt, offset=0)",
+            "resid = self.drop(x + self.pos(x, offset=cache.length if cache is not None else 0))",
+            "resid = self.drop(x + self.pos(x, offset=0))",
             "cached decoding: every new token gets position 0",
         ),
         (
