@@ -322,12 +322,8 @@ def check_text(path: str | None) -> None:
     from gpt.config import bad_value
 
     if path is not None and os.path.isdir(path):
-        raise bad_value(
-            "text",
-            path,
-            "is a folder, not a text file (give one UTF-8 file; a folder made by `prepare` "
-            "goes to train --data)",
-        )
+        why = "give one UTF-8 file; a folder made by `prepare` goes to train --data"
+        raise bad_value("text", path, f"is a folder, not a text file ({why})")
 
 
 GB = 1e9

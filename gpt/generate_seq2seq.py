@@ -11,6 +11,7 @@ import numpy as np
 
 import nn
 from gpt.seq2seq import Transformer
+from nn.checks import check_int, check_real
 from tensorlab import Tensor, log_softmax_array
 from tensorlab.backend import xp_of
 
@@ -75,10 +76,8 @@ def beam_search(
     """
     with nn.evaluating(model):
         cfg = model.config
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        check_int("beam_size", beam_size, 1)
+        check_real("alpha", alpha, 0.0)
         src, single = _as_batch(model, src)
         max_new = cfg.max_len if max_new_tokens is None else min(max_new_tokens, cfg.max_len)
         B, k, eos = src.shape[0], beam_size, cfg.eos_id

@@ -50,10 +50,8 @@ def _select(model, names) -> dict[str, object]:
 def _as_tokens(tokens) -> Tensor:
     if isinstance(tokens, Tensor):
         return tokens
-    a = np.asarray(tokens)
-    if a.ndim == 1:
-        a = a[None]
-    return tl.tensor(a.astype(np.int64))
+    a = np.asarray(tokens, dtype=np.int64)
+    return tl.tensor(a[None] if a.ndim == 1 else a)
 
 
 # Hook points closed on the training path, by name ending, and the block that opens them.

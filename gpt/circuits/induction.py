@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpt.circuits.hooks import run_with_cache, token_losses
+from nn.checks import check_int
 from tensorlab import Tensor
 
 
@@ -80,8 +81,7 @@ def induction_report(
             f"2·seq_len{' + 1' if offset else ''} = {2 * seq_len + offset} positions exceed "
             f"block_size={model.config.block_size}"
         )
-    if seq_len < 2:
-        raise ValueError(f"seq_len must be at least 2, got {seq_len}")
+    check_int("seq_len", seq_len, 2)
     tokens = repeated_tokens(batch, seq_len, low, high, seed, bos, distinct)
     pat, logits = _patterns(model, tokens)
     L, H = len(model.blocks), model.config.n_head

@@ -5,6 +5,8 @@ section 8."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from gpt.circuits.factored import FactoredMatrix, _arr
@@ -114,14 +116,12 @@ def composition_scores(model, fold_ln: bool = True) -> dict[str, np.ndarray]:
     ov = {(l, h): W_OV(model, l, h, fold_ln) for l in range(L) for h in range(H)}
     norms = {key: (qk[key].norm(), ov[key].norm()) for key in qk}
     out = {c: np.zeros((L, H, L, H)) for c in "qkv"}
-    for l1 in range(L):
-        for h1 in range(H):
-            for l0 in range(l1):
-                for h0 in range(H):
-                    o, q = ov[l0, h0], qk[l1, h1]
-                    n_o, n_q = norms[l0, h0][1], norms[l1, h1][0]
-                    n_v = norms[l1, h1][1]
-                    out["q"][l1, h1, l0, h0] = (o @ q).norm() / (n_o * n_q)
-                    out["k"][l1, h1, l0, h0] = (q @ o.T).norm() / (n_q * n_o)
-                    out["v"][l1, h1, l0, h0] = (o @ ov[l1, h1]).norm() / (n_o * n_v)
+    for (l1, h1), (l0, h0) in itertools.product(qk, ov):  # later head, earlier head
+        if l0 >= l1:
+            continue
+        o, q = ov[l0, h0], qk[l1, h1]
+        n_o, (n_q, n_v) = norms[l0, h0][1], norms[l1, h1]
+        out["q"][l1, h1, l0, h0] = (o @ q).norm() / (n_o * n_q)
+        out["k"][l1, h1, l0, h0] = (q @ o.T).norm() / (n_q * n_o)
+        out["v"][l1, h1, l0, h0] = (o @ ov[l1, h1]).norm() / (n_o * n_v)
     return out
