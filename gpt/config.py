@@ -2,12 +2,8 @@
 config (:class:`TrainConfig`). (A model's size and cost are counted on the model itself:
 ``GPT(cfg).num_parameters()``, :func:`gpt.model.flops_per_token`.)
 
-Leave a field as ``None`` and the usual rule fills it in:
-
-- ``d_head = d_model / n_head``
-- ``d_ff = 4 · d_model`` for a plain MLP, ``8/3 · d_model`` (rounded up to a multiple of 8)
-  for a gated one (SwiGLU, GeGLU, ReGLU, GLU), which keeps the parameter count of the
-  4·d_model MLP (Shazeer 2020, "GLU Variants Improve Transformer").
+Leave a field as ``None`` and the usual rule fills it in: ``d_head = d_model / n_head``,
+``d_ff`` by :func:`nn.activation.default_d_ff` (4 · d_model, or 8/3 · d_model when gated).
 """
 
 from __future__ import annotations
@@ -181,19 +177,13 @@ class GPTConfig(_Fields):
 
 @dataclass
 class Seq2SeqConfig(_Fields):
-    """An encoder-decoder transformer (see ``gpt.seq2seq.Transformer``). Defaults follow
-    "Attention is all you need" (Vaswani et al. 2017): post-norm, sinusoidal positions, ReLU
-    FFN, dropout 0.1, embeddings scaled by √d_model, the target embedding tied to the output
-    projection; scaled down (the paper's base model: 6 + 6 layers, d_model 512, 8 heads).
-
-    ``share_embeddings`` also ties the source embedding to the target one (the paper does, with
-    a joint BPE vocabulary; it needs equal vocabularies). ``final_norm`` (None: automatic)
-    adds a norm after each stack, which pre-norm and sandwich placements need and post-norm
-    (whose last sublayer already ends with one) does not. ``label_smoothing`` is the ε of the
-    training loss (the paper uses 0.1; the default 0 keeps the loss a plain cross-entropy).
+    """An encoder-decoder transformer (``gpt.seq2seq.Transformer``), by default "Attention is
+    all you need"'s (Vaswani et al. 2017) scaled down: post-norm, sinusoidal positions, ReLU,
+    dropout 0.1, embeddings scaled by √d_model, the target embedding tied to W_U.
+    ``share_embeddings`` ties the source embedding too (equal vocabularies); ``final_norm``
+    (None: all but post-norm) adds a norm after each stack; ``label_smoothing`` is the loss's ε.
     ``pad_id`` positions are masked out of attention and of the loss; ``bos_id`` starts every
-    decoder input and ``eos_id`` ends every target.
-    """
+    decoder input and ``eos_id`` ends every target."""
 
     src_vocab_size: int = 16
     tgt_vocab_size: int = 16

@@ -64,11 +64,9 @@ def beam_search(
 
     At each step the 2k best extensions of the k live prefixes are ranked; an ``eos`` among
     the first k ends its hypothesis, the best k others stay alive (as in fairseq and Hugging
-    Face). A source is done when no live prefix can beat its best ended hypothesis: judged by
-    the prefix's score if it ended now, log P / lp(current length) (the default, so k = 1 is
-    greedy decoding exactly, for any α), or with ``exhaustive=True`` by the best it could
-    reach at any length, log P / lp(max length) (log P only falls as a prefix grows; exact
-    for the beam, and the same rule when α = 0).
+    Face). A source is done when no live prefix can beat its best ended hypothesis, judged by
+    log P / lp(current length) (so k = 1 is greedy decoding, for any α), or with
+    ``exhaustive=True`` by log P / lp(max length), the best it could reach at any length.
 
     ``src`` as in :func:`greedy_decode`. Returns the best hypothesis per source (without
     ``bos``), or (hypothesis, score) pairs with ``return_scores``. ``use_cache=False`` runs

@@ -75,22 +75,13 @@ def estimate_loss(
     with nn.evaluating(model):
         for name, ids in splits.items():
             rng = np.random.default_rng([cfg.seed, it, len(name)])
-            total = 0.0
-            bar = tqdm(
-                range(cfg.eval_iters),
-                desc=f"eval {name}",
-                leave=False,
-                file=sys.stderr,
-                disable=not (cfg.progress and sys.stderr.isatty() and dist.rank == 0),
-            )
-            for i in bar:
+            total, shown = 0.0, cfg.progress and sys.stderr.isatty() and dist.rank == 0
+            for i in tqdm(range(cfg.eval_iters), f"eval {name}", leave=False, disable=not shown):
                 x, y = get_batch(ids, block_size, cfg.batch_size, rng)  # drawn on every rank
                 if i % dist.size == dist.rank:
+                    x, y = tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
                     with tl.autocast(cfg.dtype):  # (the training step's dtype)
-                        _, loss = model(
-                            tl.tensor(x, device=cfg.device), tl.tensor(y, device=cfg.device)
-                        )
-                    total += loss.item()
+                        total += model(x, y)[1].item()
             sums.append(total)
     sums = dist.sum(np.array(sums))  # host: Python floats, summed over ranks by MPI
     return {name: float(v) / cfg.eval_iters for name, v in zip(splits, sums)}
@@ -403,55 +394,45 @@ class Trainer:
 
     def _loop(self, stop: int) -> None:
         cfg = self.cfg
-        progress = Progress(self, stop) if cfg.progress and self.dist.rank == 0 else None
+        progress = Progress(self, stop, shown=cfg.progress and self.dist.rank == 0)
         if self.iter == 0 and not self.history:
-            record = self.evaluate()
-            if progress:  # printed, and the rate's clock starts after it (it was in the ETA)
-                progress.eval(record)
+            progress.eval(self.evaluate())  # (and the rate's clock starts after it)
         while self.iter < stop:
-            loss = self.step()
-            if progress:
-                progress.step(loss)
+            progress.step(self.step())
             if self.iter % cfg.eval_interval == 0 or self.iter == stop:
-                record = self.evaluate()
-                if progress:
-                    progress.eval(record)
+                progress.eval(self.evaluate())
                 self.save()
             if self._stopping is not None:
                 if self.pending:
                     self.save()
-                if progress:
-                    progress.close()
+                progress.close()
                 raise Interrupted(
                     f"{self._stopping} at iteration {self.iter}: saved {self.checkpoint_path}; "
                     "continue with --resume"
                 )
-        if progress:
-            progress.close()
+        progress.close()
 
 
 class Progress:
-    """Training progress on stderr: a tqdm bar (loss, learning rate, tokens/s, ETA) on a
-    terminal; elsewhere (a log file, CI) a plain line every ``log_interval`` iterations."""
+    """Training progress on stderr (nothing unless ``shown``): a tqdm bar (loss, learning
+    rate, tokens/s, ETA) on a terminal; elsewhere a plain line every ``log_interval`` steps."""
 
-    def __init__(self, trainer: Trainer, stop: int):
+    def __init__(self, trainer: Trainer, stop: int, shown: bool):
         from tqdm import tqdm
 
-        self.t, self.stop = trainer, stop
+        self.t, self.stop, self.shown = trainer, stop, shown
         self.tokens = trainer.cfg.batch_size * trainer.cfg.grad_accum_steps
         self.tokens *= trainer.model_cfg.block_size
         self.bar = None
-        if sys.stderr.isatty():
-            self.bar = tqdm(
-                total=stop, initial=trainer.iter, unit="it", file=sys.stderr, dynamic_ncols=True
-            )
+        if shown and sys.stderr.isatty():
+            self.bar = tqdm(total=stop, initial=trainer.iter, unit="it", dynamic_ncols=True)
         self.t0, self.last = time.perf_counter(), trainer.iter
 
     def step(self, loss: float) -> None:
         it, cfg = self.t.iter, self.t.cfg
         if self.bar is not None:
             self.bar.update(1)
-        if it % cfg.log_interval and it != self.stop:
+        if not self.shown or (it % cfg.log_interval and it != self.stop):
             return
         dt = time.perf_counter() - self.t0
         tps = self.tokens * (it - self.last) / max(dt, 1e-9)
@@ -469,6 +450,8 @@ class Progress:
         self.t0, self.last = time.perf_counter(), it
 
     def eval(self, record: dict) -> None:
+        if not self.shown:
+            return
         line = (
             f"iter {record['iter']:>6}: train loss {record['train_loss']:.4f}, "
             f"val loss {record['val_loss']:.4f}"

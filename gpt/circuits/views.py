@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
+from pathlib import Path
 
 import numpy as np
 
@@ -76,7 +76,6 @@ def attention_html(pattern, tokens, path=None, title: str = "attention", heads=N
     payload = json.dumps(data).replace("</", "<\\/")
     page = _PAGE.format(title=html.escape(title), data=payload)
     if path is not None:
-        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(page)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(page, encoding="utf-8")
     return page
