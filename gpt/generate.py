@@ -62,9 +62,9 @@ def next_token_probs(
         order = np.argsort(-p, kind="stable")
         cum = np.cumsum(p[order])
         keep = order[: int(np.searchsorted(cum, top_p) + 1)]
-        mask = np.zeros_like(p)
-        mask[keep] = 1.0
-        p = p * mask / (p * mask).sum()
+        kept = np.zeros_like(p)
+        kept[keep] = p[keep]
+        p = kept / kept.sum()
     return p
 
 

@@ -168,9 +168,7 @@ class RunFolder:
         return False
 
     def _locked(self, owner: dict | None) -> RunError:
-        who = (
-            f"process {owner['pid']} on {owner['host']}" if owner else "a process it does not name"
-        )
+        who = f"process {owner['pid']} on {owner['host']}" if owner else "an unnamed process"
         return RunError(
             f"{self.lock_file}: another training run is using {self.path} (the lock is held by "
             f"{who}); wait for it to end, or delete {self.lock_file} if that process is no "

@@ -29,6 +29,7 @@ from nn.checks import check_int, check_real
 from nn.serialization import atomic_write
 
 META = "meta.json"
+SPLITS = ("train", "val")
 BLOCK_CHARS = 1 << 20  # characters read per block (then up to the line's end)
 
 
@@ -139,25 +140,21 @@ def load(folder: str | os.PathLike) -> tuple[object, dict[str, np.memmap], dict]
     folder = Path(folder)
     try:
         meta = json.loads((folder / META).read_text())
-        dtype = np.dtype(meta["dtype"])
-        splits = {}
-        for name in ("train", "val"):
-            ids = np.memmap(folder / f"{name}.bin", dtype=dtype, mode="r")
-            if hasattr(mmap, "MADV_RANDOM"):  # batches are random windows: no read-ahead
-                ids._mmap.madvise(mmap.MADV_RANDOM)
-            if len(ids) != meta[f"{name}_tokens"]:
-                raise DataError(
-                    f"{folder / (name + '.bin')}: {len(ids)} tokens, but {META} says "
-                    f"{meta[name + '_tokens']}; prepare the data again"
-                )
-            splits[name] = ids
+        splits = {n: np.memmap(folder / f"{n}.bin", np.dtype(meta["dtype"]), "r") for n in SPLITS}
+        counts = {name: meta[f"{name}_tokens"] for name in SPLITS}
     except FileNotFoundError as err:
         raise DataError(
             f"{folder}: not a prepared data folder ({Path(err.filename).name} is missing; "
             "make one with python -m gpt prepare)"
         ) from err
     except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, DataError):
-            raise
         raise DataError(f"{folder / META}: damaged ({type(err).__name__}: {err})") from err
+    for name, ids in splits.items():
+        if hasattr(mmap, "MADV_RANDOM"):  # batches are random windows: no read-ahead
+            ids._mmap.madvise(mmap.MADV_RANDOM)
+        if len(ids) != counts[name]:
+            raise DataError(
+                f"{folder / (name + '.bin')}: {len(ids)} tokens, but {META} says "
+                f"{counts[name]}; prepare the data again"
+            )
     return tk.load(folder / "tokenizer.json"), splits, meta

@@ -814,7 +814,7 @@ MUTANTS = {
         ),
         (
             "count-unchecked",
-            'if len(ids) != meta[f"{name}_tokens"]:',
+            "if len(ids) != counts[name]:",
             "if False:",
             "load: a truncated token file accepted",
         ),

@@ -1,15 +1,9 @@
-"""The residual stream taken apart: the final stream as the sum of what every component wrote
-(``decompose_resid``, ``stack_head_results``, ``stack_neuron_results``,
-``full_resid_decomposition``), the stream before each layer (``accumulated_resid``) and its
-logits (``logit_lens``), and each component's term in a logit (``logit_attrs``: direct logit
-attribution). Why the parts sum to the whole, and how a norm is folded (σ frozen at this run's
-value, the gain into W_U), so that ``logits = Σ_c apply_ln(c) @ (γ ⊙ W_U) + β @ W_U``:
-docs/interpretability.md, section 4.
-
-Everything reads a cache from :func:`~gpt.circuits.run_with_cache` and returns float64 arrays
-stacked on a first "component" axis, (n, B, T, d_model), with TransformerLens's labels when
-``return_labels=True``. Only a pre-norm model's stream is a plain sum ("post" and "sandwich"
-normalize inside each block).
+"""The residual stream taken apart: the final stream as the sum of what every component wrote,
+the stream before each layer and its logits (the logit lens), and each component's term in a
+logit (direct logit attribution), from a cache of :func:`~gpt.circuits.run_with_cache`, as
+float64 stacks (n, B, T, d_model) with TransformerLens's labels (``return_labels=True``). Why
+the parts sum to the whole (in a pre-norm model) and how a norm is folded (σ frozen at this
+run's value, the gain into W_U): docs/interpretability.md, section 4.
 """
 
 from __future__ import annotations
