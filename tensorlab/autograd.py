@@ -96,9 +96,8 @@ def _propagate(
     nothing further.
 
     With ``free`` (a backward without retain_graph) a node's saved tensors are dropped as soon
-    as its backward has run: what only it kept alive (inputs, and once its output is gone the
-    arrays it stored) is released during the pass, not after it, so memory falls as the
-    backward goes. What is left in ``order`` afterwards was not reached (an error)."""
+    as its backward has run, so memory falls as the backward goes. What is left in ``order``
+    afterwards was not reached (an error)."""
     pop = order.pop
     while order:
         node = pop()

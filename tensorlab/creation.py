@@ -15,11 +15,10 @@ from tensorlab.backend import (
 from tensorlab.tensor import Tensor, sizes_of
 
 
-def _make(data, requires_grad: bool, name: str | None = None) -> Tensor:
+def _make(data, requires_grad: bool) -> Tensor:
     t = Tensor._wrap(data)
     if requires_grad:
         t.requires_grad_(True)
-    t.name = name
     return t
 
 

@@ -398,14 +398,10 @@ class Tensor:
     # ------------------------------------------------------------------ in place (no graph)
     def _inplace(self, name: str, other=None) -> None:
         """The rule of every in-place change (``add_``, ``x += y``, ``x[i] = v``, ...): it is
-        never recorded in the graph. So under grad mode (outside ``no_grad``) it is refused on
-        a tensor that requires grad: on a leaf, as in PyTorch (its ``.grad`` would no longer
-        belong to the values it holds); on an op's output too, where PyTorch would record the
-        change: tensorlab asks for the out-of-place form (``y = y + 1``), the same values with
-        a correct graph. Writing a value that requires grad into a tensor that does not is
-        refused as well (the gradient to that value would be lost). Each change bumps the
-        version counter shared with views and ``detach()``es, so a backward that saved this
-        memory refuses to run on the changed values (see ``_version``)."""
+        never recorded in the graph, so under grad mode it is refused on a tensor that requires
+        grad (a leaf, as in PyTorch, or an op's output: write ``y = y + 1``) and with a value
+        that requires grad (its gradient would be lost). Each change bumps the version counter
+        shared with views and ``detach()``es (docs/autograd.md, section 6)."""
         if _modes.grad_enabled:
             if self.requires_grad:
                 if self._ctx is None:

@@ -131,10 +131,7 @@ def autocast_inputs(*tensors):
     """The operands of a matrix product inside ``tl.autocast(dtype)``: each float32 or other
     half-precision tensor in that dtype (through a Cast node, so the gradient returns to a
     float32 parameter as float32); others unchanged: float64 (asked for on purpose, as in
-    PyTorch's autocast), integer, None. Mixed precision is this one rule: the products, where
-    the time goes, run in half precision, summed in float32 (:func:`~tensorlab.backend.matmul`);
-    what they feed keeps whatever dtype NumPy promotion gives it (a float32 residual stream
-    stays float32), and the norms, softmax and losses accumulate in float32."""
+    PyTorch's autocast), integer, None. Mixed precision is this one rule (docs/gpu.md)."""
     dtype = modes.autocast
     return tuple(
         t.to(dtype)

@@ -8,6 +8,8 @@ broadcast over the input. What differs between reductions is the weight each ent
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tensorlab.backend import acc_dtype, is_float, xp_of
@@ -18,15 +20,16 @@ _const = Tensor._wrap
 
 
 def _reduce_setup(ctx, a, axis, keepdims) -> None:
-    """Store what every backward needs: the axes reduced and the kept-dims shape."""
+    """Store what every backward needs: the axes reduced, their entry count, the kept-dims
+    shape and the output's."""
     axes = axes_index(type(ctx).__name__.lower(), axis, a.ndim)
     ctx.axis = axes if axis is not None else None
     ctx.keepdims = keepdims
     ctx.kshape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
-    ctx.out_shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
-    ctx.count = 1
-    for i in axes:
-        ctx.count *= a.shape[i]
+    ctx.out_shape = (
+        ctx.kshape if keepdims else tuple(n for i, n in enumerate(a.shape) if i not in axes)
+    )
+    ctx.count = math.prod(a.shape[i] for i in axes)
 
 
 def _spread(ctx, g: Tensor) -> Tensor:
@@ -55,8 +58,7 @@ class Mean(Function):
     def forward(ctx, a, axis, keepdims):
         _reduce_setup(ctx, a, axis, keepdims)
         if ctx.count == 0:  # the mean of nothing: NaN, as NumPy (without its warning)
-            shape = ctx.kshape if keepdims else ctx.out_shape
-            return xp_of(a).full(shape, xp_of(a).nan, dtype=a.dtype)
+            return xp_of(a).full(ctx.out_shape, xp_of(a).nan, dtype=a.dtype)
         acc = acc_dtype(a)
         y = a.mean(axis=ctx.axis, keepdims=keepdims, dtype=acc)
         return y if acc is None else y.astype(a.dtype)
@@ -120,7 +122,7 @@ def _moment(ctx, xp, a, axis, keepdims, ddof):
     _reduce_setup(ctx, a, axis, keepdims)
     ctx.ddof = ddof
     if ctx.count == 0:
-        return xp.full(ctx.kshape if keepdims else ctx.out_shape, xp.nan, dtype=a.dtype)
+        return xp.full(ctx.out_shape, xp.nan, dtype=a.dtype)
     acc = acc_dtype(a)
     if ctx.count - ddof <= 0:
         y = a.var(axis=ctx.axis, keepdims=keepdims, dtype=acc)  # Σ (a - ā)² / N
@@ -235,8 +237,7 @@ class LogSumExp(Function):
         _reduce_setup(ctx, a, axis, keepdims)
         xp = xp_of(a)
         if a.size == 0:  # log of an empty sum: -inf (an empty result if a kept axis is empty)
-            y = xp.full(ctx.kshape, -xp.inf, dtype=a.dtype if is_float(a.dtype) else float)
-            return y if keepdims else y.reshape(ctx.out_shape)
+            return xp.full(ctx.out_shape, -xp.inf, dtype=a.dtype if is_float(a.dtype) else float)
         m = a.max(axis=ctx.axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
         total = xp.exp(a - m).sum(axis=ctx.axis, keepdims=True, dtype=acc_dtype(a))
@@ -244,7 +245,7 @@ class LogSumExp(Function):
             y = xp.log(total) + m
         if is_float(a.dtype):  # (a float16 input, summed in float32, rounds back; integers: float)
             y = y.astype(a.dtype, copy=False)
-        return y if keepdims else y.reshape(ctx.out_shape)
+        return y.reshape(ctx.out_shape)
 
     def backward(ctx, g):
         a, y = ctx.inputs[0], ctx.output
