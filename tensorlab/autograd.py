@@ -125,14 +125,10 @@ def _send(pending: dict, t: Tensor, g: Tensor) -> None:
 
 def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
     """One node's step of the chain rule: the gradient of each input (a Tensor in the input's
-    shape, or None where no gradient flows), from the gradient ``g`` of its output.
-
-    Usually that is the op's ``backward``. Under ``create_graph`` a fused op (one whose class
-    sets ``composed``) differentiates its composed form instead, so its one hand-written
-    backward can work on raw arrays. Broadcasting and type promotion are undone here, once
-    for every op (``sum_to``, and a cast to the input's dtype); the checks (freed graph,
-    in-place change, anomaly, trace) are here too.
-    """
+    shape, or None where no gradient flows), from the gradient ``g`` of its output: the op's
+    ``backward`` (a fused op's composed form under ``create_graph``, docs/autograd.md section
+    5), with broadcasting and type promotion undone here once for every op, and the checks
+    (freed graph, in-place change, anomaly, trace)."""
     ins = node.inputs
     if ins is None:
         raise RuntimeError(_FREED.format(op=node.name))

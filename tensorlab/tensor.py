@@ -460,10 +460,7 @@ class Tensor:
         return self
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
-        self._inplace("add_", other)
-        o = other.data if isinstance(other, Tensor) else other
-        self.data += o if alpha == 1.0 else alpha * o
-        return self
+        return self._update("add_", operator.iadd, other if alpha == 1.0 else alpha * other)
 
     # ``x += y`` changes x in place (PyTorch's meaning), so ``p -= lr * p.grad`` inside
     # ``no_grad()`` updates the parameter instead of rebinding the name to a new tensor.

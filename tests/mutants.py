@@ -2449,8 +2449,8 @@ MUTANTS = {
         ),
         (
             "add-alpha-ignored",
-            "self.data += o if alpha == 1.0 else alpha * o",
-            "self.data += o",
+            'self._update("add_", operator.iadd, other if alpha == 1.0 else alpha * other)',
+            'self._update("add_", operator.iadd, other)',
             "add_(other, alpha) ignores alpha",
         ),
         (
