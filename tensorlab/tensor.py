@@ -721,11 +721,9 @@ class Tensor:
         return split(self, -(-n // chunks) if n else [0] * chunks, axis)
 
     def tril(self, k: int = 0) -> Tensor:
-        _matrices("tril", self)
         return Triangle.apply(self, k=k, upper=False)
 
     def triu(self, k: int = 0) -> Tensor:
-        _matrices("triu", self)
         return Triangle.apply(self, k=k, upper=True)
 
     # ------------------------------------------------------------------ indexing
@@ -776,13 +774,6 @@ class Tensor:
             source = source * alpha
         key = (slice(None),) * (axis % self.ndim) + (idx,)
         return self + ScatterAdd.apply(source, key=key, shape=self.shape)
-
-
-def _matrices(op: str, x: Tensor) -> None:
-    if x.ndim < 2:
-        raise ValueError(
-            f"{op}: needs a matrix or a batch of them (2 or more axes), got shape {x.shape}"
-        )
 
 
 def _index_key(key, like, saved: bool = False):

@@ -137,6 +137,11 @@ class Triangle(Function):
     those below it (``upper``: ``triu``);  da = the same triangle of g."""
 
     def forward(ctx, a, k, upper):
+        if a.ndim < 2:  # (NumPy's tril would make a vector a square matrix)
+            raise ValueError(
+                f"{'triu' if upper else 'tril'}: needs a matrix or a batch of them (2 or more "
+                f"axes), got shape {a.shape}"
+            )
         ctx.k, ctx.upper = k, upper
         y = (xp_of(a).triu if upper else xp_of(a).tril)(a, k)
         return y.astype(a.dtype, copy=False)  # (CuPy: bfloat16 -> float32)
