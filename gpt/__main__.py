@@ -255,16 +255,10 @@ def _sample(args) -> int:
     model, tok = gpt.load(args.out_dir, "best" if args.best else "ckpt", args.device)
     prompt = tok.encode(args.prompt)
     seeds = np.random.SeedSequence(args.seed).spawn(args.num_samples)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     for k, seed in enumerate(seeds):
-        ids = generate(
-            model,
-            prompt,
-            args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=int(seed.generate_state(1)[0]),
-        )
+        seed = int(seed.generate_state(1)[0])
+        ids = generate(model, prompt, args.max_new_tokens, **sampling, seed=seed)
         if k:
             print("-" * 40)
         print(tok.decode(ids))

@@ -1,7 +1,5 @@
-"""Sampling text from a trained model: greedy, temperature, top-k, top-p, with a KV cache.
-
-With a key/value cache the prompt is run once, and each new token then costs one position's
-forward pass: the keys and values of earlier positions are kept instead of recomputed.
+"""Sampling text from a trained model: greedy, temperature, top-k, top-p, with a key/value
+cache (the prompt runs once, then each new token costs one position's forward pass).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ whether it can be.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from collections.abc import Sequence
 
@@ -88,11 +89,8 @@ def loss_curve(records: Sequence[dict], path) -> str:
         its = np.array([r["iter"] for r in steps])  # host: the log's numbers, for a plot
         loss = np.array([r["loss"] for r in steps])  # host: as above
         ax.plot(its, loss, color="C0", alpha=0.25, lw=0.8)
-        smooth = np.empty_like(loss)  # host: as above
         alpha = 2.0 / (max(len(loss) / 50, 1.0) + 1.0)
-        smooth[0] = loss[0]
-        for i in range(1, len(loss)):
-            smooth[i] = smooth[i - 1] + alpha * (loss[i] - smooth[i - 1])
+        smooth = list(itertools.accumulate(loss, lambda s, x: s + alpha * (x - s)))
         ax.plot(its, smooth, color="C0", label="train (each step, smoothed)")
     if evals:
         its = [r["iter"] for r in evals]

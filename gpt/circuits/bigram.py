@@ -22,22 +22,22 @@ def bigram_table(ids, vocab: int) -> np.ndarray:
     return table
 
 
-def _conditional(table) -> tuple[np.ndarray, np.ndarray]:
-    """p(a) (rows' share of all pairs) and p(b | a) (rows normalized; empty rows stay 0)."""
+def _conditional(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """p(a) (rows' share of all pairs), p(b | a) (rows normalized; empty rows stay 0) and
+    log p(b | a) (0 where p is)."""
     t = np.asarray(table, dtype=np.float64)
     rows = t.sum(1)
     total = rows.sum()
     if total <= 0:
         raise ValueError("the bigram table is empty")
     cond = np.divide(t, rows[:, None], out=np.zeros_like(t), where=rows[:, None] > 0)
-    return rows / total, cond
+    return rows / total, cond, np.log(cond, out=np.zeros_like(cond), where=cond > 0)
 
 
 def conditional_entropy(table) -> float:
     """H(next | current) = -Σ_a p(a) Σ_b p(b|a) log p(b|a) in nats: the lowest mean
     cross-entropy any model that sees only the current token can reach on these pairs."""
-    p_a, cond = _conditional(table)
-    logc = np.log(cond, out=np.zeros_like(cond), where=cond > 0)
+    p_a, cond, logc = _conditional(table)
     return float(-(p_a[:, None] * cond * logc).sum())
 
 
@@ -54,7 +54,6 @@ def bigram_kl(model, table) -> float:
     """Σ_a p(a) KL(p(·|a) ‖ p_model(·|a)) in nats, weighting each current token by its share of
     the table's pairs: the gap between the model's cross-entropy on these pairs and the floor
     :func:`conditional_entropy` (cross-entropy = entropy + KL)."""
-    p_a, cond = _conditional(table)
+    p_a, cond, logc = _conditional(table)
     logq = model_bigram_logprobs(model)
-    logc = np.log(cond, out=np.zeros_like(cond), where=cond > 0)
     return float((p_a[:, None] * cond * (logc - logq)).sum())

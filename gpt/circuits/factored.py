@@ -163,7 +163,5 @@ class FactoredMatrix:
         if self.shape[0] == self.shape[1]:
             ev = self.eigenvalues()
             out["copying_score"] = self.copying_score()
-            out["top_eigenvalues"] = [
-                complex(e) if abs(e.imag) > 0 else float(e.real) for e in ev[:k]
-            ]
+            out["top_eigenvalues"] = [complex(e) if e.imag else float(e.real) for e in ev[:k]]
         return out

@@ -71,15 +71,10 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
     predicate over hook point names; ``fn(activation)``, or ``fn(activation, name)`` when it
     takes two required positional parameters, returns a replacement Tensor (or array: a
     constant, through which no gradient flows back) or None to leave it as it is.
-
-    ``bwd_hooks``: pairs ``(name, fn)`` whose ``fn(grad)`` (or ``fn(grad, name)``) sees, and
-    may replace, the gradient at that activation when a backward pass runs through it, also
-    one called after the block; the forward passes inside it need a graph (``grad=True``).
-
-    Hook points closed on the training path are opened for the block when hooked
-    (:data:`_OPENERS`; docs/interpretability.md, section 1); the logits agree either way up
-    to float rounding.
-    """
+    ``bwd_hooks``: pairs whose ``fn(grad)`` (or ``fn(grad, name)``) sees, and may replace, the
+    gradient at that activation in a backward pass (the forward needs ``grad=True``). Hook
+    points closed on the training path are opened for the block when hooked (``_OPENERS``;
+    docs/interpretability.md, section 1)."""
     fwd_hooks, bwd_hooks = _pairs(fwd_hooks, "fwd_hooks"), _pairs(bwd_hooks, "bwd_hooks")
     chosen = [
         (n, m, wrap(fn, n))
@@ -88,18 +83,13 @@ def hooks(model, fwd_hooks: Iterable[HookSpec] = (), bwd_hooks: Iterable[HookSpe
         for n, m in _select(model, name).items()
     ]
     closed = [n for n, m, _ in chosen if getattr(m, "closed", None)]
-    handles = []
-    with contextlib.ExitStack() as opened:
+    with contextlib.ExitStack() as undo:  # the hooks removed, then the openers closed
         for names, opener in _OPENERS:
             if any(n.endswith(names) for n in closed):
-                opened.enter_context(opener(model))
-        try:
-            for _, module, hook in chosen:
-                handles.append(module.register_forward_hook(hook))
-            yield model
-        finally:
-            for h in handles:
-                h.remove()
+                undo.enter_context(opener(model))
+        for _, module, hook in chosen:
+            undo.callback(module.register_forward_hook(hook).remove)
+        yield model
 
 
 def _pairs(specs, arg: str) -> list:
