@@ -44,28 +44,16 @@ _asarray = np.asarray
 
 class _Modes(threading.local):
     """The engine's switches, one set per thread (as in PyTorch), so that a ``no_grad()`` block
-    or a backward pass in one thread does not change what another thread records. Every switch
-    is set the same way, by a :class:`Switch` context (``no_grad``, ``enable_grad``,
-    ``detect_anomaly``, ``trace_backward``), and read here:
-
-    - ``grad_enabled``: record graphs? Off inside ``no_grad()`` and during a plain backward.
-    - ``anomaly``: check every forward and backward result for NaN/Inf (``detect_anomaly()``).
-    - ``trace``: a callable(node, grad, grads) the backward pass calls after each node
-      (``trace_backward()``), or None.
-    - ``autocast``: the dtype (float16 or bfloat16) matrix products run in inside
-      ``tl.autocast(...)``, or None: read by ``a @ b``, ``tl.einsum`` and ``nn.functional.linear``
-      (:func:`tensorlab.ops.linalg.autocast_inputs`); off during backward.
-    - ``scope_stack``: names of the enclosing ``named_scope()``s (a stack, pushed and popped
-      by them); each recorded node remembers the innermost one, so ``tl.draw`` can group ops
-      by module.
-    """
+    or a backward pass in one thread does not change what another thread records. Each is set
+    by a :class:`Switch` context (``no_grad``, ``detect_anomaly``, ``trace_backward``, ...),
+    except the stack of ``named_scope()``s, which each recorded node reads for ``tl.draw``."""
 
     def __init__(self):
-        self.grad_enabled = True
-        self.anomaly = False
-        self.trace = None
-        self.autocast = None
-        self.scope_stack: list[str] = []
+        self.grad_enabled = True  # record graphs? Off in no_grad() and during a plain backward
+        self.anomaly = False  # check every forward and backward result for NaN/Inf
+        self.trace = None  # trace_backward()'s callable(node, grad, grads), after each node
+        self.autocast = None  # the dtype of matrix products in tl.autocast (autocast_inputs)
+        self.scope_stack: list[str] = []  # the enclosing named_scope()s, innermost last
 
 
 modes = _Modes()

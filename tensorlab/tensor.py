@@ -494,6 +494,8 @@ class Tensor:
             return PowScalar.apply(self, p=exponent)
         return Pow.apply(self, _lift(exponent, self))  # an array or list: one per entry
 
+    pow = __pow__
+
     def __rpow__(self, base):
         return Pow.apply(_lift(base, self), self)
 
@@ -518,9 +520,6 @@ class Tensor:
         return Tensor._wrap(~self.data)
 
     # ------------------------------------------------------------------ elementwise
-    def pow(self, exponent) -> Tensor:
-        return self**exponent
-
     def clip(self, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy's names
         if min is None and max is None:
             raise ValueError(f"clip: min and max are both None (shape {self.shape}); give one")
