@@ -2924,7 +2924,8 @@ MUTANTS = {
             "steps-auto-never-dot",
             'return render == "dot" or (render == "auto" and _dot_on_path())',
             'return render == "dot"',
-            'backward_steps(render="auto") leaves the picture to viz.js even where dot is installed',
+            'backward_steps(render="auto") leaves the picture to viz.js even where dot is '
+            "installed",
         ),
         (
             "drawing-needs-dot-again",
