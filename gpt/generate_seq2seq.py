@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import nn
+import tensorlab as tl
 from gpt.seq2seq import Transformer
 from nn.checks import check_int, check_real
 from tensorlab import Tensor, log_softmax_array
@@ -81,7 +82,7 @@ def beam_search(
         B, k, eos = src.shape[0], beam_size, cfg.eos_id
         memory, src_mask = model.encode(src), model.padding_mask(src)
         rep = np.repeat(np.arange(B), k)  # row b*k + j is beam j of source b
-        memory = Tensor._wrap(memory.data[xp_of(memory.data).asarray(rep)])
+        memory = tl.as_tensor(memory.data[xp_of(memory.data).asarray(rep)])
         src_mask = src_mask[rep]
         cache = model.new_cache() if use_cache else None
         seqs = np.zeros((B, k, 0), dtype=np.int64)

@@ -33,6 +33,7 @@ import numpy as np
 
 import nn
 import nn.functional as F
+import tensorlab as tl
 from gpt.config import Seq2SeqConfig
 from gpt.model import NoNorm, make_norm, sublayer
 from tensorlab import Tensor
@@ -147,7 +148,7 @@ class Seq2SeqCache:
         for c in caches:
             if c.k is not None:
                 r = xp_of(c.k.data).asarray(rows)
-                c.k, c.v = Tensor._wrap(c.k.data[r]), Tensor._wrap(c.v.data[r])
+                c.k, c.v = tl.as_tensor(c.k.data[r]), tl.as_tensor(c.v.data[r])
 
 
 # ---------------------------------------------------------------------- the model

@@ -302,7 +302,7 @@ def attention_composed(
     xp = xp_of(q.data)
     T_q, T_k = q.shape[-2], k.shape[-2]
     if causal:
-        S = S + Tensor._wrap(_causal_bias(xp, T_q, T_k, S.dtype, window))
+        S = S + tl.as_tensor(_causal_bias(xp, T_q, T_k, S.dtype, window))
     if mask is not None:
         S = S.masked_fill(~mask, -math.inf)
     S = hook_scores(S)
@@ -314,7 +314,7 @@ def attention_composed(
         A = tl.where(dead, 0.0, A)
     A = hook_pattern(A)
     if dropout_mask is not None:
-        A = A * Tensor._wrap(dropout_mask)
+        A = A * tl.as_tensor(dropout_mask)
     return (A @ v).transpose(-3, -2)
 
 

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from tensorlab import Tensor
+import tensorlab as tl
 from tensorlab.backend import to_device, xp_of
 
 # Environment variables that MPI launchers set in each process they start (MPICH/Hydra,
@@ -150,7 +150,7 @@ class Distributed:
                 if xp_of(p.data) is not np:
                     mean = to_device(mean, "cuda")
                 if p.grad is None:
-                    p.grad = Tensor._wrap(mean)
+                    p.grad = tl.as_tensor(mean)
                 else:
                     p.grad.data[...] = mean
         last = self._buckets[-1][0]

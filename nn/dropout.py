@@ -7,6 +7,7 @@ backward, dx = g ⊙ m / (1 - p), needs no op of its own.
 
 from __future__ import annotations
 
+import tensorlab as tl
 from nn.checks import check_real
 from nn.module import Module
 from tensorlab import Tensor
@@ -33,7 +34,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     check_p(p, "dropout")
     if not training or p == 0.0:
         return x
-    return x * Tensor._wrap(dropout_mask(x.shape, p, x.data))
+    return x * tl.as_tensor(dropout_mask(x.shape, p, x.data))
 
 
 class Dropout(Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import tensorlab as tl
 from tensorlab import Tensor
 from tensorlab.backend import min_max, xp_of
 from tensorlab.fused_op import FusedFunction
@@ -94,7 +95,7 @@ def cross_entropy(
                 f"cross_entropy: target {int(bad.reshape(-1)[0])} is not a class of the "
                 f"logits (0..{C - 1}) nor ignore_index={ignore_index}"
             )
-    targets = targets if isinstance(targets, Tensor) else Tensor._wrap(t)
+    targets = targets if isinstance(targets, Tensor) else tl.as_tensor(t)
     loss = CrossEntropyFn.apply(
         logits, targets, ignore_index=int(ignore_index), label_smoothing=float(label_smoothing)
     )
@@ -104,7 +105,7 @@ def cross_entropy(
         return loss.sum()
     # M, the rows not ignored, stays on the device (reading it would make the host wait)
     count = xp_of(t).maximum((t != ignore_index).sum(), 1).astype(loss.data.dtype)
-    return loss.sum() / Tensor._wrap(count)
+    return loss.sum() / tl.as_tensor(count)
 
 
 def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa: A002

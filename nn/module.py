@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+import tensorlab as tl
 from tensorlab import Tensor, function
 from tensorlab.autograd import set_grad_enabled
 from tensorlab.backend import device_of, to_device, xp_of
@@ -250,7 +251,7 @@ class Module:
         for p in self.parameters():
             p.data = to_device(p.data, device)
             if p.grad is not None:
-                p.grad = Tensor._wrap(to_device(p.grad.data, device))
+                p.grad = tl.as_tensor(to_device(p.grad.data, device))
         for m in self.modules():
             for b in m._buffers.values():
                 if b is not None:

@@ -32,6 +32,7 @@ from tensorlab.backend import (
 from tensorlab.checkpoint import checkpoint
 from tensorlab.creation import (
     arange,
+    as_tensor,
     eye,
     from_dlpack,
     from_numpy,

@@ -135,6 +135,13 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return Tensor._wrap(array)
 
 
+def as_tensor(array) -> Tensor:
+    """A constant tensor around a NumPy or CuPy ``array`` of the engine's dtypes, without a
+    copy or a check (what ``torch.as_tensor`` is for an array on its device): the masks, counts
+    and device copies that layers make from arrays they computed."""
+    return Tensor._wrap(array)
+
+
 def from_dlpack(obj) -> Tensor:
     """A tensor sharing memory with any DLPack producer (PyTorch, CuPy, JAX, NumPy arrays)."""
     device_type, _ = obj.__dlpack_device__()

@@ -667,8 +667,8 @@ MUTANTS = {
         ),
         (
             "reorder-keys-kept",
-            "c.k, c.v = Tensor._wrap(c.k.data[r]), Tensor._wrap(c.v.data[r])",
-            "c.k, c.v = Tensor._wrap(c.k.data), Tensor._wrap(c.v.data[r])",
+            "c.k, c.v = tl.as_tensor(c.k.data[r]), tl.as_tensor(c.v.data[r])",
+            "c.k, c.v = tl.as_tensor(c.k.data), tl.as_tensor(c.v.data[r])",
             "beam search: the self-attention keys not reordered with the beams",
         ),
         (
