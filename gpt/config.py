@@ -279,6 +279,7 @@ class TrainConfig(_Fields):
     device: str = "cpu"
     dtype: str = "float32"  # of the matrix products: float32, or bfloat16/float16 (tl.autocast)
     sample_tokens: int = 200
+    watch_interval: int = 50  # training-health records (watch.jsonl) every N steps; 0 = off
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -295,7 +296,7 @@ class TrainConfig(_Fields):
             check_int(name, getattr(self, name), 1)
         for name in ("log_interval", "batch_size", "grad_accum_steps"):
             check_int(name, getattr(self, name), 1)
-        for name in ("warmup_iters", "seed", "sample_tokens"):
+        for name in ("warmup_iters", "seed", "sample_tokens", "watch_interval"):
             check_int(name, getattr(self, name), 0)
         check_real("learning_rate", self.learning_rate, 0.0, open_lo=True)
         check_real("min_lr", self.min_lr, 0.0, self.learning_rate)

@@ -8,6 +8,7 @@
       tokenizer.json     the tokenizer the run was trained with
       config.json        the resolved model and training configs
       log.jsonl          one JSON record per training step and per evaluation
+      watch.jsonl        training-health records every --watch-interval steps (gpt/watch.py)
       loss.png           the loss curve (when matplotlib is installed)
       run.lock           while a run is training: its process id and host
 
@@ -46,6 +47,7 @@ RUN_FILES = (
     "config.json",
     "log.jsonl",
     "loss.png",
+    "watch.jsonl",
 )
 LOCK = "run.lock"  # a training run's claim on the folder while it runs (see RunFolder.lock)
 
@@ -61,6 +63,7 @@ class RunFolder:
     tokenizer = property(lambda self: self.path / "tokenizer.json")
     config = property(lambda self: self.path / "config.json")
     log = property(lambda self: self.path / "log.jsonl")
+    watch = property(lambda self: self.path / "watch.jsonl")
     plot = property(lambda self: self.path / "loss.png")
     lock_file = property(lambda self: self.path / LOCK)
 
@@ -69,10 +72,11 @@ class RunFolder:
 
     def only_begun(self) -> bool:
         """Whether the folder holds only a training run's config.json and maybe its own
-        tokenizer.json (not the file the user told it to train with): no weights, log or
-        plot."""
+        tokenizer.json (not the file the user told it to train with), and the watch.jsonl of
+        steps before the first checkpoint: no weights, log or plot."""
         present = {name for name in RUN_FILES if (self.path / name).exists()}
-        if "config.json" not in present or not present <= {"config.json", "tokenizer.json"}:
+        begun = {"config.json", "tokenizer.json", "watch.jsonl"}
+        if "config.json" not in present or not present <= begun:
             return False
         try:
             given = self.read_config()["train"].get("tokenizer")
@@ -272,25 +276,27 @@ class RunFolder:
             )
         return config
 
-    def read_log(self) -> list[dict]:
-        """The log's records; a last line torn by a crash is dropped."""
-        if not self.log.exists():
+    def read_log(self, file: Path | None = None) -> list[dict]:
+        """The records of the log (or of another JSON-lines ``file``: watch.jsonl); a last
+        line torn by a crash is dropped."""
+        file = file or self.log
+        if not file.exists():
             return []
         records = []
-        for line in self.log.read_text().splitlines():
+        for line in file.read_text().splitlines():
             try:
                 records.append(json.loads(line))
             except ValueError:
                 break
         return records
 
-    def append_log(self, records: list[dict]) -> None:
-        with open(self.log, "a") as f:
+    def append_log(self, records: list[dict], file: Path | None = None) -> None:
+        with open(file or self.log, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
-    def rewrite_log(self, records: list[dict]) -> None:
+    def rewrite_log(self, records: list[dict], file: Path | None = None) -> None:
         text = "".join(json.dumps(r) + "\n" for r in records)
-        atomic_write(self.log, lambda f: f.write(text.encode()))
+        atomic_write(file or self.log, lambda f: f.write(text.encode()))
 
 
 def _gone(owner: dict | None) -> bool:

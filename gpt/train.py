@@ -32,6 +32,7 @@ from gpt.config import GPTConfig, TrainConfig, bad_value, check_device
 from gpt.data import check_length, get_batch, load_text, split_ids
 from gpt.model import GPT
 from gpt.run_folder import RunFolder, recorded, text_digest, tokenizer_digest
+from gpt.watch import Watcher
 from tensorlab.blas_threads import blas_threads
 
 
@@ -397,8 +398,10 @@ class Trainer:
         progress = Progress(self, stop, shown=cfg.progress and self.dist.rank == 0)
         if self.iter == 0 and not self.history:
             progress.eval(self.evaluate())  # (and the rate's clock starts after it)
+        watch = Watcher(self)  # watch.jsonl (gpt/watch.py)
         while self.iter < stop:
-            progress.step(self.step())
+            with watch.step():
+                progress.step(self.step())
             if self.iter % cfg.eval_interval == 0 or self.iter == stop:
                 progress.eval(self.evaluate())
                 self.save()
