@@ -30,6 +30,7 @@ import tensorlab as tl
 from gpt import token_files
 from gpt.config import GPTConfig, TrainConfig, bad_value, check_device
 from gpt.data import check_length, get_batch, load_text, split_ids
+from gpt.divergence import NOT_FOUND, first_nonfinite
 from gpt.model import GPT
 from gpt.run_folder import RunFolder, recorded, text_digest, tokenizer_digest
 from gpt.watch import Watcher
@@ -260,9 +261,9 @@ class Trainer:
         clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         grad_norm = nn.optim.clip_grad_norm_(self.model.parameters(), clip)
         if not math.isfinite(loss):
-            raise self._diverged("training loss", loss)
+            raise self._diverged("training loss", loss, x[mine], y[mine])
         if not (math.isfinite(grad_norm) or overflow):  # a float16 overflow skips the step
-            raise self._diverged("gradient norm", grad_norm)
+            raise self._diverged("gradient norm", grad_norm, x[mine], y[mine])
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.iter += 1
@@ -287,12 +288,27 @@ class Trainer:
             total = total + loss.data.astype(np.float64) / k
         return float(total)
 
-    def _diverged(self, what: str, value: float) -> Diverged:
+    def _diverged(self, what: str, value: float, x=None, y=None) -> Diverged:
+        """The error to raise; given the step's batch ``x``, ``y`` (host arrays, this rank's
+        rows), the step is replayed to name the first op that made NaN or Inf
+        (gpt/divergence.py), in the message and, beside a checkpoint, in a log record."""
+        cfg, saved = self.cfg, self.checkpoint_path.exists()
         kept = (
             f"the checkpoint {self.checkpoint_path} is kept"
-            if self.checkpoint_path.exists()
+            if saved
             else "no checkpoint was written"
         )
+        if x is not None:
+            finding, k = None, cfg.grad_accum_steps
+            for xk, yk in zip(np.split(x, k), np.split(y, k)):  # host: the micro-batches
+                xk, yk = tl.tensor(xk, device=cfg.device), tl.tensor(yk, device=cfg.device)
+                finding = finding or first_nonfinite(self.model, xk, yk, cfg.dtype)
+            kept += f"; {finding or NOT_FOUND}"
+            if saved and self.dist.rank == 0:  # (the records since the last save, and this)
+                record = {"iter": self.iter + 1, "diverged": f"the {what} is {value}"}
+                record["first_nonfinite"] = finding and dataclasses.asdict(finding)
+                self.run_folder.append_log([*self.pending, record])
+                self.pending = []
         return Diverged(
             f"training diverged: the {what} is {value} at iteration {self.iter + 1}; {kept}; "
             f"try a lower --learning-rate (now {self.cfg.learning_rate:g}), "

@@ -165,7 +165,9 @@ def local_grads(node, g: Tensor, create_graph: bool = False) -> list:
             if gi is not None and not bool(xp_of(gi.data).isfinite(gi.data).all()):
                 raise AnomalyError(
                     f"{node.name} produced NaN or Inf in its backward (gradient of "
-                    f"shape {gi.shape})\n{creation_site(node)}"
+                    f"shape {gi.shape})\n{creation_site(node)}",
+                    node,
+                    gradient=True,
                 )
     if modes.trace is not None:
         modes.trace(node, g, result)

@@ -203,14 +203,21 @@ def named_scope(name: str):
 
 
 class AnomalyError(RuntimeError):
-    """Raised inside detect_anomaly() by the first op that produces NaN or Inf."""
+    """Raised inside detect_anomaly() by the first op that produces NaN or Inf: ``node`` is
+    that op's node (its ``name``, and its ``scope``: the named_scope it ran in, a module path
+    under ``nn.module_scopes``), ``gradient`` whether its backward (True) or its forward made
+    it."""
+
+    def __init__(self, message: str, node=None, gradient: bool = False):
+        super().__init__(message)
+        self.node, self.gradient = node, gradient
 
 
 def _check_forward(ctx, data) -> None:
     ctx._stack = traceback.extract_stack()[:-1]  # tensorlab's own frames are skipped below
     if data.dtype.kind == "f" and not bool(xp_of(data).isfinite(data).all()):
         raise AnomalyError(
-            f"{ctx.name} produced NaN or Inf in its forward output\n{creation_site(ctx)}"
+            f"{ctx.name} produced NaN or Inf in its forward output\n{creation_site(ctx)}", ctx
         )
 
 
