@@ -191,6 +191,8 @@ TESTS = {
         "tests/gpt/circuits/test_views_and_watch.py",
         "tests/gpt/circuits",
     ],
+    "gpt/watch.py": ["tests/gpt/test_watch.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/report.py": ["tests/gpt/test_report.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "tensorlab/creation.py": [
         "tests/tensorlab/test_tensor.py tests/tensorlab/test_default_device.py",
         "tests/tensorlab",
@@ -312,6 +314,70 @@ MUTANTS = {
             "if 0 < a.size <= entries else None",
             "if 0 < a.size < entries else None",
             "a tensor of exactly `entries` entries is summarized without them",
+        ),
+    ],
+    "gpt/watch.py": [
+        (
+            "ratio-over-new-weight",
+            "n: _norm(p.data - before[n]) / max(_norm(before[n]), 1e-12)",
+            "n: _norm(p.data - before[n]) / max(_norm(p.data), 1e-12)",
+            "the update ratio divides by the weight after the step",
+        ),
+        (
+            "grad-norm-clipped",
+            "unclip = max(1.0, (total + 1e-6) / cfg.grad_clip)",
+            "unclip = 1.0",
+            "the recorded gradient norms are the clipped ones",
+        ),
+        (
+            "dead-once",
+            'block["mlp_dead"] = float((pre <= 0).all(0).mean())',
+            'block["mlp_dead"] = float((pre <= 0).any(0).mean())',
+            "a unit counts as dead when it is not positive at one position",
+        ),
+        (
+            "saturated-one-side",
+            "(np.abs(pre) > SATURATED).all(0)",
+            "(pre > SATURATED).all(0)",
+            "a unit far in the negative tail is not counted as saturated",
+        ),
+        (
+            "entropy-over-heads",
+            "return h.mean(axis=(0, 2))",
+            "return h.mean(axis=(0, 1))",
+            "the entropy is averaged over heads instead of queries",
+        ),
+        (
+            "resume-keeps-stale",
+            'if r["iter"] <= trainer.iter]',
+            "if True]",
+            "a resumed run keeps the records past its checkpoint",
+        ),
+        (
+            "watch-one-early",
+            "if not self.every or (self.t.iter + 1) % self.every:",
+            "if not self.every or self.t.iter % self.every:",
+            "the step before each watched one is recorded",
+        ),
+    ],
+    "gpt/report.py": [
+        (
+            "collapse-one-head",
+            "if ent.size and (ent < COLLAPSED).mean() >= 0.5:",
+            "if ent.size and (ent < COLLAPSED).any():",
+            "one sharp head flags collapsed attention",
+        ),
+        (
+            "flags-first-record",
+            "out, last = [], watch[-1]",
+            "out, last = [], watch[0]",
+            "the end-of-run rules read the first record",
+        ),
+        (
+            "biases-are-matrices",
+            '{k: v for k, v in record["update_ratio"].items() if k.rsplit(".", 1)[-1][0] == "W"}',
+            'dict(record["update_ratio"])',
+            "biases and gains count as weight matrices in the update-ratio rules",
         ),
     ],
     "gpt/circuits/watch.py": [

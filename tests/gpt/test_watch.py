@@ -12,7 +12,7 @@ import pytest
 
 from gpt.config import ConfigError, GPTConfig
 from gpt.train import TrainConfig, Trainer
-from gpt.watch import entropy
+from gpt.watch import activation_stats, entropy
 
 TEXT = (
     "the quick brown fox jumps over the lazy dog. " * 40
@@ -28,7 +28,7 @@ def trainer(path, **kw) -> Trainer:
 
 
 def test_a_short_run_writes_one_record_per_watched_step(tmp_path):
-    t = trainer(tmp_path, max_iters=20)
+    t = trainer(tmp_path, max_iters=20, grad_clip=0.05)  # (every step clipped)
     t.run()
     records = t.run_folder.read_log(t.run_folder.watch)
     assert [r["iter"] for r in records] == [5, 10, 15, 20]
@@ -41,6 +41,7 @@ def test_a_short_run_writes_one_record_per_watched_step(tmp_path):
         }
         assert list(r["grad_norm"]) == names and list(r["update_ratio"]) == names
         # the norms before clipping: their root sum of squares is the log's grad_norm
+        assert log[r["iter"]]["grad_norm"] > 0.05
         total = math.sqrt(sum(g**2 for g in r["grad_norm"].values()))
         assert total == pytest.approx(log[r["iter"]]["grad_norm"], rel=1e-4)
         assert len(r["blocks"]) == 2
@@ -94,3 +95,18 @@ def test_entropy_of_uniform_and_one_hot_patterns():
     h = entropy(pattern)
     assert h[0] == pytest.approx(np.log(np.arange(1, T + 1)).mean())
     assert h[1] == 0.0
+
+
+def test_dead_and_saturated_units_are_counted_per_unit(tmp_path):
+    """With W_in = 0 each MLP unit's pre-activation is its bias everywhere: a quarter of the
+    units at -10 (dead, and in a tail), a quarter at +10 (in a tail), half at 0.5 (neither)."""
+    t = trainer(tmp_path)
+    mlp = t.model.blocks[1].mlp
+    mlp.W_in.data[...] = 0.0
+    d_ff = mlp.b_in.shape[0]
+    mlp.b_in.data[...] = np.repeat([-10.0, 10.0, 0.5, 0.5], d_ff // 4)
+    x = t.splits["val"][: 3 * 16].reshape(3, 16)
+    stats = activation_stats(t.model, x)
+    assert stats["blocks"][1]["mlp_dead"] == 0.25
+    assert stats["blocks"][1]["mlp_saturated"] == 0.5
+    assert stats["blocks"][0]["mlp_dead"] < 0.25
