@@ -738,9 +738,15 @@ WRONG = {  # exercise -> (a wrong answer, the mistake it must be named as, words
         (lambda x, p: block(x, p, "scale"), "block-scale", "has no 1/√d_head scale"),
         (lambda x, p: block(x, p, "post"), "block-post", "normalizes after each residual add"),
         (lambda x, p: block(x, p) * 1.01, "forward", "the block's output["),
-        (lambda x, p: tl.tensor(block(x, p).numpy()), "detached", "is not a Tensor made by"),
+        (  # (device="cpu": the grader's tensors are, whatever the test device)
+            lambda x, p: tl.tensor(block(x, p).numpy(), device="cpu"),
+            "detached",
+            "is not a Tensor made by",
+        ),
         (
-            lambda x, p: block(x, {**p, "mlp.b_out": tl.tensor(p["mlp.b_out"].numpy())}),
+            lambda x, p: block(
+                x, {**p, "mlp.b_out": tl.tensor(p["mlp.b_out"].numpy(), device="cpu")}
+            ),
             "detached",
             "no gradient reached mlp.b_out",
         ),
