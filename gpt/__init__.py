@@ -11,6 +11,7 @@ report).
 """
 
 from gpt import data, hf, tokenizers
+from gpt.compare import compare
 from gpt.config import PRESETS, ConfigError, GPTConfig, Seq2SeqConfig, preset
 from gpt.generate import generate, next_token_probs, sample_next
 from gpt.generate_seq2seq import beam_search, greedy_decode

@@ -385,10 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_parser(sub)
     _add_sample_parser(sub)
     _add_prepare_parser(sub)
+    from gpt.compare import add_parser as add_compare_parser
     from gpt.tokenizers import cli as tok_cli
 
     tok_cli.add_report_parser(sub)
     tok_cli.add_train_parser(sub)
+    add_compare_parser(sub)
     parser.commands = sub.choices  # each command's own parser, by name (see parse_args)
     return parser
 

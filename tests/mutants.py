@@ -193,6 +193,7 @@ TESTS = {
     ],
     "gpt/watch.py": ["tests/gpt/test_watch.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "gpt/report.py": ["tests/gpt/test_report.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
+    "gpt/compare.py": ["tests/gpt/test_compare.py", "tests/gpt --ignore=tests/gpt/tokenizers"],
     "tensorlab/creation.py": [
         "tests/tensorlab/test_tensor.py tests/tensorlab/test_default_device.py",
         "tests/tensorlab",
@@ -378,6 +379,44 @@ MUTANTS = {
             '{k: v for k, v in record["update_ratio"].items() if k.rsplit(".", 1)[-1][0] == "W"}',
             'dict(record["update_ratio"])',
             "biases and gains count as weight matrices in the update-ratio rules",
+        ),
+    ],
+    "gpt/compare.py": [
+        (
+            "hf-port-flipped",
+            '"<h.{i}.ln_2"',
+            '"h.{i}.ln_2"',
+            "GPT-2's resid_mid read at ln_2's output, not its input",
+        ),
+        (
+            "qkv-third-ignored",
+            "[..., int(third), :] if third else x",
+            "[..., 0, :] if third else x",
+            "every one of GPT-2's q, k, v read as q",
+        ),
+        (
+            "gradients-forward-order",
+            "params = reversed([n for n, _ in model.named_parameters()])",
+            "params = [n for n, _ in model.named_parameters()]",
+            "the gradients are searched from the embedding, not from the loss",
+        ),
+        (
+            "no-floor",
+            "return [Difference(n, d, d / max(s, floor)) for n, d, s in rows]",
+            "return [Difference(n, d, d / max(s, 1e-38)) for n, d, s in rows]",
+            "a gradient that cancels to zero is compared at its own rounding noise",
+        ),
+        (
+            "nan-agrees",
+            "if not r.relative <= self.rtol",
+            "if r.relative > self.rtol",
+            "a NaN activation counts as agreeing",
+        ),
+        (
+            "scale-of-diff",
+            "_largest(abs(b)[abs(b) < np.inf])",
+            "_largest(abs(a - b))",
+            "the difference is divided by itself",
         ),
     ],
     "gpt/circuits/watch.py": [

@@ -19,7 +19,14 @@ def test_help_lists_the_jobs(capsys):
     out = capsys.readouterr().out
     assert "{train,sample,prepare,tokenizer-train,tokenizer-report}" in out  # the docstring
     listed = {line.split()[0] for line in out.splitlines() if re.match(r"    \S+ +\w", line)}
-    assert listed == {"train", "sample", "prepare", "tokenizer-train", "tokenizer-report"}
+    assert listed == {
+        "train",
+        "sample",
+        "prepare",
+        "tokenizer-train",
+        "tokenizer-report",
+        "compare",
+    }
 
 
 def test_short_text_is_a_clear_error(tmp_path, capsys):
