@@ -66,7 +66,7 @@ def flags(watch: list[dict]) -> list[str]:
         if shares:
             listed = ", ".join(f"{s:.0%} in block {i}" for i, s in shares)
             out.append(f"{name} units: MLP units {what} on the fixed batch: {listed}.")
-    ent = np.array([b["attn_entropy"] for b in last["blocks"]])
+    ent = np.array([b["attn_entropy"] for b in last["blocks"]])  # host: JSON numbers
     if ent.size and (ent < COLLAPSED).mean() >= 0.5:
         out.append(
             f"Collapsed attention: {(ent < COLLAPSED).sum()} of {ent.size} heads attend to one "
@@ -93,21 +93,24 @@ def _lr_and_grad_norm(log: list[dict], clip: float, path) -> str:
 def _update_ratios(watch: list[dict], path) -> str:
     names = list(matrices(watch[-1]))
     its = [r["iter"] for r in watch]
-    logr = np.log10([[max(matrices(r).get(n, np.nan), 1e-30) for r in watch] for n in names])
+    ratios = [[max(matrices(r).get(n, np.nan), 1e-30) for r in watch] for n in names]
+    logr = np.log10(ratios)  # host: JSON numbers
     plt = plots._pyplot()
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(8, 3 + 0.16 * len(names)), height_ratios=(1, 2.5)
     )
     top.axhspan(*BAND, color="g", alpha=0.15, label="~1e-3 band")
-    top.fill_between(its, *10 ** np.nanpercentile(logr, [0, 100], axis=0), alpha=0.3)
-    top.semilogy(its, 10 ** np.nanmedian(logr, axis=0), label="median (shaded: min to max)")
+    lo, hi = 10 ** np.nanpercentile(logr, [0, 100], axis=0)  # host: JSON numbers
+    top.fill_between(its, lo, hi, alpha=0.3)
+    median = 10 ** np.nanmedian(logr, axis=0)  # host: JSON numbers
+    top.semilogy(its, median, label="median (shaded: min to max)")
     top.set_ylabel("|Δw| / |w|")
     top.legend(fontsize=7)
     im = bottom.imshow(
         logr, aspect="auto", cmap="RdBu_r", vmin=-5, vmax=-1, interpolation="nearest"
     )
     bottom.set_yticks(range(len(names)), names, fontsize=6)
-    ticks = np.linspace(0, len(its) - 1, min(len(its), 8)).astype(int)
+    ticks = np.linspace(0, len(its) - 1, min(len(its), 8)).astype(int)  # host: JSON numbers
     bottom.set_xticks(ticks, [its[i] for i in ticks])
     bottom.set_xlabel("iteration")
     bar = fig.colorbar(im, ax=bottom, label="log10 |Δw| / |w|")
@@ -122,7 +125,7 @@ def _per_block(watch: list[dict], path, block_size: int) -> str:
     fig, axes = plt.subplots(4, 1, figsize=(7, 10), sharex=True)
     its = [r["iter"] for r in watch]
     for i in range(len(watch[0]["blocks"])):
-        ent = np.array([r["blocks"][i]["attn_entropy"] for r in watch])
+        ent = np.array([r["blocks"][i]["attn_entropy"] for r in watch])  # host: JSON numbers
         for h in range(ent.shape[1]):
             axes[0].plot(its, ent[:, h], color=f"C{i}", label=f"layer {i}" if h == 0 else None)
         axes[1].semilogy(its, [r["blocks"][i]["resid_rms"] for r in watch], color=f"C{i}")
@@ -130,7 +133,7 @@ def _per_block(watch: list[dict], path, block_size: int) -> str:
             share = [r["blocks"][i][key] for r in watch]
             if share[-1] is not None:
                 axes[2].plot(its, share, style, color=f"C{i}")
-    uniform = np.log(np.arange(1, block_size + 1)).mean()
+    uniform = np.log(np.arange(1, block_size + 1)).mean()  # host: a number
     axes[0].axhline(uniform, color="k", ls="--", lw=0.8, label="uniform over the context")
     axes[0].axhline(COLLAPSED, color="r", ls=":", lw=0.8, label="collapsed")
     axes[0].set_ylabel("attention entropy\n(nats, each head)")
@@ -149,7 +152,7 @@ def _circuits(watch: list[dict], path) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     its = [r["iter"] for r in watch]
     for ax, key in zip(axes, ("induction", "previous_token")):
-        scores = np.array([r[key] for r in watch])  # (time, layer, head)
+        scores = np.array([r[key] for r in watch])  # host: JSON numbers (time, layer, head)
         for i in range(scores.shape[1]):
             ax.plot(its, scores[:, i].max(-1), color=f"C{i}", label=f"layer {i}")
         ax.set_title(f"{key.replace('_', '-')} score (best head of each layer)", fontsize=9)

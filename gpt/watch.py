@@ -49,7 +49,7 @@ def _norm(array) -> float:
 def entropy(pattern: np.ndarray) -> np.ndarray:
     """Mean entropy (nats) of attention patterns (B, H, T, T) per head: (H,)."""
     p = pattern.astype(np.float64)
-    h = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+    h = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)  # host: a cached pattern
     return h.mean(axis=(0, 2))
 
 
@@ -68,7 +68,7 @@ def activation_stats(model, tokens, dtype: str = "float32") -> dict:
     for i in range(L):
         resid = cache[f"blocks.{i}.hook_resid_post"].astype(np.float64)
         block = {
-            "resid_rms": float(np.sqrt((resid**2).mean())),
+            "resid_rms": math.sqrt((resid**2).mean()),
             "attn_entropy": entropy(cache[f"blocks.{i}.attn.hook_pattern"]).tolist(),
             "mlp_dead": None,
             "mlp_saturated": None,
@@ -76,9 +76,9 @@ def activation_stats(model, tokens, dtype: str = "float32") -> dict:
         if mlps[i]:
             pre = cache[f"blocks.{i}.mlp.hook_pre"].reshape(-1, model.blocks[i].mlp.d_ff)
             block["mlp_dead"] = float((pre <= 0).all(0).mean())
-            block["mlp_saturated"] = float((np.abs(pre) > SATURATED).all(0).mean())
+            block["mlp_saturated"] = float((abs(pre) > SATURATED).all(0).mean())
         blocks.append(block)
-    return {"blocks": blocks, "max_logit": float(np.abs(logits.numpy()).max())}
+    return {"blocks": blocks, "max_logit": float(abs(logits.numpy()).max())}
 
 
 class Watcher:

@@ -338,7 +338,7 @@ MUTANTS = {
         ),
         (
             "saturated-one-side",
-            "(np.abs(pre) > SATURATED).all(0)",
+            "(abs(pre) > SATURATED).all(0)",
             "(pre > SATURATED).all(0)",
             "a unit far in the negative tail is not counted as saturated",
         ),
