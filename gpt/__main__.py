@@ -48,6 +48,7 @@ TRAIN_FLAGS = [
     ("device", str, "cpu or cuda"),
     ("dtype", str, "matrix products in float32, or mixed precision in bfloat16 or float16"),
     ("sample_tokens", int, "tokens of the sample printed at the end"),
+    ("watch_interval", int, "record training health in watch.jsonl every this many steps (0: off)"),
 ]
 MODEL_FLAGS = [
     ("n_layer", int, "transformer blocks", None),
