@@ -1,4 +1,5 @@
-"""The command line: python -m gpt {train,sample,prepare,tokenizer-train,tokenizer-report} ...
+"""The command line, one job a word:
+python -m gpt {train,sample,prepare,report,compare,tokenizer-train,tokenizer-report} ...
 
     python -m gpt train --text input.txt --max-iters 2000 --out-dir out/shakespeare
     python -m gpt train --config run.toml --learning-rate 3e-4   # a config file, overridden
@@ -266,6 +267,25 @@ def _sample(args) -> int:
     return 0
 
 
+def _add_report_parser(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="a training run's health as one HTML page",
+        description="Draw a run's log.jsonl and watch.jsonl into RUN_DIR/report/report.html "
+        "(figures embedded, and saved beside it as PNGs), opening with what looks wrong.",
+    )
+    p.add_argument("run_dir", help="the run's folder (--out-dir of train)")
+    p.add_argument("--out", default=None, help="folder to write (default: RUN_DIR/report)")
+    p.set_defaults(func=_report)
+
+
+def _report(args) -> int:
+    from gpt.report import report
+
+    print(report(args.run_dir, args.out))
+    return 0
+
+
 def _add_prepare_parser(sub) -> None:
     p = sub.add_parser(
         "prepare",
@@ -386,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_parser(sub)
     _add_sample_parser(sub)
     _add_prepare_parser(sub)
+    _add_report_parser(sub)
     from gpt.compare import add_parser as add_compare_parser
     from gpt.tokenizers import cli as tok_cli
 
@@ -427,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gpt.config import ConfigError
     from gpt.data import DataError
+    from gpt.hf.checkpoint import HFCheckpointError
     from gpt.run_folder import RunError
     from gpt.tokenizers import TokenizerError
     from gpt.train import Diverged, Interrupted
@@ -447,7 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_text(getattr(args, "text", None))
         return args.func(args)
-    except (ConfigError, DataError, RunError, TokenizerError, SerializationError) as e:
+    except (
+        ConfigError,
+        DataError,
+        RunError,
+        TokenizerError,
+        SerializationError,
+        HFCheckpointError,
+    ) as e:
         return error(e, _one_line(e), 2)
     except FileNotFoundError as e:
         return error(e, f"{e.filename}: no such file", 2)

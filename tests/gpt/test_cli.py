@@ -17,15 +17,17 @@ def test_help_lists_the_jobs(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "{train,sample,prepare,tokenizer-train,tokenizer-report}" in out  # the docstring
+    jobs = "{train,sample,prepare,report,compare,tokenizer-train,tokenizer-report}"
+    assert jobs in out  # the docstring
     listed = {line.split()[0] for line in out.splitlines() if re.match(r"    \S+ +\w", line)}
     assert listed == {
         "train",
         "sample",
         "prepare",
+        "report",
+        "compare",
         "tokenizer-train",
         "tokenizer-report",
-        "compare",
     }
 
 

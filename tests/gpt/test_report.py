@@ -1,4 +1,4 @@
-"""gpt/report.py: ``report(RUN_DIR)`` writes one self-contained HTML page with its
+"""gpt/report.py: ``python -m gpt report RUN_DIR`` writes one self-contained HTML page with its
 sections and figures; its opening sentences flag a run whose learning rate makes the updates
 explode and stay quiet on a healthy one; each rule reacts to its own symptom; and the page
 renders in headless Chromium."""
@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from gpt.__main__ import main  # noqa: E402
 from gpt.report import flags, report  # noqa: E402
 from gpt.train import Diverged  # noqa: E402
 from tests.gpt.test_watch import trainer  # noqa: E402
@@ -95,6 +96,18 @@ def test_a_run_without_watch_records_says_how_to_get_them(tmp_path):
     page = report(tmp_path).read_text()
     assert "train with --watch-interval N" in page and "<h2>Loss</h2>" in page
     assert "Update ratios" not in page
+
+
+def test_the_command_writes_the_page_and_a_folder_without_a_run_is_one_line(runs, tmp_path, capsys):
+    healthy, _ = runs
+    assert main(["report", str(healthy), "--out", str(tmp_path / "page")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "page" / "report.html")
+    assert (
+        "<h2>Update ratios of the weight matrices</h2>"
+        in (tmp_path / "page" / "report.html").read_text()
+    )
+    assert main(["report", str(tmp_path)]) == 2
+    assert "cannot read the run's config" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed")
