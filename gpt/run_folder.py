@@ -7,7 +7,8 @@
       best.safetensors   the model with the lowest validation loss so far (weights only)
       tokenizer.json     the tokenizer the run was trained with
       config.json        the resolved model and training configs
-      log.jsonl          one JSON record per training step and per evaluation
+      log.jsonl          one JSON record per training step and per evaluation (and, after a
+                         checkpoint, a "diverged" record naming the first non-finite op)
       watch.jsonl        training-health records every --watch-interval steps (gpt/watch.py)
       loss.png           the loss curve (when matplotlib is installed)
       run.lock           while a run is training: its process id and host

@@ -5,8 +5,9 @@
 Each step draws a random batch and takes one AdamW step (``grad_accum_steps`` micro-batches
 add their gradients first). Every ``eval_interval`` iterations (and at iteration 0) both splits'
 losses are estimated, then the checkpoint and the log are written; ``resume`` continues from
-the checkpoint bit for bit. A non-finite loss stops the run before anything is saved
-(:class:`Diverged`); Ctrl-C or SIGTERM finishes the step, saves, and stops
+the checkpoint bit for bit. A non-finite loss or gradient stops the run before anything is
+saved (:class:`Diverged`), its step replayed to name the first op that went non-finite
+(gpt/divergence.py); Ctrl-C or SIGTERM finishes the step, saves, and stops
 (:class:`Interrupted`). The run folder's rules: gpt/run_folder.py.
 """
 
