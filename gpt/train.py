@@ -289,11 +289,13 @@ class Trainer:
             total = total + loss.data.astype(np.float64) / k
         return float(total)
 
-    def _diverged(self, what: str, value: float, x=None, y=None) -> Diverged:
-        """The error to raise; given the step's batch ``x``, ``y`` (host arrays, this rank's
-        rows), the step is replayed to name the first op that made NaN or Inf
-        (gpt/divergence.py), in the message and, beside a checkpoint, in a log record."""
+    def _diverged(self, what: str, value: float, x=None, y=None, at=None) -> Diverged:
+        """The error to raise at iteration ``at`` (default: the step being taken); given the
+        step's batch ``x``, ``y`` (host arrays, this rank's rows), the step is replayed to name
+        the first op that made NaN or Inf (gpt/divergence.py), in the message and, beside a
+        checkpoint, in a log record."""
         cfg, saved = self.cfg, self.checkpoint_path.exists()
+        at = self.iter + 1 if at is None else at
         kept = (
             f"the checkpoint {self.checkpoint_path} is kept"
             if saved
@@ -306,12 +308,12 @@ class Trainer:
                 finding = finding or first_nonfinite(self.model, xk, yk, cfg.dtype)
             kept += f"; {finding or NOT_FOUND}"
             if saved and self.dist.rank == 0:  # (the records since the last save, and this)
-                record = {"iter": self.iter + 1, "diverged": f"the {what} is {value}"}
+                record = {"iter": at, "diverged": f"the {what} is {value}"}
                 record["first_nonfinite"] = finding and dataclasses.asdict(finding)
                 self.run_folder.append_log([*self.pending, record])
                 self.pending = []
         return Diverged(
-            f"training diverged: the {what} is {value} at iteration {self.iter + 1}; {kept}; "
+            f"training diverged: the {what} is {value} at iteration {at}; {kept}; "
             f"try a lower --learning-rate (now {self.cfg.learning_rate:g}), "
             f"--grad-clip (now {self.cfg.grad_clip:g}) or more --warmup-iters "
             f"(now {self.cfg.warmup_iters})"
@@ -324,7 +326,7 @@ class Trainer:
         )
         for name in ("train", "val"):
             if not math.isfinite(losses[name]):
-                raise self._diverged(f"{name} loss", losses[name])
+                raise self._diverged(f"{name} loss", losses[name], at=self.iter)
         record = {"iter": self.iter, "train_loss": losses["train"], "val_loss": losses["val"]}
         self.history.append(record)
         self.pending.append(record)

@@ -187,6 +187,14 @@ def test_divergence_keeps_the_last_good_checkpoint(tmp_path):
     assert added.count("\n") == 1 and '{"iter": 11, "diverged"' in added  # + its finding
 
 
+def test_a_divergence_found_by_an_evaluation_names_the_iteration_evaluated(tmp_path):
+    """The evaluation at iteration 0 (before any step) finds the NaN: iteration 0, not 1."""
+    t = trainer(tmp_path, max_iters=5)
+    t.model.parameters()[0].data[...] = np.nan
+    with pytest.raises(Diverged, match=r"the (train|val) loss is nan at iteration 0; no check"):
+        t.run()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_saves_then_stops_and_resume_is_exact(tmp_path, signum):
     straight = trainer(tmp_path / "a", max_iters=12, eval_interval=5)
