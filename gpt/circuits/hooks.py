@@ -47,11 +47,16 @@ def _select(model, names) -> dict[str, object]:
     return {n: modules[n] for n in chosen}
 
 
-def _as_tokens(tokens) -> Tensor:
+def _as_tokens(tokens, device: str | None = None) -> Tensor:
+    """Token ids as a (B, T) Tensor, on ``device`` (a model's: ``_device_of``) or the default."""
     if isinstance(tokens, Tensor):
         return tokens
     a = np.asarray(tokens, dtype=np.int64)
-    return tl.tensor(a[None] if a.ndim == 1 else a)
+    return tl.tensor(a[None] if a.ndim == 1 else a, device=device)
+
+
+def _device_of(model) -> str:
+    return model.parameters()[0].device
 
 
 # Hook points closed on the training path, by name ending, and the block that opens them.
@@ -198,7 +203,7 @@ def run_with_cache(
         return fn
 
     selected = _select(model, names)
-    tokens = _as_tokens(tokens)
+    tokens = _as_tokens(tokens, _device_of(model))
     with hooks(model, [(n, record(n)) for n in selected]):
         with nn.evaluating(model, grad=grad or incl_bwd):
             logits, _ = model(tokens)
@@ -215,7 +220,7 @@ def run_with_cache(
 def mean_token_loss(logits: Tensor, tokens) -> Tensor:
     """The mean next-token cross-entropy of ``logits`` (B, T, vocab) on ``tokens`` (B, T), as a
     Tensor (position t predicts token t+1): the default metric of ``incl_bwd``."""
-    tok = _as_tokens(tokens)
+    tok = _as_tokens(tokens, logits.device)
     if tok.shape[1] < 2:  # no next token to predict: the mean of nothing
         raise ValueError(
             f"mean_token_loss needs at least 2 positions, got tokens of shape {tok.shape}; "
@@ -236,7 +241,7 @@ def run_with_hooks(
     (B, T, vocab). Eval mode, no graph unless ``grad`` or ``bwd_hooks``."""
     bwd_hooks = list(bwd_hooks)
     with hooks(model, fwd_hooks, bwd_hooks), nn.evaluating(model, grad=grad or bool(bwd_hooks)):
-        logits, _ = model(_as_tokens(tokens))
+        logits, _ = model(_as_tokens(tokens, _device_of(model)))
     return logits
 
 
