@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tensorlab import backend
+from tensorlab import backend, c_runner
 from tensorlab.backend import BFLOAT16, erf_exact, xp_of
 
 # ----------------------------------------------------------------------- the namespaces
@@ -262,6 +262,9 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
     return tuple(outs) if isinstance(first, tuple) else outs[0]
 
 
+KERNELS: list = []  # every kernel made (the tests run each on every runner)
+
+
 class fused:  # noqa: N801 - used as a decorator, like functools.cache
     """A kernel from ``math(xp, *args)``: compiled by ``cupy.fuse`` for CuPy arrays (once per
     signature, on first use), run by :func:`run_numpy` (block by block) on NumPy arrays.
@@ -283,11 +286,33 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         self.math, self.rows, self.widen, self.keep = math, rows, widen, keep
         self._signature = inspect.signature(math)
         self._compiled = None
+        self._c_traces: dict = {}  # the C runner's traces, by signature
+        KERNELS.append(self)
 
     def __call__(self, *args, **kw):
-        if xp_of(args[0]) is np:
-            return run_numpy(self.math, self.rows, self.widen, args, kw, self.keep)
-        return self._on_gpu(args, kw)  # pragma: no cover
+        if xp_of(args[0]) is not np:
+            return self._on_gpu(args, kw)  # pragma: no cover
+        if c_runner.available():
+            out = self._on_cpu(args, kw)
+            if out is not c_runner.NOT_COMPILED:
+                return out
+        return run_numpy(self.math, self.rows, self.widen, args, kw, self.keep)
+
+    def _on_cpu(self, args, kw):
+        """The C runner (tensorlab/c_runner.py), half inputs computed in float32 and rounded
+        back as :func:`run_numpy` does."""
+        args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)  # host
+        ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
+        half = ref.dtype if self.widen and ref.dtype in HALF else None
+        if self.widen:  # (a half input beside float32 ones too: C has no half arithmetic)
+            args = tuple(_widened(a) for a in args)
+        out = c_runner.run(self, args, kw)
+        if half is None or out is None or out is c_runner.NOT_COMPILED:
+            return out
+        outs = _as_tuple(out)
+        n = len(outs) - self.keep
+        outs = tuple(_rounded(o, half if i < n else None, ref.shape) for i, o in enumerate(outs))
+        return outs if isinstance(out, tuple) else outs[0]
 
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
         """The compiled kernel, half inputs computed in float32 and rounded back. A row kernel

@@ -106,3 +106,13 @@ def pytest_collection_modifyitems(config, items):
         (keep if digest % n == k - 1 else drop).append(item)
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+@pytest.fixture
+def numpy_kernels():
+    """Kernels on NumPy arrays run by NumPy, operation by operation (tensorlab.fused.run_numpy),
+    not compiled (tensorlab/c_runner.py): for tests that compare with that run bit for bit."""
+    from tests.strategies import cpu_runner
+
+    with cpu_runner("numpy"):
+        yield

@@ -9,11 +9,15 @@ passes against its composed form (``check_fused_op``).
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tensorlab as tl
+from tensorlab import c_runner
 
 # Small dimensions keep full-Jacobian gradchecks cheap (one backward per output entry).
 small_shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
@@ -282,3 +286,60 @@ def seq2seq_configs(draw):
         tie_weights=draw(st.booleans()),
         share_embeddings=share,
     )
+
+
+# ---------------------------------------------------------------- fused ops' inputs
+PER_FEATURE = {"w", "b", "gain", "weight", "bias"}
+CLASSES = {"t"}  # class indices, one per row (cross-entropy's targets)
+
+
+def signature(op):
+    """(names of the array inputs, the numbers with their defaults) of ``op.forward_math``:
+    the parameters without a default and the per-feature ones are arrays, those with a number
+    for default are numbers (a hook point's default, the identity, is left alone)."""
+    params = list(inspect.signature(op.forward_math).parameters.values())[1:]  # after xp
+    empty = inspect.Parameter.empty
+    arrays = [p.name for p in params if p.default is empty or p.name in PER_FEATURE]
+    numbers = {
+        p.name: p.default
+        for p in params
+        if p.name not in arrays and isinstance(p.default, int | float)
+    }
+    return arrays, numbers
+
+
+# Values with the kinks and ties in: 0 exactly, and a few repeated numbers.
+kinky = st.one_of(st.sampled_from([0.0, 0.0, 1.0, -1.0]), st.floats(-4, 4, width=64))
+shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+
+
+def fused_op_inputs(draw, op, away: bool, dtype=np.float64):
+    """Inputs of a fused op (tensorlab/fused_op.py) read from its ``forward_math`` signature
+    (:func:`signature`): Tensors of one drawn shape (per-feature ones of its last axis, class
+    indices one per row), valued with the kinks and ties in, or nudged ``away`` from 0; and
+    the op's numbers at their defaults."""
+    arrays, numbers = signature(op)
+    shape = draw(shapes)
+    inputs = []
+    for name in arrays:
+        if name in CLASSES:  # one class index per row, some of them the ignored -100
+            classes = st.integers(-1, shape[-1] - 1).map(lambda c: -100 if c < 0 else c)
+            inputs.append(tl.tensor(draw(hnp.arrays(np.int64, shape[:-1], elements=classes))))
+            continue
+        s = shape[-1:] if name in PER_FEATURE else shape
+        x = draw(hnp.arrays(np.float64, s, elements=kinky)).astype(dtype)
+        inputs.append(tl.tensor(away_from(x, [0.0], 1e-2) if away else x, requires_grad=True))
+    return inputs, numbers
+
+
+@contextlib.contextmanager
+def cpu_runner(name: str):
+    """Kernels on NumPy arrays run by ``name``: "compiled" (the C runner, as chosen at
+    start) or "numpy" (tensorlab.fused.run_numpy)."""
+    kept = c_runner.available
+    if name == "numpy":
+        c_runner.available = lambda: False
+    try:
+        yield
+    finally:
+        c_runner.available = kept

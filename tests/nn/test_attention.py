@@ -489,7 +489,7 @@ GPU_LAUNCHES = {"causal": (8, 10)}  # (forward, backward) in float32 and float64
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
-def test_on_a_gpu_attention_is_its_cpu_form(case, dtype, monkeypatch):
+def test_on_a_gpu_attention_is_its_cpu_form(case, dtype, monkeypatch, numpy_kernels):
     """On CuPy arrays each of AttentionFn's in-place kernels (exp_shifted_in_place,
     softmax_grad_in_place) is one launch where NumPy runs its two and three in-place
     operations, in the same order: on CuPy

@@ -196,7 +196,7 @@ def test_targets_that_are_not_class_indices_and_bad_smoothing_are_refused(
 @pytest.mark.parametrize(
     "reduction, eps", [("mean", 0.0), ("sum", 0.1), ("none", 0.0)], ids=["mean", "sum-eps", "none"]
 )
-def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypatch):
+def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypatch, numpy_kernels):
     """On CuPy arrays cross-entropy runs the formulas the CPU runs (as CuPy's operations: a
     row formula): on CuPy emulated by NumPy (tests/fake_cupy.py) the loss and the logits'
     gradient are bitwise those of the CPU, with an ignored target, in float32, float64 and

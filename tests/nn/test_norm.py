@@ -145,7 +145,7 @@ NORMS_WITH_PARAMS = {  # each norm with each set of parameters it takes: (functi
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(NORMS_WITH_PARAMS))
-def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch):
+def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch, numpy_kernels):
     """On CuPy arrays a norm runs its two formulas (nn/norm.py: LayerNormFn, RMSNormFn) with
     CuPy's operations: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients
     are bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once),

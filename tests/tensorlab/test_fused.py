@@ -279,7 +279,7 @@ def _row_centred(xp, x, b):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
-def test_blocks_give_what_the_whole_array_gives(dtype, monkeypatch):
+def test_blocks_give_what_the_whole_array_gives(dtype, monkeypatch, numpy_kernels):
     """Inputs of many blocks (several rows a block, a short last block, a transposed input)
     run block by block equal the formula on the whole array (bitwise:
     the same operations on the same numbers); half inputs come back in their own dtype."""

@@ -21,23 +21,26 @@ defaults.
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 import gpt  # noqa: F401  (imports every module that defines fused ops)
 import nn  # noqa: F401
 import tensorlab as tl
+from tensorlab import c_runner
 from tensorlab.fused_op import fused_functions
-from tests.strategies import away_from, check_fused_op
+from tests.strategies import (
+    CLASSES,
+    PER_FEATURE,
+    check_fused_op,
+    cpu_runner,
+    fused_op_inputs,
+    signature,
+)
 
 OPS = fused_functions()
-PER_FEATURE = {"w", "b", "gain", "weight", "bias"}
-CLASSES = {"t"}  # class indices, one per row (cross-entropy's targets)
 
 
 def test_the_fused_ops_are_found():
@@ -45,52 +48,26 @@ def test_the_fused_ops_are_found():
     assert {"GELUFn", "GELUTanhFn", "SiLUFn", "ELUFn", "LayerNormFn", "RMSNormFn"} <= names
 
 
-def signature(op):
-    """(names of the array inputs, the numbers with their defaults) of ``op.forward_math``:
-    the parameters without a default and the per-feature ones are arrays, those with a number
-    for default are numbers (a hook point's default, the identity, is left alone)."""
-    params = list(inspect.signature(op.forward_math).parameters.values())[1:]  # after xp
-    empty = inspect.Parameter.empty
-    arrays = [p.name for p in params if p.default is empty or p.name in PER_FEATURE]
-    numbers = {
-        p.name: p.default
-        for p in params
-        if p.name not in arrays and isinstance(p.default, int | float)
-    }
-    return arrays, numbers
-
-
-# Values with the kinks and ties in: 0 exactly, and a few repeated numbers.
-kinky = st.one_of(st.sampled_from([0.0, 0.0, 1.0, -1.0]), st.floats(-4, 4, width=64))
-shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
-
-
-def draw_inputs(draw, op, away: bool):
-    arrays, numbers = signature(op)
-    shape = draw(shapes)
-    inputs = []
-    for name in arrays:
-        if name in CLASSES:  # one class index per row, some of them the ignored -100
-            classes = st.integers(-1, shape[-1] - 1).map(lambda c: -100 if c < 0 else c)
-            inputs.append(tl.tensor(draw(hnp.arrays(np.int64, shape[:-1], elements=classes))))
-            continue
-        s = shape[-1:] if name in PER_FEATURE else shape
-        x = draw(hnp.arrays(np.float64, s, elements=kinky))
-        inputs.append(tl.tensor(away_from(x, [0.0], 1e-2) if away else x, requires_grad=True))
-    return inputs, numbers
-
-
+@pytest.mark.parametrize("cpu", ["compiled", "numpy"])
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
 @given(data=st.data())
-def test_runners_agree_and_the_gradients_are_right(op, data):
-    inputs, numbers = draw_inputs(data.draw, op, away=False)
+def test_runners_agree_and_the_gradients_are_right(op, cpu, data):
+    """On the CPU both array runners: the C runner (tensorlab/c_runner.py) and NumPy's."""
+    if cpu == "compiled" and not c_runner.available():
+        pytest.skip("no C compiler here: the C runner is off (tensorlab/c_runner.py)")
+    with cpu_runner(cpu):
+        check_runners_and_gradients(op, data)
+
+
+def check_runners_and_gradients(op, data):
+    inputs, numbers = fused_op_inputs(data.draw, op, away=False)
     fused = lambda *xs: op.apply(*xs, **numbers)
     composed = lambda *xs: op.composed(*xs, **numbers)
     # (a) the op (its array runner: NumPy, or CuPy on a GPU) against the Tensor run, and (b),
     # (d) at the kinks: everything but the finite differences
     check_fused_op(fused, composed, inputs, atol=1e-10, finite_differences=False)
     # (c) finite differences away from the kinks
-    smooth, _ = draw_inputs(data.draw, op, away=True)
+    smooth, _ = fused_op_inputs(data.draw, op, away=True)
     tl.gradcheck(fused, smooth)
     tl.gradgradcheck(fused, smooth)
 

@@ -1,0 +1,851 @@
+"""The C runner: a kernel's formula traced once, written as one C loop over rows, compiled.
+
+NumPy runs a formula one operation at a time: GELU's forward is about ten passes over memory,
+each a separate ufunc call, and NumPy has no vectorised ``erf`` or ``tanh`` for float32. A C
+compiler does what ``cupy.fuse`` does on a GPU: given the formula as one loop, it keeps every
+intermediate number in a register and calls the C library's vector ``expf``/``erff``/``tanhf``
+(glibc's libmvec, 16 numbers at a time with AVX-512). This file makes that loop from the same
+Python function the other runners run, so no op is written twice:
+
+1. **Trace.** ``math(TRACE, *args)`` is called with :class:`Sym` stand-ins for the arrays and
+   numbers. Each arithmetic operation, comparison, ``xp.exp`` ... on them records a
+   :class:`Node` instead of computing. In-place updates (``m *= b``, ``xp.exp(S, out=S)``,
+   ``xp.put_along_axis``) rebind the stand-in, so what the function leaves in an argument is
+   written back to it.
+2. **Write C.** Every array is seen as rows: (R, d), d the last axis. A node is either one
+   number per element or one number per row (a row's sum, mean or max over the last axis, a
+   per-row input such as a norm's 1/σ, an element picked by ``take_along_axis``). The function
+   becomes, per row: the row values in the order the formula made them, each reduction one
+   ``for j`` loop, and a last loop that computes and stores the outputs. Elementwise work is
+   recomputed inside each loop that needs it (cheaper than a trip through memory).
+3. **Compile once.** The C source is compiled by the system's C compiler (``$CC``, else
+   ``cc``) into a shared library, cached on disk by the hash of its source and the machine
+   (``$TENSORLAB_CACHE``, else ``~/.cache/tensorlab``), and called through ``ctypes``.
+
+A trace is kept per *signature*: the arrays' dtypes and layouts (full, one per row, broadcast
+along the row) and the numbers' types. Numbers are the kernel's runtime arguments, so a new
+learning rate or ε does not compile anything; where the formula branches on one
+(``if label_smoothing:``), the branch taken is recorded as a guard of that trace, and the other
+branch gets its own trace on first use.
+
+The runner is chosen once: :func:`available` is true when a C compiler builds and loads a
+probe kernel, and ``TENSORLAB_CPU_KERNELS=numpy`` turns it off (the tests run both runners).
+A formula that uses something :class:`Sym` does not write (a dtype other than float32/64,
+int32/64 and bool, another axis, a reshape) raises :class:`Untraceable` once per signature, and
+that signature runs on NumPy (:func:`tensorlab.fused.run_numpy`).
+
+NaN and ∞ follow NumPy: the code is compiled without ``-ffast-math`` (only without ``errno``
+and traps, which is what lets the compiler call the vector functions), and a row's maximum
+propagates NaN. A formula compiled here may differ from NumPy's result in the last bits
+(fused multiply-adds, vector ``exp``, summation order); the tests hold the two runners to
+float32's and float64's rounding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+class Untraceable(Exception):
+    """The formula does something the C runner does not write (it then runs on NumPy)."""
+
+
+# ----------------------------------------------------------------------- the trace: nodes
+# Types: "b" bool, "i" int64, "f" float32, "d" float64; "wi" and "wf" are Python's int and
+# float (weak: they take the other operand's type, as NumPy's Python scalars do).
+_C = {"b": "unsigned char", "i": "long long", "f": "float", "d": "double"}
+_C.update(wi="long long", wf="double")
+_DTYPE = {"b": np.bool_, "i": np.int64, "f": np.float32, "d": np.float64}
+_OF_DTYPE = {
+    np.dtype(np.bool_): ("b", "unsigned char"),
+    np.dtype(np.int32): ("i", "int"),
+    np.dtype(np.int64): ("i", "long long"),
+    np.dtype(np.float32): ("f", "float"),
+    np.dtype(np.float64): ("d", "double"),
+}
+_RANK = {"b": 0, "i": 1, "f": 2, "d": 3}
+
+
+def _promote(a: str, b: str) -> str:
+    """The type of ``a op b`` under NumPy's rules (NEP 50: Python numbers are weak)."""
+    if a.startswith("w") and b.startswith("w"):
+        return "wf" if "wf" in (a, b) else "wi"
+    if b.startswith("w"):
+        a, b = b, a
+    if a == "wi":
+        return "i" if b == "b" else b
+    if a == "wf":
+        return b if b in ("f", "d") else "d"
+    if {a, b} == {"i", "f"}:
+        return "d"  # int64 with float32: float64, as NumPy
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def _strong(t: str) -> str:
+    return {"wi": "i", "wf": "d"}.get(t, t)
+
+
+class Node:
+    """One operation of the trace: ``op`` on ``args`` (nodes), of C type ``t``; ``row`` is True
+    for one number per row, False for one per element. ``n`` orders the nodes as made."""
+
+    __slots__ = ("op", "args", "t", "row", "value", "n")
+    count = 0
+
+    def __init__(self, op: str, args: tuple, t: str, row: bool, value=None):
+        self.op, self.args, self.t, self.row, self.value = op, args, t, row, value
+        Node.count += 1
+        self.n = Node.count
+
+
+def _node(op: str, args: tuple, t: str, value=None) -> Node:
+    row = all(a.row for a in args) if args else True
+    return Node(op, args, t, row, value)
+
+
+# A Sym's shape kind: "E" the full shape (..., d), "K" one per row with the last axis kept
+# (..., 1), "F" one per row without it (...), "S" a single number (broadcasts with any).
+def _kind(*kinds: str) -> str:
+    found = {k for k in kinds if k != "S"}
+    if not found:
+        return "S"
+    if found <= {"E", "K"}:
+        return "E" if "E" in found else "K"
+    if found == {"F"}:
+        return "F"
+    raise Untraceable(f"shapes {sorted(found)} would broadcast across rows")
+
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_COMPARE = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+
+
+class Sym:
+    """A traced array or number: its current :class:`Node` and its shape kind. In-place
+    operators replace the node (NumPy's in-place update of the same array)."""
+
+    __array_ufunc__ = None  # NumPy numbers defer to Sym's reflected operators
+
+    def __init__(self, node: Node, kind: str, tracer: Tracer):
+        self.node, self.kind, self._tracer = node, kind, tracer
+
+    def _new(self, node, kind):
+        return Sym(node, kind, self._tracer)
+
+    def _other(self, other) -> Sym:
+        if isinstance(other, Sym):
+            return other
+        return self._tracer.constant(other)
+
+    def _binary(self, op, other, reflected=False):
+        other = self._other(other)
+        a, b = (other, self) if reflected else (self, other)
+        t = _promote(a.node.t, b.node.t)
+        if op == "div" and _strong(t) in ("b", "i"):
+            t = "d" if not t.startswith("w") else "wf"  # true division
+        return self._new(_node(op, (a.node, b.node), t), _kind(a.kind, b.kind))
+
+    def _compare(self, op, other):
+        other = self._other(other)
+        t = _promote(self.node.t, other.node.t)
+        node = _node(op, (self.node, other.node), "b", value=t)
+        return self._new(node, _kind(self.kind, other.kind))
+
+    def _assign(self, result: Sym) -> Sym:
+        if result.kind != self.kind and self.kind != "S":
+            raise Untraceable(f"an in-place update of a {self.kind} array by a {result.kind}")
+        t = self.node.t
+        self.node = result.node if result.node.t == t else _node("cast", (result.node,), t)
+        return self
+
+    def __add__(self, o):
+        return self._binary("add", o)
+
+    def __radd__(self, o):
+        return self._binary("add", o, True)
+
+    def __sub__(self, o):
+        return self._binary("sub", o)
+
+    def __rsub__(self, o):
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o):
+        return self._binary("mul", o)
+
+    def __rmul__(self, o):
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o):
+        return self._binary("div", o, True)
+
+    def __iadd__(self, o):
+        return self._assign(self + o)
+
+    def __isub__(self, o):
+        return self._assign(self - o)
+
+    def __imul__(self, o):
+        return self._assign(self * o)
+
+    def __itruediv__(self, o):
+        return self._assign(self / o)
+
+    def __neg__(self):
+        return self._new(_node("neg", (self.node,), self.node.t), self.kind)
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, o):
+        if o == 2:
+            return self * self
+        return self._tracer.call("pow", self, o)
+
+    def __gt__(self, o):
+        return self._compare("gt", o)
+
+    def __lt__(self, o):
+        return self._compare("lt", o)
+
+    def __ge__(self, o):
+        return self._compare("ge", o)
+
+    def __le__(self, o):
+        return self._compare("le", o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._compare("eq", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._compare("ne", o)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self):
+        return self._tracer.guard(self)
+
+    def __getitem__(self, key):
+        if key == (Ellipsis, 0) and self.kind in ("K", "F"):
+            return self._new(self.node, "F")
+        if key == (Ellipsis, None) and self.kind in ("F", "S"):
+            return self._new(self.node, "K")
+        raise Untraceable(f"indexing with {key!r}")
+
+    def astype(self, dtype) -> Sym:
+        t = _OF_DTYPE.get(np.dtype(dtype), (None,))[0]
+        if t is None:
+            raise Untraceable(f"astype({dtype})")
+        return self._new(_node("cast", (self.node,), t), self.kind)
+
+    @property
+    def dtype(self):
+        return np.dtype(_DTYPE[_strong(self.node.t)])
+
+    @property
+    def shape(self):
+        return _Shape(self)
+
+
+class _Shape:
+    """A traced array's shape: only its last axis (the row width d, a runtime number)."""
+
+    def __init__(self, sym: Sym):
+        self._sym = sym
+
+    def __getitem__(self, i):
+        if i == -1:
+            return self._sym._new(Node("width", (), "wi", True), "S")
+        raise Untraceable(f"shape[{i}]")
+
+
+_FLOAT_FN = {"exp", "log", "sqrt", "tanh", "erf", "expm1", "abs", "pow"}
+
+
+class Tracer:
+    """The ``xp`` of a trace: its functions record nodes. Holds the runtime numbers (params)
+    and the guards (a number's truth the formula branched on)."""
+
+    float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
+
+    def __init__(self):
+        self.params: list[Node] = []
+        self.guards: list[tuple[int, bool]] = []
+        self.values: list = []
+
+    def __getattr__(self, name):
+        raise Untraceable(f"xp.{name}")
+
+    def constant(self, value) -> Sym:
+        if isinstance(value, (bool, np.bool_)):
+            return Sym(Node("const", (), "b", True, bool(value)), "S", self)
+        if isinstance(value, (int, float)) and not isinstance(value, np.generic):
+            t = "wi" if isinstance(value, int) else "wf"
+            return Sym(Node("const", (), t, True, value), "S", self)
+        if isinstance(value, np.generic) and value.dtype in _OF_DTYPE:
+            return Sym(Node("const", (), _OF_DTYPE[value.dtype][0], True, value.item()), "S", self)
+        raise Untraceable(f"a constant of type {type(value).__name__}")
+
+    def param(self, value) -> Sym:
+        if isinstance(value, np.generic):
+            t = _OF_DTYPE[value.dtype][0]
+        else:
+            t = "wi" if isinstance(value, int) else "wf"
+        node = Node("param", (), t, True, len(self.params))
+        self.params.append(node)
+        self.values.append(value)
+        return Sym(node, "S", self)
+
+    def guard(self, sym: Sym) -> bool:
+        if sym.node.op != "param":
+            raise Untraceable("a branch on an array's values")
+        truth = bool(self.values[sym.node.value])
+        self.guards.append((sym.node.value, truth))
+        return truth
+
+    def call(self, op: str, *args, out=None) -> Sym:
+        syms = [a if isinstance(a, Sym) else self.constant(a) for a in args]
+        t = syms[0].node.t
+        if op in _FLOAT_FN and op != "abs":
+            t = _promote(t, "wf")
+            t = "d" if t == "wf" else t
+        if op == "pow":
+            t = _promote(t, syms[1].node.t)
+        result = Sym(
+            _node(op, tuple(s.node for s in syms), t), _kind(*(s.kind for s in syms)), self
+        )
+        if out is not None:
+            return out._assign(result)
+        return result
+
+    def exp(self, x, out=None):
+        return self.call("exp", x, out=out)
+
+    def log(self, x, out=None):
+        return self.call("log", x, out=out)
+
+    def sqrt(self, x, out=None):
+        return self.call("sqrt", x, out=out)
+
+    def tanh(self, x, out=None):
+        return self.call("tanh", x, out=out)
+
+    def erf(self, x, out=None):
+        return self.call("erf", x, out=out)
+
+    def expm1(self, x, out=None):
+        return self.call("expm1", x, out=out)
+
+    def abs(self, x, out=None):
+        return self.call("abs", x, out=out)
+
+    def maximum(self, a, b):
+        return self.where((a > b) | _isnan(a), a, b)
+
+    def minimum(self, a, b):
+        return self.where((a < b) | _isnan(a), a, b)
+
+    def where(self, c, a, b) -> Sym:
+        c, a, b = (x if isinstance(x, Sym) else self.constant(x) for x in (c, a, b))
+        t = _promote(a.node.t, b.node.t)
+        node = _node("where", (c.node, a.node, b.node), t)
+        return Sym(node, _kind(c.kind, a.kind, b.kind), self)
+
+    def _reduce(self, op, x, axis, keepdims):
+        if axis not in (-1,) or not isinstance(x, Sym) or x.kind != "E":
+            raise Untraceable(f"{op} over axis {axis}")
+        t = _strong(x.node.t)
+        t = "d" if t in ("b", "i") and op != "max" else t
+        node = Node(op, (x.node,), t, True)
+        return Sym(node, "K" if keepdims else "F", self)
+
+    def sum(self, x, axis=None, keepdims=False):
+        return self._reduce("sum", x, axis, keepdims)
+
+    def mean(self, x, axis=None, keepdims=False):
+        return self._reduce("mean", x, axis, keepdims)
+
+    def max(self, x, axis=None, keepdims=False):
+        return self._reduce("max", x, axis, keepdims)
+
+    def take_along_axis(self, x, index, axis):
+        if axis != -1 or x.kind != "E" or index.kind not in ("K", "S"):
+            raise Untraceable("take_along_axis other than one index per row of the last axis")
+        return Sym(Node("gather", (x.node, index.node), x.node.t, True), "K", self)
+
+    def put_along_axis(self, x, index, values, axis):
+        if axis != -1 or x.kind != "E" or index.kind not in ("K", "S"):
+            raise Untraceable("put_along_axis other than one index per row of the last axis")
+        values = values if isinstance(values, Sym) else self.constant(values)
+        at = Node("at", (index.node,), "b", False)  # column j is the row's index
+        x._assign(Sym(_node("where", (at, values.node, x.node), x.node.t), "E", self))
+
+
+def _isnan(a: Sym) -> Sym:
+    return a != a
+
+
+def _or(self: Sym, other: Sym) -> Sym:
+    node = _node("or", (self.node, other.node), "b")
+    return self._new(node, _kind(self.kind, other.kind))
+
+
+Sym.__or__ = _or  # type: ignore[attr-defined]
+
+TRACE_FUNCTIONS = frozenset(
+    name for name in vars(Tracer) if not name.startswith("_") and callable(getattr(Tracer, name))
+)
+
+
+# ----------------------------------------------------------------------- the C source
+_FN = {"abs": "fabs", "pow": "pow"}
+_PRELUDE = """#include <math.h>
+#if defined(TENSORLAB_LIBMVEC)
+#define V __attribute__((__simd__("notinbranch")))
+V float expf(float); V float logf(float); V float tanhf(float); V float erff(float);
+V float expm1f(float);
+#endif
+"""
+
+
+def _literal(value, t: str) -> str:
+    t = _strong(t)
+    if t in ("b", "i"):
+        return f"{int(value)}LL"
+    value = float(value)
+    if math.isnan(value):
+        text = "NAN"
+    elif math.isinf(value):
+        text = "INFINITY" if value > 0 else "-INFINITY"
+    else:
+        return f"{value!r}f" if t == "f" else f"{value!r}"
+    return f"(({_C[t]}){text})"
+
+
+class _Writer:
+    """C source of one traced signature. ``arrays`` are (name, C type, per_row) of the inputs,
+    ``outputs`` (node, kind) and ``stores`` (argument index, node)."""
+
+    def __init__(self, arrays, outputs, stores, params):
+        self.arrays, self.outputs, self.stores, self.params = arrays, outputs, stores, params
+        self.lines: list[str] = []
+        roots = [n for n, _ in outputs] + [n for _, n in stores]
+        self.nodes = sorted(_reachable(roots), key=lambda n: n.n)
+
+    def name(self, node: Node, col: str) -> str:
+        if node.op == "const":
+            return _literal(node.value, node.t)
+        if node.op == "param":
+            return f"p{node.value}"
+        if node.op == "width":
+            return "d"
+        return f"{'r' if node.row else 'e'}{node.n}"
+
+    def use(self, node: Node, t: str, col: str) -> str:
+        text = self.name(node, col)
+        return text if _strong(node.t) == _strong(t) else f"(({_C[_strong(t)]}){text})"
+
+    def expr(self, node: Node, col: str) -> str:
+        op, args, t = node.op, node.args, _strong(node.t)
+        if op == "load":
+            a, _, per_row = self.arrays[node.value]
+            return f"{a}r[0]" if per_row else f"{a}r[{col}]"
+        if op in _BINARY:
+            x, y = (self.use(a, t, col) for a in args)
+            return f"{x} {_BINARY[op]} {y}"
+        if op in _COMPARE:
+            x, y = (self.use(a, node.value, col) for a in args)
+            return f"{x} {_COMPARE[op]} {y}"
+        if op == "or":
+            return f"{self.name(args[0], col)} || {self.name(args[1], col)}"
+        if op == "neg":
+            return f"-{self.name(args[0], col)}"
+        if op == "cast":
+            return f"({_C[t]}){self.name(args[0], col)}"
+        if op == "where":
+            c = self.name(args[0], col)
+            return f"{c} ? {self.use(args[1], t, col)} : {self.use(args[2], t, col)}"
+        if op == "at":
+            return f"{col} == {self.name(args[0], col)}"
+        fn = _FN.get(op, op)
+        if t in ("b", "i"):
+            return f"llabs({self.name(args[0], col)})"
+        fn = fn + ("f" if t == "f" else "")
+        return f"{fn}({', '.join(self.use(a, t, col) for a in args)})"
+
+    def elementwise(self, roots: list[Node], col: str, indent: str) -> None:
+        """The element nodes that ``roots`` need, at column ``col``, in the order made."""
+        for node in sorted(_reachable(roots, rows=False), key=lambda n: n.n):
+            self.lines.append(f"{indent}{_C[_strong(node.t)]} e{node.n} = {self.expr(node, col)};")
+
+    def source(self, name: str) -> str:
+        out = self.lines
+        head = [f"{ctype}* {a}, long long s{k}" for k, (a, ctype, _) in enumerate(self.arrays)]
+        head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
+        head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
+        out.append(f"int {name}(long long R, long long d, {', '.join(head)}) {{")
+        out.append("  for (long long r = 0; r < R; r++) {")
+        for k, (a, ctype, _) in enumerate(self.arrays):
+            out.append(f"    {ctype}* {a}r = {a} + r * s{k};")
+        for node in self.nodes:
+            if not node.row or node.op in ("const", "param", "width"):
+                continue
+            self.row_node(node)
+        last = [n for n, kind in self.outputs if kind == "E"] + [
+            n for k, n in self.stores if not self.arrays[k][2]
+        ]
+        if last:
+            out.append("    #pragma omp simd")
+            out.append("    for (long long j = 0; j < d; j++) {")
+            self.elementwise(last, "j", "      ")
+            for k, (node, kind) in enumerate(self.outputs):
+                if kind == "E":
+                    out.append(f"      o{k}[r * d + j] = {self.use(node, node.t, 'j')};")
+            for k, node in self.stores:
+                a, ctype, per_row = self.arrays[k]
+                if not per_row:
+                    out.append(f"      {a}r[j] = ({ctype}){self.name(node, 'j')};")
+            out.append("    }")
+        for k, (node, kind) in enumerate(self.outputs):
+            if kind != "E":
+                out.append(f"    o{k}[r] = {self.name(node, '')};")
+        for k, node in self.stores:
+            a, ctype, per_row = self.arrays[k]
+            if per_row:
+                out.append(f"    {a}r[0] = ({ctype}){self.name(node, '')};")
+        out.append("  }\n  return 0;\n}\n")
+        return _PRELUDE + "\n".join(out)
+
+    def row_node(self, node: Node) -> None:
+        out, t = self.lines, _C[_strong(node.t)]
+        if node.op in ("sum", "mean", "max"):
+            (x,) = node.args
+            acc = f"a{node.n}"
+            if node.op == "max":
+                out.append(f"    {t} {acc} = -INFINITY;")
+                out.append("    for (long long j = 0; j < d; j++) {")
+            else:
+                out.append(f"    {t} {acc} = 0;")
+                out.append(f"    #pragma omp simd reduction(+:{acc})")
+                out.append("    for (long long j = 0; j < d; j++) {")
+            self.elementwise([x], "j", "      ")
+            value = self.use(x, node.t, "j")
+            if node.op == "max":  # NaN wins, as in NumPy
+                out.append(f"      {t} v = {value};")
+                out.append(f"      {acc} = (v > {acc} || v != v) ? v : {acc};")
+            else:
+                out.append(f"      {acc} += {value};")
+            out.append("    }")
+            scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
+            out.append(f"    const {t} r{node.n} = {acc}{scale};")
+        elif node.op == "gather":
+            x, index = node.args
+            out.append(f"    {t} r{node.n};")
+            out.append("    {")
+            out.append(f"      const long long c = (long long){self.name(index, '')};")
+            out.append("      if (c < 0 || c >= d) return 1;")
+            self.elementwise([x], "c", "      ")
+            out.append(f"      r{node.n} = {self.name(x, 'c')};")
+            out.append("    }")
+        else:
+            out.append(f"    const {t} r{node.n} = {self.expr(node, '')};")
+
+
+def _reachable(roots, rows=None) -> set:
+    """The nodes ``roots`` depend on (with ``rows=False``: only through element nodes: a row
+    node is a value the loop reads, computed before it)."""
+    seen, todo = set(), list(roots)
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        if rows is False and node.row:
+            continue
+        seen.add(node)
+        todo.extend(node.args)
+    return seen
+
+
+# ----------------------------------------------------------------------- compiling
+# No -ffast-math: NaN and ∞ as NumPy has them, and no regrouping or fused multiply-adds, so that
+# a product recomputed in two loops rounds the same in both (layer norm's ĝ - mean(ĝ) is then
+# exactly 0 for a row of one). A row's sum is split over the vector's lanes (omp simd).
+_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+_FLAGS += ["-ffp-contract=off"]
+_FLAGS += ["-shared", "-fPIC"]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TENSORLAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tensorlab"
+    )
+    return Path(root) / "kernels"
+
+
+@functools.cache
+def _machine() -> str:
+    """What the compiled code depends on besides its source (``-march=native``)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()} {flags}"
+
+
+def _build(source: str, extra: list[str]) -> Path:
+    """The shared library of ``source`` from the cache, compiled there first if missing
+    (written under a temporary name and renamed: processes compiling at once do not clash)."""
+    cc = os.environ.get("CC", "cc")
+    key = hashlib.sha256("\0".join([source, cc, *_FLAGS, *extra, _machine()]).encode())
+    path = _cache_dir() / f"{key.hexdigest()[:32]}.so"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        c_file, so_file = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+        c_file.write_text(source)
+        cmd = [cc, *_FLAGS, "-o", str(so_file), str(c_file), "-lm", *extra]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"C runner: {' '.join(cmd)} failed:\n{run.stderr[-2000:]}")
+        os.replace(so_file, path)
+    return path
+
+
+@functools.cache
+def _link() -> tuple[str, ...]:
+    """The compile options chosen once per process: glibc's vector math (libmvec) when the
+    compiler and library have it, else the scalar ``expf`` ... ; None when no C compiler
+    works (then every kernel runs on NumPy)."""
+    probe = "float probe(float x) { return expf(x) + erff(x) + tanhf(x); }\n"
+    for extra in (["-DTENSORLAB_LIBMVEC", "-lmvec"], []):
+        try:
+            ctypes.CDLL(str(_build(_PRELUDE + probe, extra)))
+            return tuple(extra)
+        except (OSError, RuntimeError):
+            continue
+    return None
+
+
+def available() -> bool:
+    """True when kernels on NumPy arrays run compiled (a C compiler works here, and
+    ``TENSORLAB_CPU_KERNELS`` is not ``numpy``). Decided once per process."""
+    return _choice()
+
+
+@functools.cache
+def _choice() -> bool:
+    setting = os.environ.get("TENSORLAB_CPU_KERNELS", "compiled")
+    if setting not in ("compiled", "numpy"):
+        raise ValueError(f"TENSORLAB_CPU_KERNELS must be 'compiled' or 'numpy', not {setting!r}")
+    return setting == "compiled" and sys.platform != "win32" and _link() is not None
+
+
+# ----------------------------------------------------------------------- calling
+class Compiled:
+    """One traced, compiled signature of a kernel: call it with the arrays laid out as rows."""
+
+    def __init__(self, math, args: tuple, kw: dict, layout: tuple, name: str):
+        tracer = Tracer()
+        self.layout = layout
+        syms, self.arrays, number_at = [], [], []
+        for i, (a, lay) in enumerate(zip(args, layout)):
+            if lay is None:  # a number: a runtime parameter
+                syms.append(tracer.param(a))
+                number_at.append(("a", i))
+                continue
+            t, ctype = _OF_DTYPE[np.dtype(lay[0])]
+            node = Node("load", (), t, lay[1] != "E", len(self.arrays))
+            self.arrays.append((f"a{len(self.arrays)}", ctype, lay[1] != "E"))
+            syms.append(Sym(node, lay[1], tracer))
+        traced_kw = {}
+        for k, v in kw.items():
+            if _is_number(v):
+                traced_kw[k] = tracer.param(v)
+                number_at.append(("k", k))
+            else:
+                traced_kw[k] = v
+        result = math(tracer, *syms, **traced_kw)
+        self.tuple = isinstance(result, tuple)
+        results = result if self.tuple else (() if result is None else (result,))
+        self.returned = result is not None
+        self.outputs, self.passthrough = [], []
+        array_syms = [s for s, lay in zip(syms, layout) if lay is not None]
+        for r in results:
+            if not isinstance(r, Sym) or r.kind == "S":
+                raise Untraceable("a result that is not an array")
+            same = next((k for k, s in enumerate(array_syms) if s is r and _unchanged(s)), None)
+            self.passthrough.append(same)
+            if same is None:
+                self.outputs.append((r.node, r.kind))
+        self.stores = [(k, s.node) for k, s in enumerate(array_syms) if not _unchanged(s)]
+        array_layouts = [lay for lay in layout if lay is not None]
+        for k, _ in self.stores:
+            if array_layouts[k][2]:
+                raise Untraceable("an in-place update of a broadcast argument")
+        self.number_at, self.guards = number_at, tracer.guards
+        self.kinds = [kind for _, kind in self.outputs]
+        self.dtypes = [np.dtype(_DTYPE[_strong(n.t)]) for n, _ in self.outputs]
+        writer = _Writer(self.arrays, self.outputs, self.stores, tracer.params)
+        self.source = writer.source(name)
+        self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
+        library = ctypes.CDLL(str(_build(self.source, list(_link()))))
+        self.fn = getattr(library, name)
+        self.fn.restype = ctypes.c_int
+        number = {True: ctypes.c_double, False: ctypes.c_longlong}
+        self.fn.argtypes = (
+            [ctypes.c_longlong] * 2
+            + [ctypes.c_void_p, ctypes.c_longlong] * len(self.arrays)
+            + [ctypes.c_void_p] * len(self.outputs)
+            + [number[f] for f in self.is_float]
+        )
+
+    def numbers(self, args, kw) -> list:
+        return [args[i] if where == "a" else kw[i] for where, i in self.number_at]
+
+    def holds(self, numbers) -> bool:
+        return all(bool(numbers[i]) == truth for i, truth in self.guards)
+
+
+def _unchanged(s: Sym) -> bool:
+    return s.node.op == "load"
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
+        isinstance(v, np.generic) and v.dtype in _OF_DTYPE and v.dtype != np.bool_
+    )
+
+
+def _layout(a, rows: bool, full: tuple) -> tuple:
+    """(dtype, kind, broadcast) of an array argument against the full shape: kind "E" for
+    arrays along the last axis, "K" for (..., 1), "F" for one per row (rows kernels) and "S"
+    for a 0-d array; broadcast when it is smaller than its kind's shape (it may not be
+    updated in place)."""
+    lead = full[:-1]
+    if a.ndim == 0:
+        return a.dtype, "S", bool(full)
+    if rows and a.shape == lead:
+        return a.dtype, "F", False
+    if full and a.shape[-1] == 1 and full[-1] != 1:
+        return a.dtype, "K", a.shape != (*lead, 1)
+    return a.dtype, "E", a.shape != full
+
+
+def _rows_view(a, kind: str, full: tuple, R: int, d: int) -> tuple:
+    """``a`` as rows: (the array, its row stride in elements) over R rows of d, the array
+    copied where no such view exists (a column-strided or oddly broadcast argument)."""
+    if a.flags.c_contiguous:  # the usual layouts, without building a view
+        if kind == "E" and a.shape == full:
+            return a, d
+        if (kind == "E" and a.ndim == 1) or kind == "S":
+            return a, 0
+        if kind in ("K", "F") and a.size == R:
+            return a, 1
+    view = np.broadcast_to(a[..., None] if kind == "F" else a, full).reshape(R, d)
+    if kind == "E" and d > 1 and view.strides[1] != a.itemsize:
+        view = np.ascontiguousarray(view)
+    return view, view.strides[0] // a.itemsize
+
+
+def full_shape(args: tuple, rows: bool) -> tuple:
+    """The shape the arrays broadcast to; for a rows kernel, arrays of the largest one's
+    leading shape (one number per row, such as class targets) count as (..., 1)."""
+    shapes = [a.shape for a in args if isinstance(a, np.ndarray)]
+    if rows:
+        lead = max(shapes, key=lambda s: (math.prod(s), len(s)))[:-1]
+        shapes = [(*s, 1) if s == lead else s for s in shapes]
+    return np.broadcast_shapes(*shapes)
+
+
+def _trace(math, args, kw, layout, full, name) -> Compiled | None:
+    """The compiled signature, or None where the formula cannot be written. An array of the
+    rows' leading shape that also fits the last axis (a (d,) gain beside (d, d) inputs) is
+    read as one number per row first, and along the last axis if the formula refuses that
+    (NumPy itself broadcasts it along the last axis; a per-row array is made (..., 1) by the
+    formula, as cross-entropy's targets are)."""
+    both = [
+        lay is not None and lay[1] == "F" and a.shape == full[len(full) - a.ndim :]
+        for a, lay in zip(args, layout)
+    ]
+    tries = [layout]
+    if any(both):
+        tries.append(tuple((lay[0], "E", False) if b else lay for lay, b in zip(layout, both)))
+    for lay in tries:
+        try:
+            return Compiled(math, args, kw, lay, name)
+        except Untraceable:
+            continue
+    return None
+
+
+NOT_COMPILED = ()  # what run returns for a signature it cannot compile
+
+
+def run(kernel, args: tuple, kw: dict):
+    """``kernel.math`` on NumPy arrays, compiled (see the module docstring); raises
+    :class:`Untraceable` when this signature cannot be."""
+    if any(isinstance(a, np.ndarray) and a.dtype not in _OF_DTYPE for a in args):
+        return NOT_COMPILED  # (float16, bfloat16 updated in place, complex, ...)
+    full = full_shape(args, kernel.rows)
+    layout = tuple(
+        _layout(a, kernel.rows, full) if isinstance(a, np.ndarray) else None for a in args
+    )
+    key = (layout, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
+    key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
+    variants = kernel._c_traces.setdefault(key, [])
+    if variants is NOT_COMPILED:
+        return NOT_COMPILED
+    numbers = None
+    for compiled in variants:
+        numbers = compiled.numbers(args, kw)
+        if compiled.holds(numbers):
+            break
+    else:
+        name = f"k{len(kernel._c_traces)}_{len(variants)}"
+        compiled = _trace(kernel.math, args, kw, layout, full, name)
+        if compiled is None:
+            kernel._c_traces[key] = NOT_COMPILED  # this signature runs on NumPy from now on
+            return NOT_COMPILED
+        variants.append(compiled)
+        numbers = compiled.numbers(args, kw)
+    d = full[-1] if full else 1
+    R = math.prod(full[:-1]) if full else 1
+    call, views = [R, d], []
+    for a, lay in zip(args, compiled.layout):
+        if lay is not None:
+            view, stride = _rows_view(a, lay[1], full, R, d)
+            call += (view.ctypes.data, stride)
+            views.append((a, view))
+    outs = []
+    for kind, dtype in zip(compiled.kinds, compiled.dtypes):
+        out = np.empty(full if kind == "E" else full[:-1] + (1,) * (kind == "K"), dtype)
+        outs.append(out)
+        call.append(out.ctypes.data)
+    if R and compiled.fn(*call, *numbers):
+        raise IndexError(f"{kernel.__name__}: an index along the last axis is outside 0..{d - 1}")
+    for k, _ in compiled.stores:  # an argument updated through a copy gets the copy's values
+        a, view = views[k]
+        if view is not a and not np.shares_memory(a, view):
+            a[...] = view.reshape(a.shape)
+    if not compiled.returned:
+        return None
+    made = iter(outs)
+    results = tuple(made.__next__() if p is None else views[p][0] for p in compiled.passthrough)
+    return results if compiled.tuple else results[0]

@@ -1,0 +1,253 @@
+"""tensorlab/c_runner.py: a kernel's formula traced, written as C, compiled, and giving what
+NumPy's run of the same formula gives.
+
+Every fused op's two kernels (found by enumerating the FusedFunction subclasses) and every other
+kernel of the library (tensorlab.fused.KERNELS, each with an example call here: a new kernel
+without one fails :func:`test_every_library_kernel_has_an_example`) are run by both runners on
+hypothesis-drawn shapes and values, and must
+
+- compile (no signature the library uses may fall back to NumPy unnoticed: that is a silent
+  loss of speed), and
+- agree with NumPy's run: float64 to 1e-12 (absolute and relative: the two differ by the
+  order of a row's sum, fused multiply-adds and glibc's vector exp/erf/tanh, ≤ 4 ulps each,
+  through a few dozen operations on values up to ~50: errors ~1e-14); float32 to 4e-6
+  absolute and 1e-5 relative (NumPy's float32 erf is Abramowitz-Stegun, within 6.1e-7 of the
+  true erf, C's erff within 2 ulps; times |x| ≤ 4 in GELU: 3e-6; the rest is float32
+  rounding, 1.2e-7 relative per operation). NaN and ∞ where NumPy has them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import gpt  # noqa: F401  (imports every module that defines kernels)
+import nn  # noqa: F401
+from tensorlab import c_runner
+from tensorlab.fused import KERNELS, fused, run_numpy
+from tensorlab.fused_op import fused_functions
+from tests.strategies import fused_op_inputs
+
+needs_cc = pytest.mark.skipif(
+    not c_runner.available(), reason="no C compiler here (or TENSORLAB_CPU_KERNELS=numpy)"
+)
+TOL = {np.dtype(np.float64): dict(rtol=1e-12, atol=1e-12), np.dtype(np.float32): {}}
+TOL[np.dtype(np.float32)] = dict(rtol=1e-5, atol=4e-6)
+
+
+def numpy_run(kernel, *args, **kw):
+    """The kernel on NumPy, on copies (an in-place kernel's result is its updated arguments)."""
+    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    out = run_numpy(kernel.math, kernel.rows, kernel.widen, tuple(copies), kw, kernel.keep)
+    return out, copies
+
+
+def assert_runners_agree(kernel, *args, **kw):
+    """The C run of ``kernel`` equals NumPy's (results, and arguments updated in place), and
+    this signature was compiled, not handed to NumPy."""
+    want, want_args = numpy_run(kernel, *args, **kw)
+    got = kernel(*args, **kw)
+    refused = [key for key, v in kernel._c_traces.items() if v == c_runner.NOT_COMPILED]
+    assert not refused, (kernel.__name__, refused)
+    pairs = list(zip(want, got)) if isinstance(want, tuple) else [(want, got)]
+    assert isinstance(got, tuple) == isinstance(want, tuple)
+    pairs += [(w, a) for w, a in zip(want_args, args) if isinstance(a, np.ndarray)]
+    for w, g in pairs:
+        if w is None:
+            assert g is None
+            continue
+        assert g.shape == w.shape and g.dtype == w.dtype, (kernel.__name__, g.shape, w.shape)
+        np.testing.assert_allclose(g, w, **TOL.get(w.dtype, {}), err_msg=kernel.__name__)
+    return got
+
+
+OPS = fused_functions()
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+@given(data=st.data())
+def test_every_fused_op_compiles_and_agrees_with_numpy(op, dtype, data):
+    inputs, numbers = fused_op_inputs(data.draw, op, away=False, dtype=dtype)
+    arrays = [t.data for t in inputs]
+    out = assert_runners_agree(op._forward_kernel, *arrays, **numbers)
+    y, saved = (out[0], out[1:]) if isinstance(out, tuple) else (out, ())
+    g = data.draw(hnp.arrays(y.dtype, y.shape, elements=st.floats(-3, 3, width=32)))
+    assert_runners_agree(op._backward_kernel, g, *saved, *arrays, **numbers)
+
+
+@needs_cc
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+@given(data=st.data())
+def test_nan_and_infinity_come_out_where_numpy_has_them(op, data):
+    inputs, numbers = fused_op_inputs(data.draw, op, away=False)
+    arrays = [t.data.copy() for t in inputs]
+    x = arrays[0]
+    x.reshape(-1)[: min(3, x.size)] = [np.nan, np.inf, -np.inf][: min(3, x.size)]
+    with np.errstate(all="ignore"):
+        assert_runners_agree(op._forward_kernel, *arrays, **numbers)
+
+
+# The library's other kernels, each with a call of the shapes it gets: (…, T) scores with
+# (…, 1) row values; parameters with their optimizer's numbers.
+def _examples(rng, dtype):
+    def a(*shape):
+        return rng.uniform(-2, 2, shape).astype(dtype)
+
+    S = a(2, 3, 5, 5)
+    return {
+        "erf_kernel": [(a(4, 7),)],
+        "exp_shifted_in_place": [(S, S.max(-1, keepdims=True))],
+        "softmax_grad_in_place": [(a(2, 3, 5, 5), a(2, 3, 5, 1), np.abs(S), a(2, 3, 5, 1))],
+        "adam_kernel": [
+            (a(6, 4), a(6, 4), a(6, 4), np.abs(a(6, 4)), 0.9, 0.1, 0.99, 0.01, 1e-3, 0.5, 1e-8)
+            + (0.999, 0.0)
+        ],
+        "square_kernel": [(a(3, 5),)],
+        "scale_kernel": [(a(3, 5), 0.25)],
+    }
+
+
+def test_every_library_kernel_has_an_example():
+    named = {k.__name__ for k in KERNELS if k.math.__module__.split(".")[0] != "tests"}
+    named -= {k.__name__ for op in OPS for k in (op._forward_kernel, op._backward_kernel)}
+    assert named == set(_examples(np.random.default_rng(0), np.float64))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_library_kernels_compile_and_agree_with_numpy(dtype):
+    rng = np.random.default_rng(0)
+    by_name = {k.__name__: k for k in KERNELS}
+    for name, calls in _examples(rng, dtype).items():
+        for args in calls:
+            assert_runners_agree(by_name[name], *args)
+
+
+# ---------------------------------------------------------------- the runner's own rules
+@fused
+def _affine(xp, x, a, b):
+    return a * x + b
+
+
+@fused(rows=True)
+def _centred(xp, x, shift=0.0):
+    return x - xp.mean(x, axis=-1, keepdims=True) + shift, xp.max(x, axis=-1)
+
+
+@fused
+def _momentum(xp, buf, g, mu):
+    buf *= mu
+    buf += g
+
+
+@fused
+def _cumulative(xp, x):
+    return xp.cumsum(x, axis=-1)  # not something the C runner writes
+
+
+@needs_cc
+@given(
+    shapes=st.sampled_from(
+        [((3, 1), (1, 4), ()), ((4,), (2, 3, 4), (3, 1)), ((0, 3), (3,), ()), ((2, 0), (), ())]
+    )
+)
+def test_broadcasting_partners_are_numpys(shapes):
+    """Arguments that broadcast (a row, a column, a number, nothing at all) as in NumPy."""
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(s) for s in shapes]
+    assert_runners_agree(_affine, *args)
+
+
+@needs_cc
+def test_a_row_kernel_sees_whole_rows_and_one_number_per_row():
+    x = np.random.default_rng(2).standard_normal((3, 4, 6)).astype(np.float32)
+    centred, top = assert_runners_agree(_centred, x, shift=0.5)
+    assert top.shape == (3, 4)
+    assert assert_runners_agree(_centred, x[..., ::2])[0].shape == (3, 4, 3)  # column-strided
+    assert assert_runners_agree(_centred, x.transpose(1, 0, 2))[0].shape == (4, 3, 6)
+
+
+@needs_cc
+def test_in_place_updates_reach_the_callers_array_even_through_a_copy():
+    buf = np.arange(12.0).reshape(3, 4)
+    strided = buf.T  # not rows of contiguous numbers: the runner works on a copy
+    assert _momentum(strided, np.ones((4, 3)), 0.5) is None
+    np.testing.assert_array_equal(buf, np.arange(12.0).reshape(3, 4) * 0.5 + 1.0)
+
+
+@needs_cc
+def test_numbers_are_arguments_and_branches_on_them_are_guards():
+    """A new value of a number compiles nothing; a branch taken the other way (cross-entropy's
+    ``if label_smoothing``) is a second trace of the same signature."""
+    x = np.random.default_rng(3).standard_normal((5, 7))
+    before = sum(len(v) for v in _centred._c_traces.values())
+    for shift in (0.0, 1.5, -2.0):
+        assert_runners_agree(_centred, x, shift=shift)
+    assert sum(len(v) for v in _centred._c_traces.values()) == before + 1
+    kernel = nn.loss.CrossEntropyFn._forward_kernel
+    z, t = x.astype(np.float32), np.array([0, 6, -100, 3, 2])
+    before = sum(len(v) for v in kernel._c_traces.values())
+    for smoothing in (0.0, 0.1, 0.2, 0.0):
+        assert_runners_agree(kernel, z, t, ignore_index=-100, label_smoothing=smoothing)
+    assert sum(len(v) for v in kernel._c_traces.values()) - before <= 2
+
+
+@needs_cc
+def test_what_it_cannot_write_runs_on_numpy():
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(_cumulative(x), np.cumsum(x, axis=-1))
+    assert list(_cumulative._c_traces.values()) == [c_runner.NOT_COMPILED]
+    half = np.ones(3, np.float16)  # an in-place kernel's float16 argument: NumPy's
+    _momentum(half, np.ones(3, np.float16), 0.5)
+    np.testing.assert_array_equal(half, [1.5, 1.5, 1.5])
+
+
+@needs_cc
+def test_an_index_outside_the_row_is_an_error_not_a_read_of_other_memory():
+    z, t = np.zeros((3, 4), np.float32), np.array([0, 9, 1])
+    with pytest.raises(IndexError, match=r"CrossEntropyFn_forward.*outside 0\.\.3"):
+        nn.loss.CrossEntropyFn._forward_kernel(z, t)
+
+
+@needs_cc
+def test_a_compiled_kernel_is_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORLAB_CACHE", str(tmp_path))
+    source = c_runner._PRELUDE + "double twice(double x) { return 2 * x; }\n"
+    path = c_runner._build(source, [])
+    assert path.parent == tmp_path / "kernels" and path.suffix == ".so"
+
+    def no_compiler(*args, **kw):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(subprocess, "run", no_compiler)
+    assert c_runner._build(source, []) == path  # found, not compiled
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+
+def test_without_a_c_compiler_every_kernel_runs_on_numpy(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert c_runner._link.__wrapped__() is None
+
+
+def test_a_compiler_error_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORLAB_CACHE", str(tmp_path))
+    if not c_runner.available():
+        pytest.skip("no C compiler here")
+    with pytest.raises(RuntimeError, match="C runner: .* failed"):
+        c_runner._build("this is not C", [])
+
+
+def test_the_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TENSORLAB_CPU_KERNELS", "fast")
+    with pytest.raises(ValueError, match="TENSORLAB_CPU_KERNELS must be 'compiled' or 'numpy'"):
+        c_runner._choice.__wrapped__()
+    monkeypatch.setenv("TENSORLAB_CPU_KERNELS", "numpy")
+    assert c_runner._choice.__wrapped__() is False
