@@ -169,72 +169,10 @@ class Sym:
         self.node = result.node if result.node.t == t else _node("cast", (result.node,), t)
         return self
 
-    def __add__(self, o):
-        return self._binary("add", o)
-
-    def __radd__(self, o):
-        return self._binary("add", o, True)
-
-    def __sub__(self, o):
-        return self._binary("sub", o)
-
-    def __rsub__(self, o):
-        return self._binary("sub", o, True)
-
-    def __mul__(self, o):
-        return self._binary("mul", o)
-
-    def __rmul__(self, o):
-        return self._binary("mul", o, True)
-
-    def __truediv__(self, o):
-        return self._binary("div", o)
-
-    def __rtruediv__(self, o):
-        return self._binary("div", o, True)
-
-    def __iadd__(self, o):
-        return self._assign(self + o)
-
-    def __isub__(self, o):
-        return self._assign(self - o)
-
-    def __imul__(self, o):
-        return self._assign(self * o)
-
-    def __itruediv__(self, o):
-        return self._assign(self / o)
+    __hash__ = None  # type: ignore[assignment]
 
     def __neg__(self):
         return self._new(_node("neg", (self.node,), self.node.t), self.kind)
-
-    def __pos__(self):
-        return self
-
-    def __pow__(self, o):
-        if o == 2:
-            return self * self
-        return self._tracer.call("pow", self, o)
-
-    def __gt__(self, o):
-        return self._compare("gt", o)
-
-    def __lt__(self, o):
-        return self._compare("lt", o)
-
-    def __ge__(self, o):
-        return self._compare("ge", o)
-
-    def __le__(self, o):
-        return self._compare("le", o)
-
-    def __eq__(self, o):  # type: ignore[override]
-        return self._compare("eq", o)
-
-    def __ne__(self, o):  # type: ignore[override]
-        return self._compare("ne", o)
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __bool__(self):
         return self._tracer.guard(self)
@@ -261,6 +199,20 @@ class Sym:
         return _Shape(self)
 
 
+def _operators():
+    """Sym's arithmetic (also reflected: ``1.0 - x``; and in place: ``m *= b``) and its
+    comparisons, each recording its node."""
+    for name, op in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div")]:
+        setattr(Sym, f"__{name}__", lambda self, o, op=op: self._binary(op, o))
+        setattr(Sym, f"__r{name}__", lambda self, o, op=op: self._binary(op, o, True))
+        setattr(Sym, f"__i{name}__", lambda self, o, op=op: self._assign(self._binary(op, o)))
+    for op in _COMPARE:
+        setattr(Sym, f"__{op}__", lambda self, o, op=op: self._compare(op, o))
+
+
+_operators()
+
+
 class _Shape:
     """A traced array's shape: only its last axis (the row width d, a runtime number)."""
 
@@ -273,7 +225,7 @@ class _Shape:
         raise Untraceable(f"shape[{i}]")
 
 
-_FLOAT_FN = {"exp", "log", "sqrt", "tanh", "erf", "expm1", "abs", "pow"}
+_FLOAT_FN = ("exp", "log", "sqrt", "tanh", "erf", "expm1", "abs")
 
 
 class Tracer:
@@ -320,44 +272,15 @@ class Tracer:
     def call(self, op: str, *args, out=None) -> Sym:
         syms = [a if isinstance(a, Sym) else self.constant(a) for a in args]
         t = syms[0].node.t
-        if op in _FLOAT_FN and op != "abs":
+        if op != "abs":  # exp of an int is a float64
             t = _promote(t, "wf")
             t = "d" if t == "wf" else t
-        if op == "pow":
-            t = _promote(t, syms[1].node.t)
         result = Sym(
             _node(op, tuple(s.node for s in syms), t), _kind(*(s.kind for s in syms)), self
         )
         if out is not None:
             return out._assign(result)
         return result
-
-    def exp(self, x, out=None):
-        return self.call("exp", x, out=out)
-
-    def log(self, x, out=None):
-        return self.call("log", x, out=out)
-
-    def sqrt(self, x, out=None):
-        return self.call("sqrt", x, out=out)
-
-    def tanh(self, x, out=None):
-        return self.call("tanh", x, out=out)
-
-    def erf(self, x, out=None):
-        return self.call("erf", x, out=out)
-
-    def expm1(self, x, out=None):
-        return self.call("expm1", x, out=out)
-
-    def abs(self, x, out=None):
-        return self.call("abs", x, out=out)
-
-    def maximum(self, a, b):
-        return self.where((a > b) | _isnan(a), a, b)
-
-    def minimum(self, a, b):
-        return self.where((a < b) | _isnan(a), a, b)
 
     def where(self, c, a, b) -> Sym:
         c, a, b = (x if isinstance(x, Sym) else self.constant(x) for x in (c, a, b))
@@ -395,24 +318,16 @@ class Tracer:
         x._assign(Sym(_node("where", (at, values.node, x.node), x.node.t), "E", self))
 
 
-def _isnan(a: Sym) -> Sym:
-    return a != a
+def _functions():
+    """The namespace's elementwise functions: ``xp.exp(x)``, ``xp.exp(S, out=S)`` ..."""
+    for fn in _FLOAT_FN:
+        setattr(Tracer, fn, lambda self, x, out=None, fn=fn: self.call(fn, x, out=out))
 
 
-def _or(self: Sym, other: Sym) -> Sym:
-    node = _node("or", (self.node, other.node), "b")
-    return self._new(node, _kind(self.kind, other.kind))
-
-
-Sym.__or__ = _or  # type: ignore[attr-defined]
-
-TRACE_FUNCTIONS = frozenset(
-    name for name in vars(Tracer) if not name.startswith("_") and callable(getattr(Tracer, name))
-)
+_functions()
 
 
 # ----------------------------------------------------------------------- the C source
-_FN = {"abs": "fabs", "pow": "pow"}
 _PRELUDE = """#include <math.h>
 #if defined(TENSORLAB_LIBMVEC)
 #define V __attribute__((__simd__("notinbranch")))
@@ -470,8 +385,6 @@ class _Writer:
         if op in _COMPARE:
             x, y = (self.use(a, node.value, col) for a in args)
             return f"{x} {_COMPARE[op]} {y}"
-        if op == "or":
-            return f"{self.name(args[0], col)} || {self.name(args[1], col)}"
         if op == "neg":
             return f"-{self.name(args[0], col)}"
         if op == "cast":
@@ -481,10 +394,9 @@ class _Writer:
             return f"{c} ? {self.use(args[1], t, col)} : {self.use(args[2], t, col)}"
         if op == "at":
             return f"{col} == {self.name(args[0], col)}"
-        fn = _FN.get(op, op)
-        if t in ("b", "i"):
+        if t in ("b", "i"):  # abs of an integer
             return f"llabs({self.name(args[0], col)})"
-        fn = fn + ("f" if t == "f" else "")
+        fn = ("fabs" if op == "abs" else op) + ("f" if t == "f" else "")
         return f"{fn}({', '.join(self.use(a, t, col) for a in args)})"
 
     def elementwise(self, roots: list[Node], col: str, indent: str) -> None:

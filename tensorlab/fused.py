@@ -301,7 +301,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
     def _on_cpu(self, args, kw):
         """The C runner (tensorlab/c_runner.py), half inputs computed in float32 and rounded
         back as :func:`run_numpy` does."""
-        args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)  # host
+        args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)  # host: CPU
         ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
         half = ref.dtype if self.widen and ref.dtype in HALF else None
         if self.widen:  # (a half input beside float32 ones too: C has no half arithmetic)

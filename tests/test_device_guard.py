@@ -46,6 +46,7 @@ ALLOWED = frozenset(
 # Modules that work on host arrays only; a device array reaches them only after .numpy().
 HOST_MODULES = {
     "tensorlab/gradcheck.py": "float64 Jacobians built on host copies (Tensor.numpy())",
+    "tensorlab/c_runner.py": "the CPU's compiled kernels: NumPy arrays only (fused.__call__)",
     "tensorlab/draw.py": "graph labels from host copies of values and gradients",
     "tensorlab/trace.py": "gradient norms for a printed trace, from host copies",
     "nn/serialization.py": "files are written from and read into host arrays",
