@@ -49,6 +49,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -358,6 +359,7 @@ class _Writer:
     def __init__(self, arrays, outputs, stores, params):
         self.arrays, self.outputs, self.stores, self.params = arrays, outputs, stores, params
         self.lines: list[str] = []
+        self.stored: set = set()  # the outputs stored so far (while writing one row's loops)
         roots = [n for n, _ in outputs] + [n for _, n in stores]
         self.nodes = sorted(_reachable(roots), key=lambda n: n.n)
 
@@ -399,10 +401,22 @@ class _Writer:
         fn = ("fabs" if op == "abs" else op) + ("f" if t == "f" else "")
         return f"{fn}({', '.join(self.use(a, t, col) for a in args)})"
 
-    def elementwise(self, roots: list[Node], col: str, indent: str) -> None:
+    def elementwise(self, roots: list[Node], col: str, indent: str) -> set:
         """The element nodes that ``roots`` need, at column ``col``, in the order made."""
-        for node in sorted(_reachable(roots, rows=False), key=lambda n: n.n):
+        nodes = _reachable(roots, rows=False)
+        for node in sorted(nodes, key=lambda n: n.n):
             self.lines.append(f"{indent}{_C[_strong(node.t)]} e{node.n} = {self.expr(node, col)};")
+        return nodes
+
+    def store_outputs(self, computed: set, indent: str) -> None:
+        """Store the element outputs among the ``computed`` nodes not stored yet (an output a
+        reduction's loop computes anyway, such as softmax's e = exp(z - m) under its sum, is
+        written there and not computed again). Arguments updated in place are stored in the
+        last loop only: every loop before reads their old values."""
+        for k, (node, kind) in enumerate(self.outputs):
+            if kind == "E" and k not in self.stored and (node in computed or node.row):
+                self.lines.append(f"{indent}o{k}[r * d + j] = {self.use(node, node.t, 'j')};")
+                self.stored.add(k)
 
     def source(self, name: str) -> str:
         out = self.lines
@@ -417,16 +431,14 @@ class _Writer:
             if not node.row or node.op in ("const", "param", "width"):
                 continue
             self.row_node(node)
-        last = [n for n, kind in self.outputs if kind == "E"] + [
-            n for k, n in self.stores if not self.arrays[k][2]
+        last = [
+            n for k, (n, kind) in enumerate(self.outputs) if kind == "E" and k not in self.stored
         ]
+        last += [n for k, n in self.stores if not self.arrays[k][2]]
         if last:
             out.append("    #pragma omp simd")
             out.append("    for (long long j = 0; j < d; j++) {")
-            self.elementwise(last, "j", "      ")
-            for k, (node, kind) in enumerate(self.outputs):
-                if kind == "E":
-                    out.append(f"      o{k}[r * d + j] = {self.use(node, node.t, 'j')};")
+            self.store_outputs(self.elementwise(last, "j", "      "), "      ")
             for k, node in self.stores:
                 a, ctype, per_row = self.arrays[k]
                 if not per_row:
@@ -447,23 +459,29 @@ class _Writer:
         if node.op in ("sum", "mean", "max"):
             (x,) = node.args
             acc = f"a{node.n}"
-            if node.op == "max":
+            if node.op == "max":  # and whether a NaN was seen: NaN wins, as in NumPy
                 out.append(f"    {t} {acc} = -INFINITY;")
-                out.append("    for (long long j = 0; j < d; j++) {")
+                out.append(f"    int nan{node.n} = 0;")
+                out.append(f"    #pragma omp simd reduction(max:{acc}) reduction(|:nan{node.n})")
             else:
                 out.append(f"    {t} {acc} = 0;")
                 out.append(f"    #pragma omp simd reduction(+:{acc})")
-                out.append("    for (long long j = 0; j < d; j++) {")
-            self.elementwise([x], "j", "      ")
+            out.append("    for (long long j = 0; j < d; j++) {")
+            done = self.elementwise([x], "j", "      ")
+            self.store_outputs(done, "      ")
             value = self.use(x, node.t, "j")
-            if node.op == "max":  # NaN wins, as in NumPy
+            if node.op == "max":
                 out.append(f"      {t} v = {value};")
-                out.append(f"      {acc} = (v > {acc} || v != v) ? v : {acc};")
+                out.append(f"      {acc} = v > {acc} ? v : {acc};")
+                out.append(f"      nan{node.n} |= v != v;")
             else:
                 out.append(f"      {acc} += {value};")
             out.append("    }")
-            scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
-            out.append(f"    const {t} r{node.n} = {acc}{scale};")
+            if node.op == "max":
+                out.append(f"    const {t} r{node.n} = nan{node.n} ? ({t})NAN : {acc};")
+            else:
+                scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
+                out.append(f"    const {t} r{node.n} = {acc}{scale};")
         elif node.op == "gather":
             x, index = node.args
             out.append(f"    {t} r{node.n};")
@@ -574,6 +592,7 @@ class Compiled:
     """One traced, compiled signature of a kernel: call it with the arrays laid out as rows."""
 
     def __init__(self, math, args: tuple, kw: dict, layout: tuple, name: str):
+        name = "k_" + re.sub(r"\W", "_", name)  # the kernel's name as a C identifier
         tracer = Tracer()
         self.layout = layout
         syms, self.arrays, number_at = [], [], []
@@ -599,13 +618,14 @@ class Compiled:
         self.returned = result is not None
         self.outputs, self.passthrough = [], []
         array_syms = [s for s, lay in zip(syms, layout) if lay is not None]
+        scalar = all(lay is None or lay[1] == "S" for lay in layout)  # 0-d arrays only
         for r in results:
-            if not isinstance(r, Sym) or r.kind == "S":
+            if not isinstance(r, Sym) or (r.kind == "S" and not scalar):
                 raise Untraceable("a result that is not an array")
             same = next((k for k, s in enumerate(array_syms) if s is r and _unchanged(s)), None)
             self.passthrough.append(same)
-            if same is None:
-                self.outputs.append((r.node, r.kind))
+            if same is None:  # (a 0-d result: the full shape, ())
+                self.outputs.append((r.node, "E" if r.kind == "S" else r.kind))
         self.stores = [(k, s.node) for k, s in enumerate(array_syms) if not _unchanged(s)]
         array_layouts = [lay for lay in layout if lay is not None]
         for k, _ in self.stores:
@@ -627,6 +647,12 @@ class Compiled:
             + [ctypes.c_void_p] * len(self.outputs)
             + [number[f] for f in self.is_float]
         )
+
+    def out_shapes(self, full: tuple) -> list:
+        """(shape, dtype) of each array the C function writes."""
+        lead = full[:-1]
+        shapes = {"E": full, "K": (*lead, 1), "F": lead}
+        return [(shapes[kind], dtype) for kind, dtype in zip(self.kinds, self.dtypes)]
 
     def numbers(self, args, kw) -> list:
         return [args[i] if where == "a" else kw[i] for where, i in self.number_at]
@@ -711,45 +737,35 @@ NOT_COMPILED = ()  # what run returns for a signature it cannot compile
 
 
 def run(kernel, args: tuple, kw: dict):
-    """``kernel.math`` on NumPy arrays, compiled (see the module docstring); raises
-    :class:`Untraceable` when this signature cannot be."""
-    if any(isinstance(a, np.ndarray) and a.dtype not in _OF_DTYPE for a in args):
-        return NOT_COMPILED  # (float16, bfloat16 updated in place, complex, ...)
-    full = full_shape(args, kernel.rows)
-    layout = tuple(
-        _layout(a, kernel.rows, full) if isinstance(a, np.ndarray) else None for a in args
-    )
-    key = (layout, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
-    key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
-    variants = kernel._c_traces.setdefault(key, [])
-    if variants is NOT_COMPILED:
+    """``kernel.math`` on NumPy arrays, compiled (see the module docstring), or
+    :data:`NOT_COMPILED` where this signature cannot be. What depends only on the arguments'
+    shapes and dtypes (the full shape, the layouts, the trace) is looked up once per shape."""
+    shapes = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args)
+    key = (shapes, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
+    plan = kernel._c_plans.get(key)
+    if plan is None:
+        plan = kernel._c_plans[key] = _plan(kernel, args, kw)
+    if plan is NOT_COMPILED:
         return NOT_COMPILED
-    numbers = None
+    variants, full, R, d = plan
     for compiled in variants:
         numbers = compiled.numbers(args, kw)
         if compiled.holds(numbers):
             break
-    else:
-        name = f"k{len(kernel._c_traces)}_{len(variants)}"
-        compiled = _trace(kernel.math, args, kw, layout, full, name)
+    else:  # a branch on a number taken the other way: a trace of its own
+        compiled = _trace(kernel.math, args, kw, variants[0].layout, full, kernel.__name__)
         if compiled is None:
-            kernel._c_traces[key] = NOT_COMPILED  # this signature runs on NumPy from now on
             return NOT_COMPILED
         variants.append(compiled)
         numbers = compiled.numbers(args, kw)
-    d = full[-1] if full else 1
-    R = math.prod(full[:-1]) if full else 1
     call, views = [R, d], []
     for a, lay in zip(args, compiled.layout):
         if lay is not None:
             view, stride = _rows_view(a, lay[1], full, R, d)
             call += (view.ctypes.data, stride)
             views.append((a, view))
-    outs = []
-    for kind, dtype in zip(compiled.kinds, compiled.dtypes):
-        out = np.empty(full if kind == "E" else full[:-1] + (1,) * (kind == "K"), dtype)
-        outs.append(out)
-        call.append(out.ctypes.data)
+    outs = [np.empty(shape, dtype) for shape, dtype in compiled.out_shapes(full)]
+    call += [out.ctypes.data for out in outs]
     if R and compiled.fn(*call, *numbers):
         raise IndexError(f"{kernel.__name__}: an index along the last axis is outside 0..{d - 1}")
     for k, _ in compiled.stores:  # an argument updated through a copy gets the copy's values
@@ -759,5 +775,25 @@ def run(kernel, args: tuple, kw: dict):
     if not compiled.returned:
         return None
     made = iter(outs)
-    results = tuple(made.__next__() if p is None else views[p][0] for p in compiled.passthrough)
+    results = tuple(next(made) if p is None else views[p][0] for p in compiled.passthrough)
     return results if compiled.tuple else results[0]
+
+
+def _plan(kernel, args: tuple, kw: dict):
+    """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`."""
+    if any(isinstance(a, np.ndarray) and a.dtype not in _OF_DTYPE for a in args):
+        return NOT_COMPILED  # (float16, bfloat16 updated in place, complex, ...)
+    full = full_shape(args, kernel.rows)
+    layout = tuple(
+        _layout(a, kernel.rows, full) if isinstance(a, np.ndarray) else None for a in args
+    )
+    key = (layout, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
+    key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
+    variants = kernel._c_traces.get(key)
+    if variants is None:
+        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__)
+        variants = kernel._c_traces[key] = [compiled] if compiled else NOT_COMPILED
+    if variants is NOT_COMPILED:
+        return NOT_COMPILED  # this signature runs on NumPy from now on
+    d = full[-1] if full else 1
+    return variants, full, math.prod(full[:-1]) if full else 1, d

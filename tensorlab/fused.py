@@ -287,6 +287,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         self._signature = inspect.signature(math)
         self._compiled = None
         self._c_traces: dict = {}  # the C runner's traces, by signature
+        self._c_plans: dict = {}  # and what it needs per shape (tensorlab/c_runner.py: run)
         KERNELS.append(self)
 
     def __call__(self, *args, **kw):
@@ -301,6 +302,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
     def _on_cpu(self, args, kw):
         """The C runner (tensorlab/c_runner.py), half inputs computed in float32 and rounded
         back as :func:`run_numpy` does."""
+        if not any(isinstance(a, np.generic) or getattr(a, "dtype", None) in HALF for a in args):
+            return c_runner.run(self, args, kw)  # float32, float64, integers
         args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)  # host: CPU
         ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
         half = ref.dtype if self.widen and ref.dtype in HALF else None
