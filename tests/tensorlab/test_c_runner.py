@@ -103,6 +103,7 @@ def _examples(rng, dtype):
     S = a(2, 3, 5, 5)
     return {
         "erf_kernel": [(a(4, 7),)],
+        "row_max": [(S,)],
         "exp_shifted_in_place": [(S, S.max(-1, keepdims=True))],
         "softmax_grad_in_place": [(a(2, 3, 5, 5), a(2, 3, 5, 1), np.abs(S), a(2, 3, 5, 1))],
         "adam_kernel": [

@@ -65,7 +65,8 @@ def library_kernels() -> dict[str, fused]:
             module = importlib.import_module(info.name)
             for value in vars(module).values():
                 if isinstance(value, fused) and value.math.__module__ == info.name:
-                    found[value.__name__] = value
+                    if not value.rows:  # a row kernel runs as CuPy's operations, as below
+                        found[value.__name__] = value
     for op in fused_functions():
         if op.rows:  # a row formula runs as CuPy's operations (tensorlab/fused.py: _on_gpu)
             continue
