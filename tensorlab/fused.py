@@ -15,12 +15,13 @@ such a kernel::
         return x * (0.5 + 0.5 * xp.tanh(0.5 * x))
 
     silu_kernel(cupy_array)   # one compiled kernel (traced on the first call)
-    silu_kernel(numpy_array)  # the same function, run by NumPy operation by operation
+    silu_kernel(numpy_array)  # the same function, compiled into one C loop (or run by NumPy)
 
-On NumPy arrays the same function runs operation by operation (:func:`run_numpy`, in blocks of
-whole rows for arrays larger than the cache). There is no second, CPU form of any kernel: the
-tests check the arithmetic on NumPy, and on the emulated GPU (tests/fake_cupy.py) that the
-CuPy run gives the same numbers.
+On NumPy arrays the same function is traced and compiled into one C loop over rows
+(:mod:`tensorlab.c_runner`, where a C compiler works), or runs operation by operation
+(:func:`run_numpy`, in blocks of whole rows for arrays larger than the cache). There is no
+second, CPU form of any kernel: the tests check the arithmetic on NumPy, that the C run gives
+NumPy's numbers, and on the emulated GPU (tests/fake_cupy.py) that the CuPy run does too.
 
 A kernel may use arithmetic, comparisons, ufuncs and ``xp.where`` (``xp.erf`` too, which is
 ``cupyx.scipy.special.erf`` on the GPU and one formula per dtype on NumPy, ERF_BY_DTYPE), may
@@ -267,7 +268,9 @@ KERNELS: list = []  # every kernel made (the tests run each on every runner)
 
 class fused:  # noqa: N801 - used as a decorator, like functools.cache
     """A kernel from ``math(xp, *args)``: compiled by ``cupy.fuse`` for CuPy arrays (once per
-    signature, on first use), run by :func:`run_numpy` (block by block) on NumPy arrays.
+    signature, on first use); on NumPy arrays compiled into C (:mod:`tensorlab.c_runner`, once
+    per signature) or, where that is off or the formula cannot be written in C, run by
+    :func:`run_numpy` (block by block).
     ``kernel.math`` is the function. ``@fused(rows=True)`` for a kernel that reduces over the
     last axis (its NumPy blocks are whole rows). ``widen=True`` computes float16 and bfloat16
     inputs in float32 and rounds float32 outputs back (the fused ops' kernels), but for the

@@ -21,9 +21,12 @@ them, returned after y: PyTorch's ``ctx.save_for_backward``), the op's inputs an
 parameters, and returns one gradient per input (in the inputs' shapes or broadcast against
 them: the engine sums a broadcast gradient back to its input's shape, which is how a norm's
 gain gets its column sum). A forward that saves nothing returns y alone.
-Three runners run the same two functions:
+Four runners run the same two functions:
 
-- NumPy: :func:`tensorlab.fused.run_numpy`, block by block (cache-sized blocks of whole rows).
+- C, on the CPU: :mod:`tensorlab.c_runner` traces each into one C loop over rows, compiled
+  once (where a C compiler works).
+- NumPy, on the CPU otherwise: :func:`tensorlab.fused.run_numpy`, block by block (cache-sized
+  blocks of whole rows).
 - CuPy: ``cupy.fuse`` compiles each into one GPU kernel (:class:`tensorlab.fused.fused`).
 - Tensors: ``forward_math`` called with :data:`TENSOR`, whose ``exp``, ``tanh``, ``erf``,
   ``where``, ... are engine ops, *is* the op written as a graph of engine ops. That graph is
@@ -32,8 +35,8 @@ Three runners run the same two functions:
   of it.
 
 Nothing else is written per op: no CPU form beside a GPU form, no separate composed form.
-``rows = True`` marks an op whose formulas reduce over the last axis (norms): NumPy's blocks are
-then whole rows.
+``rows = True`` marks an op whose formulas reduce over the last axis (norms): the C loop and
+NumPy's blocks then see whole rows.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ TESTS = {
         "tests/gpt/test_config.py"
     ],
     "nn/amp.py": ["tests/nn/test_amp.py", "tests/nn"],
+    "tensorlab/c_runner.py": ["tests/tensorlab/test_c_runner.py", "tests/tensorlab tests/nn"],
     "tensorlab/fused.py": [
         "tests/tensorlab/test_fused.py",
         "tests/tensorlab tests/nn/test_optim.py",
@@ -1014,6 +1015,44 @@ MUTANTS = {
             "found = not math.isfinite(float(sum_of_squares(grads)))",
             "found = math.isfinite(float(sum_of_squares(grads)))",
             "GradScaler: skips the good steps and takes the overflowed ones",
+        ),
+    ],
+    "tensorlab/c_runner.py": [
+        (
+            "c-max-drops-nan",
+            'out.append(f"      nan{node.n} |= v != v;")',
+            'out.append(f"      nan{node.n} |= 0;")',
+            "the C row maximum skips a NaN (NumPy's is NaN)",
+        ),
+        (
+            "c-gather-unchecked-high",
+            'out.append("      if (c < 0 || c >= d) return 1;")',
+            'out.append("      if (c < 0) return 1;")',
+            "the C gather reads past the row for an index ≥ d",
+        ),
+        (
+            "c-mean-bessel",
+            'scale = f" * ({t})(1.0 / (double)d)"',
+            'scale = f" * ({t})(1.0 / (double)(d - 1))"',
+            "the C mean divides by d - 1",
+        ),
+        (
+            "c-gain-row-stride",
+            'if (kind == "E" and a.ndim == 1) or kind == "S":',
+            'if kind == "S":',
+            "a (d,) gain read as if it were a (R, d) array (its row stride d, not 0)",
+        ),
+        (
+            "c-copy-not-written-back",
+            "a[...] = view.reshape(a.shape)",
+            "pass",
+            "an in-place update through a copy never reaches the caller's array",
+        ),
+        (
+            "c-guards-ignored",
+            "return all(bool(numbers[i]) == truth for i, truth in self.guards)",
+            "return True",
+            "a trace reused for the other branch of a number (label smoothing 0 vs 0.1)",
         ),
     ],
     "tensorlab/fused.py": [

@@ -103,7 +103,7 @@ def _examples(rng, dtype):
     S = a(2, 3, 5, 5)
     return {
         "erf_kernel": [(a(4, 7),)],
-        "row_max": [(S,)],
+        "row_max": [(S,), (np.where(S > 1.5, np.nan, S),)],  # a NaN in a row is its max
         "exp_shifted_in_place": [(S, S.max(-1, keepdims=True))],
         "softmax_grad_in_place": [(a(2, 3, 5, 5), a(2, 3, 5, 1), np.abs(S), a(2, 3, 5, 1))],
         "adam_kernel": [
@@ -116,7 +116,8 @@ def _examples(rng, dtype):
 
 
 def test_every_library_kernel_has_an_example():
-    named = {k.__name__ for k in KERNELS if k.math.__module__.split(".")[0] != "tests"}
+    library = ("tensorlab", "nn", "gpt")  # (not the kernels tests and docs define)
+    named = {k.__name__ for k in KERNELS if k.math.__module__.split(".")[0] in library}
     named -= {k.__name__ for op in OPS for k in (op._forward_kernel, op._backward_kernel)}
     assert named == set(_examples(np.random.default_rng(0), np.float64))
 
