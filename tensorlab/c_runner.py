@@ -50,6 +50,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -564,6 +565,8 @@ def _link() -> tuple[str, ...]:
     """The compile options chosen once per process: glibc's vector math (libmvec) when the
     compiler and library have it, else the scalar ``expf`` ... ; None when no C compiler
     works (then every kernel runs on NumPy)."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:  # (a probe cached earlier is no proof)
+        return None
     probe = "float probe(float x) { return expf(x) + erff(x) + tanhf(x); }\n"
     for extra in (["-DTENSORLAB_LIBMVEC", "-lmvec"], []):
         try:

@@ -237,6 +237,9 @@ def test_without_a_c_compiler_every_kernel_runs_on_numpy(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert c_runner._link.__wrapped__() is None
+    if c_runner.available():  # a probe compiled before, in the usual cache, is no compiler
+        monkeypatch.delenv("TENSORLAB_CACHE")
+        assert c_runner._link.__wrapped__() is None
 
 
 def test_a_compiler_error_names_the_command(tmp_path, monkeypatch):
