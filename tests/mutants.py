@@ -1038,8 +1038,8 @@ MUTANTS = {
         ),
         (
             "c-gain-row-stride",
-            'if (kind == "E" and a.ndim == 1) or kind == "S":',
-            'if kind == "S":',
+            "return a, 0",
+            "return a, d",
             "a (d,) gain read as if it were a (R, d) array (its row stride d, not 0)",
         ),
         (
