@@ -736,7 +736,7 @@ def _trace(math, args, kw, layout, full, name) -> Compiled | None:
     for lay in tries:
         try:
             return Compiled(math, args, kw, lay, name)
-        except Untraceable:
+        except (Untraceable, TypeError, AttributeError):  # (x.T, len(x), ...: not recorded)
             continue
     return None
 

@@ -154,6 +154,11 @@ def _cumulative(xp, x):
     return xp.cumsum(x, axis=-1)  # not something the C runner writes
 
 
+@fused
+def _transposed(xp, x):
+    return x.T * 2.0  # nor this
+
+
 @needs_cc
 @given(
     shapes=st.sampled_from(
@@ -206,6 +211,8 @@ def test_what_it_cannot_write_runs_on_numpy():
     x = np.arange(6.0).reshape(2, 3)
     np.testing.assert_array_equal(_cumulative(x), np.cumsum(x, axis=-1))
     assert list(_cumulative._c_traces.values()) == [c_runner.NOT_COMPILED]
+    np.testing.assert_array_equal(_transposed(x), 2.0 * x.T)
+    assert list(_transposed._c_traces.values()) == [c_runner.NOT_COMPILED]
     half = np.ones(3, np.float16)  # an in-place kernel's float16 argument: NumPy's
     _momentum(half, np.ones(3, np.float16), 0.5)
     np.testing.assert_array_equal(half, [1.5, 1.5, 1.5])
