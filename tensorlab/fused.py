@@ -313,12 +313,19 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if self.widen:  # (a half input beside float32 ones too: C has no half arithmetic)
             args = tuple(_widened(a) for a in args)
         out = c_runner.run(self, args, kw)
-        if half is None or out is None or out is c_runner.NOT_COMPILED:
+        if out is c_runner.NOT_COMPILED:
             return out
-        outs = _as_tuple(out)
-        n = len(outs) - self.keep
-        outs = tuple(_rounded(o, half if i < n else None, ref.shape) for i, o in enumerate(outs))
-        return outs if isinstance(out, tuple) else outs[0]
+        return self._rounded_back(out, half, ref.shape)
+
+    def _rounded_back(self, out, half, shape):
+        """The outputs of ``shape`` back in the ``half`` dtype of the inputs (None: as they
+        are), but for the last ``keep`` (what a forward saves stays float32)."""
+        if half is None or out is None:
+            return out
+        if isinstance(out, tuple):
+            n = len(out) - self.keep
+            return tuple(_rounded(o, half if i < n else None, shape) for i, o in enumerate(out))
+        return _rounded(out, half, shape)
 
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
         """The compiled kernel, half inputs computed in float32 and rounded back. A row kernel
@@ -338,13 +345,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
             bound = self._signature.bind(None, *args, **kw)
             bound.apply_defaults()
             args, kw = bound.args[1:], {}
-        out = self._compiled(*args, **kw)
-        if out is None:
-            return out
-        if isinstance(out, tuple):
-            n = len(out) - self.keep
-            return tuple(_rounded(o, half if i < n else None, ref.shape) for i, o in enumerate(out))
-        return _rounded(out, half, ref.shape)
+        return self._rounded_back(self._compiled(*args, **kw), half, ref.shape)
 
     def each(self, arrays: Sequence[Sequence], *scalars) -> None:
         """The kernel on many tensors: ``arrays`` holds one list per array argument, and
