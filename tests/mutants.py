@@ -1054,6 +1054,18 @@ MUTANTS = {
             "return True",
             "a trace reused for the other branch of a number (label smoothing 0 vs 0.1)",
         ),
+        (
+            "c-tail-sum-unmasked",
+            "out.append(f\"      {acc} += {f'keep ? {value} : 0' if keep else value};\")",
+            'out.append(f"      {acc} += {value};")',
+            "a row's tail adds again the columns the whole vectors already added",
+        ),
+        (
+            "c-tail-stores-nothing",
+            "self.stored = stored  # (the second loop stores the same outputs)",
+            "pass",
+            "a row's tail computes an output under a reduction but does not store it",
+        ),
     ],
     "tensorlab/fused.py": [
         (

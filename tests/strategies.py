@@ -23,6 +23,9 @@ from tensorlab import c_runner
 small_shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
 shapes_with_empty = hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3)
 nonscalar_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+# Rows of every width around the C runner's vector of 16 (tensorlab/c_runner.py: _Writer.loop):
+# shorter, whole vectors, and whole vectors and a tail.
+wide_rows = st.tuples(st.integers(1, 3), st.sampled_from([1, 5, 15, 16, 17, 32, 33, 47, 65]))
 
 
 def values(shape, low: float = -2.0, high: float = 2.0, dtype=np.float64):
@@ -311,15 +314,18 @@ def signature(op):
 # Values with the kinks and ties in: 0 exactly, and a few repeated numbers.
 kinky = st.one_of(st.sampled_from([0.0, 0.0, 1.0, -1.0]), st.floats(-4, 4, width=64))
 shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+# Rows of every width around the C runner's vector of 16 (tensorlab/c_runner.py: _Writer.loop):
+# shorter, whole vectors, and whole vectors and a tail.
+wide_rows = st.tuples(st.integers(1, 3), st.sampled_from([1, 5, 15, 16, 17, 32, 33, 47, 65]))
 
 
-def fused_op_inputs(draw, op, away: bool, dtype=np.float64):
+def fused_op_inputs(draw, op, away: bool, dtype=np.float64, of_shapes=shapes):
     """Inputs of a fused op (tensorlab/fused_op.py) read from its ``forward_math`` signature
-    (:func:`signature`): Tensors of one drawn shape (per-feature ones of its last axis, class
-    indices one per row), valued with the kinks and ties in, or nudged ``away`` from 0; and
-    the op's numbers at their defaults."""
+    (:func:`signature`): Tensors of one shape drawn ``of_shapes`` (per-feature ones of its last
+    axis, class indices one per row), valued with the kinks and ties in, or nudged ``away``
+    from 0; and the op's numbers at their defaults."""
     arrays, numbers = signature(op)
-    shape = draw(shapes)
+    shape = draw(of_shapes)
     inputs = []
     for name in arrays:
         if name in CLASSES:  # one class index per row, some of them the ignored -100

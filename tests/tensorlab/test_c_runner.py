@@ -31,7 +31,7 @@ import nn  # noqa: F401
 from tensorlab import c_runner
 from tensorlab.fused import KERNELS, fused, run_numpy
 from tensorlab.fused_op import fused_functions
-from tests.strategies import fused_op_inputs
+from tests.strategies import fused_op_inputs, wide_rows
 
 needs_cc = pytest.mark.skipif(
     not c_runner.available(), reason="no C compiler here (or TENSORLAB_CPU_KERNELS=numpy)"
@@ -83,6 +83,21 @@ def test_every_fused_op_compiles_and_agrees_with_numpy(op, dtype, data):
 
 
 @needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+@given(data=st.data())
+def test_rows_of_any_width_agree_with_numpy(op, dtype, data):
+    """Rows shorter than the vector of 16, of whole vectors, and of whole vectors and a tail
+    (the tail runs as one more vector with the columns already done masked off)."""
+    inputs, numbers = fused_op_inputs(data.draw, op, away=False, dtype=dtype, of_shapes=wide_rows)
+    arrays = [t.numpy() for t in inputs]
+    out = assert_runners_agree(op._forward_kernel, *arrays, **numbers)
+    y, saved = (out[0], out[1:]) if isinstance(out, tuple) else (out, ())
+    g = data.draw(hnp.arrays(y.dtype, y.shape, elements=st.floats(-3, 3, width=32)))
+    assert_runners_agree(op._backward_kernel, g, *saved, *arrays, **numbers)
+
+
+@needs_cc
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
 @given(data=st.data())
 def test_nan_and_infinity_come_out_where_numpy_has_them(op, data):
@@ -100,18 +115,19 @@ def _examples(rng, dtype):
     def a(*shape):
         return rng.uniform(-2, 2, shape).astype(dtype)
 
-    S = a(2, 3, 5, 5)
+    S, L = a(2, 3, 5, 5), a(2, 5, 37)  # (and rows wider than the C runner's vector of 16)
+    adam = (0.9, 0.1, 0.99, 0.01, 1e-3, 0.5, 1e-8, 0.999, 0.0)
     return {
-        "erf_kernel": [(a(4, 7),)],
-        "row_max": [(S,), (np.where(S > 1.5, np.nan, S),)],  # a NaN in a row is its max
-        "exp_shifted_in_place": [(S, S.max(-1, keepdims=True))],
-        "softmax_grad_in_place": [(a(2, 3, 5, 5), a(2, 3, 5, 1), np.abs(S), a(2, 3, 5, 1))],
-        "adam_kernel": [
-            (a(6, 4), a(6, 4), a(6, 4), np.abs(a(6, 4)), 0.9, 0.1, 0.99, 0.01, 1e-3, 0.5, 1e-8)
-            + (0.999, 0.0)
+        "erf_kernel": [(a(4, 7),), (a(3, 21),)],
+        "row_max": [(S,), (np.where(S > 1.5, np.nan, S),), (L,), (np.where(L > 1.9, np.nan, L),)],
+        "exp_shifted_in_place": [(S, S.max(-1, keepdims=True)), (L, L.max(-1, keepdims=True))],
+        "softmax_grad_in_place": [
+            (a(2, 3, 5, 5), a(2, 3, 5, 1), np.abs(S), a(2, 3, 5, 1)),
+            (a(2, 5, 37), a(2, 5, 1), np.abs(L), a(2, 5, 1)),
         ],
-        "square_kernel": [(a(3, 5),)],
-        "scale_kernel": [(a(3, 5), 0.25)],
+        "adam_kernel": [(a(6, n), a(6, n), a(6, n), np.abs(a(6, n)), *adam) for n in (4, 16, 19)],
+        "square_kernel": [(a(3, 5),), (a(3, 18),)],
+        "scale_kernel": [(a(3, 5), 0.25), (a(2, 40), 0.25)],
     }
 
 
