@@ -28,7 +28,9 @@ class LayerNormFn(FusedFunction):
         dx = (1/σ) (ĝ - mean(ĝ) - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g.
 
     ``apply(x, γ, β, eps=...)``; γ and β may be left out (``apply(x, γ)``, ``apply(x)``: γ = 1,
-    β = 0). Saves x̂ and 1/σ. The backward formula returns g ⊙ x̂ and g for γ and β; the engine
+    β = 0). Saves μ and 1/σ, two numbers per row (as PyTorch does), and the backward recomputes
+    x̂ from x: saving x̂ itself kept a second (..., d) array per norm alive until the backward,
+    and wrote and read it. The backward formula returns g ⊙ x̂ and g for γ and β; the engine
     sums them over the rows (``Tensor.sum_to``). The composed form takes the hook points
     ``hook_scale`` (σ, (..., 1)) and ``hook_normalized`` (x̂), which may replace what they see."""
 
@@ -36,13 +38,15 @@ class LayerNormFn(FusedFunction):
 
     @staticmethod
     def forward_math(xp, x, w=1.0, b=0.0, eps=1e-5, hook_scale=identity, hook_normalized=identity):
-        xc = x - xp.mean(x, axis=-1, keepdims=True)
+        mu = xp.mean(x, axis=-1, keepdims=True)
+        xc = x - mu
         rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(xc * xc, axis=-1, keepdims=True) + eps))
         xhat = hook_normalized(xc * rstd)
-        return xhat * w + b, xhat, rstd
+        return xhat * w + b, mu, rstd
 
     @staticmethod
-    def backward_math(xp, g, xhat, rstd, x, w=1.0, b=0.0, eps=1e-5):
+    def backward_math(xp, g, mu, rstd, x, w=1.0, b=0.0, eps=1e-5):
+        xhat = (x - mu) * rstd  # (the forward's x̂, recomputed: the same operations)
         gh = g * w
         mean_gh = xp.mean(gh, axis=-1, keepdims=True)
         dx = rstd * (gh - mean_gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True))
@@ -57,19 +61,21 @@ class RMSNormFn(FusedFunction):
 
         dx = (1/σ) (ĝ - x̂ ⊙ mean(ĝ ⊙ x̂)),   dγ = Σ_rows g ⊙ x̂.
 
-    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``; saves and hooks as :class:`LayerNormFn`.
+    ``apply(x, γ, eps=...)`` or ``apply(x, eps=...)``; saves 1/σ (x̂ = x/σ is recomputed),
+    hooks as :class:`LayerNormFn`.
     """
 
-    rows, saves = True, 2
+    rows, saves = True, 1
 
     @staticmethod
     def forward_math(xp, x, w=1.0, eps=1e-6, hook_scale=identity, hook_normalized=identity):
         rstd = 1.0 / hook_scale(xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps))
         xhat = hook_normalized(x * rstd)
-        return xhat * w, xhat, rstd
+        return xhat * w, rstd
 
     @staticmethod
-    def backward_math(xp, g, xhat, rstd, x, w=1.0, eps=1e-6):
+    def backward_math(xp, g, rstd, x, w=1.0, eps=1e-6):
+        xhat = x * rstd
         gh = g * w
         return rstd * (gh - xhat * xp.mean(gh * xhat, axis=-1, keepdims=True)), g * xhat
 

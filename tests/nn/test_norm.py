@@ -106,6 +106,20 @@ def test_norm_fns_only_differentiate_what_requires_grad():
     np.testing.assert_allclose(dx.numpy(), ref_dx.numpy(), atol=1e-8)
 
 
+def test_the_norms_save_numbers_per_row_not_the_normalized_input():
+    """What a norm keeps for its backward is μ and 1/σ (layer norm) or 1/σ (RMS norm): one or
+    two numbers per row, not a second (..., d) array (x̂ is recomputed from x)."""
+    a = np.random.default_rng(0).standard_normal((2, 3, 8))
+    x, w, b = tl.tensor(a, requires_grad=True), tl.ones(8), tl.zeros(8)
+    mu = a.mean(-1, keepdims=True)
+    ln = LayerNormFn.apply(x, w, b, eps=1e-5)._ctx.saved
+    rms = RMSNormFn.apply(x, w, eps=1e-6)._ctx.saved
+    assert [s.shape for s in ln] == [(2, 3, 1)] * 2 and [s.shape for s in rms] == [(2, 3, 1)]
+    np.testing.assert_allclose(ln[0], mu, rtol=1e-12)
+    np.testing.assert_allclose(ln[1], 1 / np.sqrt(((a - mu) ** 2).mean(-1, keepdims=True) + 1e-5))
+    np.testing.assert_allclose(rms[0], 1 / np.sqrt((a**2).mean(-1, keepdims=True) + 1e-6))
+
+
 # ---------------------------------------------------------------------- the functions
 @given(rows_shapes.flatmap(lambda s: values(s)))
 def test_layer_norm_gradcheck_and_composed(x):
