@@ -136,7 +136,7 @@ def _unnormalized_pattern(q, k, bias, causal, mask, window):
     the row maxima, for one block of queries (..., T_q, H, d) and the keys (..., T_k, H, d)
     they may see; the heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
     xp = xp_of(q)
-    S = _heads_first(q) @ _heads_first(k).swapaxes(-1, -2)  # s Q Kᵀ
+    S = _heads_first(q) @ _transposed(k)  # s Q Kᵀ
     if bias is not None:
         S += bias
     T_q, T_k = q.shape[-3], k.shape[-3]
@@ -234,7 +234,7 @@ class AttentionFn(Function):
             M_b = _cut(M, rows, keys)
             P = E if M_b is None else E * M_b
             dv_b = _matmul_into(P.swapaxes(-1, -2), G_l[..., rows, :], v_b.shape, dtype)  # Eᵀ G/l
-            dA = _heads_first(g[..., rows, :, :]) @ _heads_first(v_b).swapaxes(-1, -2)  # G Vᵀ
+            dA = _heads_first(g[..., rows, :, :]) @ _transposed(v_b)  # G Vᵀ
             if M_b is not None:
                 dA *= M_b
             D_b, inv_b = D[..., rows, :], inv[..., rows, :]
@@ -259,6 +259,14 @@ class AttentionFn(Function):
         dq *= s
         dk *= s
         return dq, dk, dv, dB
+
+
+def _transposed(k):
+    """Kᵀ of k (..., T, H, d) heads first, (..., H, d, T), copied into that layout: OpenBLAS
+    multiplies (T, d)(d, T) faster with a right operand whose rows are Kᵀ's than with K read
+    transposed. At the nanoGPT CPU config's (12, 4) heads of (64, 32): 199 µs against 156
+    with the copy included (benchmarks/bench_kernels.py's attention, session 25)."""
+    return xp_of(k).ascontiguousarray(_heads_first(k).swapaxes(-1, -2))
 
 
 @fused(rows=True)
