@@ -131,15 +131,15 @@ def _cut(a, rows: slice, keys: slice):
     ]
 
 
-def _unnormalized_pattern(q, k, bias, causal, mask, window):
-    """E = exp(S - m) and its row sums l for S = Q Kᵀ + B (masked: -∞; q already scaled), m
-    the row maxima, for one block of queries (..., T_q, H, d) and the keys (..., T_k, H, d)
-    they may see; the heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
+def _unnormalized_pattern(q, kT, bias, causal, mask, window):
+    """E = exp(S - m) and its row sums l for S = Q (s Kᵀ) + B (masked: -∞), m the row maxima,
+    for one block of queries (..., T_q, H, d) and the keys they may see, given as s Kᵀ
+    (..., H, d, T_k); the heads first: E (..., H, T_q, T_k), l (..., H, T_q, 1)."""
     xp = xp_of(q)
-    S = _heads_first(q) @ _transposed(k)  # s Q Kᵀ
+    S = _heads_first(q) @ kT  # s Q Kᵀ
     if bias is not None:
         S += bias
-    T_q, T_k = q.shape[-3], k.shape[-3]
+    T_q, T_k = q.shape[-3], kT.shape[-1]
     if causal:
         S += _causal_bias(xp, T_q, T_k, S.dtype, window)
     if mask is not None:
@@ -191,11 +191,11 @@ class AttentionFn(Function):
         )
         ctx.E, sums = [], []  # E and l (..., H, T_q, 1) block by block
         Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
-        q = q * scale  # s Q, once for every block
+        kT = _transposed(k, scale)  # s Kᵀ, once for every block
         for rows, keys in ctx.blocks:
             E, l = _unnormalized_pattern(
                 q[..., rows, :, :],
-                k[..., keys, :, :],
+                kT[..., keys],
                 _cut(score_bias, rows, keys),
                 causal,
                 _cut(mask, rows, keys),
@@ -261,12 +261,14 @@ class AttentionFn(Function):
         return dq, dk, dv, dB
 
 
-def _transposed(k):
-    """Kᵀ of k (..., T, H, d) heads first, (..., H, d, T), copied into that layout: OpenBLAS
+def _transposed(k, scale: float = 1.0):
+    """s Kᵀ of k (..., T, H, d) heads first, (..., H, d, T), written in that layout: OpenBLAS
     multiplies (T, d)(d, T) faster with a right operand whose rows are Kᵀ's than with K read
     transposed. At the nanoGPT CPU config's (12, 4) heads of (64, 32): 199 µs against 156
-    with the copy included (benchmarks/bench_kernels.py's attention, session 25)."""
-    return xp_of(k).ascontiguousarray(_heads_first(k).swapaxes(-1, -2))
+    with the copy included (benchmarks/bench_kernels.py's attention, session 25). The scale s
+    rides along with the copy (no pass of its own over Q)."""
+    xp, kT = xp_of(k), _heads_first(k).swapaxes(-1, -2)
+    return xp.multiply(kT, scale, out=xp.empty(kT.shape, kT.dtype))  # (× 1.0 is exact)
 
 
 @fused(rows=True)
