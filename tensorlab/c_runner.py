@@ -337,12 +337,12 @@ _PRELUDE = """#include <math.h>
 V float expf(float); V float logf(float); V float tanhf(float); V float erff(float);
 V float expm1f(float);
 #endif
-/* e^x for float. glibc's vector expf computes every lane below -87.3 (or from 88 up) by a
-   scalar call, 7x slower for the whole vector: a causal mask's -inf scores hit that in half of
-   every row. Below -87, where e^x < 1.7e-38, the result is 0 (NumPy's would be that small or a
-   subnormal), and expf is called with -87. The test is on the bits (as unsigned: above -87's
-   are the floats below -87, -inf and a NaN with its sign bit): written as x < -87.0f, the
-   compiler moves expf past the choice and calls it on x after all. */
+/* e^x for float. glibc's vector expf computes every lane below -87.3 (or from 88 up, or NaN)
+   by a scalar call, 3.8 against 0.29 ns a number: a causal mask's -inf scores hit that in half
+   of every row. Below -87, where e^x < 1.7e-38, the result is 0 (NumPy's would be that small
+   or a subnormal), and expf is called with -87. The test is on the bits (as unsigned: above
+   -87's are the floats below -87, -inf and a NaN with its sign bit, which stays NaN). Written
+   as x < -87.0f, the compiler moves expf past the choice and calls it on x after all. */
 static inline float tl_expf(float x) {
   unsigned bits;
   __builtin_memcpy(&bits, &x, 4);
