@@ -291,6 +291,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         self._compiled = None
         self._c_traces: dict = {}  # the C runner's traces, by signature
         self._c_plans: dict = {}  # and what it needs per shape (tensorlab/c_runner.py: run)
+        self._c_each: dict = {}  # and the traces of .each, by dtypes (c_runner.run_each)
         KERNELS.append(self)
 
     def __call__(self, *args, **kw):
@@ -357,8 +358,12 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         rows = _rows(method, arrays)
         if not rows:
             return
-        if xp_of(rows[0][0]) is np:  # row by row, as written (lean: clipping calls it per step)
-            for row in rows:
+        if xp_of(rows[0][0]) is np:  # compiled, one call per dtypes; else row by row, as written
+            by_dtypes, alone = _rows_by_dtypes(method, rows) if c_runner.available() else ({}, rows)
+            for same in by_dtypes.values():
+                if not c_runner.run_each(self, same, scalars):
+                    alone += same
+            for row in alone:
                 if self.math(NUMPY, *row, *scalars) is not None:
                     raise TypeError(f"{method} needs a kernel that returns nothing")
             return

@@ -1072,6 +1072,18 @@ MUTANTS = {
             "pass",
             "float32 exp is the vector expf itself (its slow lanes below -87 taken again)",
         ),
+        (
+            "c-each-one-size",
+            "sizes = np.array([row[0].size for row in rows], np.int64)",
+            "sizes = np.array([rows[0][0].size for row in rows], np.int64)",
+            ".each runs every tensor over the first one's number of entries",
+        ),
+        (
+            "c-read-only-written",
+            "        if not views[k][0].flags.writeable:\n            return NOT_COMPILED",
+            "        if False:\n            return NOT_COMPILED",
+            "an in-place kernel writes into an array NumPy holds read-only",
+        ),
     ],
     "tensorlab/fused.py": [
         (

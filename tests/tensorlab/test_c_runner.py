@@ -28,8 +28,9 @@ from hypothesis.extra import numpy as hnp
 
 import gpt  # noqa: F401  (imports every module that defines kernels)
 import nn  # noqa: F401
+from nn.optim import adam_kernel, scale_kernel
 from tensorlab import c_runner
-from tensorlab.fused import KERNELS, fused, run_numpy
+from tensorlab.fused import KERNELS, NUMPY, fused, run_numpy
 from tensorlab.fused_op import fused_functions
 from tests.strategies import fused_op_inputs, wide_rows
 
@@ -208,6 +209,43 @@ def test_in_place_updates_reach_the_callers_array_even_through_a_copy():
     strided = buf.T  # not rows of contiguous numbers: the runner works on a copy
     assert _momentum(strided, np.ones((4, 3)), 0.5) is None
     np.testing.assert_array_equal(buf, np.arange(12.0).reshape(3, 4) * 0.5 + 1.0)
+
+
+@needs_cc
+def test_each_updates_every_tensor_in_one_call_as_numpy_would():
+    """``kernel.each`` on NumPy arrays: one compiled call per group of rows with the same
+    dtypes (float32 and float64 parameters side by side; sizes around the vector of 16),
+    leaving in every array what NumPy's run of the formula, row by row, leaves."""
+    rng = np.random.default_rng(5)
+    sizes = [(1,), (5,), (16,), (17,), (4, 10)]
+    rows = [
+        tuple(np.abs(rng.standard_normal(shape)).astype(dtype) for _ in range(4))
+        for dtype in (np.float32, np.float64)
+        for shape in sizes
+    ]
+    scalars = (0.9, 0.1, 0.99, 0.01, 1e-3, 0.5, 1e-8, 0.999, 0.01)
+    want = [tuple(a.copy() for a in row) for row in rows]
+    for row in want:
+        adam_kernel.math(NUMPY, *row, *scalars)
+    adam_kernel.each(tuple(zip(*rows)), *scalars)
+    for got_row, want_row in zip(rows, want):
+        for g, w in zip(got_row, want_row):
+            np.testing.assert_allclose(g, w, **TOL[g.dtype])
+    assert len(adam_kernel._c_each) >= 2
+    assert c_runner.NOT_COMPILED not in adam_kernel._c_each.values()
+
+
+@needs_cc
+def test_a_read_only_array_is_refused_not_written():
+    """An in-place kernel on a read-only array gets NumPy's error, on both the single call and
+    ``.each``, and the array keeps its numbers."""
+    a = np.ones(20)
+    a.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        _momentum(a, np.ones(20), 0.5)
+    with pytest.raises(ValueError, match="read-only"):
+        scale_kernel.each(([np.ones(20), a],), 0.5)
+    np.testing.assert_array_equal(a, 1.0)
 
 
 @needs_cc
