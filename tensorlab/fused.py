@@ -32,14 +32,16 @@ or a tuple. Python scalars among the arguments keep the arrays' dtype, as they d
 kernel per tensor is hundreds of launches per step (PyTorch's ``foreach`` and ``fused``
 optimizers launch one kernel over lists of tensors for this reason). An in-place kernel's
 :meth:`fused.each` takes lists: ``adam_kernel.each((ws, gs, ms, vs), b1, ...)`` is
-``adam_kernel(ws[i], gs[i], ms[i], vs[i], b1, ...)`` for every ``i``. On NumPy it is that
-loop. On a GPU it is one kernel, made from the same traced function: the host writes a table
-(each tensor's addresses and size, and for each thread block the tensor and the first element
-it covers: :data:`CHUNK` elements a block) and the kernel's block reads its row of that table
-and runs the function's code on its elements. The kernel is written once, as the function.
-:meth:`fused.each_sum` does the same for a kernel that returns one value per element and sums
-them all, in float64 (clipping's sum of squares of every gradient, PyTorch's ``_foreach_norm``):
-each block adds up its chunk and writes one partial sum, and one reduction adds the partials.
+``adam_kernel(ws[i], gs[i], ms[i], vs[i], b1, ...)`` for every ``i``. On NumPy it is one
+call of the compiled C function over all of them (:func:`tensorlab.c_runner.run_each`), or
+that loop where nothing is compiled. On a GPU it is one kernel, made from the same traced
+function: the host writes a table (each tensor's addresses and size, and for each thread
+block the tensor and the first element it covers: :data:`CHUNK` elements a block) and the
+kernel's block reads its row of that table and runs the function's code on its elements.
+The kernel is written once, as the function. :meth:`fused.each_sum` does the same for a
+kernel that returns one value per element and sums them all, in float64 (clipping's sum of
+squares of every gradient, PyTorch's ``_foreach_norm``): each block adds up its chunk and
+writes one partial sum, and one reduction adds the partials.
 """
 
 from __future__ import annotations
@@ -353,7 +355,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         ``kernel(arrays[0][i], arrays[1][i], ..., *scalars)`` runs for every ``i``, in place
         (the kernel must return nothing). On a GPU, one launch for all rows of contiguous
         arrays of the same dtypes (see the module docstring); a row with a strided array runs
-        as its own launch of the kernel. On NumPy, a loop."""
+        as its own launch of the kernel. On NumPy, one compiled call for all rows of the same
+        dtypes (where the C runner works), else a loop."""
         method = f"{self.__name__}.each"
         rows = _rows(method, arrays)
         if not rows:
