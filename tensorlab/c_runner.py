@@ -643,7 +643,7 @@ def _choice() -> bool:
 class Compiled:
     """One traced, compiled signature of a kernel: call it with the arrays laid out as rows."""
 
-    def __init__(self, math, args: tuple, kw: dict, layout: tuple, name: str, each=False):
+    def __init__(self, math, args: tuple, kw: dict, layout: tuple, name: str, each=None):
         name = "k_" + re.sub(r"\W", "_", name)  # the kernel's name as a C identifier
         tracer = Tracer()
         self.layout = layout
@@ -688,15 +688,18 @@ class Compiled:
         self._out_shapes: dict = {}
         self.dtypes = [np.dtype(_DTYPE[_strong(n.t)]) for n, _ in self.outputs]
         writer = _Writer(self.arrays, self.outputs, self.stores, tracer.params)
-        if each and self.returned:
+        summed = [n for n, kind in self.outputs if kind == "E"]
+        if each == "each" and self.returned:
             raise Untraceable("a kernel for .each must return nothing")
+        if each == "each_sum" and (len(summed) != 1 or self.stores or not self.returned):
+            raise Untraceable("a kernel for .each_sum must return one array and change nothing")
         self.source = writer.source(name)
         if each:
-            self.source += _each_source(name, self.arrays, tracer.params)
+            self.source += _each_source(each, name, self.arrays, tracer.params, summed)
         self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
         library = ctypes.CDLL(str(_build(self.source, list(_link()))))
-        self.fn = getattr(library, f"each_{name}" if each else name)
-        self.fn.restype = ctypes.c_int
+        self.fn = getattr(library, f"{each}_{name}" if each else name)
+        self.fn.restype = ctypes.c_double if each == "each_sum" else ctypes.c_int
         number = {True: ctypes.c_double, False: ctypes.c_longlong}
         self.fn.argtypes = (
             [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p]
@@ -722,20 +725,34 @@ class Compiled:
         return all(bool(numbers[i]) == truth for i, truth in self.guards)
 
 
-def _each_source(name: str, arrays: list, params: list) -> str:
-    """C of ``each_<name>``: the kernel on T tensors in one call, tensor t being n[t] numbers
-    at the addresses a[t·A], ..., a[t·A + A - 1] (A arrays each), as one row of n[t]."""
+def _each_source(mode: str, name: str, arrays: list, params: list, summed: list) -> str:
+    """C of ``each_<name>`` (mode "each"): the kernel on T tensors in one call, tensor t
+    being n[t] numbers at the addresses a[t·A], ..., a[t·A + A - 1] (A arrays each), as one
+    row of n[t]; or of ``each_sum_<name>``: the sum of its one output over all of them, in
+    double, the output written 1024 numbers at a time into a buffer that stays in cache."""
     A = len(arrays)
-    at = ", ".join(f"({ctype}*)at[{k}], n[t]" for k, (_, ctype, _) in enumerate(arrays))
     head = "".join(f", {_C[_strong(p.t)]} p{i}" for i, p in enumerate(params))
     numbers = "".join(f", p{i}" for i in range(len(params)))
-    return (
-        f"int each_{name}(long long T, const long long* n, void* const* a{head}) {{\n"
-        "  for (long long t = 0; t < T; t++) {\n"
-        f"    void* const* at = a + t * {A};\n"
-        f"    {name}(1, n[t], {at}{numbers});\n"
-        "  }\n  return 0;\n}\n"
-    )
+    if mode == "each":
+        whole = ", ".join(f"({ctype}*)at[{k}], n[t]" for k, (_, ctype, _) in enumerate(arrays))
+        body = [f"    {name}(1, n[t], {whole}{numbers});"]
+        returns, total = "int", "0"
+    else:
+        part = ", ".join(f"({ctype}*)at[{k}] + o, m" for k, (_, ctype, _) in enumerate(arrays))
+        body = [
+            "    for (long long o = 0; o < n[t]; o += 1024) {",
+            "      const long long m = n[t] - o < 1024 ? n[t] - o : 1024;",
+            f"      {name}(1, m, {part}, buf{numbers});",
+            "      for (long long i = 0; i < m; i++) total += buf[i];",
+            "    }",
+        ]
+        returns, total = "double", "total"
+    lines = [f"{returns} {mode}_{name}(long long T, const long long* n, void* const* a{head}) {{"]
+    if mode == "each_sum":
+        lines += [f"  {_C[_strong(summed[0].t)]} buf[1024];", "  double total = 0.0;"]
+    lines += ["  for (long long t = 0; t < T; t++) {", f"    void* const* at = a + t * {A};"]
+    lines += body + ["  }", f"  return {total};", "}", ""]
+    return "\n".join(lines)
 
 
 def run_each(kernel, rows: list[tuple], scalars: tuple) -> bool:
@@ -744,31 +761,50 @@ def run_each(kernel, rows: list[tuple], scalars: tuple) -> bool:
     every parameter pays the call's Python cost once, not once per parameter (AdamW over the
     nanoGPT CPU config's 100 parameters: 3.8 ms as NumPy operations, session 25). False where
     it cannot be compiled (the caller then runs the rows one by one)."""
+    compiled, numbers = _each_compiled(kernel, rows, scalars, "each")
+    if compiled is None or any(not r[k].flags.writeable for r in rows for k, _ in compiled.stores):
+        return False  # (a read-only array: NumPy's error, not a write into it)
+    _each_call(compiled, rows, numbers)
+    return True
+
+
+def run_each_sum(kernel, rows: list[tuple], scalars: tuple):
+    """Σ over every row and entry of ``kernel(*row, *scalars)``, a float, summed in float64
+    (:meth:`tensorlab.fused.fused.each_sum`: clipping's sum of squares of every gradient), in
+    one C call; None where it cannot be compiled."""
+    compiled, numbers = _each_compiled(kernel, rows, scalars, "each_sum")
+    return None if compiled is None else _each_call(compiled, rows, numbers)
+
+
+def _each_compiled(kernel, rows: list[tuple], scalars: tuple, mode: str) -> tuple:
+    """(the trace of ``kernel`` for these rows' dtypes, written for ``mode``, and its
+    numbers), or (None, None)."""
     first = rows[0]
     if kernel.rows or any(a.dtype not in _OF_DTYPE for a in first):
-        return False
-    key = (tuple(a.dtype for a in first), tuple(type(s) for s in scalars))
+        return None, None
+    key = (mode, tuple(a.dtype for a in first), tuple(type(s) for s in scalars))
     variants = kernel._c_each.setdefault(key, [])
     if variants is NOT_COMPILED:
-        return False
+        return None, None
     args = (*first, *scalars)
     compiled = next((c for c in variants if c.holds(c.numbers(args, {}))), None)
     if compiled is None:  # the first trace, or a branch on a number taken the other way
         layout = tuple((a.dtype, "E", False) for a in first) + (None,) * len(scalars)
         try:
-            compiled = Compiled(kernel.math, args, {}, layout, kernel.__name__, each=True)
+            compiled = Compiled(kernel.math, args, {}, layout, kernel.__name__, each=mode)
         except (Untraceable, TypeError, AttributeError):
-            compiled = None
-        if compiled is None:
             kernel._c_each[key] = NOT_COMPILED
-            return False
+            return None, None
         variants.append(compiled)
-    if any(not row[k].flags.writeable for row in rows for k, _ in compiled.stores):
-        return False  # (NumPy's error for a read-only array, not a write into it)
+    return compiled, compiled.numbers(args, {})
+
+
+def _each_call(compiled, rows: list[tuple], numbers: list):
+    """The C function over all ``rows``: their sizes and their arrays' addresses (row by row)
+    as int64 arrays, alive until it returns."""
     sizes = np.array([row[0].size for row in rows], np.int64)
     table = np.array([_address(a) for row in rows for a in row], np.int64)
-    compiled.fn(len(rows), sizes.ctypes.data, table.ctypes.data, *compiled.numbers(args, {}))
-    return True
+    return compiled.fn(len(rows), sizes.ctypes.data, table.ctypes.data, *numbers)
 
 
 def _unchanged(s: Sym) -> bool:

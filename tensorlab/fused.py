@@ -386,14 +386,26 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         a 0-d array on the arrays' device: the kernel on many tensors, as :meth:`each`, for a
         kernel that returns one array and leaves its arguments alone. On a GPU, one launch for
         all rows of contiguous arrays of the same dtypes, and one sum of its blocks' partial
-        sums; on NumPy, the kernel on each row in turn."""
+        sums; on NumPy, one compiled call for all rows of the same dtypes (where the C runner
+        works), else the kernel on each row in turn."""
         method = f"{self.__name__}.each_sum"
         rows = _rows(method, arrays)
         if not rows:
             raise ValueError(f"{method}: no arrays to sum over")
         xp, total = xp_of(rows[0][0]), None
-        by_dtypes, alone = ({}, rows) if xp is np else _rows_by_dtypes(method, rows)
+        on_cpu = xp is np
+        if on_cpu and not c_runner.available():
+            by_dtypes, alone = {}, rows
+        else:
+            by_dtypes, alone = _rows_by_dtypes(method, rows)
         for dtypes, same in by_dtypes.items():
+            if on_cpu:  # one compiled call
+                value = c_runner.run_each_sum(self, same, scalars)
+                if value is None:
+                    alone += same
+                else:
+                    total = _plus(total, np.float64(value))
+                continue
             table, blocks = pointer_table(same)
             if not blocks:  # only empty tensors: they add nothing
                 continue

@@ -1079,6 +1079,12 @@ MUTANTS = {
             ".each runs every tensor over the first one's number of entries",
         ),
         (
+            "c-each-sum-first-chunk",
+            'part = ", ".join(f"({ctype}*)at[{k}] + o, m"',
+            'part = ", ".join(f"({ctype}*)at[{k}], m"',
+            ".each_sum adds the first 1024 numbers of a tensor again for each later 1024",
+        ),
+        (
             "c-read-only-written",
             "        if not views[k][0].flags.writeable:\n            return NOT_COMPILED",
             "        if False:\n            return NOT_COMPILED",

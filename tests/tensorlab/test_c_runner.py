@@ -28,7 +28,7 @@ from hypothesis.extra import numpy as hnp
 
 import gpt  # noqa: F401  (imports every module that defines kernels)
 import nn  # noqa: F401
-from nn.optim import adam_kernel, scale_kernel
+from nn.optim import adam_kernel, scale_kernel, square_kernel
 from tensorlab import c_runner
 from tensorlab.fused import KERNELS, NUMPY, fused, run_numpy
 from tensorlab.fused_op import fused_functions
@@ -233,6 +233,29 @@ def test_each_updates_every_tensor_in_one_call_as_numpy_would():
             np.testing.assert_allclose(g, w, **TOL[g.dtype])
     assert len(adam_kernel._c_each) >= 2
     assert c_runner.NOT_COMPILED not in adam_kernel._c_each.values()
+
+
+@needs_cc
+def test_each_sum_adds_every_tensor_in_one_call():
+    """``kernel.each_sum`` on NumPy arrays: Σ g² over tensors of float32 and float64 and of
+    sizes below, at and beyond the 1024 numbers the C function sums at a time, equal to
+    NumPy's float64 sum (to 1e-12: only the order of the additions differs); an ∞ or a NaN
+    anywhere makes it ∞ or NaN (clipping reads that as "not finite")."""
+    rng = np.random.default_rng(6)
+    grads = [
+        rng.standard_normal(shape).astype(dtype)
+        for dtype in (np.float32, np.float64)
+        for shape in [(1,), (17,), (1024,), (3, 700), (2500,)]
+    ]
+    want = sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads)
+    got = square_kernel.each_sum((grads,))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(float(got), want, rtol=1e-12)
+    assert c_runner.NOT_COMPILED not in square_kernel._c_each.values()
+    grads[-2][1, 650] = np.inf
+    assert float(square_kernel.each_sum((grads,))) == np.inf
+    grads[1][3] = np.nan
+    assert np.isnan(float(square_kernel.each_sum((grads,))))
 
 
 @needs_cc
