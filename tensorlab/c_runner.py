@@ -22,6 +22,10 @@ Python function the other runners run, so no op is written twice:
    ``cc``) into a shared library, cached on disk by the hash of its source and the machine
    (``$TENSORLAB_CACHE``, else ``~/.cache/tensorlab``), and called through ``ctypes``.
 
+:func:`run_each` and :func:`run_each_sum` run a kernel over many tensors in one call (an
+optimizer's update of every parameter, clipping's sum of squares of every gradient): the same
+C function, called from a loop in C over a table of the tensors' addresses.
+
 A trace is kept per *signature*: the arrays' dtypes and layouts (full, one per row, broadcast
 along the row) and the numbers' types. Numbers are the kernel's runtime arguments, so a new
 learning rate or ε does not compile anything; where the formula branches on one
