@@ -245,7 +245,7 @@ def test_each_sum_adds_every_tensor_in_one_call():
     grads = [
         rng.standard_normal(shape).astype(dtype)
         for dtype in (np.float32, np.float64)
-        for shape in [(1,), (17,), (1024,), (3, 700), (2500,)]
+        for shape in [(0,), (17,), (1024,), (3, 700), (2500,)]  # (an empty one adds nothing)
     ]
     want = sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads)
     got = square_kernel.each_sum((grads,))
