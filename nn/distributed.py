@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import tensorlab as tl
-from tensorlab.backend import to_device, xp_of
+from tensorlab.backend import device_of, to_device
 
 # Environment variables that MPI launchers set in each process they start (MPICH/Hydra,
 # Open MPI, Slurm's PMI): how a program knows it was started by mpiexec without importing MPI.
@@ -105,7 +105,7 @@ class Distributed:
         for p in params:
             host = np.ascontiguousarray(to_device(p.data, "cpu"))
             self.comm.Bcast(host, root=0)
-            p.data[...] = to_device(host, "cuda") if xp_of(p.data) is not np else host
+            p.data[...] = to_device(host, device_of(p.data))
 
     def _plan(self, params, n_extras: int) -> list[tuple[np.ndarray, list]]:
         """Buckets of consecutive parameters, each one flat buffer of their common dtype; the
@@ -146,9 +146,7 @@ class Distributed:
             self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
             for p, at in members:
                 mean = buf[at : at + p.data.size].reshape(p.data.shape) * scale
-                mean = mean.astype(p.data.dtype, copy=False)
-                if xp_of(p.data) is not np:
-                    mean = to_device(mean, "cuda")
+                mean = to_device(mean.astype(p.data.dtype, copy=False), device_of(p.data))
                 if p.grad is None:
                     p.grad = tl.as_tensor(mean)
                 else:

@@ -797,7 +797,8 @@ def _each_compiled(kernel, rows: list[tuple], scalars: tuple, mode: str) -> tupl
         try:
             compiled = Compiled(kernel.math, args, {}, layout, kernel.__name__, each=mode)
         except (Untraceable, TypeError, AttributeError):
-            kernel._c_each[key] = NOT_COMPILED
+            if not variants:  # (a branch that cannot be written leaves the others in use)
+                kernel._c_each[key] = NOT_COMPILED
             return None, None
         variants.append(compiled)
     return compiled, compiled.numbers(args, {})
