@@ -431,20 +431,26 @@ class _Writer:
             self.lines.append(f"{indent}{_C[_strong(node.t)]} e{node.n} = {self.expr(node, col)};")
         return nodes
 
-    def loop(self, reductions: str, body) -> None:
+    def loop(self, pragma: str, body) -> None:
         """A ``for j`` loop over the row, its ``body(keep)`` written twice. A vector function
         (expf over 16 lanes) leaves the columns after the last whole vector to the compiler's
         scalar loop, one ``expf`` call each: cross-entropy's rows of 65 logits ran the 65th
         through the scalar call, and the kernel took 60 µs where rows of 64 took 35. So the
         first loop runs over the whole vectors (j < dm, dm a multiple of W), and the second
         over the row's last n = min(d, W) columns, d - n ≤ j < d, again as one vector, with
-        the columns the first loop did masked off (``keep``: nothing stored, nothing summed)."""
+        the columns the first loop did masked off (``keep``: nothing stored, nothing summed).
+
+        dm is written ``d & ~(W - 1)``, not ``d - d % W``: the compiler then knows that the first
+        loop runs a whole number of vectors, writes no remainder loop after it, and keeps a
+        reduction's 16 partial sums in a register. With ``d - d % W`` it kept them in an array
+        on the stack for the remainder loop, reloaded after every row: layer norm's forward
+        took 51 µs in C over (768, 128), 27 µs now (a C harness timing the generated code)."""
         out = self.lines
-        out += [f"    #pragma omp simd{reductions}", "    for (long long j = 0; j < dm; j++) {"]
+        out += [f"    #pragma {pragma}", "    for (long long j = 0; j < dm; j++) {"]
         stored = set(self.stored)
         body(None)
         self.stored = stored  # (the second loop stores the same outputs)
-        out += ["    }", f"    #pragma omp simd{reductions}"]
+        out += ["    }", f"    #pragma {pragma}"]
         out.append("    for (long long k = 0; k < n; k++) {")
         out.append("      const long long j = d - n + k;")
         out.append("      const int keep = j >= dm;")
@@ -468,7 +474,7 @@ class _Writer:
         head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
         head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
         out.append(f"int {name}(long long R, long long d, {', '.join(head)}) {{")
-        out.append("  const long long dm = d - d % W;  /* see loop() */")
+        out.append("  const long long dm = d & ~(long long)(W - 1);  /* see loop() */")
         out.append("  const long long n = d % W == 0 ? 0 : d < W ? d : W;")
         out.append("  for (long long r = 0; r < R; r++) {")
         for k, (a, ctype, _) in enumerate(self.arrays):
@@ -490,7 +496,7 @@ class _Writer:
                     if not per_row:
                         out.append(f"      {_when(keep)}{a}r[j] = ({ctype}){self.name(node, 'j')};")
 
-            self.loop("", outputs)
+            self.loop("omp simd", outputs)
         for k, (node, kind) in enumerate(self.outputs):
             if kind != "E":
                 out.append(f"    o{k}[r] = {self.name(node, '')};")
@@ -502,6 +508,17 @@ class _Writer:
         return _PRELUDE + "\n".join(out)
 
     def row_node(self, node: Node) -> None:
+        """One per-row value: a reduction's loop, a gather, or a number made from others.
+
+        A sum is a plain loop marked ``GCC ivdep`` (the outputs it stores do not overlap its
+        inputs), which the compiler vectorizes as a sum over 16 lanes in a register
+        (``-fassociative-math``). Under ``#pragma omp simd reduction(+:a)`` it kept the 16
+        partial sums in an array on the stack, written and read back in pieces each row: layer
+        norm's backward took 42 µs over (768, 128) that way and 23 µs as a plain loop (a C
+        harness timing the generated code). Two kinds keep the OpenMP clause, which the
+        compiler would not vectorize as plain loops: a maximum (``v > a ? v : a``, without
+        ``-ffinite-math-only``) and a float sum over ``tl_expf`` (its choice of 0 below -87
+        turns ``a += e`` into a conditional sum)."""
         out, t = self.lines, _C[_strong(node.t)]
         if node.op in ("sum", "mean", "max"):
             (x,) = node.args
@@ -509,10 +526,11 @@ class _Writer:
             if node.op == "max":  # and whether a NaN was seen: NaN wins, as in NumPy
                 out.append(f"    {t} {acc} = -INFINITY;")
                 out.append(f"    int nan{node.n} = 0;")
-                reductions = f" reduction(max:{acc}) reduction(|:nan{node.n})"
+                pragma = f"omp simd reduction(max:{acc}) reduction(|:nan{node.n})"
             else:
                 out.append(f"    {t} {acc} = 0;")
-                reductions = f" reduction(+:{acc})"
+                exp = any(n.op == "exp" for n in _reachable([x], rows=False))
+                pragma = f"omp simd reduction(+:{acc})" if exp and t == "float" else "GCC ivdep"
 
             def accumulate(keep):
                 self.store_outputs(self.elementwise([x], "j", "      "), "      ", keep)
@@ -525,7 +543,7 @@ class _Writer:
                 else:  # (and as 0)
                     out.append(f"      {acc} += {f'keep ? {value} : 0' if keep else value};")
 
-            self.loop(reductions, accumulate)
+            self.loop(pragma, accumulate)
             if node.op == "max":
                 out.append(f"    const {t} r{node.n} = nan{node.n} ? ({t})NAN : {acc};")
             else:
