@@ -74,7 +74,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     pending: dict[int, Tensor] = {}
     for r, g in zip(roots, root_grads):
         _send(pending, r, g)
-    out = _Outputs(inputs, create_graph)
+    out = _Outputs(inputs, create_graph, root_grads)
     # record the backward's own ops only if asked; run them in the dtypes the forward chose
     with set_grad_enabled(create_graph), autocast(None):
         try:
@@ -204,11 +204,17 @@ def grads_at_inputs(y: Tensor, g: Tensor, ins, create_graph: bool = True) -> lis
 class _Outputs:
     """Where gradients end up: a leaf's ``.grad`` (or, for :func:`grad`, the returned list)
     and the ``.grad`` of non-leaves that asked for it (``retain_grad()``); tensor hooks run
-    first and may replace the gradient."""
+    first and may replace the gradient.
 
-    def __init__(self, inputs, create_graph: bool):
+    A gradient arriving at a ``.grad`` that holds one already is added into it in place (as
+    PyTorch's AccumulateGrad does without create_graph): no new array per accumulation, which
+    gradient accumulation over micro-batches pays at every parameter. That is safe because a
+    ``.grad`` never shares memory with another array the caller holds (:func:`_owned`)."""
+
+    def __init__(self, inputs, create_graph: bool, root_grads=()):
         self.create_graph = create_graph
-        self.stored: set[int] = set()
+        # arrays a .grad must not alias: the caller's root gradients, those stored so far
+        self.stored: set[int] = {id(g.data) for g in root_grads}
         self.capture = None
         self.results = None
         if inputs is not None:
@@ -223,6 +229,7 @@ class _Outputs:
             return g
         if t._hooks:
             g = _run_hooks(t._hooks, g)
+            self.stored.add(id(g.data))  # (a hook's result may be held by the hook)
         if self.capture is not None:
             for i in self.capture.get(id(node), ()):
                 self.results[i] = g
@@ -231,9 +238,11 @@ class _Outputs:
         if node is t or t._retains_grad:
             if t.grad is None:
                 t.grad = _owned(g, self.create_graph, self.stored)
-                self.stored.add(id(t.grad))
+                self.stored.add(id(t.grad.data))
+            elif self.create_graph or t.grad.requires_grad or g.requires_grad:
+                t.grad = t.grad + g  # (a graph: a new tensor)
             else:
-                t.grad = t.grad + g
+                t.grad.add_(g)  # (bumps its version: a node that saved it will refuse)
         return g
 
 
@@ -274,9 +283,10 @@ def _read_only(g: Tensor) -> Tensor:
 
 def _owned(g: Tensor, create_graph: bool, stored: set) -> Tensor:
     """``g`` to store as a ``.grad``, copied when its memory may be shared: a view (maybe a
-    read-only broadcast), a gradient already stored in this pass (``a + b`` sends the same
-    tensor to both), or, without create_graph, a tensor that carries a graph."""
-    if g.data.base is None and id(g) not in stored and (create_graph or not g.requires_grad):
+    read-only broadcast), an array already stored in this pass (``a + b`` sends the same
+    tensor to both), the caller's own root gradient or a hook's result (``stored``), or,
+    without create_graph, a tensor that carries a graph."""
+    if g.data.base is None and id(g.data) not in stored and (create_graph or not g.requires_grad):
         return g
     if create_graph and g.requires_grad:
         return g * 1.0  # a copy that stays in the graph

@@ -1742,6 +1742,18 @@ MUTANTS = {
     ],
     "tensorlab/autograd.py": [
         (
+            "grad-aliases-root",
+            "self.stored: set[int] = {id(g.data) for g in root_grads}",
+            "self.stored: set[int] = set()",
+            "a leaf's .grad is the caller's root gradient, which the next backward adds into",
+        ),
+        (
+            "grad-aliases-hook",
+            "self.stored.add(id(g.data))  # (a hook's result may be held by the hook)",
+            "pass",
+            "a leaf's .grad is the tensor a hook returned, which the next backward adds into",
+        ),
+        (
             "send-overwrite",
             "pending[k] = g if prev is None else prev + g",
             "pending[k] = g",

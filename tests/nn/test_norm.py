@@ -120,6 +120,18 @@ def test_the_norms_save_numbers_per_row_not_the_normalized_input():
     np.testing.assert_allclose(rms[0], 1 / np.sqrt((a**2).mean(-1, keepdims=True) + 1e-6))
 
 
+def test_a_bias_gradient_passed_through_is_not_the_callers_array():
+    """Layer norm's backward hands g itself back as the bias's gradient; for one row of d
+    features that is already the bias's shape, so .grad would alias the caller's g, and the
+    next backward adds into .grad in place."""
+    x = tl.tensor(np.array([1.0, -2.0, 0.5]), requires_grad=True)
+    w, b = (tl.tensor(np.ones(3), requires_grad=True) for _ in range(2))
+    g = tl.tensor(np.array([1.0, 2.0, 3.0]))
+    for _ in range(2):
+        F.layer_norm(x, w, b).backward(g)
+    np.testing.assert_array_equal(g.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [2.0, 4.0, 6.0])
+
 # ---------------------------------------------------------------------- the functions
 @given(rows_shapes.flatmap(lambda s: values(s)))
 def test_layer_norm_gradcheck_and_composed(x):

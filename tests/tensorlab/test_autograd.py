@@ -42,6 +42,30 @@ def test_gradients_accumulate_across_backward_calls():
     np.testing.assert_array_equal(x.grad.numpy(), 2 * x.numpy() + 3)
 
 
+def test_a_second_backward_adds_into_the_same_gradient_in_place():
+    """As PyTorch's AccumulateGrad: no new array per accumulation, the .grad object kept, and
+    its version bumped (a node that saved the gradient refuses to backward afterwards)."""
+    x, w = leaf([1.0, -2.0, 3.0]), leaf([0.5, 0.5, 0.5])
+    (x * x).sum().backward()
+    first, array = x.grad, x.grad.data
+    y = (w * x.grad).sum()  # saves x.grad for w's gradient
+    (x * 3.0).sum().backward()
+    assert x.grad is first and x.grad.data is array
+    np.testing.assert_array_equal(array, 2 * x.numpy() + 3)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.backward()
+
+
+def test_an_accumulation_under_create_graph_is_a_new_differentiable_tensor():
+    x = leaf([1.0, -2.0])
+    (x * x).sum().backward(create_graph=True)
+    first = x.grad.detach().numpy().copy()
+    (x * x).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    np.testing.assert_array_equal(first, 2 * x.numpy())  # the first one was not changed
+    np.testing.assert_array_equal(x.grad.detach().numpy(), 4 * x.numpy())
+
+
 def test_tensor_used_twice_in_one_graph():
     x = leaf([0.5, -1.5])
     y = x * x + x.exp() * x  # x reaches the output along four paths
@@ -540,6 +564,31 @@ def test_leaf_gradients_are_never_aliased(create_graph):
         a.grad.mul_(2)
     np.testing.assert_array_equal(a.grad.numpy(), [2.0, 2.0])
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "backward",
+    [
+        lambda x, g: x.backward(g),  # the leaf itself is the root
+        lambda x, g: (x + 1.0).backward(g),  # Add's backward passes g on as it is
+    ],
+)
+def test_the_callers_root_gradient_is_not_the_leafs_grad(backward):
+    """A later accumulation adds into .grad in place, so .grad must not be the caller's g."""
+    x, g = leaf([1.0, 2.0]), tl.tensor([10.0, 20.0])
+    backward(x, g)
+    backward(x, g)
+    np.testing.assert_array_equal(g.numpy(), [10.0, 20.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [20.0, 40.0])
+
+
+def test_a_hooks_result_is_not_the_leafs_grad():
+    x, kept = leaf([1.0, 2.0]), tl.tensor([5.0, 5.0])
+    x.register_hook(lambda g: kept)
+    (x * 2.0).sum().backward()
+    (x * 2.0).sum().backward()
+    np.testing.assert_array_equal(kept.numpy(), [5.0, 5.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [10.0, 10.0])
 
 
 def test_leaf_gradient_not_aliased_with_a_retained_gradient():
