@@ -132,6 +132,7 @@ def test_a_bias_gradient_passed_through_is_not_the_callers_array():
     np.testing.assert_array_equal(g.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(b.grad.numpy(), [2.0, 4.0, 6.0])
 
+
 # ---------------------------------------------------------------------- the functions
 @given(rows_shapes.flatmap(lambda s: values(s)))
 def test_layer_norm_gradcheck_and_composed(x):
