@@ -7,7 +7,7 @@ import numpy as np
 
 import tensorlab as tl
 from tensorlab import Tensor
-from tensorlab.backend import min_max, xp_of
+from tensorlab.backend import host_ints, xp_of
 from tensorlab.fused_op import FusedFunction
 
 
@@ -23,7 +23,9 @@ class CrossEntropyFn(FusedFunction):
 
         dz = g (p - q),   0 for ignored rows.
 
-    One loss per row: :func:`cross_entropy` sums or averages them. float16 and bfloat16 logits
+    Both are multiplied by ``scale`` (a number, 1 by default): :func:`cross_entropy` averages
+    by passing 1/M, M the rows not ignored, and summing the rows, so a mean costs no node of
+    its own. One loss per row. float16 and bfloat16 logits
     are taken in float32 and the loss stays float32 (a loss scaled for float16 training must
     not overflow float16's 65504); their gradient returns in their own dtype. logsumexp is
     taken after shifting by the row's maximum m, so nothing overflows. The softmax is kept
@@ -34,7 +36,7 @@ class CrossEntropyFn(FusedFunction):
     rows, saves = True, 2
 
     @staticmethod
-    def forward_math(xp, z, t, ignore_index=-100, label_smoothing=0.0):
+    def forward_math(xp, z, t, ignore_index=-100, label_smoothing=0.0, scale=1.0):
         m = xp.max(z, axis=-1, keepdims=True)
         e = xp.exp(z - m)
         s = xp.sum(e, axis=-1, keepdims=True)
@@ -42,11 +44,11 @@ class CrossEntropyFn(FusedFunction):
         loss = (m + xp.log(s) - (1.0 - label_smoothing) * z_t)[..., 0]
         if label_smoothing:
             loss = loss - label_smoothing * xp.mean(z, axis=-1)
-        return xp.where(t != ignore_index, loss, 0.0), e, s[..., 0]  # the loss; e and s
+        return xp.where(t != ignore_index, scale * loss, 0.0), e, s[..., 0]  # the loss; e, s
 
     @staticmethod
-    def backward_math(xp, g, e, s, z, t, ignore_index=-100, label_smoothing=0.0):
-        w = xp.where(t != ignore_index, g, 0.0)[..., None]  # g, 0 for ignored rows
+    def backward_math(xp, g, e, s, z, t, ignore_index=-100, label_smoothing=0.0, scale=1.0):
+        w = xp.where(t != ignore_index, scale * g, 0.0)[..., None]  # g, 0 for ignored rows
         dz = e * (w / s[..., None])  # g p
         if label_smoothing:
             dz -= w * (label_smoothing / z.shape[-1])  # g (p - ε/C)
@@ -87,7 +89,8 @@ def cross_entropy(
             f"{logits.shape[:-1]}, got {t.shape}"
         )
     C = logits.shape[-1]
-    lo, hi = min_max(t)
+    # one read from the device for the range check and M, the rows not ignored
+    lo, hi, M = host_ints(t.min(), t.max(), (t != ignore_index).sum()) if t.size else (0, 0, 0)
     if lo < 0 or hi >= C:
         bad = t[(t != ignore_index) & ((t < 0) | (t >= C))]
         if bad.size:
@@ -97,15 +100,13 @@ def cross_entropy(
             )
     targets = targets if isinstance(targets, Tensor) else tl.as_tensor(t)
     loss = CrossEntropyFn.apply(
-        logits, targets, ignore_index=int(ignore_index), label_smoothing=float(label_smoothing)
+        logits,
+        targets,
+        ignore_index=int(ignore_index),
+        label_smoothing=float(label_smoothing),
+        scale=1.0 / max(M, 1) if reduction == "mean" else 1.0,  # (every target ignored: 0)
     )
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    # M, the rows not ignored, stays on the device (reading it would make the host wait)
-    count = xp_of(t).maximum((t != ignore_index).sum(), 1).astype(loss.data.dtype)
-    return loss.sum() / tl.as_tensor(count)
+    return loss if reduction == "none" else loss.sum()
 
 
 def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:  # noqa: A002

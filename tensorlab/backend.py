@@ -141,13 +141,18 @@ def erf_exact(z):
     return erf(z)  # pragma: no cover
 
 
+def host_ints(*values) -> list[int]:
+    """0-d integer arrays (on one device) as Python ints, read in one transfer: one wait for a
+    GPU, where every read stops the host until the queued work is done."""
+    return xp_of(values[0]).stack(values).tolist()
+
+
 def min_max(ints) -> tuple[int, int]:
-    """The least and greatest entry of an integer array as Python ints, read in one transfer
-    (one wait for a GPU, where every read stops the host until the queued work is done);
-    (0, 0) for an empty array. The range checks of indices and targets use it."""
+    """The least and greatest entry of an integer array as Python ints, read in one transfer;
+    (0, 0) for an empty array. The range checks of indices use it."""
     if not ints.size:
         return 0, 0
-    lo, hi = xp_of(ints).stack([ints.min(), ints.max()]).tolist()
+    lo, hi = host_ints(ints.min(), ints.max())
     return lo, hi
 
 

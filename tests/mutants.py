@@ -1919,14 +1919,20 @@ MUTANTS = {
         ),
         (
             "ce-mean-count",
-            "count = xp_of(t).maximum((t != ignore_index).sum(), 1)",
-            "count = xp_of(t).maximum(t.size, 1)",
+            "t.max(), (t != ignore_index).sum())",
+            "t.max(), t.size + 0 * t.sum())",
             "cross-entropy mean: divides by ignored rows too",
         ),
         (
+            "ce-mean-scale-backward",
+            "w = xp.where(t != ignore_index, scale * g, 0.0)[..., None]",
+            "w = xp.where(t != ignore_index, g, 0.0)[..., None]",
+            "cross-entropy backward: the mean's 1/M left out of the gradient",
+        ),
+        (
             "ce-ignore-forward",
-            "return xp.where(t != ignore_index, loss, 0.0)",
-            "return loss",
+            "return xp.where(t != ignore_index, scale * loss, 0.0), e",
+            "return scale * loss, e",
             "cross-entropy forward formula: ignored rows count",
         ),
         (

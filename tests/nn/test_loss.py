@@ -48,20 +48,22 @@ def reduce(loss, t, ignore_index, reduction):
     C=st.integers(2, 5),
     eps=st.sampled_from([0.0, 0.1, 0.3]),
     ignore_index=st.sampled_from([-100, 0]),
+    scale=st.sampled_from([1.0, 0.25]),
     data=st.data(),
 )
-def test_cross_entropy_fn_matches_composed(reduction, lead, C, eps, ignore_index, data):
+def test_cross_entropy_fn_matches_composed(reduction, lead, C, eps, ignore_index, scale, data):
     """CrossEntropyFn against CrossEntropyFn.composed: targets (N,) or (B, T), some (or all)
     of them ignored, either the default -100 or a real class (0), label smoothing 0, 0.1 and
-    0.3. Tolerance 1e-10 absolute: for logits ≤ 3 in size the loss, its gradient p - q and its
-    second derivative (diag(p) - p pᵀ) are O(1) per row, computed in another order (a shifted
-    exp-sum on arrays against log_softmax on Tensors), so they differ by rounding, ≲ 1e-14."""
+    0.3, scale 1 and 1/4 (a mean's 1/M). Tolerance 1e-10 absolute: for logits ≤ 3 in size the
+    loss, its gradient p - q and its second derivative (diag(p) - p pᵀ) are O(1) per row,
+    computed in another order (a shifted exp-sum on arrays against log_softmax on Tensors), so
+    they differ by rounding, ≲ 1e-14."""
     low = -1 if ignore_index == -100 else 0
     t = data.draw(hnp.arrays(np.int64, lead, elements=st.integers(low, C - 1)))
     t[t == -1] = -100
     z = t64(data.draw(values(lead + (C,), -3, 3)))
     t = tl.tensor(t)
-    params = dict(ignore_index=ignore_index, label_smoothing=eps)
+    params = dict(ignore_index=ignore_index, label_smoothing=eps, scale=scale)
     check_fused_op(
         lambda z: reduce(CrossEntropyFn.apply(z, t, **params), t, ignore_index, reduction),
         lambda z: reduce(CrossEntropyFn.composed(z, t, **params), t, ignore_index, reduction),
