@@ -865,6 +865,8 @@ def _rows_view(a, kind: str, full: tuple, R: int, d: int) -> tuple:
             return a, 0
         if kind in ("K", "F") and a.size == R:
             return a, 1
+    elif kind in ("K", "F") and not any(a.strides):  # one number for every row (a sum's g)
+        return a, 0
     view = np.broadcast_to(a[..., None] if kind == "F" else a, full).reshape(R, d)
     if kind == "E" and d > 1 and view.strides[1] != a.itemsize:
         view = np.ascontiguousarray(view)
