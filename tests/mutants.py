@@ -1037,9 +1037,15 @@ MUTANTS = {
             "the C mean divides by d - 1",
         ),
         (
+            "c-broadcast-row-stride",
+            "(a sum's g)\n        return a, 0",
+            "(a sum's g)\n        return a, 1",
+            "a per-row argument broadcast from one number read as if it held one number per row",
+        ),
+        (
             "c-gain-row-stride",
-            "return a, 0",
-            "return a, d",
+            'if (kind == "E" and a.ndim == 1) or kind == "S":\n            return a, 0',
+            'if (kind == "E" and a.ndim == 1) or kind == "S":\n            return a, d',
             "a (d,) gain read as if it were a (R, d) array (its row stride d, not 0)",
         ),
         (
@@ -1785,7 +1791,7 @@ MUTANTS = {
         ),
         (
             "owned-shared",
-            "if g.data.base is None and id(g) not in stored and",
+            "if g.data.base is None and id(g.data) not in stored and",
             "if g.data.base is None and",
             "two leaves store the same gradient array",
         ),
@@ -1937,8 +1943,8 @@ MUTANTS = {
         ),
         (
             "ce-ignore-backward",
-            "w = xp.where(t != ignore_index, g, 0.0)[..., None]",
-            "w = g[..., None]",
+            "w = xp.where(t != ignore_index, scale * g, 0.0)[..., None]",
+            "w = scale * g[..., None]",
             "cross-entropy backward formula: ignored rows get a gradient",
         ),
         (
