@@ -3,6 +3,7 @@ same global batch (the nanoGPT CPU config by default).
 
     python benchmarks/bench_distributed.py              # 8 rounds
     python benchmarks/bench_distributed.py --large      # 6 layers × 384, block 256, batch 8
+    python benchmarks/bench_distributed.py --ranks 1,2,4,8 --batch 24   # a scaling sweep
 
 Each way of running is its own fresh process (``mpiexec -n 2`` for MPI), and the ways take
 turns, round after round, so that the machine's drift hits them alike; each measurement is
@@ -19,6 +20,12 @@ The rank alone bounds what two processes can gain on two cores: two ranks side b
 best each run as fast as one alone (no sharing of memory bandwidth or caches, a free
 all-reduce), so the throughput gain over one process is at most t(1 process) / t(1 rank
 alone); the script prints that bound beside the measured gain.
+
+With ``--ranks``, a scaling sweep instead: ``mpiexec -n N`` for each N given, one BLAS
+thread per rank, the same global batch (``--batch``, which every N must divide), the Ns
+taking turns round after round; printed as ranks × ms per step × sequences per second ×
+speed-up over N = 1 × efficiency (speed-up / N), the table ``docs/distributed.md`` compares
+with its model of step time against N. It needs as many cores as the largest N.
 
 All of ours run the real ``gpt.train.Trainer.step`` on tiny Shakespeare (characters).
 """
@@ -45,7 +52,9 @@ CONFIGS = {
 WARMUP, STEPS = 3, 10
 
 
-def worker_ours(name: str, threads: int | None = None, half: bool = False) -> None:
+def worker_ours(
+    name: str, threads: int | None = None, half: bool = False, batch: int | None = None
+) -> None:
     import numpy as np
 
     import nn
@@ -55,7 +64,8 @@ def worker_ours(name: str, threads: int | None = None, half: bool = False) -> No
     from tensorlab.blas_threads import blas_threads
 
     cfg = dict(CONFIGS[name])
-    batch = cfg.pop("batch_size") // (2 if half else 1)
+    batch = (batch or cfg.pop("batch_size")) // (2 if half else 1)
+    cfg.pop("batch_size", None)
     out = tempfile.mkdtemp()
     dist = nn.distributed.world()
     tcfg = TrainConfig(
@@ -117,12 +127,16 @@ def main() -> None:
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--half-batch", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ranks", default=None, help="a scaling sweep over these process counts")
+    ap.add_argument("--batch", type=int, default=None, help="global batch (default: config's)")
     args = ap.parse_args()
     name = "large" if args.large else "tiny"
     if args.worker == "ours":
-        return worker_ours(name, args.threads, args.half_batch)
+        return worker_ours(name, args.threads, args.half_batch, args.batch)
     if args.worker == "torch":
         return worker_torch(name)
+    if args.ranks is not None:
+        return sweep(name, args)
     have_mpi = shutil.which("mpiexec") is not None
     ways = {
         "1 process": lambda: run(["--worker", "ours"] + large(args)),
@@ -166,6 +180,39 @@ def main() -> None:
         f"  bound on that gain      {ratio('1 process', '1 rank alone')}   "
         "(1 process / 1 rank alone)"
     )
+
+
+def sweep(name: str, args) -> None:
+    """The scaling table: ms per step for each process count, taking turns."""
+    try:
+        ranks = [int(n) for n in args.ranks.split(",")]
+    except ValueError:
+        sys.exit(f"--ranks takes process counts such as 1,2,4,8, not {args.ranks!r}")
+    batch = args.batch or CONFIGS[name]["batch_size"]
+    bad = [n for n in ranks if n < 1 or batch % n]
+    if bad:
+        sys.exit(f"--ranks {bad}: each must be ≥ 1 and divide the global batch {batch} (--batch)")
+    if shutil.which("mpiexec") is None:
+        sys.exit("--ranks needs mpiexec (pip install mpi4py mpich)")
+    worker = ["--worker", "ours", "--threads", "1", "--batch", str(batch)] + large(args)
+    times: dict[int, list[float]] = {n: [] for n in ranks}
+    for r in range(args.rounds):
+        for n in ranks:
+            times[n].append(run(worker, mpi=n, blas=1))
+        print(
+            f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in times.items()),
+            file=sys.stderr,
+        )
+    print(
+        f"config {name} ({CONFIGS[name]}), global batch {batch}, one BLAS thread per rank, "
+        f"medians over {args.rounds} rounds of {STEPS} steps; {os.cpu_count()} cores"
+    )
+    print(f"{'ranks':>5} {'ms/step':>9} {'seq/s':>8} {'speed-up':>9} {'efficiency':>10}")
+    one = statistics.median(times[1]) if 1 in times else float("nan")  # the speed-ups' base
+    for n in ranks:
+        ms = statistics.median(times[n])
+        up = one / ms
+        print(f"{n:>5} {ms:9.1f} {1e3 * batch / ms:8.1f} {up:8.2f}x {up / n:10.2f}")
 
 
 def large(args) -> list[str]:

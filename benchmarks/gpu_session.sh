@@ -29,6 +29,13 @@
 #
 #   run(command="BUDGET=540 bash benchmarks/gpu_session.sh published", carry=[".data"],
 #       timeout_s=580)
+# `scaling` (issue 46, the machine's 16 CPU cores, no GPU): bench_distributed.py's sweep over
+# 1, 2, 4 and 8 MPI ranks, the nanoGPT CPU config at a global batch of 24 and the 6 × 384 one
+# at 8; its table goes into docs/distributed.md beside the model's (about 8 minutes, untimed
+# on that machine so far: the 6 × 384 step took 1.57 s on two cores here):
+#
+#   run(command="BUDGET=500 bash benchmarks/gpu_session.sh scaling", carry=[".data"],
+#       timeout_s=540)
 # Measured on an H100 (session 17): `all` took 411 s of its 545 (bench_train 67 s,
 # 8 shards 129-286 s beside the three 2000-iteration runs of 105-143 s); `check` with
 # SHARDS=12 took 114 s on an H200 in session 20 (12 shards of 54-77 s, the profiles 18 s,
@@ -191,6 +198,14 @@ bench_kernels() {
     step bench_kernels 120 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
 }
 
+scaling() {  # issue 46: MPI on the machine's CPU cores (no GPU): ranks x ms x seq/s x efficiency
+    step scaling_tiny 150 "$PY" benchmarks/bench_distributed.py --ranks 1,2,4,8 --batch 24 \
+        --rounds 3
+    step scaling_large 330 "$PY" benchmarks/bench_distributed.py --large --ranks 1,2,4,8 \
+        --rounds 1
+    tail -q -n 7 "$LOGS"/*-scaling_*.log >"$LOGS/98-scaling.summary" 2>&1
+}
+
 case $part in
 all)
     environment
@@ -223,8 +238,11 @@ published)
     environment
     published
     ;;
+scaling)
+    scaling
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published|scaling]" >&2
     exit 2
     ;;
 esac
