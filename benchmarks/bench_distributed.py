@@ -203,8 +203,9 @@ def sweep(name: str, args) -> None:
             f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in times.items()),
             file=sys.stderr,
         )
+    model = {k: v for k, v in CONFIGS[name].items() if k != "batch_size"}
     print(
-        f"config {name} ({CONFIGS[name]}), global batch {batch}, one BLAS thread per rank, "
+        f"config {name} ({model}), global batch {batch}, one BLAS thread per rank, "
         f"medians over {args.rounds} rounds of {STEPS} steps; {os.cpu_count()} cores"
     )
     print(f"{'ranks':>5} {'ms/step':>9} {'seq/s':>8} {'speed-up':>9} {'efficiency':>10}")

@@ -203,7 +203,7 @@ scaling() {  # issue 46: MPI on the machine's CPU cores (no GPU): ranks x ms x s
         --rounds 3
     step scaling_large 330 "$PY" benchmarks/bench_distributed.py --large --ranks 1,2,4,8 \
         --rounds 1
-    tail -q -n 7 "$LOGS"/*-scaling_*.log >"$LOGS/98-scaling.summary" 2>&1
+    tail -q -n 6 "$LOGS"/scaling_*.log >"$LOGS/98-scaling.summary" 2>&1
 }
 
 case $part in
