@@ -7,8 +7,11 @@ Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 ro
 4 heads, MLP 512, vocabulary 65), float32; with ``--device cuda`` those of the 6-layer,
 384-wide configuration (batch 64 × block 256, 6 heads). Each line times
 ``y = op(x); y.backward(g)`` on both sides, in turns (10 calls of ours, a pause, 10 of
-PyTorch's, ...), and prints the medians and their ratio (on the GPU each call ends with a
-synchronisation, so the time is the kernels' and not only their launch). Both then time
+PyTorch's, ...), and prints the median of each side's calls and the median over the turns of
+the ratio of a turn's medians, ours to PyTorch's just after (as ``bench_train.py`` takes the
+median of per-round ratios): this machine's speed drifts by up to 40% within a minute, and a
+turn's pair sees the same drift (on the GPU each call ends with a synchronisation, so the
+time is the kernels' and not only their launch). Both then time
 ``clip_grad_norm_`` of a 6-layer model's random gradients (6×128 on the CPU, 6×384 on the
 GPU; the float64 norm, nn/optim.py: sum_of_squares, and the scaling) against PyTorch's
 (``foreach``), and the AdamW update of the 6-layer model's parameters (nn/optim.py:
@@ -45,21 +48,35 @@ PAUSE = 0.3  # seconds between turns
 GPU_SHAPES = dict(B=64, T=256, D=384, H=6, V=65)
 
 
-def in_turns(fns, rounds: int = 6, calls: int = 10, sync=lambda: None) -> list[float]:
-    """Median µs of each function, timed in turns of ``calls`` calls with a pause between
-    turns, so that one library's idle BLAS/OpenMP threads (which spin for up to ~0.1 s after
-    their last job) do not steal the cores from the other's."""
-    times = [[] for _ in fns]
+def in_turns(fns, rounds: int = 6, calls: int = 10, sync=lambda: None) -> list[list[float]]:
+    """µs of each call of each function, one list per turn: timed in turns of ``calls``
+    calls with a pause between turns, so that one library's idle BLAS/OpenMP threads (which
+    spin for up to ~0.1 s after their last job) do not steal the cores from the other's."""
+    turns = [[] for _ in fns]
     for r in range(rounds + 1):
-        for fn, ts in zip(fns, times):
+        for fn, mine in zip(fns, turns):
+            ts = []
             for _ in range(calls):
                 t0 = time.perf_counter()
                 fn()
                 sync()
-                if r > 0:  # round 0 is the warm-up
-                    ts.append(time.perf_counter() - t0)
+                ts.append(1e6 * (time.perf_counter() - t0))
+            if r > 0:  # round 0 is the warm-up
+                mine.append(ts)
             time.sleep(PAUSE)
-    return [1e6 * statistics.median(ts) for ts in times]
+    return turns
+
+
+def median_us(turns: list[list[float]]) -> float:
+    """The median of all the calls' times."""
+    return statistics.median(t for ts in turns for t in ts)
+
+
+def turn_ratio(ours: list[list[float]], theirs: list[list[float]]) -> float:
+    """The median over the turns of (our turn's median) / (their next turn's median)."""
+    return statistics.median(
+        statistics.median(a) / statistics.median(b) for a, b in zip(ours, theirs)
+    )
 
 
 def cases(torch, device: str = "cpu"):
@@ -204,7 +221,7 @@ def main() -> None:
         sync, where = (lambda: None), f"{threads} thread(s)"
     print(
         f"µs per forward + backward, medians of {10 * args.rounds} calls taken in turns of 10, "
-        f"{where}"
+        f"{where}; ratio = median over the {args.rounds} turns of ours / PyTorch's"
     )
     print(f"{'kernel':<32} {'tensorlab':>10} {'pytorch':>10} {'ratio':>7}")
     rows = cases(torch, args.device) + clip_cases(torch, args.device)
@@ -212,7 +229,7 @@ def main() -> None:
         rows += adamw_cases(torch, args.device)
     for name, ours, theirs in rows:
         a, b = in_turns([ours, theirs], args.rounds, sync=sync)
-        print(f"{name:<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
+        print(f"{name:<32} {median_us(a):10.1f} {median_us(b):10.1f} {turn_ratio(a, b):6.2f}x")
     if args.device == "cuda":
         return
 
@@ -220,9 +237,14 @@ def main() -> None:
     x = np.random.default_rng(1).standard_normal((B * T, 4 * D)).astype(np.float32)
     means = [lambda: x.mean(axis=-1, keepdims=True), lambda: NUMPY.mean(x, axis=-1, keepdims=True)]
     a, b = in_turns(means, args.rounds)
-    print(f"{'mean over the last axis':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
+    print(
+        f"{'mean over the last axis':<32} {median_us(a):10.1f} {median_us(b):10.1f} "
+        f"{turn_ratio(a, b):6.2f}x"
+    )
     a, b = in_turns([lambda: x.sum(axis=0), lambda: NUMPY.sum(x, axis=0)], args.rounds)
-    print(f"{'sum over rows':<32} {a:10.1f} {b:10.1f} {a / b:6.2f}x")
+    print(
+        f"{'sum over rows':<32} {median_us(a):10.1f} {median_us(b):10.1f} {turn_ratio(a, b):6.2f}x"
+    )
 
     # The elementwise kernels are chains of ufunc passes; these are the ones that cost more
     # than a multiplication (nn/activation.py chooses among them by these figures).
@@ -237,7 +259,7 @@ def main() -> None:
         "reciprocal": lambda: np.reciprocal(x, out=out),
         "copysign": lambda: np.copysign(out, x, out=out),
     }
-    times = in_turns(list(passes.values()), args.rounds)
+    times = [median_us(t) for t in in_turns(list(passes.values()), args.rounds)]
     for name, t in zip(passes, times):
         print(f"{name:<32} {t:10.1f} {t / times[0]:10.1f}x")
 
