@@ -23,12 +23,12 @@ class CrossEntropyFn(FusedFunction):
 
         dz = g (p - q),   0 for ignored rows.
 
-    Both are multiplied by ``scale`` (a number, 1 by default): :func:`cross_entropy` averages
-    by passing 1/M, M the rows not ignored, and summing the rows, so a mean costs no node of
-    its own. One loss per row. float16 and bfloat16 logits
-    are taken in float32 and the loss stays float32 (a loss scaled for float16 training must
-    not overflow float16's 65504); their gradient returns in their own dtype. logsumexp is
-    taken after shifting by the row's maximum m, so nothing overflows. The softmax is kept
+    One loss per row; ℓ and dz are both multiplied by ``scale`` (a number, 1 by default):
+    :func:`cross_entropy` averages by passing 1/M, M the rows not ignored, and summing the
+    rows, so a mean costs no node of its own. float16 and bfloat16 logits are taken in float32
+    and the loss stays float32 (a loss scaled for float16 training must not overflow float16's
+    65504); their gradient returns in their own dtype. logsumexp is taken after shifting by
+    the row's maximum m, so nothing overflows. The softmax is kept
     unnormalized: the forward saves e = exp(z - m) and its row sums s (p = e/s), and z_t and
     the backward's - (1 - ε) at the target are a gather and a scatter of one number per row.
     """
