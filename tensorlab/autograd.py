@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from tensorlab import function
 from tensorlab.backend import LOW_PRECISION, as_dtype, xp_of
 from tensorlab.function import AnomalyError, creation_site
@@ -239,7 +241,12 @@ class _Outputs:
             if t.grad is None:
                 t.grad = _owned(g, self.create_graph, self.stored)
                 self.stored.add(id(t.grad.data))
-            elif self.create_graph or t.grad.requires_grad or g.requires_grad:
+            elif (
+                self.create_graph
+                or t.grad.requires_grad
+                or g.requires_grad
+                or isinstance(t.grad.data, np.generic)  # (a NumPy scalar has no memory to add into)
+            ):
                 t.grad = t.grad + g  # (a graph: a new tensor)
             else:
                 t.grad.add_(g)  # (bumps its version: a node that saved it will refuse)

@@ -1748,6 +1748,12 @@ MUTANTS = {
     ],
     "tensorlab/autograd.py": [
         (
+            "grad-scalar-in-place",
+            "or isinstance(t.grad.data, np.generic)  # (a NumPy scalar",
+            "or False  # (a NumPy scalar",
+            "a gradient held as a NumPy scalar is 'added into' in place, and the sum is lost",
+        ),
+        (
             "grad-aliases-root",
             "self.stored: set[int] = {id(g.data) for g in root_grads}",
             "self.stored: set[int] = set()",

@@ -56,6 +56,24 @@ def test_a_second_backward_adds_into_the_same_gradient_in_place():
         y.backward()
 
 
+def test_a_gradient_held_as_a_numpy_scalar_is_added_out_of_place():
+    """A custom op's backward may return a NumPy scalar for a 0-d input; stored as .grad it
+    has no memory to add into (NumPy's += on a scalar makes a new one): the sum must not be
+    lost."""
+
+    class Triple(tl.Function):
+        def forward(ctx, a):
+            return a * 3.0
+
+        def backward(ctx, g):
+            return np.float64(3.0) * g.data  # a NumPy scalar, not an array
+
+    x = leaf(2.0)
+    Triple.apply(x).backward()
+    Triple.apply(x).backward()
+    assert float(x.grad.data) == 6.0
+
+
 def test_an_accumulation_under_create_graph_is_a_new_differentiable_tensor():
     x = leaf([1.0, -2.0])
     (x * x).sum().backward(create_graph=True)
