@@ -64,8 +64,8 @@ def worker_ours(
     from tensorlab.blas_threads import blas_threads
 
     cfg = dict(CONFIGS[name])
-    batch = (batch or cfg.pop("batch_size")) // (2 if half else 1)
-    cfg.pop("batch_size", None)
+    default = cfg.pop("batch_size")
+    batch = (batch or default) // (2 if half else 1)
     out = tempfile.mkdtemp()
     dist = nn.distributed.world()
     tcfg = TrainConfig(
