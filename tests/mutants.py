@@ -1079,6 +1079,24 @@ MUTANTS = {
             "float32 exp is the vector expf itself (its slow lanes below -87 taken again)",
         ),
         (
+            "c-exp-no-top",
+            "const int n = (int)k, top = n > 127;",
+            "const int n = (int)k, top = 0;",
+            "float32 e^x from 88.38 up adds 128 to the exponent bits, which have no room for it",
+        ),
+        (
+            "c-exp-no-nan",
+            "  return x == x ? e : x;",
+            "  return e;",
+            "float32 e^NaN is whatever the polynomial and the exponent bits make of a NaN",
+        ),
+        (
+            "c-exp-one-ln2",
+            "  r = __builtin_fmaf(k, 2.12194440e-4f, r);",
+            "  r = __builtin_fmaf(k, 0.0f, r);",
+            "float32 e^x reduced by ln 2's leading part only (r off by k times 2e-4)",
+        ),
+        (
             "c-each-one-size",
             "sizes = np.array([row[0].size for row in rows], np.int64)",
             "sizes = np.array([rows[0][0].size for row in rows], np.int64)",
