@@ -311,7 +311,7 @@ def test_exp_far_below_zero_is_zero_and_keeps_nan_and_infinity():
     NumPy gives at most 1.7e-38 there), and -inf, +inf, NaN, -NaN and the ordinary range are
     NumPy's, in the rows' whole vectors and in their tails."""
     special = [-np.inf, -1e4, -104.0, -88.0, -87.5, -87.0, -86.9, -10.0, 0.0, 1.0, 80.0, 88.0]
-    special += [89.0, np.inf, np.nan, -np.nan]
+    special += [88.72283, 88.72284, 88.73, 89.0, np.inf, np.nan, -np.nan]  # (128 ln 2 = 88.722839)
     x = np.array(special * 3, np.float32).reshape(3, -1)
     x[1] = x[1, ::-1]
     with np.errstate(over="ignore"):
