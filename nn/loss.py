@@ -90,7 +90,10 @@ def cross_entropy(
         )
     C = logits.shape[-1]
     # one read from the device for the range check and M, the rows not ignored
-    lo, hi, M = host_ints(t.min(), t.max(), (t != ignore_index).sum()) if t.size else (0, 0, 0)
+    xp = xp_of(t)
+    lo, hi, M = (
+        host_ints(t.min(), t.max(), xp.count_nonzero(t != ignore_index)) if t.size else (0, 0, 0)
+    )
     if lo < 0 or hi >= C:
         bad = t[(t != ignore_index) & ((t < 0) | (t >= C))]
         if bad.size:

@@ -144,8 +144,8 @@ def erf_exact(z):
 def host_ints(*values) -> list[int]:
     """0-d integer arrays (on one device) as Python ints, read in one transfer: one wait for a
     GPU, where every read stops the host until the queued work is done. (NumPy's reductions
-    return host scalars already: nothing to stack.)"""
-    if all(isinstance(v, np.generic) for v in values):
+    return host scalars or ints already: nothing to stack.)"""
+    if all(isinstance(v, np.generic | int) for v in values):
         return [int(v) for v in values]
     return xp_of(values[0]).stack(values).tolist()
 

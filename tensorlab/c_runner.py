@@ -719,6 +719,7 @@ class Compiled:
         for k, _ in self.stores:
             if array_layouts[k][2]:
                 raise Untraceable("an in-place update of a broadcast argument")
+        self.passes = any(p is not None for p in self.passthrough)
         self.number_at, self.guards = number_at, tracer.guards
         self.kinds = [kind for _, kind in self.outputs]
         self._out_shapes: dict = {}
@@ -854,6 +855,16 @@ def _is_number(v) -> bool:
     )
 
 
+# the types of the numbers most calls pass (a key holds their type; any other value, itself)
+_NUMBER_TYPES = frozenset([int, float, np.int32, np.int64, np.float32, np.float64])
+
+
+def _kw_key(kw: dict) -> tuple:
+    """The keyword arguments as a plan's key: each number by its type, anything else (a
+    string, a bool, an int subclass) by its value."""
+    return tuple([(k, type(v)) if type(v) in _NUMBER_TYPES else (k, v) for k, v in kw.items()])
+
+
 def _layout(a, rows: bool, full: tuple) -> tuple:
     """(dtype, kind, broadcast) of an array argument against the full shape: kind "E" for
     arrays along the last axis, "K" for (..., 1), "F" for one per row (rows kernels) and "S"
@@ -925,8 +936,8 @@ def run(kernel, args: tuple, kw: dict):
     """``kernel.math`` on NumPy arrays, compiled (see the module docstring), or
     :data:`NOT_COMPILED` where this signature cannot be. What depends only on the arguments'
     shapes and dtypes (the full shape, the layouts, the trace) is looked up once per shape."""
-    shapes = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args)
-    key = (shapes, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
+    shapes = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args])
+    key = (shapes, _kw_key(kw))
     plan = kernel._c_plans.get(key)
     if plan is None:
         plan = kernel._c_plans[key] = _plan(kernel, args, kw)
@@ -934,8 +945,8 @@ def run(kernel, args: tuple, kw: dict):
         return NOT_COMPILED
     variants, full, R, d = plan
     for compiled in variants:
-        numbers = compiled.numbers(args, kw)
-        if compiled.holds(numbers):
+        numbers = [args[i] if where == "a" else kw[i] for where, i in compiled.number_at]
+        if not compiled.guards or compiled.holds(numbers):
             break
     else:  # a branch on a number taken the other way: a trace of its own
         compiled = _trace(kernel.math, args, kw, variants[0].layout, full, kernel.__name__)
@@ -962,9 +973,10 @@ def run(kernel, args: tuple, kw: dict):
             a[...] = view.reshape(a.shape)
     if not compiled.returned:
         return None
-    made = iter(outs)
-    results = tuple(next(made) if p is None else views[p][0] for p in compiled.passthrough)
-    return results if compiled.tuple else results[0]
+    if compiled.passes:  # an argument returned as it is
+        made = iter(outs)
+        outs = [next(made) if p is None else views[p][0] for p in compiled.passthrough]
+    return tuple(outs) if compiled.tuple else outs[0]
 
 
 def _address(a) -> int:
@@ -985,7 +997,7 @@ def _plan(kernel, args: tuple, kw: dict):
     layout = tuple(
         _layout(a, kernel.rows, full) if isinstance(a, np.ndarray) else None for a in args
     )
-    key = (layout, tuple((k, type(v)) if _is_number(v) else (k, v) for k, v in kw.items()))
+    key = (layout, _kw_key(kw))
     key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
     variants = kernel._c_traces.get(key)
     if variants is None:

@@ -33,8 +33,10 @@ def _reduce_setup(ctx, a, axis, keepdims) -> None:
 
 
 def _spread(ctx, g: Tensor) -> Tensor:
-    """``g`` reshaped to keep-dims and broadcast over the input's shape."""
-    if not ctx.keepdims:
+    """``g`` reshaped to keep-dims and broadcast over the input's shape. (Where only leading
+    axes were reduced, a sum over everything the most common, broadcasting puts the 1s back
+    by itself: no reshape.)"""
+    if not ctx.keepdims and ctx.axis is not None and ctx.axis != tuple(range(len(ctx.axis))):
         g = g.reshape(ctx.kshape)
     return g.expand(ctx.inputs[0].shape)
 
