@@ -1581,14 +1581,14 @@ MUTANTS = {
     "tensorlab/ops/reduce.py": [
         (
             "spread-no-reshape",
-            "if not ctx.keepdims and ctx.axis is not None and ctx.axis != tuple(range(len(ctx.axis))):",
-            "if not ctx.keepdims and ctx.axis is not None and False:",
+            "ctx.axis is not None and ctx.axis != tuple(range(len(ctx.axis))):",
+            "ctx.axis is not None and False:",
             "a reduction's g broadcast as it is, also where a reduced axis is not a leading one",
         ),
         (
             "spread-reshape-leading",
-            "if not ctx.keepdims and ctx.axis is not None and ctx.axis != tuple(range(len(ctx.axis))):",
-            "if not ctx.keepdims and ctx.axis is not None and ctx.axis != tuple(range(1, len(ctx.axis) + 1)):",
+            "ctx.axis != tuple(range(len(ctx.axis))):",
+            "ctx.axis != tuple(range(1, len(ctx.axis) + 1)):",
             "a reduction's g not reshaped where its reduced axes are not the leading ones",
         ),
         (
