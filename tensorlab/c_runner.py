@@ -5,8 +5,8 @@ each a separate ufunc call, and NumPy has no vectorised ``erf`` or ``tanh`` for 
 compiler does what ``cupy.fuse`` does on a GPU: given the formula as one loop, it keeps every
 intermediate number in a register, computes a float ``exp`` inline (``tl_expf`` below) and
 calls the C library's vector ``erff``/``tanhf``/``logf`` (glibc's libmvec, 16 numbers at a time
-with AVX-512). This file makes that loop from the same
-Python function the other runners run, so no op is written twice:
+with AVX-512). This file makes that loop from the same Python function the other runners run,
+so no op is written twice:
 
 1. **Trace.** ``math(TRACE, *args)`` is called with :class:`Sym` stand-ins for the arrays and
    numbers. Each arithmetic operation, comparison, ``xp.exp`` ... on them records a
@@ -339,7 +339,7 @@ _PRELUDE = """#include <math.h>
 #define W 16
 #if defined(TENSORLAB_LIBMVEC)
 #define V __attribute__((__simd__("notinbranch")))
-V float expf(float); V float logf(float); V float tanhf(float); V float erff(float);
+V float logf(float); V float tanhf(float); V float erff(float);
 V float expm1f(float);
 #endif
 /* e^x for float, written here: e^x = 2^k e^r with k = rint(x log2 e) and r = x - k ln 2
@@ -759,7 +759,7 @@ class Compiled:
         return [args[i] if where == "a" else kw[i] for where, i in self.number_at]
 
     def holds(self, numbers) -> bool:
-        return all(bool(numbers[i]) == truth for i, truth in self.guards)
+        return not self.guards or all(bool(numbers[i]) == truth for i, truth in self.guards)
 
 
 def _each_source(mode: str, name: str, arrays: list, params: list, summed: list) -> str:
@@ -856,7 +856,7 @@ def _is_number(v) -> bool:
 
 
 # the types of the numbers most calls pass (a key holds their type; any other value, itself)
-_NUMBER_TYPES = frozenset([int, float, np.int32, np.int64, np.float32, np.float64])
+_NUMBER_TYPES = frozenset([int, float] + [t.type for t in _OF_DTYPE if t != np.bool_])
 
 
 def _kw_key(kw: dict) -> tuple:
@@ -945,8 +945,8 @@ def run(kernel, args: tuple, kw: dict):
         return NOT_COMPILED
     variants, full, R, d = plan
     for compiled in variants:
-        numbers = [args[i] if where == "a" else kw[i] for where, i in compiled.number_at]
-        if not compiled.guards or compiled.holds(numbers):
+        numbers = compiled.numbers(args, kw)
+        if compiled.holds(numbers):
             break
     else:  # a branch on a number taken the other way: a trace of its own
         compiled = _trace(kernel.math, args, kw, variants[0].layout, full, kernel.__name__)
