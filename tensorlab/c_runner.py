@@ -900,10 +900,11 @@ def _rows_view(a, kind: str, full: tuple, R: int, d: int) -> tuple:
 
 def full_shape(args: tuple, rows: bool) -> tuple:
     """The shape the arrays broadcast to; for a rows kernel, arrays of the largest one's
-    leading shape (one number per row, such as class targets) count as (..., 1)."""
+    leading shape (one number per row, such as class targets) count as (..., 1). A 0-d array
+    (a summed loss's g) has no rows: it is never the largest, even beside empty ones."""
     shapes = [a.shape for a in args if isinstance(a, np.ndarray)]
     if rows:
-        lead = max(shapes, key=lambda s: (math.prod(s), len(s)))[:-1]
+        lead = max(shapes, key=lambda s: (s != (), math.prod(s), len(s)))[:-1]
         shapes = [(*s, 1) if s == lead else s for s in shapes]
     return np.broadcast_shapes(*shapes)
 

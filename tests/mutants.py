@@ -1019,6 +1019,12 @@ MUTANTS = {
     ],
     "tensorlab/c_runner.py": [
         (
+            "c-rows-lead-from-0d",
+            "key=lambda s: (s != (), math.prod(s), len(s))",
+            "key=lambda s: (math.prod(s), len(s))",
+            "a rows kernel's rows taken from a 0-d argument beside empty arrays",
+        ),
+        (
             "c-max-drops-nan",
             'out.append(f"      nan{node.n} |= v != v;")',
             'out.append(f"      nan{node.n} |= 0;")',
@@ -1976,6 +1982,12 @@ MUTANTS = {
             "w = xp.where(t != ignore_index, scale * g, 0.0)[..., None]",
             "w = scale * g[..., None]",
             "cross-entropy backward formula: ignored rows get a gradient",
+        ),
+        (
+            "ce-summed-forward",
+            "return loss.sum() if summed else loss\n\n    @classmethod",
+            "return loss[:1].sum() if summed else loss\n\n    @classmethod",
+            "cross-entropy summed in its node: only the first row counted",
         ),
         (
             "ce-target-bound",

@@ -266,9 +266,9 @@ def test_trace_backward_over_a_whole_training_step():
     names = [s.op for s in trace.steps]
     for fused in ("CrossEntropyFn", "LinearFn", "LayerNormFn", "AttentionFn", "GELUFn"):
         assert fused in names, fused
-    # the backward reaches the sum over the rows (each row's loss already divided by their
-    # number, inside the loss's node), then the loss's node
-    assert names[:2] == ["Sum", "CrossEntropyFn"]
+    # the backward starts at the loss's node: the mean over the rows is inside it (each row's
+    # loss divided by their number, and summed), then the unembedding's product
+    assert names[:2] == ["CrossEntropyFn", "LinearFn"]
     assert len(out.getvalue().splitlines()) == len(names)
     assert all(np.isfinite(s.grad_norm) for s in trace.steps)
     # the first layer norm the backward reaches is the final one; the gain's gradient it

@@ -34,12 +34,13 @@ def cross_entropy_ref(z, t, ignore_index=-100, eps=0.0, reduction="mean"):
 
 
 # ---------------------------------------------------------------------- the op
-def reduce(loss, t, ignore_index, reduction):
-    """The per-row losses of CrossEntropyFn reduced as F.cross_entropy does."""
+def reduce(op, z, t, params, reduction):
+    """CrossEntropyFn's ``op`` (apply or composed) reduced as F.cross_entropy does: per row,
+    or summed over the rows in the node (``summed=True``) and divided by the rows kept."""
     if reduction == "none":
-        return loss
-    count = max(int((t.data != ignore_index).sum()), 1) if reduction == "mean" else 1
-    return loss.sum() / count
+        return op(z, t, **params)
+    count = max(int((t.data != params["ignore_index"]).sum()), 1) if reduction == "mean" else 1
+    return op(z, t, summed=True, **params) / count
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -65,8 +66,8 @@ def test_cross_entropy_fn_matches_composed(reduction, lead, C, eps, ignore_index
     t = tl.tensor(t)
     params = dict(ignore_index=ignore_index, label_smoothing=eps, scale=scale)
     check_fused_op(
-        lambda z: reduce(CrossEntropyFn.apply(z, t, **params), t, ignore_index, reduction),
-        lambda z: reduce(CrossEntropyFn.composed(z, t, **params), t, ignore_index, reduction),
+        lambda z: reduce(CrossEntropyFn.apply, z, t, params, reduction),
+        lambda z: reduce(CrossEntropyFn.composed, z, t, params, reduction),
         [z],
     )
 
@@ -84,8 +85,8 @@ def test_cross_entropy_with_every_target_ignored(reduction):
     params = dict(ignore_index=2, label_smoothing=0.1)
     tt = tl.tensor(t)
     check_fused_op(
-        lambda z: reduce(CrossEntropyFn.apply(z, tt, **params), tt, 2, reduction),
-        lambda z: reduce(CrossEntropyFn.composed(z, tt, **params), tt, 2, reduction),
+        lambda z: reduce(CrossEntropyFn.apply, z, tt, params, reduction),
+        lambda z: reduce(CrossEntropyFn.composed, z, tt, params, reduction),
         [z],
     )
 

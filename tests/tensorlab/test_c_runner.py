@@ -202,6 +202,11 @@ def test_a_row_kernel_sees_whole_rows_and_one_number_per_row():
     assert assert_runners_agree(_centred, x[..., ::2])[0].shape == (3, 4, 3)  # column-strided
     assert assert_runners_agree(_centred, x.transpose(1, 0, 2))[0].shape == (4, 3, 6)
 
+    # rows come from the largest array, never from a 0-d one (a summed loss's gradient),
+    # even where every other array is empty: (0, 6) rows, the (0,) array one number per row
+    shapes = (np.ones(()), np.ones((0, 6)), np.ones((0,)))
+    assert c_runner.full_shape(shapes, rows=True) == (0, 6)
+
 
 @needs_cc
 def test_in_place_updates_reach_the_callers_array_even_through_a_copy():
