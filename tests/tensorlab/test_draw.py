@@ -290,9 +290,9 @@ def test_step_through_page_has_one_frame_per_backward_node(render, monkeypatch, 
         without_dot(monkeypatch, tmp_path)
     page = backward_steps(loss, params=dict(model.named_parameters()))
     assert (page.svg is None) == (render == "browser")
-    # a 1-layer GPT: 21 nodes (the loss is the per-row cross entropy, each row's divided by
-    # their number inside that node, summed), 21 frames
-    assert len(page) == len(ops) == 21
+    # a 1-layer GPT: 20 nodes (the loss is one: the per-row cross entropies, each divided by
+    # the rows' number and summed inside that node), 20 frames
+    assert len(page) == len(ops) == 20
     # the engine's order: what trace_backward lists, and every parameter got its gradient
     _, again = gpt_loss()
     with tl.trace_backward(quiet=True) as trace:
