@@ -85,8 +85,9 @@ def matmul(a, b, out=None):
     result in their dtype whose products are summed in float32 and rounded once. NumPy is
     asked for a float32 product (its own float16 matmul has no BLAS; its bfloat16 one returns
     float32). cuBLAS sums CuPy's half matrices of two axes in float32 by itself, on the tensor
-    cores, so those are taken as they are; the CuPy products that would sum in the half dtype
-    (one entry, and batched bfloat16: cupy/cupy#10317) are widened here (docs/gpu.md)."""
+    cores, so those are taken as they are; a product of one entry (which CuPy sums in the half
+    dtype) is widened, and stacks of matrices go to cuBLAS in one call (:func:`_half_batched`:
+    CuPy 14.2's own batched bfloat16 product sums in bfloat16, cupy/cupy#10317; docs/gpu.md)."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None:
@@ -100,11 +101,47 @@ def matmul(a, b, out=None):
         return xp.matmul(a, b, out=out)
     elif b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
         product = xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
-    else:
+    elif a.ndim >= 2 and b.ndim >= 2:
+        product = _half_batched(a, b)
+    else:  # a vector times a stack
         product = xp.matmul(a.astype(acc), b.astype(acc))
     if out is None:
         return product.astype(a.dtype, copy=False)
     out[...] = product
+    return out
+
+
+def _half_batched(a, b):  # pragma: no cover - needs a GPU (tests: fake_cupy's cuBLAS)
+    """a @ b for CuPy float16 or bfloat16 stacks of matrices (..., n, k) @ (..., k, m), as one
+    cuBLAS call (``cublasGemmStridedBatchedEx``): every matrix's products summed in float32 on
+    the tensor cores, rounded once into the half dtype. cuBLAS reads matrices by columns: a
+    row-major (n, m) result is, read by columns, its transpose, and Cᵀ = Bᵀ Aᵀ, so b goes
+    first (m × k, leading dimension m), then a (k × n, leading dimension k). A stack that the
+    other broadcasts against (a single matrix, batch axes of 1) is read with stride 0; other
+    broadcast batch axes are copied out first."""
+    cublas, runtime = cupy.cuda.cublas, cupy.cuda.runtime  # (cublas: loaded on first use)
+    n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = cupy.empty((*batch, n, m), a.dtype)
+    if out.size == 0 or k == 0:  # (cuBLAS wants leading dimensions of at least 1)
+        out[...] = 0
+        return out
+
+    def stack(x):  # (x as a contiguous stack, the elements from one matrix to the next)
+        if math.prod(x.shape[:-2]) == 1:
+            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), 0
+        x = cupy.ascontiguousarray(cupy.broadcast_to(x, (*batch, *x.shape[-2:])))
+        return x, x.shape[-2] * x.shape[-1]
+
+    (a, stride_a), (b, stride_b) = stack(a), stack(b)
+    kind = runtime.CUDA_R_16BF if a.dtype == BFLOAT16 else runtime.CUDA_R_16F
+    one, zero = np.ones((), np.float32), np.zeros((), np.float32)  # host: cuBLAS's α, β
+    cublas.gemmStridedBatchedEx(
+        cupy.cuda.get_cublas_handle(), cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, m, n, k,
+        one.ctypes.data, b.data.ptr, kind, m, stride_b, a.data.ptr, kind, k, stride_a,
+        zero.ctypes.data, out.data.ptr, kind, m, n * m,
+        math.prod(batch), cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT,
+    )  # fmt: skip
     return out
 
 

@@ -44,6 +44,7 @@ import weakref
 
 import numpy as np
 
+from tensorlab.backend import BFLOAT16
 from tests import cupy_api
 
 TABLE = cupy_api.load()
@@ -581,10 +582,62 @@ class _Device:
         pass
 
 
+# cuBLAS's names for dtypes (cudaDataType), its compute type and operations (cublas_api.h)
+_CUDA_DTYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16)}
+if BFLOAT16 is not None:
+    _CUDA_DTYPES[14] = BFLOAT16
+_OP_N, _OP_T, _COMPUTE_32F = 0, 1, 68
+
+
+def _gemm_strided_batched_ex(
+    handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+    beta, C, Ctype, ldc, strideC, batch, compute, algo,
+):  # fmt: skip
+    """cublasGemmStridedBatchedEx as its manual defines it, on memory given by address:
+    C_i = α op(A_i) op(B_i) + β C_i for i < batch, where op(A_i) is m × k, op(B_i) k × n and
+    C_i m × n, every matrix stored by columns (entry (r, c) at r + c·ld, ld at least its
+    stored rows), matrix i of A starting strideA elements after matrix i - 1 (0: the same
+    one for all). Products summed in float32 (only CUBLAS_COMPUTE_32F is emulated), α and β
+    float32 numbers on the host, the result rounded once into Ctype."""
+    if compute != _COMPUTE_32F:
+        raise ValueError(f"fake cuBLAS: only CUBLAS_COMPUTE_32F is emulated, not {compute}")
+    alpha, beta = (float(_at_address(p, 1, np.float32)[0]) for p in (alpha, beta))
+
+    def matrix(address, kind, rows, cols, ld, op=_OP_N):  # op(X) as a (rows, cols) view
+        dtype = _CUDA_DTYPES[kind]
+        stored = (rows, cols) if op == _OP_N else (cols, rows)
+        if ld < max(1, stored[0]):
+            raise ValueError(f"fake cuBLAS: leading dimension {ld} < {stored[0]} rows")
+        flat = _at_address(address, ld * (stored[1] - 1) + stored[0], dtype)
+        size = dtype.itemsize
+        x = np.lib.stride_tricks.as_strided(flat, stored, (size, ld * size))
+        return x if op == _OP_N else x.T
+
+    sizes = [_CUDA_DTYPES[t].itemsize for t in (Atype, Btype, Ctype)]
+    for i in range(batch):
+        a = matrix(A + i * strideA * sizes[0], Atype, m, k, lda, transa).astype(np.float32)
+        b = matrix(B + i * strideB * sizes[1], Btype, k, n, ldb, transb).astype(np.float32)
+        c = matrix(C + i * strideC * sizes[2], Ctype, m, n, ldc)
+        value = np.float32(alpha) * (a @ b)
+        if beta:
+            value += np.float32(beta) * c.astype(np.float32)
+        c[...] = value.astype(c.dtype)
+
+
 module.cuda = types.SimpleNamespace(
     Device=_Device,
     get_device_id=lambda: 0,
-    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+    get_cublas_handle=lambda: 1,
+    runtime=types.SimpleNamespace(
+        getDeviceCount=lambda: 1, CUDA_R_32F=0, CUDA_R_16F=2, CUDA_R_16BF=14
+    ),
+    cublas=types.SimpleNamespace(
+        CUBLAS_OP_N=_OP_N,
+        CUBLAS_OP_T=_OP_T,
+        CUBLAS_COMPUTE_32F=_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT=-1,
+        gemmStridedBatchedEx=_gemm_strided_batched_ex,
+    ),
 )
 
 

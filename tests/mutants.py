@@ -1198,9 +1198,21 @@ MUTANTS = {
     "tensorlab/backend.py": [
         (
             "batched-half-not-widened",
-            "    else:\n        product = xp.matmul(a.astype(acc), b.astype(acc))",
-            "    else:\n        product = xp.matmul(a, b)",
-            "matmul: a batched bfloat16 product on CuPy summed in bfloat16",
+            "        product = _half_batched(a, b)",
+            "        product = xp.matmul(a, b)",
+            "matmul: a batched bfloat16 product on CuPy summed in bfloat16 (CuPy's own)",
+        ),
+        (
+            "cublas-a-first",
+            "one.ctypes.data, b.data.ptr, kind, m, stride_b, a.data.ptr, kind, k, stride_a,",
+            "one.ctypes.data, a.data.ptr, kind, m, stride_a, b.data.ptr, kind, k, stride_b,",
+            "cuBLAS's strided batched product: a passed first (its layout read by rows)",
+        ),
+        (
+            "cublas-single-matrix-stride",
+            "            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), 0",
+            "            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), x.shape[-1]",
+            "cuBLAS's strided batched product: a shared matrix read with a stride",
         ),
         (
             "one-entry-half-not-widened",

@@ -185,6 +185,52 @@ def test_batched_half_products_on_a_gpu_sum_in_float32(half, shapes, monkeypatch
         np.testing.assert_array_equal(t.grad.data.get(), c.grad.numpy())
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((2, 3, 5), (2, 5, 4)),  # stack times stack
+        ((2, 1, 3, 5), (4, 5, 2)),  # broadcast batch axes (copied out)
+        ((3, 5), (2, 5, 4)),  # one matrix times a stack (read with stride 0)
+        ((1, 3, 5), (2, 5, 4)),  # a stack of one, the same
+        ((2, 3, 0), (2, 0, 4)),  # nothing to sum: zeros
+        ((2, 0, 5), (2, 5, 4)),  # no rows
+    ],
+)
+def test_batched_half_products_on_a_gpu_are_cublas_calls_in_float32(half, shapes, monkeypatch):
+    """Stacks of half matrices on (emulated) CuPy go to cuBLAS in one strided batched call
+    (tensorlab/backend.py: _half_batched; tests/fake_cupy.py emulates cuBLAS from its manual:
+    matrices stored by columns, so the arguments' order and leading dimensions matter). On
+    random values, against the CPU's product in float32 rounded once: both sum the same
+    float32 products, perhaps in another order, so they may differ by one rounding of the
+    half result (one ulp: at most 2⁻⁷ relative in bfloat16, 2⁻¹⁰ in float16); a wrong order,
+    stride or leading dimension gives other numbers altogether. Gradients too: their products
+    are stacks times stacks, one of them transposed (not contiguous, so copied first)."""
+    from tests import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    dtype = tl.backend.as_dtype(half)
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-2, 2, s).astype(dtype) for s in shapes]
+    gpu = [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+    cpu = [tl.tensor(a, requires_grad=True) for a in arrays]
+    y, want = gpu[0] @ gpu[1], cpu[0] @ cpu[1]
+    assert y.dtype == dtype and y.shape == want.shape
+    rtol = 2.0**-7 if half == "bfloat16" else 2.0**-10  # one ulp at most
+    close = dict(rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(
+        y.data.get().astype(np.float32), want.numpy().astype(np.float32), **close
+    )
+    g = rng.uniform(-1, 1, want.shape).astype(dtype)
+    y.backward(tl.tensor(g, device="cuda"))
+    want.backward(tl.tensor(g))
+    for t, c in zip(gpu, cpu):
+        assert t.grad.dtype == dtype
+        np.testing.assert_allclose(
+            t.grad.data.get().astype(np.float32), c.grad.numpy().astype(np.float32), **close
+        )
+
+
 def test_integer_tensors_never_require_grad():
     with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
         tl.tensor([1, 2], requires_grad=True)
