@@ -111,7 +111,7 @@ def matmul(a, b, out=None):
     return out
 
 
-def _half_batched(a, b):  # pragma: no cover - needs a GPU (tests: fake_cupy's cuBLAS)
+def _half_batched(a, b):
     """a @ b for CuPy float16 or bfloat16 stacks of matrices (..., n, k) @ (..., k, m), as one
     cuBLAS call (``cublasGemmStridedBatchedEx``): every matrix's products summed in float32 on
     the tensor cores, rounded once into the half dtype. cuBLAS reads matrices by columns: a

@@ -10,8 +10,8 @@ one)::
     pip install --target /tmp/cupy cupy-cuda12x fastrlock cuda-pathfinder --no-deps
     PYTHONPATH=/tmp/cupy python tests/cupy_api.py
 
-Submodules (``random``, ``linalg``, ``fft``) and the methods of ``cupy.random.Generator`` have
-tables of their own. Each entry is
+Submodules (``random``, ``linalg``, ``fft``, ``cuda``) and the methods of
+``cupy.random.Generator`` have tables of their own. Each entry is
 ``{"positional": [...], "keyword": [...], "required": n, "varargs": bool, "varkw": bool}``:
 the parameters that may be given by position, those that may be given by name, how many
 positional ones have no default, and whether ``*args``/``**kwargs`` are taken.
@@ -31,7 +31,8 @@ FILE = Path(__file__).with_name("cupy_api.json")
 # is "TypeError: Wrong arguments"; NumPy's where=, order=, subok= among them).
 UFUNC_KEYWORDS = ["out", "dtype", "casting"]
 UFUNC_METHODS = ("at", "reduce", "reduceat", "accumulate", "outer")
-SUBMODULES = ("random", "linalg", "fft")  # the library may call xp.random.default_rng(...)
+# the library may call xp.random.default_rng(...), xp.cuda.get_cublas_handle(), ...
+SUBMODULES = ("random", "linalg", "fft", "cuda")
 
 
 def _parse(params: str) -> dict:

@@ -10,6 +10,8 @@ round once at the end, where NumPy's float16 arithmetic would lose the small add
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -205,15 +207,17 @@ def test_batched_half_products_on_a_gpu_are_cublas_calls_in_float32(half, shapes
     float32 products, perhaps in another order, so they may differ by one rounding of the
     half result (one ulp: at most 2⁻⁷ relative in bfloat16, 2⁻¹⁰ in float16); a wrong order,
     stride or leading dimension gives other numbers altogether. Gradients too: their products
-    are stacks times stacks, one of them transposed (not contiguous, so copied first)."""
+    are stacks times stacks, one of them transposed (not contiguous, so copied first). With
+    TENSORLAB_TEST_DEVICE=cuda this runs on the GPU, against the real cuBLAS."""
     from tests import fake_cupy
 
-    fake_cupy.install(monkeypatch)
+    if os.environ.get("TENSORLAB_TEST_DEVICE") != "cuda":
+        fake_cupy.install(monkeypatch)
     dtype = tl.backend.as_dtype(half)
     rng = np.random.default_rng(0)
     arrays = [rng.uniform(-2, 2, s).astype(dtype) for s in shapes]
     gpu = [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays]
-    cpu = [tl.tensor(a, requires_grad=True) for a in arrays]
+    cpu = [tl.tensor(a, device="cpu", requires_grad=True) for a in arrays]
     y, want = gpu[0] @ gpu[1], cpu[0] @ cpu[1]
     assert y.dtype == dtype and y.shape == want.shape
     rtol = 2.0**-7 if half == "bfloat16" else 2.0**-10  # one ulp at most
@@ -223,7 +227,7 @@ def test_batched_half_products_on_a_gpu_are_cublas_calls_in_float32(half, shapes
     )
     g = rng.uniform(-1, 1, want.shape).astype(dtype)
     y.backward(tl.tensor(g, device="cuda"))
-    want.backward(tl.tensor(g))
+    want.backward(tl.tensor(g, device="cpu"))
     for t, c in zip(gpu, cpu):
         assert t.grad.dtype == dtype
         np.testing.assert_allclose(
