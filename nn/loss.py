@@ -29,13 +29,12 @@ class CrossEntropyFn(FusedFunction):
     node, as PyTorch's ``nll_loss`` takes its reduction (with a separate sum, a second node in
     every training step's graph, forward + backward over (768, 65) logits took 134 µs on this
     project's 2-core machine; 106 so). Its g is then one number, which the backward formula
-    broadcasts over the rows.
-    float16 and bfloat16 logits are taken in float32
-    and the loss stays float32 (a loss scaled for float16 training must not overflow float16's
-    65504); their gradient returns in their own dtype. logsumexp is taken after shifting by
-    the row's maximum m, so nothing overflows. The softmax is kept
-    unnormalized: the forward saves e = exp(z - m) and its row sums s (p = e/s), and z_t and
-    the backward's - (1 - ε) at the target are a gather and a scatter of one number per row.
+    broadcasts over the rows. float16 and bfloat16 logits are taken in float32 and the loss
+    stays float32 (a loss scaled for float16 training must not overflow float16's 65504);
+    their gradient returns in their own dtype. logsumexp is taken after shifting by the row's
+    maximum m, so nothing overflows. The softmax is kept unnormalized: the forward saves
+    e = exp(z - m) and its row sums s (p = e/s), and z_t and the backward's - (1 - ε) at the
+    target are a gather and a scatter of one number per row.
     """
 
     rows, saves = True, 2
