@@ -346,20 +346,24 @@ GB = 1e9
 
 def attention_bytes(model_cfg: GPTConfig, sequences: int, device: str = "cpu") -> int:
     """About the peak memory of a training step's attention, in bytes, for ``sequences``
-    sequences at once: each layer (one with --checkpoint-activations) keeps its float32
-    pattern for the backward, the part of (T, T) per head and sequence that the query blocks
-    cover (nn/attention.py), plus about one more full (T, T) set (measured: the backward's
-    temporaries). --block-size 4096 with the defaults peaked at 11.8 GB; this says 11.3."""
+    sequences at once. On the CPU each layer (one with --checkpoint-activations) keeps its
+    float32 pattern for the backward, the part of (T, T) per head and sequence that the query
+    blocks cover (nn/attention.py), plus about one more full (T, T) set (measured: the
+    backward's temporaries); --block-size 4096 with the defaults peaked at 11.8 GB, this says
+    11.3. On a GPU the kernels (nn/flash_attention.cu) keep no scores: only a dropout mask on
+    the pattern, (T, T) float32 per head and layer, is that large."""
     from nn.attention import BLOCK_ROWS, query_blocks
 
     T, window = model_cfg.block_size, model_cfg.sliding_window
+    per_entry = sequences * model_cfg.n_head * 4  # float32, every head of every sequence
+    layers = 1 if model_cfg.checkpoint_activations else model_cfg.n_layer
+    if device == "cuda":
+        return per_entry * T * T * layers if model_cfg.dropout else 0
     positions = range(T)
     kept = sum(
         len(positions[rows]) * len(positions[keys])
-        for rows, keys in query_blocks(T, T, True, window, BLOCK_ROWS[device])
+        for rows, keys in query_blocks(T, T, True, window, BLOCK_ROWS)
     )
-    per_entry = sequences * model_cfg.n_head * 4  # float32, every head of every sequence
-    layers = 1 if model_cfg.checkpoint_activations else model_cfg.n_layer
     return per_entry * (kept * layers + T * T)
 
 

@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 import tensorlab as tl
+from nn import flash_attention
 from nn.dropout import check_p, dropout, dropout_mask
 from nn.embedding import RelativePositionBias, RotaryEmbedding
 from nn.init import constant, uniform
@@ -97,11 +98,12 @@ def _matmul_into(a, b, shape, dtype):
     return out
 
 
-# Causal attention in query blocks (docs/derivations_nn.md, section 9): with n equal blocks
-# the (T_q, T_k) arrays shrink to (n + 1)/2n of their size. Blocks have at least
-# BLOCK_ROWS[device] queries, so that their products stay large (a GPU pays launches per block:
-# benchmarks/bench_attention_blocks.py measures the sizes), and there are at most MAX_BLOCKS.
-BLOCK_ROWS = {"cpu": 128, "cuda": 512}
+# Causal attention on the CPU in query blocks (docs/derivations_nn.md, section 9): with n equal
+# blocks the (T_q, T_k) arrays shrink to (n + 1)/2n of their size. Blocks have at least
+# BLOCK_ROWS queries, so that their products stay large (benchmarks/bench_attention_blocks.py
+# measures the sizes), and there are at most MAX_BLOCKS. (A GPU writes no (T_q, T_k) array:
+# nn/flash_attention.cu.)
+BLOCK_ROWS = 128
 MAX_BLOCKS = 4
 
 
@@ -173,92 +175,112 @@ class AttentionFn(Function):
     pattern, or None). Heads are strided views inside the node: no copies. float16 and
     bfloat16 inputs are computed in float32 and the output rounded back once, like the norms.
 
-    The pattern is kept unnormalized, A = E / l (E = exp(S - m), l its row sums), and
+    Two runners of the one formula (:data:`RUNNERS`, chosen by the inputs' device). On the
+    CPU the pattern is kept unnormalized, A = E / l (E = exp(S - m), l its row sums), and
     Y = (E V) / l; the backward reads Y (so Y must not be changed in place before it). Long
     causal inputs go in blocks of queries (:func:`query_blocks`), whose shares of dK and dV
-    are summed."""
+    are summed. On a GPU (:mod:`nn.flash_attention`) no pattern is kept: each row's maximum
+    and 1/l are, and the backward recomputes the pattern tile by tile."""
 
     saves_output = True
 
-    def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
-        xp, (q, half) = xp_of(q), in_float32(q)
-        if half:
-            k, v = k.astype(q.dtype), v.astype(q.dtype)
-            bias = tuple(b.astype(q.dtype) for b in bias)
-        score_bias = bias[0] if bias else None
-        ctx.blocks = query_blocks(
-            q.shape[-3], k.shape[-3], causal, window, BLOCK_ROWS[device_of(q)]
-        )
-        ctx.E, sums = [], []  # E and l (..., H, T_q, 1) block by block
-        Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
-        kT = _transposed(k, scale)  # s Kᵀ, once for every block
-        for rows, keys in ctx.blocks:
-            E, l = _unnormalized_pattern(
-                q[..., rows, :, :],
-                kT[..., keys],
-                _cut(score_bias, rows, keys),
-                causal,
-                _cut(mask, rows, keys),
-                window,
-            )
-            ctx.E.append(E)
-            sums.append(l)
-            P = E if dropout_mask is None else E * _cut(dropout_mask, rows, keys)
-            xp.matmul(P, _heads_first(v[..., keys, :, :]), out=_heads_first(Y[..., rows, :, :]))
-        total = sums[0] if len(sums) == 1 else xp.concatenate(sums, axis=-2)  # the blocks' rows
-        Y /= _heads_first(total)  # (..., T_q, H, 1)
-        ctx.total = total
-        ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
-        return rounded(Y, half)
+    def forward(ctx, q, k, v, *bias, **params):
+        ctx.runner = RUNNERS[device_of(q)]
+        return ctx.runner[0](ctx, q, k, v, *bias, **params)
 
     def backward(ctx, g):
-        dtype = ctx.total.dtype  # float32 for half inputs: the backward runs in float32 too
-        q, k, v = (t.data.astype(dtype, copy=False) for t in ctx.inputs[:3])
-        M, s = ctx.params["dropout_mask"], ctx.params["scale"]
-        g = g.data.astype(dtype, copy=False)  # (..., T_q, H, d_v), as Y
-        bias = ctx.inputs[3:]
-        dB_needed = bool(bias) and bias[0].requires_grad
-        xp = xp_of(g)
-        inv = 1.0 / ctx.total  # 1/l, (..., H, T_q, 1)
-        G_l = _heads_first(g * _heads_first(inv))  # G/l, heads first
-        GY = g * ctx.Y
-        D = _heads_first(array_math(GY).sum(GY, axis=-1, keepdims=True))  # rowsum(G ⊙ Y)
-        if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
-            inv *= s
-        whole = len(ctx.blocks) == 1
-        dq = xp.empty(q.shape, q.dtype)  # every query's rows come from its own block
-        dk, dv = (None, None) if whole else (xp.zeros(k.shape, dtype), xp.zeros(v.shape, dtype))
-        dB = None
-        for (rows, keys), E in zip(ctx.blocks, ctx.E):
-            q_b, k_b, v_b = q[..., rows, :, :], k[..., keys, :, :], v[..., keys, :, :]
-            M_b = _cut(M, rows, keys)
-            P = E if M_b is None else E * M_b
-            dv_b = _matmul_into(P.swapaxes(-1, -2), G_l[..., rows, :], v_b.shape, dtype)  # Eᵀ G/l
-            dA = _heads_first(g[..., rows, :, :]) @ _transposed(v_b)  # G Vᵀ
-            if M_b is not None:
-                dA *= M_b
-            D_b, inv_b = D[..., rows, :], inv[..., rows, :]
-            softmax_grad_in_place(dA, D_b, E, inv_b)  # dA becomes s dS
-            dS = dA
-            xp.matmul(dS, _heads_first(k_b), out=_heads_first(dq[..., rows, :, :]))  # s dS K
-            dk_b = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q_b), k_b.shape, dtype)
-            if whole:
-                dk, dv = dk_b, dv_b  # s dSᵀ Q, Aᵀ G
-            else:  # (into views: `a[i] += b` would also write the view back onto itself)
-                for acc, share in ((dk, dk_b), (dv, dv_b)):
-                    view = acc[..., keys, :, :]
-                    view += share
-            if dB_needed and whole:
-                dB = dS
-            elif dB_needed:  # dB = dS, zero where no block reached (masked for every query)
-                if dB is None:
-                    dB = xp.zeros(dS.shape[:-2] + (q.shape[-3], k.shape[-3]), dtype)
-                dB[..., rows, keys] = dS
-        if not dB_needed:
-            return dq, dk, dv, None
-        dq *= s
-        dk *= s
-        return dq, dk, dv, dB
+        return ctx.runner[1](ctx, g)
+
+
+def _forward_in_blocks(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
+    """AttentionFn's forward on the CPU: products of whole blocks of scores (BLAS's work),
+    the unnormalized pattern E of each block kept for the backward."""
+    xp, (q, half) = xp_of(q), in_float32(q)
+    if half:
+        k, v = k.astype(q.dtype), v.astype(q.dtype)
+        bias = tuple(b.astype(q.dtype) for b in bias)
+    score_bias = bias[0] if bias else None
+    ctx.blocks = query_blocks(q.shape[-3], k.shape[-3], causal, window, BLOCK_ROWS)
+    ctx.E, sums = [], []  # E and l (..., H, T_q, 1) block by block
+    Y = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype)
+    kT = _transposed(k, scale)  # s Kᵀ, once for every block
+    for rows, keys in ctx.blocks:
+        E, l = _unnormalized_pattern(
+            q[..., rows, :, :],
+            kT[..., keys],
+            _cut(score_bias, rows, keys),
+            causal,
+            _cut(mask, rows, keys),
+            window,
+        )
+        ctx.E.append(E)
+        sums.append(l)
+        P = E if dropout_mask is None else E * _cut(dropout_mask, rows, keys)
+        xp.matmul(P, _heads_first(v[..., keys, :, :]), out=_heads_first(Y[..., rows, :, :]))
+    total = sums[0] if len(sums) == 1 else xp.concatenate(sums, axis=-2)  # the blocks' rows
+    Y /= _heads_first(total)  # (..., T_q, H, 1)
+    ctx.total = total
+    ctx.Y = Y  # the output itself, or for half inputs its float32 value (T_q, H, d_v)
+    return rounded(Y, half)
+
+
+def _backward_in_blocks(ctx, g):
+    """AttentionFn's backward on the CPU, from the blocks' E and row sums l."""
+    dtype = ctx.total.dtype  # float32 for half inputs: the backward runs in float32 too
+    q, k, v = (t.data.astype(dtype, copy=False) for t in ctx.inputs[:3])
+    M, s = ctx.params["dropout_mask"], ctx.params["scale"]
+    g = g.data.astype(dtype, copy=False)  # (..., T_q, H, d_v), as Y
+    bias = ctx.inputs[3:]
+    dB_needed = bool(bias) and bias[0].requires_grad
+    xp = xp_of(g)
+    inv = 1.0 / ctx.total  # 1/l, (..., H, T_q, 1)
+    G_l = _heads_first(g * _heads_first(inv))  # G/l, heads first
+    GY = g * ctx.Y
+    D = _heads_first(array_math(GY).sum(GY, axis=-1, keepdims=True))  # rowsum(G ⊙ Y)
+    if not dB_needed:  # s/l: the scale of dQ and dK goes in with 1/l
+        inv *= s
+    whole = len(ctx.blocks) == 1
+    dq = xp.empty(q.shape, q.dtype)  # every query's rows come from its own block
+    dk, dv = (None, None) if whole else (xp.zeros(k.shape, dtype), xp.zeros(v.shape, dtype))
+    dB = None
+    for (rows, keys), E in zip(ctx.blocks, ctx.E):
+        q_b, k_b, v_b = q[..., rows, :, :], k[..., keys, :, :], v[..., keys, :, :]
+        M_b = _cut(M, rows, keys)
+        P = E if M_b is None else E * M_b
+        dv_b = _matmul_into(P.swapaxes(-1, -2), G_l[..., rows, :], v_b.shape, dtype)  # Eᵀ G/l
+        dA = _heads_first(g[..., rows, :, :]) @ _transposed(v_b)  # G Vᵀ
+        if M_b is not None:
+            dA *= M_b
+        D_b, inv_b = D[..., rows, :], inv[..., rows, :]
+        softmax_grad_in_place(dA, D_b, E, inv_b)  # dA becomes s dS
+        dS = dA
+        xp.matmul(dS, _heads_first(k_b), out=_heads_first(dq[..., rows, :, :]))  # s dS K
+        dk_b = _matmul_into(dS.swapaxes(-1, -2), _heads_first(q_b), k_b.shape, dtype)
+        if whole:
+            dk, dv = dk_b, dv_b  # s dSᵀ Q, Aᵀ G
+        else:  # (into views: `a[i] += b` would also write the view back onto itself)
+            for acc, share in ((dk, dk_b), (dv, dv_b)):
+                view = acc[..., keys, :, :]
+                view += share
+        if dB_needed and whole:
+            dB = dS
+        elif dB_needed:  # dB = dS, zero where no block reached (masked for every query)
+            if dB is None:
+                dB = xp.zeros(dS.shape[:-2] + (q.shape[-3], k.shape[-3]), dtype)
+            dB[..., rows, keys] = dS
+    if not dB_needed:
+        return dq, dk, dv, None
+    dq *= s
+    dk *= s
+    return dq, dk, dv, dB
+
+
+# AttentionFn's runners, by device: (forward, backward). One formula; on the CPU it runs as
+# BLAS products of blocks of scores, on a GPU as nn/flash_attention.cu's tiles.
+RUNNERS = {
+    "cpu": (_forward_in_blocks, _backward_in_blocks),
+    "cuda": (flash_attention.forward, flash_attention.backward),
+}
 
 
 def _transposed(k, scale: float = 1.0):

@@ -91,12 +91,13 @@ def source(elementwise, args: tuple) -> str:
     )
 
 
-def compile_cubin(code: str, name: str, arch: str = ARCH) -> bytes:
-    """NVRTC's cubin for ``code``, with the options CuPy compiles its kernels with. Raises
-    CuPy's ``CompileException`` (NVRTC's log) when the code does not compile."""
+def compile_cubin(code: str, name: str, arch: str = ARCH, options: tuple = ()) -> bytes:
+    """NVRTC's cubin for ``code``, with the options CuPy compiles its kernels with and
+    ``options`` (a ``RawModule``'s, such as ``-D`` definitions). Raises CuPy's
+    ``CompileException`` (NVRTC's log) when the code does not compile."""
     from cupy._core import core
     from cupy.cuda import compiler
 
-    options = core.assemble_cupy_compiler_options(()) + (f"-arch=sm_{arch}",)
+    options = core.assemble_cupy_compiler_options(tuple(options)) + (f"-arch=sm_{arch}",)
     program = compiler._NVRTCProgram(code, f"{name}.cu", (), (), method="cubin")
     return program.compile(options)[0]

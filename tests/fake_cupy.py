@@ -574,6 +574,37 @@ def _at_address(address, n, dtype) -> np.ndarray:
     return np.frombuffer(memory, dtype=dtype)
 
 
+# Every launch of a RawModule's kernels runs each block's threads in reverse order when True
+# (tests/cuda_emulator.py): a kernel without races gives the same numbers both ways.
+REVERSE_THREADS = [False]
+
+
+class RawModule:
+    """``cupy.RawModule(code=..., options=...)``: CUDA C++ compiled by NVRTC on a GPU; here by
+    g++ and run on the CPU, every thread of a block a fiber that yields at ``__syncthreads``
+    (tests/cuda_emulator.py). ``get_function(name)(grid, block, args)`` launches as CuPy's
+    kernel does: a device array is passed as the address of its first element, a NumPy scalar
+    by value. Counted as one launch."""
+
+    def __init__(self, code: str = None, options: tuple = (), **kwargs):
+        from tests import cuda_emulator
+
+        self._module = cuda_emulator.Module(code, tuple(options))
+
+    def get_function(self, name: str):
+        emulated = self._module.get_function(name)
+
+        def launch(grid, block, args, shared_mem=0):
+            _kernel(name)
+            host = tuple(a._a if isinstance(a, ndarray) else a for a in args)
+            emulated(grid, block, host, shared_mem, reverse=REVERSE_THREADS[0])
+
+        return launch
+
+
+module.RawModule = RawModule
+
+
 class _Device:
     def __init__(self, device_id=0):
         self.id = device_id

@@ -486,6 +486,9 @@ def test_the_attention_estimate_matches_the_measured_peak():
     assert at(8192) > 24e9 > at(4096)
     assert at(8192, checkpoint_activations=True) < at(8192) / 2  # one layer's kept at a time
     assert at(8192, sliding_window=256) < 0.7 * at(8192)  # its blocks see fewer keys
+    on_gpu = lambda T, **kw: attention_bytes(preset("tiny", block_size=T, **kw), 12, "cuda")  # noqa: E731
+    assert on_gpu(8192) == 0  # the flash kernels keep no scores
+    assert on_gpu(8192, dropout=0.1) == 12 * 4 * 4 * 8192**2 * 4  # a float32 mask per layer
 
 
 def test_a_block_size_that_cannot_fit_is_refused_at_once(tmp_path, capsys, monkeypatch):

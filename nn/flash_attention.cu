@@ -1,0 +1,302 @@
+// Attention on a GPU without the (T_q, T_k) scores in memory: the CUDA runner of AttentionFn's
+// formula (nn/attention.py gives it; docs/derivations_nn.md, section 9, derives it).
+//
+// For one head, with s the scale, B an additive bias, M the scaled dropout keep-mask:
+//
+//     S = s Q Kᵀ + B (masked entries -∞),   A = softmax_rows(S),   Y = (A ⊙ M) V
+//     dV = (A ⊙ M)ᵀ G,  dA = (G Vᵀ) ⊙ M,  D = rowsum(G ⊙ Y),  dS = A ⊙ (dA - D),
+//     dQ = s dS K,  dK = s dSᵀ Q,  dB = dS.
+//
+// The forward walks each query row's keys a tile at a time and keeps three running values:
+// m, the largest score so far; l = Σ exp(S_ij - m); o = Σ exp(S_ij - m) M_ij v_j. When a tile
+// raises the maximum from m to m', l and o are multiplied by exp(m - m') (the "online softmax"
+// of Milakov & Gimelshein 2018, as FlashAttention uses it, Dao et al. 2022). At the end
+// Y = o / l, and the row's statistics m and 1/l are kept: the backward recomputes each tile's
+// A_ij = exp(S_ij - m_i) / l_i from them instead of reading a stored pattern.
+//
+// The backward is two kernels, so that no two threads add into one number (no atomics; the
+// sums are in a fixed order and the results are the same on every run):
+//   attention_backward_dq:   a thread per query row i: D_i = g_i · y_i, then dq_i = s Σ_j dS_ij k_j;
+//   attention_backward_dkdv: a thread per key row j: dv_j = Σ_i A_ij M_ij g_i, dk_j = s Σ_i dS_ij q_i
+//                            (and dB_ij = dS_ij when the bias needs a gradient).
+// Each recomputes S_ij and dA_ij for its own rows (the price of no atomics: the products are
+// computed twice, once per kernel).
+//
+// Compiled per input type and head size (nn/flash_attention.py passes them as -D options,
+// ELEMENT, ACCUMULATOR, HEAD_DIM, VALUE_DIM, TILE_ROWS, named here):
+//   T: the element type of q, k, v and g (float, double, __half, __nv_bfloat16);
+//   ACC: the type every sum is taken in (double for double, float otherwise: half inputs are
+//        widened as they are read, and the output and gradients rounded once as they are
+//        written; the output is also kept in ACC for the backward's D);
+//   D, DV: the widths of a query/key head and of a value head; TILE: threads per block, and
+//   rows per tile of the other side (a power of two ≤ 32, chosen to fit shared memory).
+// Layouts: q (B, T_q, H, D), k (B, T_k, H, D), v (B, T_k, H, DV), g (B, T_q, H, DV), each given
+// by its element strides (batch, time, head) with a contiguous last axis; the bias, the mask
+// and the dropout mask by four strides (batch, head, query, key), 0 where broadcast; y, dq, dk,
+// dv contiguous (B, T, H, ·), y (and y_out, the output in T) too; the statistics m, 1/l and D contiguous (B, H, T_q).
+// Causal masking: query i sees key j iff 0 ≤ i + (T_k - T_q) - j < window (window < 0: none).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+using T = ELEMENT;
+using ACC = ACCUMULATOR;
+constexpr int D = HEAD_DIM, DV = VALUE_DIM, TILE = TILE_ROWS;
+#ifndef INFINITY  // NVRTC has no <math.h>
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store(double* p, double x) { *p = x; }
+__device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ float exp_of(float x) { return expf(x); }
+__device__ __forceinline__ double exp_of(double x) { return exp(x); }
+
+// May query i see key j? (causal: not a later key, and within the sliding window)
+__device__ __forceinline__ bool sees(long long i, long long j, long long offset, int causal,
+                                     long long window) {
+  if (!causal) return true;
+  const long long back = i + offset - j;
+  return back >= 0 && (window < 0 || back < window);
+}
+
+// The keys [lo, hi) that query rows [r0, r1) may see.
+__device__ __forceinline__ void key_range(long long r0, long long r1, long long T_k,
+                                          long long offset, int causal, long long window,
+                                          long long* lo, long long* hi) {
+  *lo = 0;
+  *hi = T_k;
+  if (!causal) return;
+  *hi = min(T_k, max(0LL, r1 - 1 + offset + 1));
+  if (window >= 0) *lo = max(0LL, r0 + offset - window + 1);
+}
+
+// One entry (b, h, i, j) of a (B, H, T_q, T_k) array given by four strides.
+#define AT(p, st, b, h, i, j) (p)[(b) * (st)[0] + (h) * (st)[1] + (i) * (st)[2] + (j) * (st)[3]]
+
+// The score s q_i · k_j + B_ij of an allowed pair, or -∞ for a masked one (qs is s q_i).
+__device__ __forceinline__ ACC score(const ACC* qs, const ACC* kj, long long b, long long h,
+                                     long long i, long long j, long long offset, int causal,
+                                     long long window, const ACC* bias, const long long* bs,
+                                     const unsigned char* mask, const long long* ms) {
+  if (!sees(i, j, offset, causal, window) || (mask && !AT(mask, ms, b, h, i, j)))
+    return -INFINITY;
+  ACC s = 0;
+  for (int c = 0; c < D; ++c) s += qs[c] * kj[c];
+  return bias ? s + AT(bias, bs, b, h, i, j) : s;
+}
+
+// Rows [j0, j0 + TILE) of a (B, T, H, W) array into a shared tile (zeros past T), as ACC.
+template <int W, typename E>
+__device__ __forceinline__ void load_tile(ACC (*tile)[W], const E* a, long long b, long long h,
+                                          const long long* st, long long j0, long long T,
+                                          ACC factor) {
+  for (int e = threadIdx.x; e < TILE * W; e += TILE) {
+    const int r = e / W, c = e % W;
+    const long long j = j0 + r;
+    tile[r][c] = j < T ? widen(a[b * st[0] + j * st[1] + h * st[2] + c]) * factor : ACC(0);
+  }
+}
+
+extern "C" __global__ void attention_forward(
+    const T* q, const T* k, const T* v, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, ACC* y, T* y_out, ACC* stat_m, ACC* stat_inv_l, long long T_q, long long T_k,
+    long long H, ACC scale, int causal, long long window, long long qb, long long qt,
+    long long qh, long long kb, long long kt, long long kh, long long vb, long long vt,
+    long long vh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
+    long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
+    long long drop_h, long long drop_i, long long drop_j) {
+  __shared__ ACC K_tile[TILE][D];
+  __shared__ ACC V_tile[TILE][DV];
+  const long long ks_[3] = {kb, kt, kh}, vs_[3] = {vb, vt, vh};
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const long long b = blockIdx.z, h = blockIdx.y, r0 = (long long)blockIdx.x * TILE;
+  const long long i = r0 + threadIdx.x, offset = T_k - T_q;
+  const bool row = i < T_q;
+  ACC qs[D], o[DV], m = -INFINITY, l = 0;
+  for (int c = 0; c < D; ++c) qs[c] = row ? widen(q[b * qb + i * qt + h * qh + c]) * scale : 0;
+  for (int c = 0; c < DV; ++c) o[c] = 0;
+  long long lo, hi;
+  key_range(r0, min(r0 + TILE, T_q), T_k, offset, causal, window, &lo, &hi);
+  for (long long j0 = lo; j0 < hi; j0 += TILE) {
+    load_tile<D>(K_tile, k, b, h, ks_, j0, hi, ACC(1));
+    load_tile<DV>(V_tile, v, b, h, vs_, j0, hi, ACC(1));
+    __syncthreads();
+    if (row) {
+      ACC S[TILE], top = m;  // this tile's scores; the row's maximum with them
+      for (int r = 0; r < TILE; ++r) {
+        const long long j = j0 + r;
+        S[r] = j < hi ? score(qs, K_tile[r], b, h, i, j, offset, causal, window, bias, bs,
+                              mask, ms)
+                      : -INFINITY;
+        top = (S[r] > top || S[r] != S[r]) ? S[r] : top;  // a NaN score is the maximum
+      }
+      if (top > m) {  // rescale what was summed under the old maximum
+        const ACC c = exp_of(m - top);
+        l *= c;
+        for (int e = 0; e < DV; ++e) o[e] *= c;
+        m = top;
+      } else if (top != top) {
+        m = top;
+      }
+      for (int r = 0; r < TILE; ++r) {
+        if (S[r] == -INFINITY) continue;  // masked (or a bias of -∞): A_ij = 0
+        ACC p = exp_of(S[r] - m);
+        l += p;
+        if (drop) p *= AT(drop, ds, b, h, i, j0 + r);
+        for (int e = 0; e < DV; ++e) o[e] += p * V_tile[r][e];
+      }
+    }
+    __syncthreads();
+  }
+  if (!row) return;
+  const ACC inv_l = l > 0 ? ACC(1) / l : ACC(0);  // a row that sees no key: Y = 0, not NaN
+  const long long at = ((b * T_q + i) * H + h) * DV;
+  for (int e = 0; e < DV; ++e) {
+    y[at + e] = o[e] * inv_l;
+    store(y_out + at + e, o[e] * inv_l);
+  }
+  stat_m[(b * H + h) * T_q + i] = m;
+  stat_inv_l[(b * H + h) * T_q + i] = inv_l;
+}
+
+extern "C" __global__ void attention_backward_dq(
+    const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, const ACC* y, const ACC* stat_m, const ACC* stat_inv_l, ACC* delta, T* dq,
+    long long T_q, long long T_k, long long H, ACC scale, int causal, long long window,
+    long long qb, long long qt, long long qh, long long kb, long long kt, long long kh,
+    long long vb, long long vt, long long vh, long long gb, long long gt, long long gh,
+    long long bias_b, long long bias_h, long long bias_i, long long bias_j, long long mask_b,
+    long long mask_h, long long mask_i, long long mask_j, long long drop_b, long long drop_h,
+    long long drop_i, long long drop_j) {
+  __shared__ ACC K_tile[TILE][D];
+  __shared__ ACC V_tile[TILE][DV];
+  const long long ks_[3] = {kb, kt, kh}, vs_[3] = {vb, vt, vh};
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const long long b = blockIdx.z, h = blockIdx.y, r0 = (long long)blockIdx.x * TILE;
+  const long long i = r0 + threadIdx.x, offset = T_k - T_q;
+  const bool row = i < T_q;
+  ACC qs[D], gi[DV], grad[D], Di = 0, m = 0, inv_l = 0;
+  for (int c = 0; c < D; ++c) {
+    qs[c] = row ? widen(q[b * qb + i * qt + h * qh + c]) * scale : 0;
+    grad[c] = 0;
+  }
+  if (row) {
+    const ACC* yi = y + ((b * T_q + i) * H + h) * DV;
+    for (int e = 0; e < DV; ++e) {
+      gi[e] = widen(g[b * gb + i * gt + h * gh + e]);
+      Di += gi[e] * yi[e];
+    }
+    delta[(b * H + h) * T_q + i] = Di;  // for attention_backward_dkdv
+    m = stat_m[(b * H + h) * T_q + i];
+    inv_l = stat_inv_l[(b * H + h) * T_q + i];
+  }
+  long long lo, hi;
+  key_range(r0, min(r0 + TILE, T_q), T_k, offset, causal, window, &lo, &hi);
+  for (long long j0 = lo; j0 < hi; j0 += TILE) {
+    load_tile<D>(K_tile, k, b, h, ks_, j0, hi, ACC(1));
+    load_tile<DV>(V_tile, v, b, h, vs_, j0, hi, ACC(1));
+    __syncthreads();
+    if (row && inv_l > 0) {
+      for (int r = 0; r < TILE && j0 + r < hi; ++r) {
+        const long long j = j0 + r;
+        const ACC S = score(qs, K_tile[r], b, h, i, j, offset, causal, window, bias, bs, mask, ms);
+        if (S == -INFINITY) continue;
+        const ACC A = exp_of(S - m) * inv_l;
+        ACC dA = 0;
+        for (int e = 0; e < DV; ++e) dA += gi[e] * V_tile[r][e];
+        if (drop) dA *= AT(drop, ds, b, h, i, j);
+        const ACC dS = A * (dA - Di);
+        for (int c = 0; c < D; ++c) grad[c] += dS * K_tile[r][c];
+      }
+    }
+    __syncthreads();
+  }
+  if (!row) return;
+  T* out = dq + ((b * T_q + i) * H + h) * D;
+  for (int c = 0; c < D; ++c) store(out + c, grad[c] * scale);
+}
+
+extern "C" __global__ void attention_backward_dkdv(
+    const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, const ACC* stat_m, const ACC* stat_inv_l, const ACC* delta, T* dk, T* dv,
+    ACC* dbias, long long T_q, long long T_k, long long H, ACC scale, int causal,
+    long long window, long long qb, long long qt, long long qh, long long kb, long long kt,
+    long long kh, long long vb, long long vt, long long vh, long long gb, long long gt,
+    long long gh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
+    long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
+    long long drop_h, long long drop_i, long long drop_j) {
+  // This block's keys and values, one row a thread (a column of padding: no bank conflicts
+  // when each thread reads its own row); the query-side rows a tile at a time.
+  __shared__ ACC K_rows[TILE][D + 1];
+  __shared__ ACC V_rows[TILE][DV + 1];
+  __shared__ ACC Q_tile[TILE][D];
+  __shared__ ACC G_tile[TILE][DV];
+  __shared__ ACC m_tile[TILE], inv_l_tile[TILE], D_tile[TILE];
+  const long long qs_[3] = {qb, qt, qh}, gs_[3] = {gb, gt, gh};
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const long long b = blockIdx.z, h = blockIdx.y, c0 = (long long)blockIdx.x * TILE;
+  const long long j = c0 + threadIdx.x, offset = T_k - T_q;
+  const bool col = j < T_k;
+  for (int c = 0; c < D; ++c)
+    K_rows[threadIdx.x][c] = col ? widen(k[b * kb + j * kt + h * kh + c]) : ACC(0);
+  for (int e = 0; e < DV; ++e)
+    V_rows[threadIdx.x][e] = col ? widen(v[b * vb + j * vt + h * vh + e]) : ACC(0);
+  ACC grad_k[D], grad_v[DV];
+  for (int c = 0; c < D; ++c) grad_k[c] = 0;
+  for (int e = 0; e < DV; ++e) grad_v[e] = 0;
+  // the queries that may see keys [c0, c1): i + offset ≥ c0, and within the window
+  const long long c1 = min(c0 + TILE, T_k);
+  long long lo = 0, hi = T_q;
+  if (causal) {
+    lo = max(0LL, c0 - offset);
+    if (window >= 0) hi = max(0LL, min(T_q, c1 - 1 - offset + window));
+  }
+  for (long long i0 = lo; i0 < hi; i0 += TILE) {
+    load_tile<D>(Q_tile, q, b, h, qs_, i0, hi, scale);  // s q_i
+    load_tile<DV>(G_tile, g, b, h, gs_, i0, hi, ACC(1));
+    if (i0 + threadIdx.x < hi) {
+      const long long at = (b * H + h) * T_q + i0 + threadIdx.x;
+      m_tile[threadIdx.x] = stat_m[at];
+      inv_l_tile[threadIdx.x] = stat_inv_l[at];
+      D_tile[threadIdx.x] = delta[at];
+    }
+    __syncthreads();
+    if (col) {
+      for (int r = 0; r < TILE && i0 + r < hi; ++r) {
+        const long long i = i0 + r;
+        if (inv_l_tile[r] == 0) continue;  // a row that sees no key
+        const ACC S = score(Q_tile[r], K_rows[threadIdx.x], b, h, i, j, offset, causal, window,
+                            bias, bs, mask, ms);
+        if (S == -INFINITY) continue;
+        const ACC A = exp_of(S - m_tile[r]) * inv_l_tile[r];
+        const ACC M = drop ? AT(drop, ds, b, h, i, j) : ACC(1);
+        ACC dA = 0;
+        for (int e = 0; e < DV; ++e) {
+          dA += G_tile[r][e] * V_rows[threadIdx.x][e];
+          grad_v[e] += A * M * G_tile[r][e];
+        }
+        const ACC dS = A * (dA * M - D_tile[r]);
+        for (int c = 0; c < D; ++c) grad_k[c] += dS * Q_tile[r][c];  // Q_tile holds s q_i
+        if (dbias) dbias[((b * H + h) * T_q + i) * T_k + j] = dS;
+      }
+    }
+    __syncthreads();
+  }
+  if (!col) return;
+  T* out_k = dk + ((b * T_k + j) * H + h) * D;
+  T* out_v = dv + ((b * T_k + j) * H + h) * DV;
+  for (int c = 0; c < D; ++c) store(out_k + c, grad_k[c]);
+  for (int e = 0; e < DV; ++e) store(out_v + e, grad_v[e]);
+}

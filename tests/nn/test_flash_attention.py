@@ -1,0 +1,224 @@
+"""AttentionFn's GPU runner (nn/flash_attention.cu): compiled by NVRTC for an H100 and run,
+without a GPU, by the CPU emulation of its threads (tests/cuda_emulator.py through
+tests/fake_cupy.py). It is held against the CPU runner of the same formula (BLAS products of
+blocks of scores, tests/nn/test_attention.py holds that one against the composed form) and
+against central differences.
+
+Tolerances: float64 to 1e-12 (the two runners sum the same products in other orders; the
+terms are O(1) and there are at most ~100 of them, so the difference is a few hundred ulps of
+2.2e-16 at most); float32 to 2e-5 (the same argument with float32's 1.2e-7, the rows' exp
+and products adding a few ulps each); float16 and bfloat16 inputs are summed in float32 by
+both, so their outputs, rounded once to the input's type, differ by at most one unit in the
+last place (2⁻¹⁰ and 2⁻⁷ relative), and so do their gradients (the engine rounds a gradient
+to its input's type)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensorlab as tl
+from nn import flash_attention
+from nn.attention import AttentionFn
+from tests import cuda_compile, cuda_emulator, fake_cupy
+
+ON_REAL_GPU = os.environ.get("TENSORLAB_TEST_DEVICE") == "cuda"
+NO_EMULATOR = cuda_emulator.unavailable()
+emulated = pytest.mark.skipif(
+    ON_REAL_GPU or NO_EMULATOR is not None,
+    reason=str(NO_EMULATOR or "the GPU runs the kernels itself (the other tests)"),
+)
+
+
+@contextlib.contextmanager
+def gpu():
+    """CuPy emulated on the CPU, the kernels run by the thread emulation (undone afterwards)."""
+    with pytest.MonkeyPatch.context() as mp:
+        fake_cupy.install(mp)
+        fake_cupy.KERNELS.clear()
+        yield fake_cupy.module
+
+
+def inputs(rng, B, H, T_q, T_k, d, d_v, *, bias=False):
+    arrays = [rng.standard_normal((B, T, H, w)) for T, w in ((T_q, d), (T_k, d), (T_k, d_v))]
+    if bias:
+        arrays.append(rng.standard_normal((H, T_q, T_k)))  # broadcast over the batch
+    return arrays
+
+
+def run(device, arrays, g, dtype, params, runner=AttentionFn.apply):
+    """y and the gradients of every input, as float64 host arrays."""
+    xp = np if device == "cpu" else fake_cupy.module
+    params = {
+        k: (xp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in params.items()
+    }  # fmt: skip
+    ins = [tl.tensor(a, device=device).astype(dtype).requires_grad_() for a in arrays]
+    y = runner(*ins, **params)
+    y.backward(tl.tensor(g, device=device).astype(dtype))
+    return [y.numpy().astype(np.float64)] + [t.grad.numpy().astype(np.float64) for t in ins]
+
+
+@st.composite
+def problems(draw):
+    """Shapes across tile edges (the float64 tile is 32 rows), masks, bias, dropout, windows."""
+    B, H = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    T_q, T_k = draw(st.integers(0, 70)), draw(st.integers(0, 70))
+    causal = draw(st.booleans())
+    params = dict(scale=draw(st.sampled_from([0.5, 1.0])), causal=causal, mask=None)
+    params["dropout_mask"] = None
+    params["window"] = draw(st.sampled_from([None, 1, 5, 40])) if causal else None
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    if draw(st.booleans()):  # a padding-style mask, some rows empty
+        params["mask"] = rng.random((B, 1, 1 if draw(st.booleans()) else T_q, T_k)) < 0.8
+    if draw(st.booleans()):
+        params["dropout_mask"] = (rng.random((B, H, T_q, T_k)) < 0.9) / 0.9
+    arrays = inputs(rng, B, H, T_q, T_k, 4, 3, bias=draw(st.booleans()))
+    return arrays, rng.standard_normal((B, T_q, H, 3)), params
+
+
+@emulated
+@settings(deadline=None)
+@given(problems())
+def test_gpu_runner_matches_the_cpu_runner_in_float64(problem):
+    """Values and gradients of q, k, v (and the bias) to 1e-12, on every shape, mask and tile
+    edge drawn; a row that sees no key gives 0 on both."""
+    arrays, g, params = problem
+    cpu = run("cpu", arrays, g, "float64", params)
+    with gpu():
+        flash = run("cuda", arrays, g, "float64", params)
+    for a, b in zip(flash, cpu):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+CASES = {  # AttentionFn's parameters beside q, k, v (2, 37, 2, 8); T_k = 37 or 20
+    "causal": dict(causal=True),
+    "window": dict(causal=True, window=6),
+    "mask-bias": dict(mask=True, bias=True),
+    "causal-dropout-fewer-keys": dict(causal=True, dropout=True, T_k=20),
+}
+TOLERANCE = {"float32": 2e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+@emulated
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_runner_matches_the_cpu_runner(case, dtype):
+    """float32 and half inputs: the output and the gradients (summed in float32 by both
+    runners, then rounded to the inputs' type) to float32's rounding, or one unit in the half
+    type's last place (relative to the array's largest entry near 0)."""
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    spec, rng = CASES[case], np.random.default_rng(1)
+    T_q, T_k = 37, spec.get("T_k", 37)
+    arrays = inputs(rng, 2, 2, T_q, T_k, 8, 8, bias=spec.get("bias", False))
+    params = dict(scale=8**-0.5, causal=spec.get("causal", False), window=spec.get("window"))
+    params["mask"] = rng.random((2, 1, T_q, T_k)) < 0.7 if spec.get("mask") else None
+    drop = (rng.random((2, 2, T_q, T_k)) < 0.8) / 0.8
+    params["dropout_mask"] = drop if "dropout" in case else None
+    g = rng.standard_normal((2, T_q, 2, 8))
+    cpu = run("cpu", arrays, g, dtype, params)
+    with gpu():
+        flash = run("cuda", arrays, g, dtype, params)
+    tol = TOLERANCE[dtype]
+    for a, b in zip(flash, cpu):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+@emulated
+def test_gpu_runner_passes_gradcheck():
+    """First derivatives of the kernels' backward against central differences in float64
+    (causal with a window, a mask, a bias and dropout at once), and second derivatives, which
+    come from the composed form on the device (``create_graph``)."""
+    rng = np.random.default_rng(2)
+    arrays = inputs(rng, 1, 2, 6, 7, 3, 2, bias=True)
+    keep = rng.random((1, 1, 6, 7)) < 0.8
+    drop = (rng.random((1, 2, 6, 7)) < 0.9) / 0.9
+    with gpu() as cupy:
+        params = dict(scale=0.7, causal=True, window=4, mask=cupy.asarray(keep))
+        params["dropout_mask"] = cupy.asarray(drop)
+        ins = [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays]
+        fn = lambda *a: AttentionFn.apply(*a, **params)  # noqa: E731
+        assert tl.gradcheck(fn, ins)
+        assert tl.gradgradcheck(fn, ins)
+
+
+@emulated
+def test_threads_in_reverse_order_give_the_same_numbers():
+    """Each block's threads run in reverse order between barriers: a kernel whose threads read
+    what another writes in the same phase (a missing ``__syncthreads``) would change."""
+    rng = np.random.default_rng(3)
+    arrays = inputs(rng, 2, 2, 40, 45, 8, 8, bias=True)
+    g = rng.standard_normal((2, 40, 2, 8))
+    params = dict(scale=0.3, causal=True, window=9, mask=None, dropout_mask=None)
+    with gpu():
+        forward = run("cuda", arrays, g, "float32", params)
+        fake_cupy.REVERSE_THREADS[0] = True
+        try:
+            backward = run("cuda", arrays, g, "float32", params)
+        finally:
+            fake_cupy.REVERSE_THREADS[0] = False
+    for a, b in zip(forward, backward):
+        np.testing.assert_array_equal(a, b)
+
+
+@emulated
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_one_launch_forward_two_backward_and_no_scores_kept(dtype):
+    """A causal forward is one kernel and the backward two, for half inputs too (they are
+    widened as read and rounded as written: no cast kernels); no array the node keeps has
+    T_q T_k entries: memory is O(T) per head."""
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
+    rng = np.random.default_rng(4)
+    T = 64
+    arrays = inputs(rng, 1, 2, T, T, 4, 4)
+    with gpu():
+        ins = [tl.tensor(a, device="cuda").astype(dtype).detach().requires_grad_() for a in arrays]
+        g = tl.tensor(np.ones((1, T, 2, 4)), device="cuda").astype(dtype)
+        params = dict(scale=0.5, causal=True, mask=None, dropout_mask=None)
+        fake_cupy.KERNELS.clear()
+        y = AttentionFn.apply(*ins, **params)
+        forward = dict(fake_cupy.KERNELS)
+        kept = [a for a in y.grad_fn.flash.values() if hasattr(a, "size")]
+        fake_cupy.KERNELS.clear()
+        y.backward(g)
+        backward = dict(fake_cupy.KERNELS)
+    assert forward == {"attention_forward": 1}  # (half: the output rounded by the kernel)
+    assert backward == {"attention_backward_dq": 1, "attention_backward_dkdv": 1}
+    assert kept and max(a.size for a in kept) < T * T
+
+
+def test_tile_fits_shared_memory():
+    """The backward's largest block (TILE rows of k and v padded, of q and g, three numbers a
+    row) fits in 48 KiB for every head width up to 256, with 32 threads where it can."""
+    for d in (1, 8, 32, 64, 100, 128, 256):
+        for itemsize in (4, 8):
+            tile = flash_attention.tile_rows(d, d, itemsize)
+            assert tile * (4 * d + 5) * itemsize <= flash_attention.SHARED_BYTES
+            assert tile == 32 or 2 * tile * (4 * d + 5) * itemsize > flash_attention.SHARED_BYTES
+    assert flash_attention.tile_rows(64, 64, 4) == 32
+
+
+NVRTC = None if not cuda_compile.unavailable() else cuda_compile.unavailable()
+
+
+@pytest.mark.skipif(
+    NVRTC is not None or os.environ.get("TENSORLAB_TEST_DEVICE") == "fake-cuda",
+    reason=str(NVRTC or "the emulated GPU's cupy module is not CuPy"),
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("widths", [(64, 64), (128, 128), (8, 4)])
+def test_kernels_compile_for_an_h100(dtype, widths):
+    """NVRTC compiles the three kernels for sm_90 with the options the runner passes (the
+    tile chosen for the widths): types, shared memory within the limit (ptxas refuses more)."""
+    options = flash_attention.options(dtype, *widths)
+    cubin = cuda_compile.compile_cubin(flash_attention.SOURCE, "flash_attention", options=options)
+    for name in ("attention_forward", "attention_backward_dq", "attention_backward_dkdv"):
+        assert name.encode() in cubin
