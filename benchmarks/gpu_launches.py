@@ -12,8 +12,8 @@ which counts every array operation (a view is none, a fused kernel is one) and e
 
 The counts depend neither on the batch nor on the sequence length (attention on a GPU is
 three kernels, nn/flash_attention.cu, at any length), so the step runs one sequence of 64
-positions (the emulated GPU runs the attention kernels' every thread on the CPU). They are this code's, not
-PyTorch's: PyTorch eager launches about one kernel per operation too, but its AdamW
+positions (the emulated GPU runs every thread of the attention kernels on the CPU). They are
+this code's, not PyTorch's: PyTorch eager launches about one kernel per operation too, but its AdamW
 (``foreach``/``fused``) and clipping (``_foreach_norm``) launch a handful of kernels for all
 parameters together.
 """

@@ -76,6 +76,22 @@ __device__ __forceinline__ void key_range(long long r0, long long r1, long long 
   if (window >= 0) *lo = max(0LL, r0 + offset - window + 1);
 }
 
+// a · b over N numbers, in four interleaved sums: four independent chains of multiply-adds
+// that a GPU overlaps, where one chain waits for each product in turn.
+template <int N>
+__device__ __forceinline__ ACC dot(const ACC* a, const ACC* b) {
+  ACC s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int c = 0;
+  for (; c + 4 <= N; c += 4) {
+    s0 += a[c] * b[c];
+    s1 += a[c + 1] * b[c + 1];
+    s2 += a[c + 2] * b[c + 2];
+    s3 += a[c + 3] * b[c + 3];
+  }
+  for (; c < N; ++c) s0 += a[c] * b[c];
+  return (s0 + s1) + (s2 + s3);
+}
+
 // One entry (b, h, i, j) of a (B, H, T_q, T_k) array given by four strides.
 #define AT(p, st, b, h, i, j) (p)[(b) * (st)[0] + (h) * (st)[1] + (i) * (st)[2] + (j) * (st)[3]]
 
@@ -86,8 +102,7 @@ __device__ __forceinline__ ACC score(const ACC* qs, const ACC* kj, long long b, 
                                      const unsigned char* mask, const long long* ms) {
   if (!sees(i, j, offset, causal, window) || (mask && !AT(mask, ms, b, h, i, j)))
     return -INFINITY;
-  ACC s = 0;
-  for (int c = 0; c < D; ++c) s += qs[c] * kj[c];
+  const ACC s = dot<D>(qs, kj);
   return bias ? s + AT(bias, bs, b, h, i, j) : s;
 }
 
@@ -136,14 +151,12 @@ extern "C" __global__ void attention_forward(
         S[r] = j < hi ? score(qs, K_tile[r], b, h, i, j, offset, causal, window, bias, bs,
                               mask, ms)
                       : -INFINITY;
-        top = (S[r] > top || S[r] != S[r]) ? S[r] : top;  // a NaN score is the maximum
+        top = S[r] > top ? S[r] : top;  // (a NaN score reaches l and o through its exp)
       }
       if (top > m) {  // rescale what was summed under the old maximum
         const ACC c = exp_of(m - top);
         l *= c;
         for (int e = 0; e < DV; ++e) o[e] *= c;
-        m = top;
-      } else if (top != top) {
         m = top;
       }
       for (int r = 0; r < TILE; ++r) {
@@ -212,8 +225,7 @@ extern "C" __global__ void attention_backward_dq(
         const ACC S = score(qs, K_tile[r], b, h, i, j, offset, causal, window, bias, bs, mask, ms);
         if (S == -INFINITY) continue;
         const ACC A = exp_of(S - m) * inv_l;
-        ACC dA = 0;
-        for (int e = 0; e < DV; ++e) dA += gi[e] * V_tile[r][e];
+        ACC dA = dot<DV>(gi, V_tile[r]);
         if (drop) dA *= AT(drop, ds, b, h, i, j);
         const ACC dS = A * (dA - Di);
         for (int c = 0; c < D; ++c) grad[c] += dS * K_tile[r][c];
@@ -282,11 +294,8 @@ extern "C" __global__ void attention_backward_dkdv(
         if (S == -INFINITY) continue;
         const ACC A = exp_of(S - m_tile[r]) * inv_l_tile[r];
         const ACC M = drop ? AT(drop, ds, b, h, i, j) : ACC(1);
-        ACC dA = 0;
-        for (int e = 0; e < DV; ++e) {
-          dA += G_tile[r][e] * V_rows[threadIdx.x][e];
-          grad_v[e] += A * M * G_tile[r][e];
-        }
+        const ACC dA = dot<DV>(G_tile[r], V_rows[threadIdx.x]);
+        for (int e = 0; e < DV; ++e) grad_v[e] += A * M * G_tile[r][e];
         const ACC dS = A * (dA * M - D_tile[r]);
         for (int c = 0; c < D; ++c) grad_k[c] += dS * Q_tile[r][c];  // Q_tile holds s q_i
         if (dbias) dbias[((b * H + h) * T_q + i) * T_k + j] = dS;

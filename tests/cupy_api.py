@@ -51,6 +51,7 @@ def _parse(params: str) -> dict:
     keyword_only = False
     for piece in (p.strip() for p in pieces):
         name = re.split(r"[:=]", piece)[0].strip()
+        name = name.split()[-1] if name else name  # Cython's typed "str code": its name
         if not name or name in ("self", "/"):
             continue
         if name == "*":

@@ -48,6 +48,9 @@ TESTS = {
     "nn/loss.py": ["tests/nn/test_loss.py tests/tensorlab/test_fused_op.py", "tests/nn"],
     "nn/embedding.py": ["tests/nn/test_embedding.py", "tests/nn"],
     "nn/attention.py": ["tests/nn/test_attention.py", "tests/nn"],
+    # attention's GPU runner: its kernels run on the CPU by tests/cuda_emulator.py
+    "nn/flash_attention.cu": ["tests/nn/test_flash_attention.py"],
+    "nn/flash_attention.py": ["tests/nn/test_flash_attention.py"],
     "nn/optim.py": ["tests/nn/test_optim.py", "tests/nn"],
     "nn/checks.py": [
         "tests/nn/test_optim.py tests/nn/test_norm.py tests/nn/test_linear.py "
@@ -2083,6 +2086,58 @@ MUTANTS = {
             "check_rope_scaling: high_freq_factor = low_freq_factor accepted (w divides by 0)",
         ),
     ],
+    "nn/flash_attention.cu": [
+        (
+            "flash-no-rescale",
+            "        l *= c;",
+            "        l *= 1;",
+            "the online softmax keeps the row sum of an old maximum when a tile raises it",
+        ),
+        (
+            "flash-second-sync",
+            "o[e] += p * V_tile[r][e];\n      }\n    }\n    __syncthreads();",
+            "o[e] += p * V_tile[r][e];\n      }\n    }\n    ;",
+            "the forward loads the next tile while other threads still read this one",
+        ),
+        (
+            "flash-window-first-key",
+            "  if (window >= 0) *lo = max(0LL, r0 + offset - window + 1);",
+            "  if (window >= 0) *lo = max(0LL, r0 + offset - window + 2);",
+            "a block's first row skips the first key of its sliding window",
+        ),
+        (
+            "flash-dkdv-first-query",
+            "    lo = max(0LL, c0 - offset);",
+            "    lo = max(0LL, c0 - offset + 1);",
+            "dk and dv miss the first query that sees a block's first key",
+        ),
+        (
+            "flash-dv-no-dropout",
+            "grad_v[e] += A * M * G_tile[r][e];",
+            "grad_v[e] += A * G_tile[r][e];",
+            "dV ignores the dropout mask on the pattern",
+        ),
+        (
+            "flash-dq-no-delta",
+            "        const ACC dS = A * (dA - Di);",
+            "        const ACC dS = A * dA;",
+            "dq's softmax gradient drops D = rowsum(G ⊙ Y)",
+        ),
+    ],
+    "nn/flash_attention.py": [
+        (
+            "flash-tile-too-big",
+            "    while tile > 1 and tile * (2 * d + 2 * d_v + 5) * itemsize > SHARED_BYTES:",
+            "    while tile > 1 and tile * (2 * d + 2 * d_v) * itemsize > SHARED_BYTES:",
+            "the tile ignores the backward's three per-row numbers and padding",
+        ),
+        (
+            "flash-mask-strides",
+            "    return a, tuple(np.int64(s // a.itemsize) for s in a.strides)",
+            "    return a, tuple(np.int64(s // 4) for s in a.strides)",
+            "mask, bias and dropout strides counted in float32 elements whatever the type",
+        ),
+    ],
     "nn/attention.py": [
         (
             "softmax-grad-no-rowsum",
@@ -2110,8 +2165,8 @@ MUTANTS = {
         ),
         (
             "dv-no-dropout",
-            "P = E if M_b is None else E * M_b\n            dv_b",
-            "P = E\n            dv_b",
+            "P = E if M_b is None else E * M_b\n        dv_b",
+            "P = E\n        dv_b",
             "AttentionFn: dV ignores the dropout mask",
         ),
         (

@@ -338,6 +338,10 @@ def test_cupy_api_reads_signatures():
     }
     assert cupy_api._parse("x, /, *, out=None")["positional"] == ["x"]
     assert CUPY["functions"]["indices"]["keyword"] == ["dimensions", "dtype"]
+    # Cython signatures give types: "str code" is the parameter code
+    assert cupy_api._parse("str code, tuple options=()")["keyword"] == ["code", "options"]
+    assert CUPY["functions"]["RawModule"]["keyword"][:3] == ["code", "path", "options"]
+    assert CUPY["ndarray_methods"]["swapaxes"]["keyword"] == ["axis1", "axis2"]
 
 
 def generator_state_reads(source: str) -> list[int]:

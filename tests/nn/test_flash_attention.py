@@ -1,6 +1,7 @@
 """AttentionFn's GPU runner (nn/flash_attention.cu): compiled by NVRTC for an H100 and run,
 without a GPU, by the CPU emulation of its threads (tests/cuda_emulator.py through
-tests/fake_cupy.py). It is held against the CPU runner of the same formula (BLAS products of
+tests/fake_cupy.py); with ``TENSORLAB_TEST_DEVICE=cuda`` the same comparisons run the kernels
+on the GPU. It is held against the CPU runner of the same formula (BLAS products of
 blocks of scores, tests/nn/test_attention.py holds that one against the composed form) and
 against central differences.
 
@@ -29,15 +30,24 @@ from tests import cuda_compile, cuda_emulator, fake_cupy
 
 ON_REAL_GPU = os.environ.get("TENSORLAB_TEST_DEVICE") == "cuda"
 NO_EMULATOR = cuda_emulator.unavailable()
+# the kernels run: on the GPU (TENSORLAB_TEST_DEVICE=cuda), or here by the emulation
+kernels_run = pytest.mark.skipif(
+    not ON_REAL_GPU and NO_EMULATOR is not None, reason=str(NO_EMULATOR)
+)
+# what only the emulation shows (launch counts, threads in reverse order)
 emulated = pytest.mark.skipif(
     ON_REAL_GPU or NO_EMULATOR is not None,
-    reason=str(NO_EMULATOR or "the GPU runs the kernels itself (the other tests)"),
+    reason=str(NO_EMULATOR or "counts and thread orders of the emulated GPU"),
 )
 
 
 @contextlib.contextmanager
 def gpu():
-    """CuPy emulated on the CPU, the kernels run by the thread emulation (undone afterwards)."""
+    """The real CuPy on a GPU; elsewhere CuPy emulated on the CPU, the kernels run by the
+    thread emulation (undone afterwards)."""
+    if ON_REAL_GPU:
+        yield tl.backend.cupy
+        return
     with pytest.MonkeyPatch.context() as mp:
         fake_cupy.install(mp)
         fake_cupy.KERNELS.clear()
@@ -53,7 +63,7 @@ def inputs(rng, B, H, T_q, T_k, d, d_v, *, bias=False):
 
 def run(device, arrays, g, dtype, params, runner=AttentionFn.apply):
     """y and the gradients of every input, as float64 host arrays."""
-    xp = np if device == "cpu" else fake_cupy.module
+    xp = np if device == "cpu" else tl.backend.cupy
     params = {
         k: (xp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in params.items()
     }  # fmt: skip
@@ -82,7 +92,7 @@ def problems(draw):
     return arrays, rng.standard_normal((B, T_q, H, 3)), params
 
 
-@emulated
+@kernels_run
 @settings(deadline=None)
 @given(problems())
 def test_gpu_runner_matches_the_cpu_runner_in_float64(problem):
@@ -105,7 +115,7 @@ CASES = {  # AttentionFn's parameters beside q, k, v (2, 37, 2, 8); T_k = 37 or 
 TOLERANCE = {"float32": 2e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
-@emulated
+@kernels_run
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_gpu_runner_matches_the_cpu_runner(case, dtype):
@@ -131,7 +141,7 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
 
 
-@emulated
+@kernels_run
 def test_gpu_runner_passes_gradcheck():
     """First derivatives of the kernels' backward against central differences in float64
     (causal with a window, a mask, a bias and dropout at once), and second derivatives, which
@@ -147,6 +157,28 @@ def test_gpu_runner_passes_gradcheck():
         fn = lambda *a: AttentionFn.apply(*a, **params)  # noqa: E731
         assert tl.gradcheck(fn, ins)
         assert tl.gradgradcheck(fn, ins)
+
+
+@kernels_run
+def test_a_nan_reaches_the_rows_that_read_it():
+    """A NaN in a query makes its row NaN on both runners, and a NaN key the rows that may see
+    it (causal rows 35 on, wherever the key's tile is). The rows that may not see the key
+    never read it on the GPU and keep the values they have without it; on the CPU they are
+    NaN too, since its products reach every key before the mask is added (NaN + -∞)."""
+    rng = np.random.default_rng(5)
+    arrays = inputs(rng, 1, 1, 40, 40, 4, 4)
+    params = dict(scale=0.5, causal=True, mask=None, dropout_mask=None)
+    clean = AttentionFn.apply(*[tl.tensor(a) for a in arrays], **params).numpy()
+    arrays[0][0, 3, 0, 1] = np.nan  # query 3
+    arrays[1][0, 35, 0, 2] = np.nan  # key 35, in the second tile
+    cpu = AttentionFn.apply(*[tl.tensor(a) for a in arrays], **params).numpy()
+    with gpu():
+        flash = AttentionFn.apply(*[tl.tensor(a, device="cuda") for a in arrays], **params)
+        flash = flash.numpy()
+    nan_rows = [3, *range(35, 40)]
+    assert np.isnan(flash[0, nan_rows]).all() and np.isnan(cpu[0, nan_rows]).all()
+    others = [i for i in range(40) if i not in nan_rows]
+    np.testing.assert_allclose(flash[0, others], clean[0, others], rtol=0, atol=1e-12)
 
 
 @emulated
