@@ -34,6 +34,8 @@
 // by its element strides (batch, time, head) with a contiguous last axis; the bias, the mask
 // and the dropout mask by four strides (batch, head, query, key), 0 where broadcast; y, dq, dk,
 // dv contiguous (B, T, H, ·), y (and y_out, the output in T) too; the statistics m, 1/l and D contiguous (B, H, T_q).
+// The grid: blockIdx.x is (batch, head), b H + h (up to 2³¹ - 1 of them; the y and z axes
+// stop at 65,535), blockIdx.y the block's tile of rows.
 // Causal masking: query i sees key j iff 0 ≤ i + (T_k - T_q) - j < window (window < 0: none).
 
 #include <cuda_bf16.h>
@@ -132,7 +134,7 @@ extern "C" __global__ void attention_forward(
   const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
-  const long long b = blockIdx.z, h = blockIdx.y, r0 = (long long)blockIdx.x * TILE;
+  const long long b = blockIdx.x / H, h = blockIdx.x % H, r0 = (long long)blockIdx.y * TILE;
   const long long i = r0 + threadIdx.x, offset = T_k - T_q;
   const bool row = i < T_q;
   ACC qs[D], o[DV], m = -INFINITY, l = 0;
@@ -195,7 +197,7 @@ extern "C" __global__ void attention_backward_dq(
   const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
-  const long long b = blockIdx.z, h = blockIdx.y, r0 = (long long)blockIdx.x * TILE;
+  const long long b = blockIdx.x / H, h = blockIdx.x % H, r0 = (long long)blockIdx.y * TILE;
   const long long i = r0 + threadIdx.x, offset = T_k - T_q;
   const bool row = i < T_q;
   ACC qs[D], gi[DV], grad[D], Di = 0, m = 0, inv_l = 0;
@@ -258,7 +260,7 @@ extern "C" __global__ void attention_backward_dkdv(
   const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
-  const long long b = blockIdx.z, h = blockIdx.y, c0 = (long long)blockIdx.x * TILE;
+  const long long b = blockIdx.x / H, h = blockIdx.x % H, c0 = (long long)blockIdx.y * TILE;
   const long long j = c0 + threadIdx.x, offset = T_k - T_q;
   const bool col = j < T_k;
   for (int c = 0; c < D; ++c)

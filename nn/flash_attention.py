@@ -114,7 +114,7 @@ def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None)
     shape = dict(T_q=np.int64(T_q), T_k=np.int64(T_k), H=np.int64(H), scale=acc(scale))
     shape.update(causal=np.int32(causal), window=np.int64(-1 if window is None else window))
     if B * H * T_q:
-        grid = (math.ceil(T_q / tile), H, B)
+        grid = (B * H, math.ceil(T_q / tile))
         args = (q_, k_, v_, b, m, M, Y, out, stat_m, stat_inv_l, *shape.values())
         run["attention_forward"](grid, (tile,), (*args, *qs, *ks, *vs, *bs, *ms, *Ms))
     ctx.flash = dict(q=q_, k=k_, v=v_, strides=(qs, ks, vs), bias=(b, bs), mask=(m, ms))
@@ -139,11 +139,11 @@ def backward(ctx, g):
     strides = (*qs, *ks, *vs, *gs, *bs, *ms, *Ms)
     shape = f["shape"].values()
     if B * H * T_q:
-        grid = (math.ceil(T_q / tile), H, B)
+        grid = (B * H, math.ceil(T_q / tile))
         args = (q, k, v, g_, b, m, M, f["Y"], f["m"], f["inv_l"], delta, dq, *shape)
         run["attention_backward_dq"](grid, (tile,), (*args, *strides))
     if B * H * T_k:
-        grid = (math.ceil(T_k / tile), H, B)
+        grid = (B * H, math.ceil(T_k / tile))
         out = (dk, dv, _NULL if dB is None else dB)
         args = (q, k, v, g_, b, m, M, f["m"], f["inv_l"], delta, *out, *shape)
         run["attention_backward_dkdv"](grid, (tile,), (*args, *strides))

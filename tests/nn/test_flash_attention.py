@@ -227,6 +227,27 @@ def test_one_launch_forward_two_backward_and_no_scores_kept(dtype):
     assert kept and max(a.size for a in kept) < T * T
 
 
+@emulated
+def test_the_grid_stays_within_cudas_limits():
+    """70,000 sequences of 2 heads: the (batch, head) pairs go on the grid's x axis (up to
+    2³¹ - 1 blocks), the tiles of rows on y (65,535 at most, 2 million rows): a grid with the
+    batch on z would be refused at launch. (The launches are recorded here, not run: the
+    kernels' decoding of b and h from x is what the other tests run.)"""
+    grids = []
+    real = flash_attention.kernels
+
+    def recording(*key):
+        run, tile, acc = real(*key)
+        return {name: lambda grid, block, args: grids.append(grid) for name in run}, tile, acc
+
+    with gpu(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flash_attention, "kernels", recording)
+        ins = [tl.zeros((70_000, 3, 2, 4), device="cuda", requires_grad=True) for _ in range(3)]
+        y = AttentionFn.apply(*ins, scale=1.0, causal=True, mask=None, dropout_mask=None)
+        y.backward(tl.zeros(y.shape, device="cuda"))
+    assert grids == [(140_000, 1)] * 3
+
+
 def test_tile_fits_shared_memory():
     """The backward's largest block (TILE rows of k and v padded, of q and g, three numbers a
     row) fits in 48 KiB for every head width up to 256, with 32 threads where it can."""
