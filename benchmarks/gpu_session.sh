@@ -29,6 +29,13 @@
 #
 #   run(command="BUDGET=540 bash benchmarks/gpu_session.sh published", carry=[".data"],
 #       timeout_s=580)
+# `flash` (issue 46; first, about two minutes with the machine's start): attention's CUDA
+# kernels, written in a session without a GPU (run there by tests/cuda_emulator.py), on the
+# GPU for the first time: tests/nn/test_flash_attention.py and test_attention.py on the
+# device, then bench_attention_blocks.py --device cuda (the kernels against PyTorch's SDPA at
+# one layer's shapes, GPT-2 small's 8 × 1024 among them):
+#
+#   run(command="BUDGET=200 bash benchmarks/gpu_session.sh flash", timeout_s=240)
 # `scaling` (issue 46, the machine's 16 CPU cores, no GPU): bench_distributed.py's sweep over
 # 1, 2, 4 and 8 MPI ranks, the nanoGPT CPU config at a global batch of 24 and the 6 × 384 one
 # at 8; its table goes into docs/distributed.md beside the model's (about 8 minutes, untimed
@@ -129,7 +136,14 @@ kernels() {  # the fused kernels, each op that uses one, and the tests marked cu
     step_aside kernels 120 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider \
         tests/tensorlab/test_fused.py tests/tensorlab/test_fused_compiles.py \
         tests/nn/test_activation.py tests/nn/test_norm.py tests/nn/test_optim.py \
-        tests/nn/test_amp.py tests/nn/test_attention.py tests/nn/test_loss.py
+        tests/nn/test_amp.py tests/nn/test_attention.py tests/nn/test_flash_attention.py \
+        tests/nn/test_loss.py
+}
+
+flash() {  # attention's CUDA kernels (nn/flash_attention.cu): their tests, then against SDPA
+    step flash_tests 150 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -rfEs \
+        -p no:cacheprovider tests/nn/test_flash_attention.py tests/nn/test_attention.py
+    step attention 90 "$PY" benchmarks/bench_attention_blocks.py --device cuda
 }
 
 suite() {  # the whole suite with the GPU as the default device: SHARDS (8) shards at once
@@ -190,8 +204,8 @@ profile() {  # GPT-2 small's step op by op, alone on the card: where the time go
         step "profile_$dtype" 60 "$PY" benchmarks/profile_step.py --device cuda --config gpt2 \
             --dtype "$dtype"
     done
-    # causal attention in query blocks against one block (nn/attention.py: BLOCK_ROWS)
-    step attention_blocks 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --rows 128 256
+    # causal attention (the flash kernels) against PyTorch's SDPA, one layer's shapes
+    step attention 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda
 }
 
 bench_kernels() {
@@ -238,11 +252,15 @@ published)
     environment
     published
     ;;
+flash)
+    environment
+    flash
+    ;;
 scaling)
     scaling
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published|scaling]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published|scaling|flash]" >&2
     exit 2
     ;;
 esac
