@@ -167,13 +167,15 @@ def _unnormalized_pattern(q, kT, bias, causal, mask, window):
 class AttentionFn(Function):
     """Y = softmax(s Q Kᵀ + B) V for every head, as one node (the module docstring gives the
     backward). ``apply(q, k, v)`` or ``apply(q, k, v, bias)`` with, as TransformerLens lays
-    them out, q (..., T_q, H, d), k (..., T_k, H, d), v (..., T_k, H, d_v) and
-    Y (..., T_q, H, d_v); the scores, the pattern and the bias are (..., H, T_q, T_k) (bias
-    broadcast to it). Parameters ``scale``, ``causal``, ``window`` (a sliding window for the
-    causal mask, or None: :func:`causal_keep`), ``mask`` (boolean array, True = may attend,
-    broadcast to the scores, or None) and ``dropout_mask`` (the scaled keep-mask M on the
-    pattern, or None). Heads are strided views inside the node: no copies. float16 and
-    bfloat16 inputs are computed in float32 and the output rounded back once, like the norms.
+    them out, q (..., T_q, H, d), k (..., T_k, H_kv, d), v (..., T_k, H_kv, d_v) and
+    Y (..., T_q, H, d_v), where H_kv divides H and query head h reads key/value head
+    h // (H / H_kv) (grouped-query attention; H_kv = H: plain multi-head); the scores, the
+    pattern and the bias are (..., H, T_q, T_k) (bias broadcast to it). Parameters
+    ``scale``, ``causal``, ``window`` (a sliding window for the causal mask, or None:
+    :func:`causal_keep`), ``mask`` (boolean array, True = may attend, broadcast to the
+    scores, or None) and ``dropout_mask`` (the scaled keep-mask M on the pattern, or None).
+    Heads are strided views inside the node: no copies. float16 and bfloat16 inputs are
+    computed in float32 and the output rounded back once, like the norms.
 
     Two runners of the one formula (:data:`RUNNERS`, chosen by the inputs' device). On the
     CPU the pattern is kept unnormalized, A = E / l (E = exp(S - m), l its row sums), and
@@ -185,6 +187,12 @@ class AttentionFn(Function):
     saves_output = True
 
     def forward(ctx, q, k, v, *bias, **params):
+        H, H_kv = q.shape[-2], k.shape[-2]
+        if H_kv == 0 or H % H_kv or v.shape[-2] != H_kv:
+            raise ValueError(
+                f"attention: the keys' and values' heads must be one number that divides the "
+                f"{H} query heads (grouped-query attention); got {H_kv} and {v.shape[-2]}"
+            )
         ctx.runner = RUNNERS[device_of(q)]
         return ctx.runner[0](ctx, q, k, v, *bias, **params)
 
@@ -196,6 +204,7 @@ def _forward_in_blocks(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, w
     """AttentionFn's forward on the CPU: products of whole blocks of scores (BLAS's work),
     the unnormalized pattern E of each block kept for the backward."""
     xp, (q, half) = xp_of(q), in_float32(q)
+    k, v = _kv_per_query_head(k, q), _kv_per_query_head(v, q)
     if half:
         k, v = k.astype(q.dtype), v.astype(q.dtype)
         bias = tuple(b.astype(q.dtype) for b in bias)
@@ -228,6 +237,8 @@ def _backward_in_blocks(ctx, g):
     """AttentionFn's backward on the CPU, from the blocks' E and row sums l."""
     dtype = ctx.total.dtype  # float32 for half inputs: the backward runs in float32 too
     q, k, v = (t.data.astype(dtype, copy=False) for t in ctx.inputs[:3])
+    H_kv = k.shape[-2]
+    k, v = _kv_per_query_head(k, q), _kv_per_query_head(v, q)
     M, s = ctx.params["dropout_mask"], ctx.params["scale"]
     g = g.data.astype(dtype, copy=False)  # (..., T_q, H, d_v), as Y
     bias = ctx.inputs[3:]
@@ -268,11 +279,21 @@ def _backward_in_blocks(ctx, g):
             if dB is None:
                 dB = xp.zeros(dS.shape[:-2] + (q.shape[-3], k.shape[-3]), dtype)
             dB[..., rows, keys] = dS
-    if not dB_needed:
-        return dq, dk, dv, None
-    dq *= s
-    dk *= s
+    if dB_needed:
+        dq *= s
+        dk *= s
+    if H_kv != q.shape[-2]:  # each key/value head's gradient: the sum over its query heads
+        G = q.shape[-2] // H_kv
+        dk, dv = (a.reshape(a.shape[:-2] + (H_kv, G, a.shape[-1])).sum(axis=-2) for a in (dk, dv))
     return dq, dk, dv, dB
+
+
+def _kv_per_query_head(a, q):
+    """Keys or values (..., T_k, H_kv, w) with each of the H_kv heads repeated for the
+    H / H_kv query heads that read it (grouped-query attention), as arrays; a itself when
+    H_kv = H."""
+    G = q.shape[-2] // a.shape[-2]
+    return a if G == 1 else xp_of(a).repeat(a, G, axis=-2)
 
 
 # AttentionFn's runners, by device: (forward, backward). One formula; on the CPU it runs as
@@ -336,6 +357,8 @@ def attention_composed(
     """:class:`AttentionFn`'s function in engine ops, one step a line (same layouts).
     ``hook_scores`` sees the scores S (masked entries -∞) and ``hook_pattern`` the pattern A,
     both (..., H, T_q, T_k), and may replace them."""
+    G = q.shape[-2] // k.shape[-2]  # grouped-query attention: query heads per key/value head
+    k, v = repeat_heads(k, G, -2), repeat_heads(v, G, -2)
     q, k, v = (t.transpose(-3, -2) for t in (q, k, v))  # heads first: (..., H, T, d)
     S = (q @ k.mT) * scale
     if bias:
@@ -360,6 +383,19 @@ def attention_composed(
 
 
 AttentionFn.composed = staticmethod(attention_composed)  # the same function in engine ops
+
+
+def repeat_heads(t: Tensor, G: int, axis: int) -> Tensor:
+    """Key/value heads on ``axis`` repeated to the G query heads each one serves (identity
+    when G = 1): head h reads key/value head h // G. A new axis of G copies is broadcast
+    after the heads' axis and merged into it, so the backward is a sum over that axis
+    (``sum_to``): each key/value head gets its group's gradients added up."""
+    if G == 1:
+        return t
+    ax = axis % t.ndim
+    before, after = t.shape[: ax + 1], t.shape[ax + 1 :]
+    copies = t.reshape(before + (1,) + after).broadcast_to(before + (G,) + after)
+    return copies.reshape(t.shape[:ax] + (t.shape[ax] * G,) + after)
 
 
 def _array(a, like):
@@ -568,17 +604,9 @@ class MultiHeadAttention(Module):
 
     # ------------------------------------------------------------------ per-head views
     def _per_query_head(self, t: Tensor, axis: int) -> Tensor:
-        """Key/value heads on ``axis`` repeated to the query heads they serve (identity when
-        H_kv = H): head h reads key/value head h // G, G = H / H_kv. A new axis of G copies is
-        broadcast after the heads' axis and merged into it, so the backward is a sum over
-        that axis (``sum_to``): each key/value head gets its group's gradients added up."""
-        G = self.n_head // self.n_kv_head
-        if G == 1:
-            return t
-        ax = axis % t.ndim
-        before, after = t.shape[: ax + 1], t.shape[ax + 1 :]
-        copies = t.reshape(before + (1,) + after).broadcast_to(before + (G,) + after)
-        return copies.reshape(t.shape[:ax] + (t.shape[ax] * G,) + after)
+        """Key/value heads on ``axis`` repeated to the query heads they serve
+        (:func:`repeat_heads`, G = H / H_kv)."""
+        return repeat_heads(t, self.n_head // self.n_kv_head, axis)
 
     def _kv_head_bias(self, b: Tensor | None) -> Tensor | None:
         """A key or value bias (H_kv · d_head,) as (H, d_head): its heads repeated to the
@@ -627,7 +655,7 @@ class MultiHeadAttention(Module):
 
     def _heads(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask, mask, cache) -> Tensor:
         """The attention of every head and W_O's sum over them, (B, T_q, d_model)."""
-        k, v = self._per_query_head(k, -2), self._per_query_head(v, -2)  # (B, T_k, H, d_head)
+        # k, v: (B, T_k, H_kv, d_head); attention reads head h // G for query head h
         scores = q.shape[:-3] + (self.n_head,) + q.shape[-3:-2] + k.shape[-3:-2]
         keep = self._keep(key_padding_mask, mask, scores, cache)
         z = self.hook_z(self.attend(q, k, v, keep))

@@ -18,7 +18,8 @@
 // sums are in a fixed order and the results are the same on every run):
 //   attention_backward_dq:   a thread per query row i: D_i = g_i · y_i, then dq_i = s Σ_j dS_ij k_j;
 //   attention_backward_dkdv: a thread per key row j: dv_j = Σ_i A_ij M_ij g_i, dk_j = s Σ_i dS_ij q_i
-//                            (and dB_ij = dS_ij when the bias needs a gradient).
+//                            (and dB_ij = dS_ij when the bias needs a gradient), the sums
+//                            over the queries of every head that reads key/value head hk.
 // Each recomputes S_ij and dA_ij for its own rows (the price of no atomics: the products are
 // computed twice, once per kernel).
 //
@@ -30,12 +31,15 @@
 //        written; the output is also kept in ACC for the backward's D);
 //   D, DV: the widths of a query/key head and of a value head; TILE: threads per block, and
 //   rows per tile of the other side (a power of two ≤ 32, chosen to fit shared memory).
-// Layouts: q (B, T_q, H, D), k (B, T_k, H, D), v (B, T_k, H, DV), g (B, T_q, H, DV), each given
-// by its element strides (batch, time, head) with a contiguous last axis; the bias, the mask
-// and the dropout mask by four strides (batch, head, query, key), 0 where broadcast; y, dq, dk,
-// dv contiguous (B, T, H, ·), y (and y_out, the output in T) too; the statistics m, 1/l and D contiguous (B, H, T_q).
-// The grid: blockIdx.x is (batch, head), b H + h (up to 2³¹ - 1 of them; the y and z axes
-// stop at 65,535), blockIdx.y the block's tile of rows.
+// Grouped-query attention: H query heads share H / G key/value heads, query head h reading
+// key/value head h / G (G = 1: a key/value head each; G = H: multi-query attention).
+// Layouts: q (B, T_q, H, D), k (B, T_k, H / G, D), v (B, T_k, H / G, DV), g (B, T_q, H, DV),
+// each given by its element strides (batch, time, head) with a contiguous last axis; the
+// bias, the mask and the dropout mask by four strides (batch, head, query, key), 0 where
+// broadcast; y and y_out (the output in T), dq, dk and dv contiguous (B, T, heads, ·); the
+// statistics m, 1/l and D contiguous (B, H, T_q).
+// The grid: blockIdx.x is (batch, head), b H + h (key/value heads for attention_backward_dkdv;
+// up to 2³¹ - 1 of them: the y and z axes stop at 65,535), blockIdx.y the block's tile of rows.
 // Causal masking: query i sees key j iff 0 ≤ i + (T_k - T_q) - j < window (window < 0: none).
 
 #include <cuda_bf16.h>
@@ -123,7 +127,7 @@ __device__ __forceinline__ void load_tile(ACC (*tile)[W], const E* a, long long 
 extern "C" __global__ void attention_forward(
     const T* q, const T* k, const T* v, const ACC* bias, const unsigned char* mask,
     const ACC* drop, ACC* y, T* y_out, ACC* stat_m, ACC* stat_inv_l, long long T_q, long long T_k,
-    long long H, ACC scale, int causal, long long window, long long qb, long long qt,
+    long long H, long long G, ACC scale, int causal, long long window, long long qb, long long qt,
     long long qh, long long kb, long long kt, long long kh, long long vb, long long vt,
     long long vh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
     long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
@@ -135,6 +139,7 @@ extern "C" __global__ void attention_forward(
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
   const long long b = blockIdx.x / H, h = blockIdx.x % H, r0 = (long long)blockIdx.y * TILE;
+  const long long hk = h / G;  // the key/value head this query head reads
   const long long i = r0 + threadIdx.x, offset = T_k - T_q;
   const bool row = i < T_q;
   ACC qs[D], o[DV], m = -INFINITY, l = 0;
@@ -143,8 +148,8 @@ extern "C" __global__ void attention_forward(
   long long lo, hi;
   key_range(r0, min(r0 + TILE, T_q), T_k, offset, causal, window, &lo, &hi);
   for (long long j0 = lo; j0 < hi; j0 += TILE) {
-    load_tile<D>(K_tile, k, b, h, ks_, j0, hi, ACC(1));
-    load_tile<DV>(V_tile, v, b, h, vs_, j0, hi, ACC(1));
+    load_tile<D>(K_tile, k, b, hk, ks_, j0, hi, ACC(1));
+    load_tile<DV>(V_tile, v, b, hk, vs_, j0, hi, ACC(1));
     __syncthreads();
     if (row) {
       ACC S[TILE], top = m;  // this tile's scores; the row's maximum with them
@@ -185,7 +190,7 @@ extern "C" __global__ void attention_forward(
 extern "C" __global__ void attention_backward_dq(
     const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
     const ACC* drop, const ACC* y, const ACC* stat_m, const ACC* stat_inv_l, ACC* delta, T* dq,
-    long long T_q, long long T_k, long long H, ACC scale, int causal, long long window,
+    long long T_q, long long T_k, long long H, long long G, ACC scale, int causal, long long window,
     long long qb, long long qt, long long qh, long long kb, long long kt, long long kh,
     long long vb, long long vt, long long vh, long long gb, long long gt, long long gh,
     long long bias_b, long long bias_h, long long bias_i, long long bias_j, long long mask_b,
@@ -198,6 +203,7 @@ extern "C" __global__ void attention_backward_dq(
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
   const long long b = blockIdx.x / H, h = blockIdx.x % H, r0 = (long long)blockIdx.y * TILE;
+  const long long hk = h / G;  // the key/value head this query head reads
   const long long i = r0 + threadIdx.x, offset = T_k - T_q;
   const bool row = i < T_q;
   ACC qs[D], gi[DV], grad[D], Di = 0, m = 0, inv_l = 0;
@@ -218,8 +224,8 @@ extern "C" __global__ void attention_backward_dq(
   long long lo, hi;
   key_range(r0, min(r0 + TILE, T_q), T_k, offset, causal, window, &lo, &hi);
   for (long long j0 = lo; j0 < hi; j0 += TILE) {
-    load_tile<D>(K_tile, k, b, h, ks_, j0, hi, ACC(1));
-    load_tile<DV>(V_tile, v, b, h, vs_, j0, hi, ACC(1));
+    load_tile<D>(K_tile, k, b, hk, ks_, j0, hi, ACC(1));
+    load_tile<DV>(V_tile, v, b, hk, vs_, j0, hi, ACC(1));
     __syncthreads();
     if (row && inv_l > 0) {
       for (int r = 0; r < TILE && j0 + r < hi; ++r) {
@@ -243,7 +249,7 @@ extern "C" __global__ void attention_backward_dq(
 extern "C" __global__ void attention_backward_dkdv(
     const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
     const ACC* drop, const ACC* stat_m, const ACC* stat_inv_l, const ACC* delta, T* dk, T* dv,
-    ACC* dbias, long long T_q, long long T_k, long long H, ACC scale, int causal,
+    ACC* dbias, long long T_q, long long T_k, long long H, long long G, ACC scale, int causal,
     long long window, long long qb, long long qt, long long qh, long long kb, long long kt,
     long long kh, long long vb, long long vt, long long vh, long long gb, long long gt,
     long long gh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
@@ -260,13 +266,13 @@ extern "C" __global__ void attention_backward_dkdv(
   const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
   const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
   const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
-  const long long b = blockIdx.x / H, h = blockIdx.x % H, c0 = (long long)blockIdx.y * TILE;
-  const long long j = c0 + threadIdx.x, offset = T_k - T_q;
+  const long long H_kv = H / G, b = blockIdx.x / H_kv, hk = blockIdx.x % H_kv;
+  const long long c0 = (long long)blockIdx.y * TILE, j = c0 + threadIdx.x, offset = T_k - T_q;
   const bool col = j < T_k;
   for (int c = 0; c < D; ++c)
-    K_rows[threadIdx.x][c] = col ? widen(k[b * kb + j * kt + h * kh + c]) : ACC(0);
+    K_rows[threadIdx.x][c] = col ? widen(k[b * kb + j * kt + hk * kh + c]) : ACC(0);
   for (int e = 0; e < DV; ++e)
-    V_rows[threadIdx.x][e] = col ? widen(v[b * vb + j * vt + h * vh + e]) : ACC(0);
+    V_rows[threadIdx.x][e] = col ? widen(v[b * vb + j * vt + hk * vh + e]) : ACC(0);
   ACC grad_k[D], grad_v[DV];
   for (int c = 0; c < D; ++c) grad_k[c] = 0;
   for (int e = 0; e < DV; ++e) grad_v[e] = 0;
@@ -277,6 +283,7 @@ extern "C" __global__ void attention_backward_dkdv(
     lo = max(0LL, c0 - offset);
     if (window >= 0) hi = max(0LL, min(T_q, c1 - 1 - offset + window));
   }
+  for (long long h = hk * G; h < (hk + 1) * G; ++h)  // the query heads that read this head
   for (long long i0 = lo; i0 < hi; i0 += TILE) {
     load_tile<D>(Q_tile, q, b, h, qs_, i0, hi, scale);  // s q_i
     load_tile<DV>(G_tile, g, b, h, gs_, i0, hi, ACC(1));
@@ -306,8 +313,8 @@ extern "C" __global__ void attention_backward_dkdv(
     __syncthreads();
   }
   if (!col) return;
-  T* out_k = dk + ((b * T_k + j) * H + h) * D;
-  T* out_v = dv + ((b * T_k + j) * H + h) * DV;
+  T* out_k = dk + ((b * T_k + j) * H_kv + hk) * D;
+  T* out_v = dv + ((b * T_k + j) * H_kv + hk) * DV;
   for (int c = 0; c < D; ++c) store(out_k + c, grad_k[c]);
   for (int e = 0; e < DV; ++e) store(out_v + e, grad_v[e]);
 }

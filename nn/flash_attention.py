@@ -111,7 +111,9 @@ def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None)
     Y = xp.empty(lead + (T_q, H, d_v), acc)  # (B, T_q, H, d_v) in memory
     out = Y if q.dtype == acc else xp.empty(Y.shape, q.dtype)  # rounded in the kernel
     stat_m, stat_inv_l = xp.empty((B, H, T_q), acc), xp.empty((B, H, T_q), acc)
-    shape = dict(T_q=np.int64(T_q), T_k=np.int64(T_k), H=np.int64(H), scale=acc(scale))
+    G = H // k.shape[-2]  # query heads per key/value head (grouped-query attention)
+    shape = dict(T_q=np.int64(T_q), T_k=np.int64(T_k), H=np.int64(H), G=np.int64(G))
+    shape.update(scale=acc(scale))
     shape.update(causal=np.int32(causal), window=np.int64(-1 if window is None else window))
     if B * H * T_q:
         grid = (B * H, math.ceil(T_q / tile))
@@ -142,8 +144,8 @@ def backward(ctx, g):
         grid = (B * H, math.ceil(T_q / tile))
         args = (q, k, v, g_, b, m, M, f["Y"], f["m"], f["inv_l"], delta, dq, *shape)
         run["attention_backward_dq"](grid, (tile,), (*args, *strides))
-    if B * H * T_k:
-        grid = (B * H, math.ceil(T_k / tile))
+    if B * H * T_k:  # a block per key/value head
+        grid = (B * k.shape[2], math.ceil(T_k / tile))
         out = (dk, dv, _NULL if dB is None else dB)
         args = (q, k, v, g_, b, m, M, f["m"], f["inv_l"], delta, *out, *shape)
         run["attention_backward_dkdv"](grid, (tile,), (*args, *strides))

@@ -2118,6 +2118,12 @@ MUTANTS = {
             "dV ignores the dropout mask on the pattern",
         ),
         (
+            "flash-gqa-one-head",
+            "for (long long h = hk * G; h < (hk + 1) * G; ++h)",
+            "for (long long h = hk * G; h < hk * G + 1; ++h)",
+            "dk and dv of a shared key/value head count only the first query head of its group",
+        ),
+        (
             "flash-dq-no-delta",
             "        const ACC dS = A * (dA - Di);",
             "        const ACC dS = A * dA;",
@@ -2139,6 +2145,12 @@ MUTANTS = {
         ),
     ],
     "nn/attention.py": [
+        (
+            "gqa-mean-not-sum",
+            "(H_kv, G, a.shape[-1])).sum(axis=-2)",
+            "(H_kv, G, a.shape[-1])).mean(axis=-2)",
+            "AttentionFn: a shared key/value head's gradient averages its query heads' shares",
+        ),
         (
             "softmax-grad-no-rowsum",
             "softmax_grad_in_place(dA, D_b, E, inv_b)  # dA becomes s dS",

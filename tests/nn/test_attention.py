@@ -468,6 +468,40 @@ def test_no_keys_give_zeros_as_in_pytorch(fused, causal):
     np.testing.assert_array_equal(q.grad.numpy(), np.zeros((2, 3, 4)))
 
 
+@pytest.mark.parametrize("form", ["fused", "composed"])
+def test_grouped_query_attention_is_attention_on_repeated_heads(form):
+    """k and v with 2 heads for 4 query heads (query head h reads key/value head h // 2): the
+    output and dq are those of the same call with each key/value head repeated for its two
+    query heads, and each key/value head's gradient is the sum of its two copies' (float64,
+    causal with a mask and a bias); first derivatives pass gradcheck."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 9, h, 3)) for h in (4, 2, 2))
+    bias = rng.standard_normal((4, 9, 9))
+    params = dict(scale=0.6, causal=True, mask=rng.random((2, 1, 9, 9)) < 0.8, dropout_mask=None)
+    attend = AttentionFn.apply if form == "fused" else attention_composed
+    g = rng.standard_normal((2, 9, 4, 3))
+
+    def run(k, v):
+        ins = [tl.tensor(a, requires_grad=True) for a in (q, k, v, bias)]
+        (attend(*ins, **params) * tl.tensor(g)).sum().backward()
+        return attend(*ins, **params).numpy(), [t.grad.numpy() for t in ins]
+
+    y, (dq, dk, dv, dB) = run(k, v)
+    y2, (dq2, dk2, dv2, dB2) = run(k.repeat(2, axis=2), v.repeat(2, axis=2))
+    for a, b in ((y, y2), (dq, dq2), (dB, dB2)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    for a, b in ((dk, dk2), (dv, dv2)):
+        np.testing.assert_allclose(a, b.reshape(2, 9, 2, 2, 3).sum(axis=3), rtol=0, atol=1e-12)
+    ins = [tl.tensor(a, requires_grad=True) for a in (q[:1, :4], k[:1, :4], v[:1, :4])]
+    assert tl.gradcheck(lambda *a: attend(*a, **{**params, "mask": None}), ins)
+
+
+def test_key_value_heads_that_do_not_divide_the_query_heads_are_refused():
+    q, k = tl.zeros((1, 3, 4, 2)), tl.zeros((1, 3, 3, 2))
+    with pytest.raises(ValueError, match="divides the 4 query heads .*got 3 and 3"):
+        AttentionFn.apply(q, k, k, scale=1.0, causal=False, mask=None, dropout_mask=None)
+
+
 def test_changing_the_attention_output_in_place_is_refused():
     """AttentionFn's backward reads its output Y (D = rowsum(G ⊙ Y)): changed in place
     before the backward, the gradients of q and k would be silently wrong, so it raises."""

@@ -54,8 +54,11 @@ def gpu():
         yield fake_cupy.module
 
 
-def inputs(rng, B, H, T_q, T_k, d, d_v, *, bias=False):
-    arrays = [rng.standard_normal((B, T, H, w)) for T, w in ((T_q, d), (T_k, d), (T_k, d_v))]
+def inputs(rng, B, H, T_q, T_k, d, d_v, *, bias=False, H_kv=None):
+    """q, k, v (and a bias): H query heads, H_kv key/value heads (default H)."""
+    heads = (H, H_kv or H, H_kv or H)
+    shapes = ((T_q, d), (T_k, d), (T_k, d_v))
+    arrays = [rng.standard_normal((B, T, h, w)) for h, (T, w) in zip(heads, shapes)]
     if bias:
         arrays.append(rng.standard_normal((H, T_q, T_k)))  # broadcast over the batch
     return arrays
@@ -75,8 +78,10 @@ def run(device, arrays, g, dtype, params, runner=AttentionFn.apply):
 
 @st.composite
 def problems(draw):
-    """Shapes across tile edges (the float64 tile is 32 rows), masks, bias, dropout, windows."""
-    B, H = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    """Shapes across tile edges (the float64 tile is 32 rows), masks, bias, dropout, windows,
+    grouped-query heads."""
+    B, H = draw(st.integers(1, 2)), draw(st.sampled_from([1, 2, 4]))
+    H_kv = draw(st.sampled_from([h for h in (1, 2, 4) if H % h == 0]))
     T_q, T_k = draw(st.integers(0, 70)), draw(st.integers(0, 70))
     causal = draw(st.booleans())
     params = dict(scale=draw(st.sampled_from([0.5, 1.0])), causal=causal, mask=None)
@@ -88,7 +93,7 @@ def problems(draw):
         params["mask"] = rng.random((B, 1, 1 if draw(st.booleans()) else T_q, T_k)) < 0.8
     if draw(st.booleans()):
         params["dropout_mask"] = (rng.random((B, H, T_q, T_k)) < 0.9) / 0.9
-    arrays = inputs(rng, B, H, T_q, T_k, 4, 3, bias=draw(st.booleans()))
+    arrays = inputs(rng, B, H, T_q, T_k, 4, 3, bias=draw(st.booleans()), H_kv=H_kv)
     return arrays, rng.standard_normal((B, T_q, H, 3)), params
 
 
@@ -111,6 +116,7 @@ CASES = {  # AttentionFn's parameters beside q, k, v (2, 37, 2, 8); T_k = 37 or 
     "window": dict(causal=True, window=6),
     "mask-bias": dict(mask=True, bias=True),
     "causal-dropout-fewer-keys": dict(causal=True, dropout=True, T_k=20),
+    "grouped-query": dict(causal=True, H_kv=1),
 }
 TOLERANCE = {"float32": 2e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
@@ -126,7 +132,7 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype):
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")
     spec, rng = CASES[case], np.random.default_rng(1)
     T_q, T_k = 37, spec.get("T_k", 37)
-    arrays = inputs(rng, 2, 2, T_q, T_k, 8, 8, bias=spec.get("bias", False))
+    arrays = inputs(rng, 2, 2, T_q, T_k, 8, 8, bias=spec.get("bias", False), H_kv=spec.get("H_kv"))
     params = dict(scale=8**-0.5, causal=spec.get("causal", False), window=spec.get("window"))
     params["mask"] = rng.random((2, 1, T_q, T_k)) < 0.7 if spec.get("mask") else None
     drop = (rng.random((2, 2, T_q, T_k)) < 0.8) / 0.8
@@ -144,10 +150,11 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype):
 @kernels_run
 def test_gpu_runner_passes_gradcheck():
     """First derivatives of the kernels' backward against central differences in float64
-    (causal with a window, a mask, a bias and dropout at once), and second derivatives, which
-    come from the composed form on the device (``create_graph``)."""
+    (causal with a window, a mask, a bias, dropout and two query heads sharing one key/value
+    head at once), and second derivatives, which come from the composed form on the device
+    (``create_graph``)."""
     rng = np.random.default_rng(2)
-    arrays = inputs(rng, 1, 2, 6, 7, 3, 2, bias=True)
+    arrays = inputs(rng, 1, 2, 6, 7, 3, 2, bias=True, H_kv=1)
     keep = rng.random((1, 1, 6, 7)) < 0.8
     drop = (rng.random((1, 2, 6, 7)) < 0.9) / 0.9
     with gpu() as cupy:
