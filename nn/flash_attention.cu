@@ -101,13 +101,19 @@ __device__ __forceinline__ ACC dot(const ACC* a, const ACC* b) {
 // One entry (b, h, i, j) of a (B, H, T_q, T_k) array given by four strides.
 #define AT(p, st, b, h, i, j) (p)[(b) * (st)[0] + (h) * (st)[1] + (i) * (st)[2] + (j) * (st)[3]]
 
+// May query i of head h attend to key j? (the causal rule and the mask)
+__device__ __forceinline__ bool admitted(long long b, long long h, long long i, long long j,
+                                         long long offset, int causal, long long window,
+                                         const unsigned char* mask, const long long* ms) {
+  return sees(i, j, offset, causal, window) && (!mask || AT(mask, ms, b, h, i, j));
+}
+
 // The score s q_i · k_j + B_ij of an allowed pair, or -∞ for a masked one (qs is s q_i).
 __device__ __forceinline__ ACC score(const ACC* qs, const ACC* kj, long long b, long long h,
                                      long long i, long long j, long long offset, int causal,
                                      long long window, const ACC* bias, const long long* bs,
                                      const unsigned char* mask, const long long* ms) {
-  if (!sees(i, j, offset, causal, window) || (mask && !AT(mask, ms, b, h, i, j)))
-    return -INFINITY;
+  if (!admitted(b, h, i, j, offset, causal, window, mask, ms)) return -INFINITY;
   const ACC s = dot<D>(qs, kj);
   return bias ? s + AT(bias, bs, b, h, i, j) : s;
 }
@@ -318,3 +324,190 @@ extern "C" __global__ void attention_backward_dkdv(
   for (int c = 0; c < D; ++c) store(out_k + c, grad_k[c]);
   for (int e = 0; e < DV; ++e) store(out_v + e, grad_v[e]);
 }
+
+
+#if TENSOR_CORES
+// ------------------------------------------------------------ the forward on tensor cores
+// For float16 and bfloat16 inputs whose head widths are multiples of 16 (nn/flash_attention.py
+// chooses it once per module): the same online softmax, with each tile's two products,
+// S = Q Kᵀ and O += P V, on the tensor cores (mma.sync.m16n8k16: float sums). A block is
+// WARPS warps of 16 query rows each; a key tile is KEYS keys. Everything of a row lives in
+// registers, in the layout the instruction gives (mma_16816 below): lane 4g + t holds rows g
+// and g + 8 of its warp's 16, columns 2t and 2t + 1 of each group of 8, so a row's maximum
+// and sum are over the 4 lanes g·4 .. g·4 + 3 (two shuffles), and S's registers are P's as
+// the left operand of P V without a trip through memory (FlashAttention-2's arrangement,
+// Dao 2023). P = exp(S - m) M is rounded to T for that product, as FlashAttention does; l
+// sums the unrounded p.
+#if MMA_BF16
+#define MMA_TYPES "bf16.bf16"
+#else
+#define MMA_TYPES "f16.f16"
+#endif
+#ifdef TL_EMULATED_MMA  // tests/cuda_emulator.h: the same instruction, run on the CPU
+#define mma_16816 emu_mma_16816<MMA_BF16>
+#else
+// d += a b for the warp: A 16 × 16 (row-major), B 16 × 8 (column-major), D 16 × 8 float. Lane
+// 4g + t holds a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
+// a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g]; d[0], d[1] =
+// D[g][2t, 2t+1], d[2], d[3] = D[g+8][2t, 2t+1] (two 16-bit values a register, the lower
+// index in the lower half): the PTX ISA's fragments for mma.m16n8k16.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
+                                          const unsigned (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES ".f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+constexpr int WARPS = 4, ROWS = 16 * WARPS, KEYS = MMA_KEYS;
+constexpr int LD = D + 8, LDV = DV + 8;  // padded rows of the shared tiles (fewer bank clashes)
+
+// two adjacent T of shared memory as one register (the lower index in the lower half)
+__device__ __forceinline__ unsigned pair_at(const T* p) { return *(const unsigned*)p; }
+// two T values, rounded from float, as one register
+__device__ __forceinline__ unsigned pair_of(float lo, float hi) {
+  T two[2];
+  store(two, lo);
+  store(two + 1, hi);
+  unsigned r;
+  memcpy(&r, two, 4);
+  return r;
+}
+__device__ __forceinline__ unsigned pair_of(T lo, T hi) {
+  T two[2] = {lo, hi};
+  unsigned r;
+  memcpy(&r, two, 4);
+  return r;
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
+    const T* q, const T* k, const T* v, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, ACC* y, T* y_out, ACC* stat_m, ACC* stat_inv_l, long long T_q, long long T_k,
+    long long H, long long G, ACC scale, int causal, long long window, long long qb, long long qt,
+    long long qh, long long kb, long long kt, long long kh, long long vb, long long vt,
+    long long vh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
+    long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
+    long long drop_h, long long drop_i, long long drop_j) {
+  __shared__ __align__(16) T Q_s[ROWS * LD];
+  __shared__ __align__(16) T K_s[KEYS * LD];
+  __shared__ __align__(16) T V_s[KEYS * LDV];
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const int threads = 32 * WARPS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long b = blockIdx.x / H, h = blockIdx.x % H, hk = h / G;
+  const long long r0 = (long long)blockIdx.y * ROWS, offset = T_k - T_q;
+  const long long rows[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};  // this lane's rows
+  for (int e = threadIdx.x; e < ROWS * D; e += threads) {
+    const int r = e / D, c = e % D;
+    if (r0 + r < T_q) Q_s[r * LD + c] = q[b * qb + (r0 + r) * qt + h * qh + c];
+    else store(Q_s + r * LD + c, 0.f);
+  }
+  __syncthreads();
+  unsigned Q_f[D / 16][4];  // the warp's 16 rows as left operands, 16 columns at a time
+  const T* Q_w = Q_s + warp * 16 * LD;
+  for (int kk = 0; kk < D / 16; ++kk) {
+    Q_f[kk][0] = pair_at(Q_w + g * LD + kk * 16 + 2 * t);
+    Q_f[kk][1] = pair_at(Q_w + (g + 8) * LD + kk * 16 + 2 * t);
+    Q_f[kk][2] = pair_at(Q_w + g * LD + kk * 16 + 2 * t + 8);
+    Q_f[kk][3] = pair_at(Q_w + (g + 8) * LD + kk * 16 + 2 * t + 8);
+  }
+  float O[DV / 8][4];  // rows g, g+8; columns 8n + 2t, 8n + 2t + 1
+  for (int n = 0; n < DV / 8; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  long long lo, hi;
+  key_range(r0, min(r0 + ROWS, T_q), T_k, offset, causal, window, &lo, &hi);
+  for (long long j0 = lo; j0 < hi; j0 += KEYS) {
+    __syncthreads();  // every warp is done with the last tile
+    for (int e = threadIdx.x; e < KEYS * D; e += threads) {
+      const int r = e / D, c = e % D;
+      if (j0 + r < hi) K_s[r * LD + c] = k[b * kb + (j0 + r) * kt + hk * kh + c];
+      else store(K_s + r * LD + c, 0.f);
+    }
+    for (int e = threadIdx.x; e < KEYS * DV; e += threads) {
+      const int r = e / DV, c = e % DV;
+      if (j0 + r < hi) V_s[r * LDV + c] = v[b * vb + (j0 + r) * vt + hk * vh + c];
+      else store(V_s + r * LDV + c, 0.f);
+    }
+    __syncthreads();
+    float S[KEYS / 8][4];  // S = Q Kᵀ: 8 keys at a time, Kᵀ's columns being K's rows
+    for (int n = 0; n < KEYS / 8; ++n) {
+      S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const unsigned K_f[2] = {pair_at(K_s + (n * 8 + g) * LD + kk * 16 + 2 * t),
+                                 pair_at(K_s + (n * 8 + g) * LD + kk * 16 + 2 * t + 8)};
+        mma_16816(S[n], Q_f[kk], K_f);
+      }
+    }
+    float top[2] = {m[0], m[1]};  // the rows' maxima with this tile
+    for (int n = 0; n < KEYS / 8; ++n)
+      for (int e = 0; e < 4; ++e) {
+        const long long i = rows[e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+        float s = -INFINITY;
+        if (i < T_q && j < hi && admitted(b, h, i, j, offset, causal, window, mask, ms)) {
+          s = S[n][e] * scale;
+          if (bias) s += AT(bias, bs, b, h, i, j);
+        }
+        S[n][e] = s;
+        top[e / 2] = s > top[e / 2] ? s : top[e / 2];  // (a NaN reaches l and O through exp)
+      }
+    float rescale[2], sum[2] = {0.f, 0.f};
+    for (int x = 0; x < 2; ++x) {  // over the row's four lanes
+      top[x] = fmaxf(top[x], __shfl_xor_sync(0xffffffffu, top[x], 1));
+      top[x] = fmaxf(top[x], __shfl_xor_sync(0xffffffffu, top[x], 2));
+      rescale[x] = top[x] > m[x] ? exp_of(m[x] - top[x]) : 1.f;
+      m[x] = top[x] > m[x] ? top[x] : m[x];
+    }
+    for (int n = 0; n < KEYS / 8; ++n)
+      for (int e = 0; e < 4; ++e) {
+        const long long i = rows[e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+        float p = S[n][e] == -INFINITY ? 0.f : exp_of(S[n][e] - m[e / 2]);
+        sum[e / 2] += p;
+        if (drop && p != 0) p *= AT(drop, ds, b, h, i, j);
+        S[n][e] = p;  // S becomes P
+      }
+    for (int x = 0; x < 2; ++x) {
+      sum[x] += __shfl_xor_sync(0xffffffffu, sum[x], 1);
+      sum[x] += __shfl_xor_sync(0xffffffffu, sum[x], 2);
+      l[x] = l[x] * rescale[x] + sum[x];
+    }
+    for (int n = 0; n < DV / 8; ++n) {  // O's rows × exp(m_old - m), then O += P V
+      O[n][0] *= rescale[0];
+      O[n][1] *= rescale[0];
+      O[n][2] *= rescale[1];
+      O[n][3] *= rescale[1];
+    }
+    for (int kc = 0; kc < KEYS / 16; ++kc) {
+      // P's 16 keys kc·16 .. as a left operand: S's registers for keys 16kc + 2t (n = 2kc)
+      // and 16kc + 8 + 2t (n = 2kc + 1), rows g and g + 8
+      const unsigned P_f[4] = {pair_of(S[2 * kc][0], S[2 * kc][1]),
+                               pair_of(S[2 * kc][2], S[2 * kc][3]),
+                               pair_of(S[2 * kc + 1][0], S[2 * kc + 1][1]),
+                               pair_of(S[2 * kc + 1][2], S[2 * kc + 1][3])};
+      for (int n = 0; n < DV / 8; ++n) {  // V's rows 16kc + 2t, +1, +8, +9 at column 8n + g
+        const T* V_c = V_s + (kc * 16 + 2 * t) * LDV + n * 8 + g;
+        const unsigned V_f[2] = {pair_of(V_c[0], V_c[LDV]), pair_of(V_c[8 * LDV], V_c[9 * LDV])};
+        mma_16816(O[n], P_f, V_f);
+      }
+    }
+  }
+  const float inv_l[2] = {l[0] > 0 ? 1.f / l[0] : 0.f, l[1] > 0 ? 1.f / l[1] : 0.f};
+  for (int x = 0; x < 2; ++x) {
+    const long long i = rows[x];
+    if (i >= T_q) continue;
+    for (int n = 0; n < DV / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        const float out = O[n][2 * x + e] * inv_l[x];
+        const long long at = ((b * T_q + i) * H + h) * DV + n * 8 + 2 * t + e;
+        y[at] = out;
+        store(y_out + at, out);
+      }
+    if (t == 0) {
+      stat_m[(b * H + h) * T_q + i] = m[x];
+      stat_inv_l[(b * H + h) * T_q + i] = inv_l[x];
+    }
+  }
+}
+#endif

@@ -49,27 +49,59 @@ def tile_rows(d: int, d_v: int, itemsize: int) -> int:
     return tile
 
 
+MMA_WARPS = 4  # warps a block of the tensor-core forward, 16 query rows each (WARPS in the .cu)
+
+
+def mma_keys(dtype: str, d: int, d_v: int) -> int | None:
+    """Keys per tile of the tensor-core forward (``attention_forward_mma``): 64, 32 or 16, the
+    most whose block fits in shared memory (the block's 64 q rows and a tile of k and v, rows
+    padded by 8 values); None where it does not apply:
+    float32 and float64 inputs, or head widths that are not multiples of 16 (the CUDA-core
+    forward runs then)."""
+    if dtype not in ("float16", "bfloat16") or d % 16 or d_v % 16:
+        return None
+    for keys in (64, 32, 16):
+        if (16 * MMA_WARPS * (d + 8) + keys * (d + 8 + d_v + 8)) * 2 <= SHARED_BYTES:
+            return keys
+    return None
+
+
 def options(dtype: str, d: int, d_v: int) -> tuple[str, ...]:
     """The -D options that compile the module for inputs of ``dtype`` and these head widths."""
     acc = np.dtype(np.float64 if dtype == "float64" else np.float32)
+    keys = mma_keys(dtype, d, d_v)
+    mma = ()
+    if keys is not None:
+        mma = ("-DTENSOR_CORES=1", f"-DMMA_KEYS={keys}", f"-DMMA_BF16={int(dtype == 'bfloat16')}")
     return (
         f"-DELEMENT={_C_TYPES[dtype]}",
         f"-DACCUMULATOR={_C_TYPES[acc.name]}",
         f"-DHEAD_DIM={d}",
         f"-DVALUE_DIM={d_v}",
         f"-DTILE_ROWS={tile_rows(d, d_v, acc.itemsize)}",
+        *mma,
     )
 
 
 @functools.cache
-def kernels(cupy, dtype: str, d: int, d_v: int):
-    """The three kernels compiled for inputs of this dtype and head widths, the tile, and the
-    accumulator's type."""
+def kernels(cupy, dtype: str, d: int, d_v: int) -> dict:
+    """The kernels compiled for inputs of this dtype and head widths: ``forward``, ``dq`` and
+    ``dkdv``, ``rows`` (query rows a forward block) and ``threads`` (its threads), ``tile``
+    (the backward's threads a block) and ``acc`` (the type of the sums). Chosen here, once: the
+    tensor-core forward where :func:`mma_keys` allows it, the CUDA-core one elsewhere."""
     acc = np.float64 if dtype == "float64" else np.float32
     module = cupy.RawModule(code=SOURCE, options=options(dtype, d, d_v))
-    names = ("attention_forward", "attention_backward_dq", "attention_backward_dkdv")
     tile = tile_rows(d, d_v, np.dtype(acc).itemsize)
-    return {name: module.get_function(name) for name in names}, tile, acc
+    mma = mma_keys(dtype, d, d_v) is not None
+    return dict(
+        forward=module.get_function("attention_forward_mma" if mma else "attention_forward"),
+        rows=16 * MMA_WARPS if mma else tile,
+        threads=32 * MMA_WARPS if mma else tile,
+        dq=module.get_function("attention_backward_dq"),
+        dkdv=module.get_function("attention_backward_dkdv"),
+        tile=tile,
+        acc=acc,
+    )
 
 
 _NULL = np.uint64(0)  # an absent bias, mask or dropout mask: a null pointer, which the kernels test
@@ -101,7 +133,8 @@ def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None)
     """Y for every head (AttentionFn's forward), keeping on ``ctx`` what the backward reads."""
     xp = xp_of(q)
     lead, (T_q, H, d), (T_k, d_v) = q.shape[:-3], q.shape[-3:], (k.shape[-3], v.shape[-1])
-    run, tile, acc = kernels(backend.cupy, q.dtype.name, d, v.shape[-1])
+    run = kernels(backend.cupy, q.dtype.name, d, v.shape[-1])
+    acc = run["acc"]
     k, v = k.astype(q.dtype, copy=False), v.astype(q.dtype, copy=False)
     (q_, qs), (k_, ks), (v_, vs) = _rows(q, lead), _rows(k, lead), _rows(v, lead)
     B, scores = q_.shape[0], lead + (H, T_q, T_k)
@@ -116,9 +149,9 @@ def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None)
     shape.update(scale=acc(scale))
     shape.update(causal=np.int32(causal), window=np.int64(-1 if window is None else window))
     if B * H * T_q:
-        grid = (B * H, math.ceil(T_q / tile))
+        grid = (B * H, math.ceil(T_q / run["rows"]))
         args = (q_, k_, v_, b, m, M, Y, out, stat_m, stat_inv_l, *shape.values())
-        run["attention_forward"](grid, (tile,), (*args, *qs, *ks, *vs, *bs, *ms, *Ms))
+        run["forward"](grid, (run["threads"],), (*args, *qs, *ks, *vs, *bs, *ms, *Ms))
     ctx.flash = dict(q=q_, k=k_, v=v_, strides=(qs, ks, vs), bias=(b, bs), mask=(m, ms))
     ctx.flash.update(drop=(M, Ms), Y=Y, m=stat_m, inv_l=stat_inv_l, shape=shape, lead=lead)
     return out
@@ -130,7 +163,8 @@ def backward(ctx, g):
     f = ctx.flash
     q, k, v, (qs, ks, vs), lead = f["q"], f["k"], f["v"], f["strides"], f["lead"]
     xp, (B, T_q, H, d), (T_k, d_v) = xp_of(q), q.shape, (k.shape[1], v.shape[-1])
-    run, tile, acc = kernels(backend.cupy, q.dtype.name, d, d_v)
+    run = kernels(backend.cupy, q.dtype.name, d, d_v)
+    tile, acc = run["tile"], run["acc"]
     g_, gs = _rows(g.data.astype(q.dtype, copy=False), lead)
     (b, bs), (m, ms), (M, Ms) = f["bias"], f["mask"], f["drop"]
     bias = ctx.inputs[3:]
@@ -143,10 +177,10 @@ def backward(ctx, g):
     if B * H * T_q:
         grid = (B * H, math.ceil(T_q / tile))
         args = (q, k, v, g_, b, m, M, f["Y"], f["m"], f["inv_l"], delta, dq, *shape)
-        run["attention_backward_dq"](grid, (tile,), (*args, *strides))
+        run["dq"](grid, (tile,), (*args, *strides))
     if B * H * T_k:  # a block per key/value head
         grid = (B * k.shape[2], math.ceil(T_k / tile))
         out = (dk, dv, _NULL if dB is None else dB)
         args = (q, k, v, g_, b, m, M, f["m"], f["inv_l"], delta, *out, *shape)
-        run["attention_backward_dkdv"](grid, (tile,), (*args, *strides))
+        run["dkdv"](grid, (tile,), (*args, *strides))
     return dq, dk, dv, dB

@@ -134,7 +134,7 @@ class Module:
         self.code = code
         self.options = tuple(options)
         self.defines = _defines(self.options)
-        self.kernels = tuple(dict.fromkeys(_KERNEL.findall(_COMMENT.sub("", code))))
+        self.kernels = _declared_kernels(code, self.defines)
         self.path: Path | None = None  # the shared object, once built
         self._library: ctypes.CDLL | None = None
         self._built_for: tuple[str, ...] = ()
@@ -345,6 +345,17 @@ def _defines(options: tuple[str, ...]) -> tuple[str, ...]:
         elif option.startswith("--define-macro="):
             defines.append("-D" + option.split("=", 1)[1])
     return tuple(defines)
+
+
+@functools.cache
+def _declared_kernels(code: str, defines: tuple[str, ...]) -> tuple[str, ...]:
+    """The kernels the source declares once preprocessed with these definitions (a kernel
+    inside ``#if`` whose condition is false is not one: no wrapper may name it)."""
+    command = [CXX, "-E", "-P", "-x", "c++", "-I", str(INCLUDE), *defines, "-"]
+    done = subprocess.run(command, input=code, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CompileError("the kernel source (preprocessing it)", done.stderr)
+    return tuple(dict.fromkeys(_KERNEL.findall(_COMMENT.sub("", done.stdout))))
 
 
 def _wrappers(names: tuple[str, ...]) -> str:

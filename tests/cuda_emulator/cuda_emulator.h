@@ -40,6 +40,7 @@
 #define __managed__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 // One copy per module; the runtime refills it with 0xff bytes at the start of each block.
 // (The kernel translation unit is compiled with -fno-weak, so the shared variables of inline
 // and template functions are not COMDAT and may share the section with the others.)
@@ -213,6 +214,68 @@ static inline int __all_sync(unsigned mask, int predicate) {
   const int n = emu_rt_warp_lanes();
   const unsigned all = n == 32 ? 0xffffffffu : (1u << n) - 1;
   return __ballot_sync(mask, predicate) == all;
+}
+
+// ---------------------------------------------------------------------------------------
+// The tensor cores' mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (inline
+// PTX on a GPU, which g++ cannot compile): a kernel that defines it as a function for the
+// GPU uses this one here when TL_EMULATED_MMA is defined (nn/flash_attention.cu). d += a b for
+// the warp: A 16 × 16 row-major, B 16 × 8 column-major, D 16 × 8 float, each lane's registers
+// in PTX's layout (lane = 4 g + t; each 32-bit register holds two 16-bit values, the lower
+// index in the lower half):
+//   a[0]: A[g][2t, 2t+1]  a[1]: A[g+8][2t, 2t+1]  a[2]: A[g][2t+8, 2t+9]  a[3]: A[g+8][2t+8, 2t+9]
+//   b[0]: B[2t, 2t+1][g]  b[1]: B[2t+8, 2t+9][g]
+//   d[0], d[1]: D[g][2t, 2t+1]  d[2], d[3]: D[g+8][2t, 2t+1]
+// The lanes exchange their registers (three warp exchanges), each computes its four sums in
+// float, k in order (the tensor cores' order is their own: results agree to float rounding).
+// ---------------------------------------------------------------------------------------
+#define TL_EMULATED_MMA 1
+template <bool bf16>
+static inline float emu_half_bits(unsigned bits) {
+  bits &= 0xffffu;
+  if (bf16) {
+    const unsigned wide = bits << 16;
+    float f;
+    memcpy(&f, &wide, 4);
+    return f;
+  }
+  const unsigned short narrow = (unsigned short)bits;
+  _Float16 h;
+  memcpy(&h, &narrow, 2);
+  return (float)h;
+}
+template <bool bf16>
+static inline void emu_mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  unsigned long long regs[3][32];
+  const unsigned long long mine[3] = {
+      a[0] | (unsigned long long)a[1] << 32, a[2] | (unsigned long long)a[3] << 32,
+      b[0] | (unsigned long long)b[1] << 32};
+  for (int x = 0; x < 3; ++x) {
+    const unsigned long long* all = emu_rt_warp_exchange(mine[x]);
+    for (int lane = 0; lane < 32; ++lane) regs[x][lane] = all[lane];
+  }
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned ra[4] = {(unsigned)regs[0][lane], (unsigned)(regs[0][lane] >> 32),
+                            (unsigned)regs[1][lane], (unsigned)(regs[1][lane] >> 32)};
+    const unsigned rb[2] = {(unsigned)regs[2][lane], (unsigned)(regs[2][lane] >> 32)};
+    for (int half = 0; half < 2; ++half) {
+      A[g][2 * t + half] = emu_half_bits<bf16>(ra[0] >> (16 * half));
+      A[g + 8][2 * t + half] = emu_half_bits<bf16>(ra[1] >> (16 * half));
+      A[g][2 * t + 8 + half] = emu_half_bits<bf16>(ra[2] >> (16 * half));
+      A[g + 8][2 * t + 8 + half] = emu_half_bits<bf16>(ra[3] >> (16 * half));
+      B[2 * t + half][g] = emu_half_bits<bf16>(rb[0] >> (16 * half));
+      B[2 * t + 8 + half][g] = emu_half_bits<bf16>(rb[1] >> (16 * half));
+    }
+  }
+  const int lane = emu_rt_lane(), g = lane >> 2, t = lane & 3;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int e = 0; e < 4; ++e) {
+    float sum = d[e];
+    for (int k = 0; k < 16; ++k) sum += A[rows[e]][k] * B[k][cols[e]];
+    d[e] = sum;
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -122,9 +122,10 @@ TOLERANCE = {"float32": 2e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 @kernels_run
+@pytest.mark.parametrize("widths", [(8, 8), (32, 16)], ids=["d8", "d32"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gpu_runner_matches_the_cpu_runner(case, dtype):
+def test_gpu_runner_matches_the_cpu_runner(case, dtype, widths):
     """float32 and half inputs: the output and the gradients (summed in float32 by both
     runners, then rounded to the inputs' type) to float32's rounding, or one unit in the half
     type's last place (relative to the array's largest entry near 0)."""
@@ -132,12 +133,15 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype):
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")
     spec, rng = CASES[case], np.random.default_rng(1)
     T_q, T_k = 37, spec.get("T_k", 37)
-    arrays = inputs(rng, 2, 2, T_q, T_k, 8, 8, bias=spec.get("bias", False), H_kv=spec.get("H_kv"))
+    d, d_v = widths
+    arrays = inputs(
+        rng, 2, 2, T_q, T_k, d, d_v, bias=spec.get("bias", False), H_kv=spec.get("H_kv")
+    )
     params = dict(scale=8**-0.5, causal=spec.get("causal", False), window=spec.get("window"))
     params["mask"] = rng.random((2, 1, T_q, T_k)) < 0.7 if spec.get("mask") else None
     drop = (rng.random((2, 2, T_q, T_k)) < 0.8) / 0.8
     params["dropout_mask"] = drop if "dropout" in case else None
-    g = rng.standard_normal((2, T_q, 2, 8))
+    g = rng.standard_normal((2, T_q, 2, d_v))
     cpu = run("cpu", arrays, g, dtype, params)
     with gpu():
         flash = run("cuda", arrays, g, dtype, params)
