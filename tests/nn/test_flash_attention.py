@@ -111,12 +111,15 @@ def test_gpu_runner_matches_the_cpu_runner_in_float64(problem):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
-CASES = {  # AttentionFn's parameters beside q, k, v (2, 37, 2, 8); T_k = 37 or 20
+CASES = {  # AttentionFn's parameters beside q, k, v (2, T_q, 2, d): T_q = T_k = 37 unless given
     "causal": dict(causal=True),
     "window": dict(causal=True, window=6),
     "mask-bias": dict(mask=True, bias=True),
     "causal-dropout-fewer-keys": dict(causal=True, dropout=True, T_k=20),
     "grouped-query": dict(causal=True, H_kv=1),
+    # past the tensor-core forward's blocks of 64 query rows and tiles of 64 keys
+    "long-window": dict(causal=True, window=70, T_q=150, T_k=160),
+    "long-mask-bias": dict(mask=True, bias=True, T_q=130, T_k=140),
 }
 TOLERANCE = {"float32": 2e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
@@ -132,7 +135,7 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype, widths):
     if dtype == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")
     spec, rng = CASES[case], np.random.default_rng(1)
-    T_q, T_k = 37, spec.get("T_k", 37)
+    T_q, T_k = spec.get("T_q", 37), spec.get("T_k", 37)
     d, d_v = widths
     arrays = inputs(
         rng, 2, 2, T_q, T_k, d, d_v, bias=spec.get("bias", False), H_kv=spec.get("H_kv")
@@ -193,20 +196,26 @@ def test_a_nan_reaches_the_rows_that_read_it():
 
 
 @emulated
-def test_threads_in_reverse_order_give_the_same_numbers():
+@pytest.mark.parametrize("dtype, d", [("float32", 8), ("bfloat16", 32)], ids=["cores", "tensor"])
+def test_threads_in_reverse_order_give_the_same_numbers(dtype, d):
     """Each block's threads run in reverse order between barriers: a kernel whose threads read
-    what another writes in the same phase (a missing ``__syncthreads``) would change."""
+    what another writes in the same phase (a missing ``__syncthreads``) would change. (Both
+    forwards: on CUDA cores, and bfloat16 on tensor cores, 70 rows across its blocks of 64.)"""
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 on the CPU needs ml_dtypes")
     rng = np.random.default_rng(3)
-    arrays = inputs(rng, 2, 2, 40, 45, 8, 8, bias=True)
-    g = rng.standard_normal((2, 40, 2, 8))
+    arrays = inputs(rng, 2, 2, 70, 75, d, d, bias=True)
+    g = rng.standard_normal((2, 70, 2, d))
     params = dict(scale=0.3, causal=True, window=9, mask=None, dropout_mask=None)
     with gpu():
-        forward = run("cuda", arrays, g, "float32", params)
+        forward = run("cuda", arrays, g, dtype, params)
         fake_cupy.REVERSE_THREADS[0] = True
         try:
-            backward = run("cuda", arrays, g, "float32", params)
+            backward = run("cuda", arrays, g, dtype, params)
         finally:
             fake_cupy.REVERSE_THREADS[0] = False
+        forward_kernel = "attention_forward_mma" if dtype == "bfloat16" else "attention_forward"
+        assert fake_cupy.KERNELS[forward_kernel] == 2
     for a, b in zip(forward, backward):
         np.testing.assert_array_equal(a, b)
 
