@@ -381,6 +381,47 @@ __device__ __forceinline__ unsigned pair_of(T lo, T hi) {
   return r;
 }
 
+// The operands of mma_16816 from shared tiles (row length ld) and from registers; lane 4g + t.
+// A (16 × 16) from rows 0..15 and columns 0..15 at p:
+__device__ __forceinline__ void frag_a(unsigned (&a)[4], const T* p, int ld, int g, int t) {
+  a[0] = pair_at(p + g * ld + 2 * t);
+  a[1] = pair_at(p + (g + 8) * ld + 2 * t);
+  a[2] = pair_at(p + g * ld + 2 * t + 8);
+  a[3] = pair_at(p + (g + 8) * ld + 2 * t + 8);
+}
+// B (16 × 8) whose 8 columns are 8 rows at p (Kᵀ from K's rows: B[k][n] = p[n ld + k]):
+__device__ __forceinline__ void frag_b_rows(unsigned (&b)[2], const T* p, int ld, int g, int t) {
+  b[0] = pair_at(p + g * ld + 2 * t);
+  b[1] = pair_at(p + g * ld + 2 * t + 8);
+}
+// B (16 × 8) whose 16 rows are 16 rows at p (V from V's rows: B[k][n] = p[k ld + n]):
+__device__ __forceinline__ void frag_b_cols(unsigned (&b)[2], const T* p, int ld, int g, int t) {
+  const T* c = p + 2 * t * ld + g;
+  b[0] = pair_of(c[0], c[ld]);
+  b[1] = pair_of(c[8 * ld], c[9 * ld]);
+}
+// A (16 × 16) from two accumulator tiles of 16 × 8 (columns 0..7 and 8..15), rounded to T:
+// an accumulator's registers are laid out as the left operand wants them.
+__device__ __forceinline__ void frag_a_of(unsigned (&a)[4], const float (&lo)[4],
+                                          const float (&hi)[4]) {
+  a[0] = pair_of(lo[0], lo[1]);
+  a[1] = pair_of(lo[2], lo[3]);
+  a[2] = pair_of(hi[0], hi[1]);
+  a[3] = pair_of(hi[2], hi[3]);
+}
+// Rows [r0, r0 + n) of a (B, T, heads, W) array into a shared tile (row length ld), zeros
+// from row `end` on; by every thread of the block.
+template <int W>
+__device__ __forceinline__ void stage(T* tile, int ld, const T* a, long long b, long long h,
+                                      long long sb, long long st, long long sh, long long r0,
+                                      int n, long long end) {
+  for (int e = threadIdx.x; e < n * W; e += blockDim.x) {
+    const int r = e / W, c = e % W;
+    if (r0 + r < end) tile[r * ld + c] = a[b * sb + (r0 + r) * st + h * sh + c];
+    else store(tile + r * ld + c, 0.f);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
     const T* q, const T* k, const T* v, const ACC* bias, const unsigned char* mask,
     const ACC* drop, ACC* y, T* y_out, ACC* stat_m, ACC* stat_inv_l, long long T_q, long long T_k,
@@ -400,20 +441,10 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
   const long long b = blockIdx.x / H, h = blockIdx.x % H, hk = h / G;
   const long long r0 = (long long)blockIdx.y * ROWS, offset = T_k - T_q;
   const long long rows[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};  // this lane's rows
-  for (int e = threadIdx.x; e < ROWS * D; e += threads) {
-    const int r = e / D, c = e % D;
-    if (r0 + r < T_q) Q_s[r * LD + c] = q[b * qb + (r0 + r) * qt + h * qh + c];
-    else store(Q_s + r * LD + c, 0.f);
-  }
+  stage<D>(Q_s, LD, q, b, h, qb, qt, qh, r0, ROWS, T_q);
   __syncthreads();
   unsigned Q_f[D / 16][4];  // the warp's 16 rows as left operands, 16 columns at a time
-  const T* Q_w = Q_s + warp * 16 * LD;
-  for (int kk = 0; kk < D / 16; ++kk) {
-    Q_f[kk][0] = pair_at(Q_w + g * LD + kk * 16 + 2 * t);
-    Q_f[kk][1] = pair_at(Q_w + (g + 8) * LD + kk * 16 + 2 * t);
-    Q_f[kk][2] = pair_at(Q_w + g * LD + kk * 16 + 2 * t + 8);
-    Q_f[kk][3] = pair_at(Q_w + (g + 8) * LD + kk * 16 + 2 * t + 8);
-  }
+  for (int kk = 0; kk < D / 16; ++kk) frag_a(Q_f[kk], Q_s + warp * 16 * LD + kk * 16, LD, g, t);
   float O[DV / 8][4];  // rows g, g+8; columns 8n + 2t, 8n + 2t + 1
   for (int n = 0; n < DV / 8; ++n) O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -421,23 +452,15 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
   key_range(r0, min(r0 + ROWS, T_q), T_k, offset, causal, window, &lo, &hi);
   for (long long j0 = lo; j0 < hi; j0 += KEYS) {
     __syncthreads();  // every warp is done with the last tile
-    for (int e = threadIdx.x; e < KEYS * D; e += threads) {
-      const int r = e / D, c = e % D;
-      if (j0 + r < hi) K_s[r * LD + c] = k[b * kb + (j0 + r) * kt + hk * kh + c];
-      else store(K_s + r * LD + c, 0.f);
-    }
-    for (int e = threadIdx.x; e < KEYS * DV; e += threads) {
-      const int r = e / DV, c = e % DV;
-      if (j0 + r < hi) V_s[r * LDV + c] = v[b * vb + (j0 + r) * vt + hk * vh + c];
-      else store(V_s + r * LDV + c, 0.f);
-    }
+    stage<D>(K_s, LD, k, b, hk, kb, kt, kh, j0, KEYS, hi);
+    stage<DV>(V_s, LDV, v, b, hk, vb, vt, vh, j0, KEYS, hi);
     __syncthreads();
     float S[KEYS / 8][4];  // S = Q Kᵀ: 8 keys at a time, Kᵀ's columns being K's rows
     for (int n = 0; n < KEYS / 8; ++n) {
       S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
       for (int kk = 0; kk < D / 16; ++kk) {
-        const unsigned K_f[2] = {pair_at(K_s + (n * 8 + g) * LD + kk * 16 + 2 * t),
-                                 pair_at(K_s + (n * 8 + g) * LD + kk * 16 + 2 * t + 8)};
+        unsigned K_f[2];
+        frag_b_rows(K_f, K_s + n * 8 * LD + kk * 16, LD, g, t);
         mma_16816(S[n], Q_f[kk], K_f);
       }
     }
@@ -479,16 +502,12 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
       O[n][2] *= rescale[1];
       O[n][3] *= rescale[1];
     }
-    for (int kc = 0; kc < KEYS / 16; ++kc) {
-      // P's 16 keys kc·16 .. as a left operand: S's registers for keys 16kc + 2t (n = 2kc)
-      // and 16kc + 8 + 2t (n = 2kc + 1), rows g and g + 8
-      const unsigned P_f[4] = {pair_of(S[2 * kc][0], S[2 * kc][1]),
-                               pair_of(S[2 * kc][2], S[2 * kc][3]),
-                               pair_of(S[2 * kc + 1][0], S[2 * kc + 1][1]),
-                               pair_of(S[2 * kc + 1][2], S[2 * kc + 1][3])};
-      for (int n = 0; n < DV / 8; ++n) {  // V's rows 16kc + 2t, +1, +8, +9 at column 8n + g
-        const T* V_c = V_s + (kc * 16 + 2 * t) * LDV + n * 8 + g;
-        const unsigned V_f[2] = {pair_of(V_c[0], V_c[LDV]), pair_of(V_c[8 * LDV], V_c[9 * LDV])};
+    for (int kc = 0; kc < KEYS / 16; ++kc) {  // P's keys 16kc .. 16kc + 15, rounded to T
+      unsigned P_f[4];
+      frag_a_of(P_f, S[2 * kc], S[2 * kc + 1]);
+      for (int n = 0; n < DV / 8; ++n) {
+        unsigned V_f[2];
+        frag_b_cols(V_f, V_s + kc * 16 * LDV + n * 8, LDV, g, t);
         mma_16816(O[n], P_f, V_f);
       }
     }
@@ -507,6 +526,227 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
     if (t == 0) {
       stat_m[(b * H + h) * T_q + i] = m[x];
       stat_inv_l[(b * H + h) * T_q + i] = inv_l[x];
+    }
+  }
+}
+
+// ------------------------------------------------------------ the backward on tensor cores
+// The two kernels of the backward with their products on the tensor cores, for the same
+// inputs (nn/flash_attention.py chooses them once per module, where their tiles fit). Blocks
+// of WARPS warps; each warp owns 16 rows of its side (queries for dq, keys for dk and dv) and
+// walks the other side BACK_TILE rows at a time. dS is rounded to T for its products with K
+// and Q, as FlashAttention-2 does; every sum is in float.
+constexpr int BACK_TILE = MMA_BACKWARD_TILE;
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dq_mma(
+    const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, const ACC* y, const ACC* stat_m, const ACC* stat_inv_l, ACC* delta, T* dq,
+    long long T_q, long long T_k, long long H, long long G, ACC scale, int causal,
+    long long window, long long qb, long long qt, long long qh, long long kb, long long kt,
+    long long kh, long long vb, long long vt, long long vh, long long gb, long long gt,
+    long long gh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
+    long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
+    long long drop_h, long long drop_i, long long drop_j) {
+  __shared__ __align__(16) T Q_s[ROWS * LD];
+  __shared__ __align__(16) T G_s[ROWS * LDV];
+  __shared__ __align__(16) T K_s[BACK_TILE * LD];
+  __shared__ __align__(16) T V_s[BACK_TILE * LDV];
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const int warp = threadIdx.x / 32, lg = threadIdx.x % 32 / 4, lt = threadIdx.x % 4;
+  const long long b = blockIdx.x / H, h = blockIdx.x % H, hk = h / G;
+  const long long r0 = (long long)blockIdx.y * ROWS, offset = T_k - T_q;
+  const long long rows[2] = {r0 + warp * 16 + lg, r0 + warp * 16 + lg + 8};  // this lane's
+  stage<D>(Q_s, LD, q, b, h, qb, qt, qh, r0, ROWS, T_q);
+  stage<DV>(G_s, LDV, g, b, h, gb, gt, gh, r0, ROWS, T_q);
+  __syncthreads();
+  for (int r = threadIdx.x; r < ROWS && r0 + r < T_q; r += blockDim.x) {  // D_i = g_i · y_i
+    const ACC* yi = y + ((b * T_q + r0 + r) * H + h) * DV;
+    float Di = 0;
+    for (int e = 0; e < DV; ++e) Di += widen(G_s[r * LDV + e]) * yi[e];
+    delta[(b * H + h) * T_q + r0 + r] = Di;  // for attention_backward_dkdv, and below
+  }
+  __syncthreads();
+  float m[2] = {0.f, 0.f}, inv_l[2] = {0.f, 0.f}, Di[2] = {0.f, 0.f};
+  for (int x = 0; x < 2; ++x)
+    if (rows[x] < T_q) {
+      const long long at = (b * H + h) * T_q + rows[x];
+      m[x] = stat_m[at];
+      inv_l[x] = stat_inv_l[at];
+      Di[x] = delta[at];
+    }
+  unsigned Q_f[D / 16][4], G_f[DV / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk) frag_a(Q_f[kk], Q_s + warp * 16 * LD + kk * 16, LD, lg, lt);
+  for (int kk = 0; kk < DV / 16; ++kk)
+    frag_a(G_f[kk], G_s + warp * 16 * LDV + kk * 16, LDV, lg, lt);
+  float dQ[D / 8][4];
+  for (int n = 0; n < D / 8; ++n) dQ[n][0] = dQ[n][1] = dQ[n][2] = dQ[n][3] = 0.f;
+  long long lo, hi;
+  key_range(r0, min(r0 + ROWS, T_q), T_k, offset, causal, window, &lo, &hi);
+  for (long long j0 = lo; j0 < hi; j0 += BACK_TILE) {
+    __syncthreads();
+    stage<D>(K_s, LD, k, b, hk, kb, kt, kh, j0, BACK_TILE, hi);
+    stage<DV>(V_s, LDV, v, b, hk, vb, vt, vh, j0, BACK_TILE, hi);
+    __syncthreads();
+    float S[BACK_TILE / 8][4], dA[BACK_TILE / 8][4];  // S = Q Kᵀ, dA = G Vᵀ
+    for (int n = 0; n < BACK_TILE / 8; ++n) {
+      S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
+      dA[n][0] = dA[n][1] = dA[n][2] = dA[n][3] = 0.f;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        unsigned K_f[2];
+        frag_b_rows(K_f, K_s + n * 8 * LD + kk * 16, LD, lg, lt);
+        mma_16816(S[n], Q_f[kk], K_f);
+      }
+      for (int kk = 0; kk < DV / 16; ++kk) {
+        unsigned V_f[2];
+        frag_b_rows(V_f, V_s + n * 8 * LDV + kk * 16, LDV, lg, lt);
+        mma_16816(dA[n], G_f[kk], V_f);
+      }
+    }
+    for (int n = 0; n < BACK_TILE / 8; ++n)  // S becomes dS = A (dA M - D)
+      for (int e = 0; e < 4; ++e) {
+        const int x = e / 2;
+        const long long i = rows[x], j = j0 + n * 8 + 2 * lt + e % 2;
+        float dS = 0.f;
+        if (i < T_q && j < hi && inv_l[x] > 0 &&
+            admitted(b, h, i, j, offset, causal, window, mask, ms)) {
+          float s = S[n][e] * scale;
+          if (bias) s += AT(bias, bs, b, h, i, j);
+          if (s != -INFINITY) {
+            const float M = drop ? AT(drop, ds, b, h, i, j) : 1.f;
+            dS = exp_of(s - m[x]) * inv_l[x] * (dA[n][e] * M - Di[x]);
+          }
+        }
+        S[n][e] = dS;
+      }
+    for (int kc = 0; kc < BACK_TILE / 16; ++kc) {  // dQ += dS K (× s at the end)
+      unsigned dS_f[4];
+      frag_a_of(dS_f, S[2 * kc], S[2 * kc + 1]);
+      for (int n = 0; n < D / 8; ++n) {
+        unsigned K_f[2];
+        frag_b_cols(K_f, K_s + kc * 16 * LD + n * 8, LD, lg, lt);
+        mma_16816(dQ[n], dS_f, K_f);
+      }
+    }
+  }
+  for (int x = 0; x < 2; ++x) {
+    if (rows[x] >= T_q) continue;
+    T* out = dq + ((b * T_q + rows[x]) * H + h) * D;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e) store(out + n * 8 + 2 * lt + e, dQ[n][2 * x + e] * scale);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dkdv_mma(
+    const T* q, const T* k, const T* v, const T* g, const ACC* bias, const unsigned char* mask,
+    const ACC* drop, const ACC* stat_m, const ACC* stat_inv_l, const ACC* delta, T* dk, T* dv,
+    ACC* dbias, long long T_q, long long T_k, long long H, long long G, ACC scale, int causal,
+    long long window, long long qb, long long qt, long long qh, long long kb, long long kt,
+    long long kh, long long vb, long long vt, long long vh, long long gb, long long gt,
+    long long gh, long long bias_b, long long bias_h, long long bias_i, long long bias_j,
+    long long mask_b, long long mask_h, long long mask_i, long long mask_j, long long drop_b,
+    long long drop_h, long long drop_i, long long drop_j) {
+  __shared__ __align__(16) T K_s[ROWS * LD];
+  __shared__ __align__(16) T V_s[ROWS * LDV];
+  __shared__ __align__(16) T Q_s[BACK_TILE * LD];
+  __shared__ __align__(16) T G_s[BACK_TILE * LDV];
+  __shared__ float m_s[BACK_TILE], inv_l_s[BACK_TILE], D_s[BACK_TILE];
+  const long long bs[4] = {bias_b, bias_h, bias_i, bias_j};
+  const long long ms[4] = {mask_b, mask_h, mask_i, mask_j};
+  const long long ds[4] = {drop_b, drop_h, drop_i, drop_j};
+  const int warp = threadIdx.x / 32, lg = threadIdx.x % 32 / 4, lt = threadIdx.x % 4;
+  const long long H_kv = H / G, b = blockIdx.x / H_kv, hk = blockIdx.x % H_kv;
+  const long long c0 = (long long)blockIdx.y * ROWS, offset = T_k - T_q;
+  const long long keys[2] = {c0 + warp * 16 + lg, c0 + warp * 16 + lg + 8};  // this lane's
+  stage<D>(K_s, LD, k, b, hk, kb, kt, kh, c0, ROWS, T_k);
+  stage<DV>(V_s, LDV, v, b, hk, vb, vt, vh, c0, ROWS, T_k);
+  __syncthreads();
+  unsigned K_f[D / 16][4], V_f[DV / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk) frag_a(K_f[kk], K_s + warp * 16 * LD + kk * 16, LD, lg, lt);
+  for (int kk = 0; kk < DV / 16; ++kk)
+    frag_a(V_f[kk], V_s + warp * 16 * LDV + kk * 16, LDV, lg, lt);
+  float dK[D / 8][4], dV[DV / 8][4];
+  for (int n = 0; n < D / 8; ++n) dK[n][0] = dK[n][1] = dK[n][2] = dK[n][3] = 0.f;
+  for (int n = 0; n < DV / 8; ++n) dV[n][0] = dV[n][1] = dV[n][2] = dV[n][3] = 0.f;
+  // the queries that may see keys [c0, c1): i + offset ≥ c0, and within the window
+  const long long c1 = min(c0 + ROWS, T_k);
+  long long lo = 0, hi = T_q;
+  if (causal) {
+    lo = max(0LL, c0 - offset);
+    if (window >= 0) hi = max(0LL, min(T_q, c1 - 1 - offset + window));
+  }
+  for (long long h = hk * G; h < (hk + 1) * G; ++h)  // the query heads that read this head
+    for (long long i0 = lo; i0 < hi; i0 += BACK_TILE) {
+      __syncthreads();
+      stage<D>(Q_s, LD, q, b, h, qb, qt, qh, i0, BACK_TILE, hi);
+      stage<DV>(G_s, LDV, g, b, h, gb, gt, gh, i0, BACK_TILE, hi);
+      for (int r = threadIdx.x; r < BACK_TILE; r += blockDim.x) {
+        const long long at = (b * H + h) * T_q + i0 + r;
+        const bool in = i0 + r < hi;
+        m_s[r] = in ? stat_m[at] : 0.f;
+        inv_l_s[r] = in ? stat_inv_l[at] : 0.f;
+        D_s[r] = in ? delta[at] : 0.f;
+      }
+      __syncthreads();
+      float St[BACK_TILE / 8][4], dAt[BACK_TILE / 8][4];  // Sᵀ = K Qᵀ, dAᵀ = V Gᵀ
+      for (int n = 0; n < BACK_TILE / 8; ++n) {
+        St[n][0] = St[n][1] = St[n][2] = St[n][3] = 0.f;
+        dAt[n][0] = dAt[n][1] = dAt[n][2] = dAt[n][3] = 0.f;
+        for (int kk = 0; kk < D / 16; ++kk) {
+          unsigned Q_f[2];
+          frag_b_rows(Q_f, Q_s + n * 8 * LD + kk * 16, LD, lg, lt);
+          mma_16816(St[n], K_f[kk], Q_f);
+        }
+        for (int kk = 0; kk < DV / 16; ++kk) {
+          unsigned G_f[2];
+          frag_b_rows(G_f, G_s + n * 8 * LDV + kk * 16, LDV, lg, lt);
+          mma_16816(dAt[n], V_f[kk], G_f);
+        }
+      }
+      for (int n = 0; n < BACK_TILE / 8; ++n)  // St becomes (A ⊙ M)ᵀ, dAt becomes dSᵀ
+        for (int e = 0; e < 4; ++e) {
+          const int r = n * 8 + 2 * lt + e % 2;
+          const long long j = keys[e / 2], i = i0 + r;
+          float AM = 0.f, dS = 0.f;
+          if (j < T_k && i < hi && inv_l_s[r] > 0 &&
+              admitted(b, h, i, j, offset, causal, window, mask, ms)) {
+            float s = St[n][e] * scale;
+            if (bias) s += AT(bias, bs, b, h, i, j);
+            if (s != -INFINITY) {
+              const float A = exp_of(s - m_s[r]) * inv_l_s[r];
+              const float M = drop ? AT(drop, ds, b, h, i, j) : 1.f;
+              AM = A * M;
+              dS = A * (dAt[n][e] * M - D_s[r]);
+              if (dbias) dbias[((b * H + h) * T_q + i) * T_k + j] = dS;
+            }
+          }
+          St[n][e] = AM;
+          dAt[n][e] = dS;
+        }
+      for (int kc = 0; kc < BACK_TILE / 16; ++kc) {  // dV += (A ⊙ M)ᵀ G, dK += dSᵀ Q
+        unsigned P_f[4], dS_f[4];
+        frag_a_of(P_f, St[2 * kc], St[2 * kc + 1]);
+        frag_a_of(dS_f, dAt[2 * kc], dAt[2 * kc + 1]);
+        for (int n = 0; n < DV / 8; ++n) {
+          unsigned G_f[2];
+          frag_b_cols(G_f, G_s + kc * 16 * LDV + n * 8, LDV, lg, lt);
+          mma_16816(dV[n], P_f, G_f);
+        }
+        for (int n = 0; n < D / 8; ++n) {
+          unsigned Q_f[2];
+          frag_b_cols(Q_f, Q_s + kc * 16 * LD + n * 8, LD, lg, lt);
+          mma_16816(dK[n], dS_f, Q_f);
+        }
+      }
+    }
+  for (int x = 0; x < 2; ++x) {
+    if (keys[x] >= T_k) continue;
+    T* out_k = dk + ((b * T_k + keys[x]) * H_kv + hk) * D;
+    T* out_v = dv + ((b * T_k + keys[x]) * H_kv + hk) * DV;
+    for (int e = 0; e < 2; ++e) {
+      for (int n = 0; n < D / 8; ++n) store(out_k + n * 8 + 2 * lt + e, dK[n][2 * x + e] * scale);
+      for (int n = 0; n < DV / 8; ++n) store(out_v + n * 8 + 2 * lt + e, dV[n][2 * x + e]);
     }
   }
 }

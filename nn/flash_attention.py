@@ -52,27 +52,29 @@ def tile_rows(d: int, d_v: int, itemsize: int) -> int:
 MMA_WARPS = 4  # warps a block of the tensor-core forward, 16 query rows each (WARPS in the .cu)
 
 
-def mma_keys(dtype: str, d: int, d_v: int) -> int | None:
-    """Keys per tile of the tensor-core forward (``attention_forward_mma``): 64, 32 or 16, the
-    most whose block fits in shared memory (the block's 64 q rows and a tile of k and v, rows
-    padded by 8 values); None where it does not apply:
-    float32 and float64 inputs, or head widths that are not multiples of 16 (the CUDA-core
-    forward runs then)."""
+def mma_tiles(dtype: str, d: int, d_v: int) -> tuple[int, int] | None:
+    """The tiles of the tensor-core kernels (``*_mma``): keys a tile of the forward, and rows
+    of the other side a tile of the backward, each 64, 32 or 16, the most whose block fits in
+    shared memory (64 rows of the block's own side and a tile of the other, q's and k's rows
+    padded by 8 values, v's and g's too, and the backward's three numbers a query); None where
+    they do not apply: float32 and float64 inputs, head widths that are not multiples of 16,
+    or widths too large for a tile of 16 (the CUDA-core kernels run then)."""
     if dtype not in ("float16", "bfloat16") or d % 16 or d_v % 16:
         return None
-    for keys in (64, 32, 16):
-        if (16 * MMA_WARPS * (d + 8) + keys * (d + 8 + d_v + 8)) * 2 <= SHARED_BYTES:
-            return keys
-    return None
+    rows = 16 * MMA_WARPS
+    fits = lambda tile, own: own + tile * ((d + 8) * 2 + (d_v + 8) * 2 + 12) <= SHARED_BYTES  # noqa: E731
+    forward = [t for t in (64, 32, 16) if fits(t, rows * (d + 8) * 2)]
+    backward = [t for t in (64, 32, 16) if fits(t, rows * (d + 8 + d_v + 8) * 2)]
+    return (forward[0], backward[0]) if forward and backward else None
 
 
 def options(dtype: str, d: int, d_v: int) -> tuple[str, ...]:
     """The -D options that compile the module for inputs of ``dtype`` and these head widths."""
     acc = np.dtype(np.float64 if dtype == "float64" else np.float32)
-    keys = mma_keys(dtype, d, d_v)
-    mma = ()
-    if keys is not None:
-        mma = ("-DTENSOR_CORES=1", f"-DMMA_KEYS={keys}", f"-DMMA_BF16={int(dtype == 'bfloat16')}")
+    tiles, mma = mma_tiles(dtype, d, d_v), ()
+    if tiles is not None:
+        mma = ("-DTENSOR_CORES=1", f"-DMMA_KEYS={tiles[0]}", f"-DMMA_BACKWARD_TILE={tiles[1]}")
+        mma += (f"-DMMA_BF16={int(dtype == 'bfloat16')}",)
     return (
         f"-DELEMENT={_C_TYPES[dtype]}",
         f"-DACCUMULATOR={_C_TYPES[acc.name]}",
@@ -86,22 +88,19 @@ def options(dtype: str, d: int, d_v: int) -> tuple[str, ...]:
 @functools.cache
 def kernels(cupy, dtype: str, d: int, d_v: int) -> dict:
     """The kernels compiled for inputs of this dtype and head widths: ``forward``, ``dq`` and
-    ``dkdv``, ``rows`` (query rows a forward block) and ``threads`` (its threads), ``tile``
-    (the backward's threads a block) and ``acc`` (the type of the sums). Chosen here, once: the
-    tensor-core forward where :func:`mma_keys` allows it, the CUDA-core one elsewhere."""
+    ``dkdv``, ``rows`` (rows of a block's own side: queries, or keys for ``dkdv``), ``threads``
+    (a block's) and ``acc`` (the type of the sums). Chosen here, once: the tensor-core kernels
+    where :func:`mma_tiles` allows them, the CUDA-core ones elsewhere."""
     acc = np.float64 if dtype == "float64" else np.float32
     module = cupy.RawModule(code=SOURCE, options=options(dtype, d, d_v))
-    tile = tile_rows(d, d_v, np.dtype(acc).itemsize)
-    mma = mma_keys(dtype, d, d_v) is not None
-    return dict(
-        forward=module.get_function("attention_forward_mma" if mma else "attention_forward"),
-        rows=16 * MMA_WARPS if mma else tile,
-        threads=32 * MMA_WARPS if mma else tile,
-        dq=module.get_function("attention_backward_dq"),
-        dkdv=module.get_function("attention_backward_dkdv"),
-        tile=tile,
-        acc=acc,
-    )
+    if mma_tiles(dtype, d, d_v) is not None:
+        names, rows, threads = ("_mma",) * 3, 16 * MMA_WARPS, 32 * MMA_WARPS
+    else:
+        names, rows = ("",) * 3, tile_rows(d, d_v, np.dtype(acc).itemsize)
+        threads = rows
+    kinds = ("attention_forward", "attention_backward_dq", "attention_backward_dkdv")
+    forward, dq, dkdv = (module.get_function(kind + end) for kind, end in zip(kinds, names))
+    return dict(forward=forward, dq=dq, dkdv=dkdv, rows=rows, threads=threads, acc=acc)
 
 
 _NULL = np.uint64(0)  # an absent bias, mask or dropout mask: a null pointer, which the kernels test
@@ -164,7 +163,7 @@ def backward(ctx, g):
     q, k, v, (qs, ks, vs), lead = f["q"], f["k"], f["v"], f["strides"], f["lead"]
     xp, (B, T_q, H, d), (T_k, d_v) = xp_of(q), q.shape, (k.shape[1], v.shape[-1])
     run = kernels(backend.cupy, q.dtype.name, d, d_v)
-    tile, acc = run["tile"], run["acc"]
+    rows, threads, acc = run["rows"], run["threads"], run["acc"]
     g_, gs = _rows(g.data.astype(q.dtype, copy=False), lead)
     (b, bs), (m, ms), (M, Ms) = f["bias"], f["mask"], f["drop"]
     bias = ctx.inputs[3:]
@@ -175,12 +174,12 @@ def backward(ctx, g):
     strides = (*qs, *ks, *vs, *gs, *bs, *ms, *Ms)
     shape = f["shape"].values()
     if B * H * T_q:
-        grid = (B * H, math.ceil(T_q / tile))
+        grid = (B * H, math.ceil(T_q / rows))
         args = (q, k, v, g_, b, m, M, f["Y"], f["m"], f["inv_l"], delta, dq, *shape)
-        run["dq"](grid, (tile,), (*args, *strides))
+        run["dq"](grid, (threads,), (*args, *strides))
     if B * H * T_k:  # a block per key/value head
-        grid = (B * k.shape[2], math.ceil(T_k / tile))
+        grid = (B * k.shape[2], math.ceil(T_k / rows))
         out = (dk, dv, _NULL if dB is None else dB)
         args = (q, k, v, g_, b, m, M, f["m"], f["inv_l"], delta, *out, *shape)
-        run["dkdv"](grid, (tile,), (*args, *strides))
+        run["dkdv"](grid, (threads,), (*args, *strides))
     return dq, dk, dv, dB
