@@ -98,6 +98,17 @@ __device__ __forceinline__ ACC dot(const ACC* a, const ACC* b) {
   return (s0 + s1) + (s2 + s3);
 }
 
+// The queries [lo, hi) that may see keys [c0, c1): i + offset ≥ c0, and within the window.
+__device__ __forceinline__ void query_range(long long c0, long long c1, long long T_q,
+                                            long long offset, int causal, long long window,
+                                            long long* lo, long long* hi) {
+  *lo = 0;
+  *hi = T_q;
+  if (!causal) return;
+  *lo = max(0LL, c0 - offset);
+  if (window >= 0) *hi = max(0LL, min(T_q, c1 - 1 - offset + window));
+}
+
 // One entry (b, h, i, j) of a (B, H, T_q, T_k) array given by four strides.
 #define AT(p, st, b, h, i, j) (p)[(b) * (st)[0] + (h) * (st)[1] + (i) * (st)[2] + (j) * (st)[3]]
 
@@ -282,13 +293,8 @@ extern "C" __global__ void attention_backward_dkdv(
   ACC grad_k[D], grad_v[DV];
   for (int c = 0; c < D; ++c) grad_k[c] = 0;
   for (int e = 0; e < DV; ++e) grad_v[e] = 0;
-  // the queries that may see keys [c0, c1): i + offset ≥ c0, and within the window
-  const long long c1 = min(c0 + TILE, T_k);
-  long long lo = 0, hi = T_q;
-  if (causal) {
-    lo = max(0LL, c0 - offset);
-    if (window >= 0) hi = max(0LL, min(T_q, c1 - 1 - offset + window));
-  }
+  long long lo, hi;
+  query_range(c0, min(c0 + TILE, T_k), T_q, offset, causal, window, &lo, &hi);
   for (long long h = hk * G; h < (hk + 1) * G; ++h)  // the query heads that read this head
   for (long long i0 = lo; i0 < hi; i0 += TILE) {
     load_tile<D>(Q_tile, q, b, h, qs_, i0, hi, scale);  // s q_i
@@ -669,13 +675,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dkdv
   float dK[D / 8][4], dV[DV / 8][4];
   for (int n = 0; n < D / 8; ++n) dK[n][0] = dK[n][1] = dK[n][2] = dK[n][3] = 0.f;
   for (int n = 0; n < DV / 8; ++n) dV[n][0] = dV[n][1] = dV[n][2] = dV[n][3] = 0.f;
-  // the queries that may see keys [c0, c1): i + offset ≥ c0, and within the window
-  const long long c1 = min(c0 + ROWS, T_k);
-  long long lo = 0, hi = T_q;
-  if (causal) {
-    lo = max(0LL, c0 - offset);
-    if (window >= 0) hi = max(0LL, min(T_q, c1 - 1 - offset + window));
-  }
+  long long lo, hi;
+  query_range(c0, min(c0 + ROWS, T_k), T_q, offset, causal, window, &lo, &hi);
   for (long long h = hk * G; h < (hk + 1) * G; ++h)  // the query heads that read this head
     for (long long i0 = lo; i0 < hi; i0 += BACK_TILE) {
       __syncthreads();

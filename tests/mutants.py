@@ -2107,8 +2107,8 @@ MUTANTS = {
         ),
         (
             "flash-dkdv-first-query",
-            "    lo = max(0LL, c0 - offset);",
-            "    lo = max(0LL, c0 - offset + 1);",
+            "  *lo = max(0LL, c0 - offset);",
+            "  *lo = max(0LL, c0 - offset + 1);",
             "dk and dv miss the first query that sees a block's first key",
         ),
         (
@@ -2119,9 +2119,45 @@ MUTANTS = {
         ),
         (
             "flash-gqa-one-head",
-            "for (long long h = hk * G; h < (hk + 1) * G; ++h)",
-            "for (long long h = hk * G; h < hk * G + 1; ++h)",
+            "(hk + 1) * G; ++h)  // the query heads that read this head\n  for",
+            "hk * G + 1; ++h)  // the query heads that read this head\n  for",
             "dk and dv of a shared key/value head count only the first query head of its group",
+        ),
+        (
+            "flash-mma-gqa-one-head",
+            "(hk + 1) * G; ++h)  // the query heads that read this head\n    for",
+            "hk * G + 1; ++h)  // the query heads that read this head\n    for",
+            "tensor cores: a shared key/value head's dk, dv count only its first query head",
+        ),
+        (
+            "flash-mma-b-cols",
+            "  b[0] = pair_of(c[0], c[ld]);",
+            "  b[0] = pair_of(c[0], c[1]);",
+            "tensor cores: a right operand read along a row where it runs down a column",
+        ),
+        (
+            "flash-mma-no-rescale",
+            "      O[n][2] *= rescale[1];",
+            "      O[n][2] *= rescale[0];",
+            "tensor cores: a row's output rescaled by the other row's factor",
+        ),
+        (
+            "flash-mma-quad-max",
+            "      top[x] = fmaxf(top[x], __shfl_xor_sync(0xffffffffu, top[x], 2));",
+            "      top[x] = fmaxf(top[x], __shfl_xor_sync(0xffffffffu, top[x], 4));",
+            "tensor cores: a row's maximum taken with another row's lanes",
+        ),
+        (
+            "flash-mma-dq-delta",
+            "            dS = exp_of(s - m[x]) * inv_l[x] * (dA[n][e] * M - Di[x]);",
+            "            dS = exp_of(s - m[x]) * inv_l[x] * (dA[n][e] * M - Di[0]);",
+            "tensor cores: dq uses the first row's D for both of a lane's rows",
+        ),
+        (
+            "flash-mma-dkdv-scale",
+            "store(out_k + n * 8 + 2 * lt + e, dK[n][2 * x + e] * scale);",
+            "store(out_k + n * 8 + 2 * lt + e, dK[n][2 * x + e]);",
+            "tensor cores: dk without the scale s",
         ),
         (
             "flash-dq-no-delta",
