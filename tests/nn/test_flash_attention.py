@@ -279,6 +279,22 @@ def test_tile_fits_shared_memory():
     assert flash_attention.tile_rows(64, 64, 4) == 32
 
 
+def test_tensor_core_tiles_fit_shared_memory():
+    """The tensor-core kernels run for float16 and bfloat16 with widths that are multiples of
+    16, with the largest tiles whose blocks fit in 48 KiB (the forward's 64 q rows and a tile
+    of k and v rows, the backward's 64 rows of its side and a tile of the other, rows padded by
+    8 values, three floats a row); the CUDA-core kernels run elsewhere."""
+    for d, d_v in [(16, 16), (32, 16), (64, 64), (96, 96), (128, 128), (128, 64)]:
+        keys, tile = flash_attention.mma_tiles("bfloat16", d, d_v)
+        assert (64 * (d + 8) + keys * (d + d_v + 16)) * 2 <= flash_attention.SHARED_BYTES
+        assert (64 + tile) * (d + d_v + 16) * 2 + 12 * tile <= flash_attention.SHARED_BYTES
+    assert flash_attention.mma_tiles("float16", 64, 64) == (64, 64)
+    assert flash_attention.mma_tiles("bfloat16", 128, 128) == (32, 16)
+    for dtype, d, d_v in [("float32", 64, 64), ("float64", 64, 64), ("bfloat16", 8, 8),
+                          ("bfloat16", 64, 40), ("float16", 256, 256)]:  # fmt: skip
+        assert flash_attention.mma_tiles(dtype, d, d_v) is None
+
+
 NVRTC = None if not cuda_compile.unavailable() else cuda_compile.unavailable()
 
 
