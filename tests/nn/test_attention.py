@@ -477,7 +477,8 @@ def test_grouped_query_attention_is_attention_on_repeated_heads(form):
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 9, h, 3)) for h in (4, 2, 2))
     bias = rng.standard_normal((4, 9, 9))
-    params = dict(scale=0.6, causal=True, mask=rng.random((2, 1, 9, 9)) < 0.8, dropout_mask=None)
+    keep = tl.tensor(rng.random((2, 1, 9, 9)) < 0.8).data  # (on the default device)
+    params = dict(scale=0.6, causal=True, mask=keep, dropout_mask=None)
     attend = AttentionFn.apply if form == "fused" else attention_composed
     g = rng.standard_normal((2, 9, 4, 3))
 
