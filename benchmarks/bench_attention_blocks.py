@@ -60,12 +60,15 @@ def block_rows(rows: int | None):
         nn.attention.BLOCK_ROWS = library
 
 
-def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch) -> dict:
-    """{setting: median µs}: each block rows in ``settings`` and PyTorch, in turns."""
+def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch, dtype) -> dict:
+    """{setting: median µs}: each block rows in ``settings`` and PyTorch, in turns, with
+    inputs of ``dtype`` on both sides."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((B, T, H, d)).astype(np.float32) for _ in range(4)]
-    q, k, v = (tl.tensor(a, device=device, requires_grad=True) for a in arrays[:3])
-    g = tl.tensor(arrays[3], device=device)
+    q, k, v = (
+        tl.tensor(a, device=device).astype(dtype).detach().requires_grad_() for a in arrays[:3]
+    )
+    g = tl.tensor(arrays[3], device=device).astype(dtype)
     params = dict(scale=d**-0.5, causal=True, mask=None, dropout_mask=None)
 
     def ours(rows):
@@ -79,8 +82,11 @@ def shape_times(B, T, H, d, device, settings, rounds, calls, sync, torch) -> dic
     fns = {rows: ours(rows) for rows in settings}
     if torch is not None:
         heads_first = [a.transpose(0, 2, 1, 3) for a in arrays]
-        tq, tk, tv = (torch.tensor(a, device=device, requires_grad=True) for a in heads_first[:3])
-        tg = torch.tensor(heads_first[3], device=device)
+        kind = getattr(torch, dtype)
+        tq, tk, tv = (
+            torch.tensor(a, device=device, dtype=kind, requires_grad=True) for a in heads_first[:3]
+        )
+        tg = torch.tensor(heads_first[3], device=device, dtype=kind)
 
         def theirs():
             tq.grad = tk.grad = tv.grad = None
@@ -113,6 +119,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="turns per setting")
     ap.add_argument("--calls", type=int, default=0, help="calls per turn (0: by shape)")
     ap.add_argument("--rows", type=int, nargs="*", default=[64], help="other block rows to try")
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="of q, k, v (a GPU's half types: the tensor-core kernels)",
+    )
     args = ap.parse_args()
     torch = try_import_torch()
     sync = lambda: None  # noqa: E731
@@ -125,10 +137,15 @@ def main() -> None:
     kind = f"BLOCK_ROWS = {library}, MAX_BLOCKS = {nn.attention.MAX_BLOCKS}"
     if args.device == "cuda":  # the flash kernels: no blocks
         settings, kind = [None], "nn/flash_attention.cu"
-    print(f"causal attention forward + backward, µs (medians of {args.rounds} turns); {kind}")
+    print(
+        f"causal attention forward + backward in {args.dtype}, µs (medians of {args.rounds} "
+        f"turns); {kind}"
+    )
     for B, T, H, d in SHAPES[args.device]:
         calls = args.calls or max(1, int(2e7 // (B * H * T * T)))
-        med = shape_times(B, T, H, d, args.device, settings, args.rounds, calls, sync, torch)
+        med = shape_times(
+            B, T, H, d, args.device, settings, args.rounds, calls, sync, torch, args.dtype
+        )
         print(f"\nB={B} T={T} H={H} d={d}  ({calls} calls a turn)")
         for key, us in med.items():
             if key == "PyTorch":

@@ -33,9 +33,10 @@
 # kernels, written in a session without a GPU (run there by tests/cuda_emulator.py), on the
 # GPU for the first time: tests/nn/test_flash_attention.py and test_attention.py on the
 # device, then bench_attention_blocks.py --device cuda (the kernels against PyTorch's SDPA at
-# one layer's shapes, GPT-2 small's 8 × 1024 among them):
+# one layer's shapes, GPT-2 small's 8 × 1024 among them), in float32 (CUDA cores) and
+# bfloat16 (tensor cores):
 #
-#   run(command="BUDGET=200 bash benchmarks/gpu_session.sh flash", timeout_s=240)
+#   run(command="BUDGET=280 bash benchmarks/gpu_session.sh flash", timeout_s=320)
 # `scaling` (issue 46, the machine's 16 CPU cores, no GPU): bench_distributed.py's sweep over
 # 1, 2, 4 and 8 MPI ranks, the nanoGPT CPU config at a global batch of 24 and the 6 × 384 one
 # at 8; its table goes into docs/distributed.md beside the model's (about 8 minutes, untimed
@@ -143,7 +144,8 @@ kernels() {  # the fused kernels, each op that uses one, and the tests marked cu
 flash() {  # attention's CUDA kernels (nn/flash_attention.cu): their tests, then against SDPA
     step flash_tests 150 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -rfEs \
         -p no:cacheprovider tests/nn/test_flash_attention.py tests/nn/test_attention.py
-    step attention 90 "$PY" benchmarks/bench_attention_blocks.py --device cuda
+    step attention 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda
+    step attention_bf16 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda --dtype bfloat16
 }
 
 suite() {  # the whole suite with the GPU as the default device: SHARDS (8) shards at once
