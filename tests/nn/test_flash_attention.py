@@ -77,7 +77,7 @@ def run(device, arrays, g, dtype, params, runner=AttentionFn.apply):
 
 
 @st.composite
-def problems(draw):
+def problems(draw, d=4, d_v=3):
     """Shapes across tile edges (the float64 tile is 32 rows), masks, bias, dropout, windows,
     grouped-query heads."""
     B, H = draw(st.integers(1, 2)), draw(st.sampled_from([1, 2, 4]))
@@ -93,8 +93,8 @@ def problems(draw):
         params["mask"] = rng.random((B, 1, 1 if draw(st.booleans()) else T_q, T_k)) < 0.8
     if draw(st.booleans()):
         params["dropout_mask"] = (rng.random((B, H, T_q, T_k)) < 0.9) / 0.9
-    arrays = inputs(rng, B, H, T_q, T_k, 4, 3, bias=draw(st.booleans()), H_kv=H_kv)
-    return arrays, rng.standard_normal((B, T_q, H, 3)), params
+    arrays = inputs(rng, B, H, T_q, T_k, d, d_v, bias=draw(st.booleans()), H_kv=H_kv)
+    return arrays, rng.standard_normal((B, T_q, H, d_v)), params
 
 
 @kernels_run
@@ -109,6 +109,27 @@ def test_gpu_runner_matches_the_cpu_runner_in_float64(problem):
         flash = run("cuda", arrays, g, "float64", params)
     for a, b in zip(flash, cpu):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+@kernels_run
+@settings(deadline=None, max_examples=15)
+@given(problems(d=16, d_v=16))
+def test_tensor_core_kernels_match_the_cpu_runner_in_float16(problem):
+    """The tensor-core kernels (float16, widths of 16) on drawn shapes, masks, biases, dropout
+    and head groups: every output and gradient within two units in float16's last place
+    (2⁻⁹) of the array's largest entry or of 4 = √16, the size of the products inside the
+    gradients (dA = g · v over 16 standard normal pairs). Two, not one: the CPU runner
+    rounds once, these also round the pattern (times the dropout scale) and dS to float16
+    for their products, so a gradient that is exactly 0 on the CPU (one key: dS = A (dA M -
+    D) = 0) is up to a few 1e-3 here (the rounded M inside D against the exact M in dA M)."""
+    arrays, g, params = problem
+    cpu = run("cpu", arrays, g, "float16", params)
+    with gpu():
+        flash = run("cuda", arrays, g, "float16", params)
+    for a, b in zip(flash, cpu):
+        assert np.isfinite(a).all()
+        largest = np.abs(b).max(initial=4.0)
+        np.testing.assert_allclose(a, b, rtol=0, atol=2.0**-9 * largest)
 
 
 CASES = {  # AttentionFn's parameters beside q, k, v (2, T_q, 2, d): T_q = T_k = 37 unless given
