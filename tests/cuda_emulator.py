@@ -28,6 +28,12 @@ order between barriers, so a kernel whose result depends on which thread goes fi
 missing ``__syncthreads``, or code that assumes a warp runs in lockstep) gives a different
 answer. A correct kernel gives the same result both ways.
 
+The tensor cores' ``mma.sync.m16n8k16`` (inline PTX in a kernel, which g++ cannot compile)
+has a stand-in, ``emu_mma_16816`` in ``cuda_emulator.h``: a kernel calls it where the header
+defines ``TL_EMULATED_MMA``. It takes each lane's registers in the PTX ISA's fragment layout
+and computes what the instruction computes, so a kernel's use of that layout is checked here;
+whether a GPU lays them out the same way only a GPU can say.
+
 What it cannot show: speed, occupancy, memory coalescing, bank conflicts, real warp
 scheduling (threads never interleave within a phase here), races between blocks (blocks run
 one at a time), out-of-bounds accesses (no memory checker: a wild write may corrupt the

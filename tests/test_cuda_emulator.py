@@ -1,7 +1,8 @@
 """The CUDA emulator (tests/cuda_emulator.py): CUDA kernels compiled by g++ and run on the CPU.
 
 These test the emulator itself (indices, barriers, shuffles, the race detector, the half and
-bfloat16 conversions, argument checks, the cache) on small kernels written here.
+bfloat16 conversions, the tensor-core instruction's stand-in, argument checks, the cache) on
+small kernels written here.
 """
 
 from __future__ import annotations
@@ -395,3 +396,51 @@ def test_printf(capfd):
     code = r'extern "C" __global__ void hello() { printf("thread %u\n", threadIdx.x); }'
     ce.Module(code).get_function("hello")(1, 3, ())
     assert capfd.readouterr().out == "thread 0\nthread 1\nthread 2\n"
+
+
+MMA = r"""
+#include <cuda_fp16.h>
+// One warp: D = A B + C for A (16, 16) and B (16, 8) in 16-bit values, C and D (16, 8) float,
+// each lane loading its registers from row-major arrays as the PTX ISA lays out the
+// fragments of mma.m16n8k16 (lane = 4 g + t), then writing its four values of D back.
+extern "C" __global__ void mma(const unsigned short* A, const unsigned short* B,
+                               const float* C, float* D) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto two = [](unsigned short lo, unsigned short hi) { return lo | (unsigned)hi << 16; };
+  const unsigned a[4] = {two(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
+                         two(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
+                         two(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
+                         two(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9])};
+  const unsigned b[2] = {two(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]),
+                         two(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g])};
+  float d[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t],
+                C[(g + 8) * 8 + 2 * t + 1]};
+  emu_mma_16816<MMA_BF16>(d, a, b);
+  D[g * 8 + 2 * t] = d[0];
+  D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+"""
+
+
+@pytest.mark.parametrize("bf16", [0, 1], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_tensor_core_instruction_multiplies_its_fragments(bf16, reverse):
+    """emu_mma_16816 (the stand-in for mma.sync.m16n8k16 that nn/flash_attention.cu uses
+    here): the lanes' registers, laid out as the PTX ISA gives, multiply as A B + C in float
+    (exact products of 16-bit values, float sums: to float rounding), in either thread order."""
+    from tensorlab.backend import BFLOAT16
+
+    if bf16 and BFLOAT16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    dtype = BFLOAT16 if bf16 else np.float16
+    rng = np.random.default_rng(bf16)
+    A = rng.standard_normal((16, 16)).astype(dtype)
+    B = rng.standard_normal((16, 8)).astype(dtype)
+    C = rng.standard_normal((16, 8)).astype(np.float32)
+    D = np.zeros((16, 8), np.float32)
+    kernel = ce.Module(MMA, (f"-DMMA_BF16={bf16}",)).get_function("mma")
+    kernel((1,), (32,), (A.view(np.uint16), B.view(np.uint16), C, D), reverse=reverse)
+    want = A.astype(np.float64) @ B.astype(np.float64) + C
+    np.testing.assert_allclose(D, want, rtol=1e-6, atol=1e-5)
