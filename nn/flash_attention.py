@@ -69,7 +69,10 @@ def mma_tiles(dtype: str, d: int, d_v: int) -> tuple[int, int] | None:
 
 
 def options(dtype: str, d: int, d_v: int) -> tuple[str, ...]:
-    """The -D options that compile the module for inputs of ``dtype`` and these head widths."""
+    """The -D options that compile the module for inputs of ``dtype`` and these head widths
+    (at least 1: CUDA has no arrays of size 0, so heads of width 0 get a column of zeros)."""
+    if d < 1 or d_v < 1:
+        raise ValueError(f"flash attention: heads of width {d} and {d_v}; the kernels need ≥ 1")
     acc = np.dtype(np.float64 if dtype == "float64" else np.float32)
     tiles, mma = mma_tiles(dtype, d, d_v), ()
     if tiles is not None:
@@ -128,9 +131,16 @@ def _scores(a, scores: tuple, dtype=None):
     return a, tuple(np.int64(s // a.itemsize) for s in a.strides)
 
 
+def _some_width(a):
+    """a, or for heads of width 0 one column of zeros (no kernel has arrays of size 0; zero
+    columns add nothing to q · k and make zero outputs and gradients, cut off afterwards)."""
+    return a if a.shape[-1] else xp_of(a).zeros(a.shape[:-1] + (1,), a.dtype)
+
+
 def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None):
     """Y for every head (AttentionFn's forward), keeping on ``ctx`` what the backward reads."""
-    xp = xp_of(q)
+    xp, widths = xp_of(q), (q.shape[-1], v.shape[-1])
+    q, k, v = _some_width(q), _some_width(k), _some_width(v)
     lead, (T_q, H, d), (T_k, d_v) = q.shape[:-3], q.shape[-3:], (k.shape[-3], v.shape[-1])
     run = kernels(backend.cupy, q.dtype.name, d, v.shape[-1])
     acc = run["acc"]
@@ -153,7 +163,8 @@ def forward(ctx, q, k, v, *bias, scale, causal, mask, dropout_mask, window=None)
         run["forward"](grid, (run["threads"],), (*args, *qs, *ks, *vs, *bs, *ms, *Ms))
     ctx.flash = dict(q=q_, k=k_, v=v_, strides=(qs, ks, vs), bias=(b, bs), mask=(m, ms))
     ctx.flash.update(drop=(M, Ms), Y=Y, m=stat_m, inv_l=stat_inv_l, shape=shape, lead=lead)
-    return out
+    ctx.flash.update(widths=widths)
+    return out if widths[1] else out[..., :0]
 
 
 def backward(ctx, g):
@@ -164,7 +175,7 @@ def backward(ctx, g):
     xp, (B, T_q, H, d), (T_k, d_v) = xp_of(q), q.shape, (k.shape[1], v.shape[-1])
     run = kernels(backend.cupy, q.dtype.name, d, d_v)
     rows, threads, acc = run["rows"], run["threads"], run["acc"]
-    g_, gs = _rows(g.data.astype(q.dtype, copy=False), lead)
+    g_, gs = _rows(_some_width(g.data.astype(q.dtype, copy=False)), lead)
     (b, bs), (m, ms), (M, Ms) = f["bias"], f["mask"], f["drop"]
     bias = ctx.inputs[3:]
     dB = xp.zeros(lead + (H, T_q, T_k), acc) if bias and bias[0].requires_grad else None
@@ -182,4 +193,7 @@ def backward(ctx, g):
         out = (dk, dv, _NULL if dB is None else dB)
         args = (q, k, v, g_, b, m, M, f["m"], f["inv_l"], delta, *out, *shape)
         run["dkdv"](grid, (threads,), (*args, *strides))
+    d, d_v = f["widths"]
+    if not d * d_v:  # (slices only then: the engine copies a view before storing it)
+        dq, dk, dv = dq[..., :d], dk[..., :d], dv[..., :d_v]
     return dq, dk, dv, dB

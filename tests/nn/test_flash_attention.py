@@ -179,6 +179,27 @@ def test_gpu_runner_matches_the_cpu_runner(case, dtype, widths):
 
 
 @kernels_run
+@pytest.mark.parametrize("widths", [(0, 3), (3, 0), (0, 0)])
+def test_heads_of_width_zero(widths):
+    """A head width of 0 (the kernels are compiled for widths of at least 1: a zero column
+    stands in for it): with d = 0 every score is the bias, with d_v = 0 the output is empty;
+    values and gradients as on the CPU runner."""
+    d, d_v = widths
+    rng = np.random.default_rng(6)
+    arrays = inputs(rng, 2, 2, 5, 6, d, d_v, bias=True)
+    g = rng.standard_normal((2, 5, 2, d_v))
+    params = dict(scale=1.0, causal=True, mask=None, dropout_mask=None)
+    cpu = run("cpu", arrays, g, "float64", params)
+    with gpu():
+        flash = run("cuda", arrays, g, "float64", params)
+    for a, b in zip(flash, cpu):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="width 0 and 3"):  # what NVRTC would refuse
+        flash_attention.options("float32", 0, 3)
+
+
+@kernels_run
 def test_gpu_runner_passes_gradcheck():
     """First derivatives of the kernels' backward against central differences in float64
     (causal with a window, a mask, a bias, dropout and two query heads sharing one key/value
