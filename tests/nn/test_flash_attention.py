@@ -266,19 +266,22 @@ def test_threads_in_reverse_order_give_the_same_numbers(dtype, d):
 
 
 @emulated
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_one_launch_forward_two_backward_and_no_scores_kept(dtype):
+@pytest.mark.parametrize(
+    "dtype, d, end", [("float32", 4, ""), ("bfloat16", 4, ""), ("bfloat16", 16, "_mma")]
+)
+def test_one_launch_forward_two_backward_and_no_scores_kept(dtype, d, end):
     """A causal forward is one kernel and the backward two, for half inputs too (they are
-    widened as read and rounded as written: no cast kernels); no array the node keeps has
-    T_q T_k entries: memory is O(T) per head."""
+    widened as read and rounded as written: no cast kernels), on CUDA cores or on tensor
+    cores (bfloat16, width 16: the ``_mma`` kernels); no array the node keeps has T_q T_k
+    entries: memory is O(T) per head."""
     if dtype == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 on the CPU needs ml_dtypes")
     rng = np.random.default_rng(4)
     T = 64
-    arrays = inputs(rng, 1, 2, T, T, 4, 4)
+    arrays = inputs(rng, 1, 2, T, T, d, d)
     with gpu():
         ins = [tl.tensor(a, device="cuda").astype(dtype).detach().requires_grad_() for a in arrays]
-        g = tl.tensor(np.ones((1, T, 2, 4)), device="cuda").astype(dtype)
+        g = tl.tensor(np.ones((1, T, 2, d)), device="cuda").astype(dtype)
         params = dict(scale=0.5, causal=True, mask=None, dropout_mask=None)
         fake_cupy.KERNELS.clear()
         y = AttentionFn.apply(*ins, **params)
@@ -287,8 +290,8 @@ def test_one_launch_forward_two_backward_and_no_scores_kept(dtype):
         fake_cupy.KERNELS.clear()
         y.backward(g)
         backward = dict(fake_cupy.KERNELS)
-    assert forward == {"attention_forward": 1}  # (half: the output rounded by the kernel)
-    assert backward == {"attention_backward_dq": 1, "attention_backward_dkdv": 1}
+    assert forward == {"attention_forward" + end: 1}  # (half: the output rounded by it)
+    assert backward == {"attention_backward_dq" + end: 1, "attention_backward_dkdv" + end: 1}
     assert kept and max(a.size for a in kept) < T * T
 
 
@@ -348,7 +351,7 @@ NVRTC = None if not cuda_compile.unavailable() else cuda_compile.unavailable()
     reason=str(NVRTC or "the emulated GPU's cupy module is not CuPy"),
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
-@pytest.mark.parametrize("widths", [(64, 64), (96, 96), (128, 128), (8, 4)])
+@pytest.mark.parametrize("widths", [(64, 64), (96, 96), (128, 128), (8, 4), (3, 5)])
 def test_kernels_compile_for_an_h100(dtype, widths):
     """NVRTC compiles the three kernels for sm_90 with the options the runner passes (the
     tile chosen for the widths): types, shared memory within the limit (ptxas refuses more;
