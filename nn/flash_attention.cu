@@ -23,6 +23,11 @@
 // Each recomputes S_ij and dA_ij for its own rows (the price of no atomics: the products are
 // computed twice, once per kernel).
 //
+// Two forms of each kernel, the same sums: the ones above, a thread per row on the CUDA cores
+// (any type and width), and at the end of the file the `_mma` ones for float16 and bfloat16
+// with widths that are multiples of 16, a warp per 16 rows with every product on the tensor
+// cores (TENSOR_CORES; the runner picks one form per compiled module).
+//
 // Compiled per input type and head size (nn/flash_attention.py passes them as -D options,
 // ELEMENT, ACCUMULATOR, HEAD_DIM, VALUE_DIM, TILE_ROWS, named here):
 //   T: the element type of q, k, v and g (float, double, __half, __nv_bfloat16);

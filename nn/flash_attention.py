@@ -11,6 +11,8 @@ instead of O(T_q T_k): no pattern is saved, only the output and two numbers a ro
 float16 and bfloat16 are read as they are and widened in the kernel (no float32 copy of q, k
 and v); every sum is in float32 (float64 for float64 inputs), and the output and the
 gradients are rounded to the inputs' type once, as the kernels write them (no cast kernels).
+For them, with head widths that are multiples of 16, the products run on the tensor cores
+(the ``_mma`` kernels, :func:`mma_tiles`); elsewhere a thread per row on the CUDA cores.
 
 The module is compiled by CuPy (NVRTC) once per element type and head widths, on first use.
 ``tests/cuda_compile.py`` compiles it without a GPU and ``tests/fake_cupy.py`` runs it on the
