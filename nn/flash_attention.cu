@@ -420,6 +420,35 @@ __device__ __forceinline__ void frag_a_of(unsigned (&a)[4], const float (&lo)[4]
   a[2] = pair_of(hi[0], hi[1]);
   a[3] = pair_of(hi[2], hi[3]);
 }
+// out (16 × N) = A Bᵀ: A the warp's 16 rows of width W (left operands, W/16 of them), B the N
+// rows of width W at p (S = Q Kᵀ from K's rows, dA = G Vᵀ from V's, ...)
+template <int N, int W>
+__device__ __forceinline__ void times_rows(float (&out)[N / 8][4], const unsigned (&a)[W / 16][4],
+                                           const T* p, int ld, int g, int t) {
+  for (int n = 0; n < N / 8; ++n) {
+    out[n][0] = out[n][1] = out[n][2] = out[n][3] = 0.f;
+    for (int kk = 0; kk < W / 16; ++kk) {
+      unsigned b[2];
+      frag_b_rows(b, p + n * 8 * ld + kk * 16, ld, g, t);
+      mma_16816(out[n], a[kk], b);
+    }
+  }
+}
+// out (16 × W) += X B: X (16 × N) an accumulator tile, rounded to T, and B the N rows of
+// width W at p (O += P V, dQ += dS K, ...)
+template <int N, int W>
+__device__ __forceinline__ void add_times_cols(float (&out)[W / 8][4], const float (&x)[N / 8][4],
+                                               const T* p, int ld, int g, int t) {
+  for (int kc = 0; kc < N / 16; ++kc) {
+    unsigned a[4];
+    frag_a_of(a, x[2 * kc], x[2 * kc + 1]);
+    for (int n = 0; n < W / 8; ++n) {
+      unsigned b[2];
+      frag_b_cols(b, p + kc * 16 * ld + n * 8, ld, g, t);
+      mma_16816(out[n], a, b);
+    }
+  }
+}
 // Rows [r0, r0 + n) of a (B, T, heads, W) array into a shared tile (row length ld), zeros
 // from row `end` on; by every thread of the block.
 template <int W>
@@ -467,14 +496,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
     stage<DV>(V_s, LDV, v, b, hk, vb, vt, vh, j0, KEYS, hi);
     __syncthreads();
     float S[KEYS / 8][4];  // S = Q Kᵀ: 8 keys at a time, Kᵀ's columns being K's rows
-    for (int n = 0; n < KEYS / 8; ++n) {
-      S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
-      for (int kk = 0; kk < D / 16; ++kk) {
-        unsigned K_f[2];
-        frag_b_rows(K_f, K_s + n * 8 * LD + kk * 16, LD, g, t);
-        mma_16816(S[n], Q_f[kk], K_f);
-      }
-    }
+    times_rows<KEYS, D>(S, Q_f, K_s, LD, g, t);
     float top[2] = {m[0], m[1]};  // the rows' maxima with this tile
     for (int n = 0; n < KEYS / 8; ++n)
       for (int e = 0; e < 4; ++e) {
@@ -513,15 +535,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_forward_mma(
       O[n][2] *= rescale[1];
       O[n][3] *= rescale[1];
     }
-    for (int kc = 0; kc < KEYS / 16; ++kc) {  // P's keys 16kc .. 16kc + 15, rounded to T
-      unsigned P_f[4];
-      frag_a_of(P_f, S[2 * kc], S[2 * kc + 1]);
-      for (int n = 0; n < DV / 8; ++n) {
-        unsigned V_f[2];
-        frag_b_cols(V_f, V_s + kc * 16 * LDV + n * 8, LDV, g, t);
-        mma_16816(O[n], P_f, V_f);
-      }
-    }
+    add_times_cols<KEYS, DV>(O, S, V_s, LDV, g, t);  // O += P V, P rounded to T
   }
   const float inv_l[2] = {l[0] > 0 ? 1.f / l[0] : 0.f, l[1] > 0 ? 1.f / l[1] : 0.f};
   for (int x = 0; x < 2; ++x) {
@@ -600,21 +614,9 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dq_m
     stage<D>(K_s, LD, k, b, hk, kb, kt, kh, j0, BACK_TILE, hi);
     stage<DV>(V_s, LDV, v, b, hk, vb, vt, vh, j0, BACK_TILE, hi);
     __syncthreads();
-    float S[BACK_TILE / 8][4], dA[BACK_TILE / 8][4];  // S = Q Kᵀ, dA = G Vᵀ
-    for (int n = 0; n < BACK_TILE / 8; ++n) {
-      S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
-      dA[n][0] = dA[n][1] = dA[n][2] = dA[n][3] = 0.f;
-      for (int kk = 0; kk < D / 16; ++kk) {
-        unsigned K_f[2];
-        frag_b_rows(K_f, K_s + n * 8 * LD + kk * 16, LD, lg, lt);
-        mma_16816(S[n], Q_f[kk], K_f);
-      }
-      for (int kk = 0; kk < DV / 16; ++kk) {
-        unsigned V_f[2];
-        frag_b_rows(V_f, V_s + n * 8 * LDV + kk * 16, LDV, lg, lt);
-        mma_16816(dA[n], G_f[kk], V_f);
-      }
-    }
+    float S[BACK_TILE / 8][4], dA[BACK_TILE / 8][4];
+    times_rows<BACK_TILE, D>(S, Q_f, K_s, LD, lg, lt);     // S = Q Kᵀ
+    times_rows<BACK_TILE, DV>(dA, G_f, V_s, LDV, lg, lt);  // dA = G Vᵀ
     for (int n = 0; n < BACK_TILE / 8; ++n)  // S becomes dS = A (dA M - D)
       for (int e = 0; e < 4; ++e) {
         const int x = e / 2;
@@ -631,15 +633,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dq_m
         }
         S[n][e] = dS;
       }
-    for (int kc = 0; kc < BACK_TILE / 16; ++kc) {  // dQ += dS K (× s at the end)
-      unsigned dS_f[4];
-      frag_a_of(dS_f, S[2 * kc], S[2 * kc + 1]);
-      for (int n = 0; n < D / 8; ++n) {
-        unsigned K_f[2];
-        frag_b_cols(K_f, K_s + kc * 16 * LD + n * 8, LD, lg, lt);
-        mma_16816(dQ[n], dS_f, K_f);
-      }
-    }
+    add_times_cols<BACK_TILE, D>(dQ, S, K_s, LD, lg, lt);  // dQ += dS K (× s at the end)
   }
   for (int x = 0; x < 2; ++x) {
     if (rows[x] >= T_q) continue;
@@ -695,21 +689,9 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dkdv
         D_s[r] = in ? delta[at] : 0.f;
       }
       __syncthreads();
-      float St[BACK_TILE / 8][4], dAt[BACK_TILE / 8][4];  // Sᵀ = K Qᵀ, dAᵀ = V Gᵀ
-      for (int n = 0; n < BACK_TILE / 8; ++n) {
-        St[n][0] = St[n][1] = St[n][2] = St[n][3] = 0.f;
-        dAt[n][0] = dAt[n][1] = dAt[n][2] = dAt[n][3] = 0.f;
-        for (int kk = 0; kk < D / 16; ++kk) {
-          unsigned Q_f[2];
-          frag_b_rows(Q_f, Q_s + n * 8 * LD + kk * 16, LD, lg, lt);
-          mma_16816(St[n], K_f[kk], Q_f);
-        }
-        for (int kk = 0; kk < DV / 16; ++kk) {
-          unsigned G_f[2];
-          frag_b_rows(G_f, G_s + n * 8 * LDV + kk * 16, LDV, lg, lt);
-          mma_16816(dAt[n], V_f[kk], G_f);
-        }
-      }
+      float St[BACK_TILE / 8][4], dAt[BACK_TILE / 8][4];
+      times_rows<BACK_TILE, D>(St, K_f, Q_s, LD, lg, lt);     // Sᵀ = K Qᵀ
+      times_rows<BACK_TILE, DV>(dAt, V_f, G_s, LDV, lg, lt);  // dAᵀ = V Gᵀ
       for (int n = 0; n < BACK_TILE / 8; ++n)  // St becomes (A ⊙ M)ᵀ, dAt becomes dSᵀ
         for (int e = 0; e < 4; ++e) {
           const int r = n * 8 + 2 * lt + e % 2;
@@ -730,21 +712,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) attention_backward_dkdv
           St[n][e] = AM;
           dAt[n][e] = dS;
         }
-      for (int kc = 0; kc < BACK_TILE / 16; ++kc) {  // dV += (A ⊙ M)ᵀ G, dK += dSᵀ Q
-        unsigned P_f[4], dS_f[4];
-        frag_a_of(P_f, St[2 * kc], St[2 * kc + 1]);
-        frag_a_of(dS_f, dAt[2 * kc], dAt[2 * kc + 1]);
-        for (int n = 0; n < DV / 8; ++n) {
-          unsigned G_f[2];
-          frag_b_cols(G_f, G_s + kc * 16 * LDV + n * 8, LDV, lg, lt);
-          mma_16816(dV[n], P_f, G_f);
-        }
-        for (int n = 0; n < D / 8; ++n) {
-          unsigned Q_f[2];
-          frag_b_cols(Q_f, Q_s + kc * 16 * LD + n * 8, LD, lg, lt);
-          mma_16816(dK[n], dS_f, Q_f);
-        }
-      }
+      add_times_cols<BACK_TILE, DV>(dV, St, G_s, LDV, lg, lt);  // dV += (A ⊙ M)ᵀ G
+      add_times_cols<BACK_TILE, D>(dK, dAt, Q_s, LD, lg, lt);   // dK += dSᵀ Q (× s at the end)
     }
   for (int x = 0; x < 2; ++x) {
     if (keys[x] >= T_k) continue;
