@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from nn.checks import check_count
 from nn.init import constant, uniform
 from nn.module import Module
-from tensorlab import Tensor, autocast_inputs, matmul_grads
-from tensorlab.backend import DEFAULT_DTYPE, matmul
+from tensorlab import Tensor, autocast_array, autocast_inputs, matmul_grads
+from tensorlab.backend import DEFAULT_DTYPE, matmul, xp_of
 from tensorlab.function import Function, modes
 from tensorlab.fused import array_math
 
@@ -35,10 +36,20 @@ class LinearFn(Function):
     d_head), and W_O (H, d_head, d_model) sums over heads and d_head). It is the same GEMM on
     the flattened views, and b is 1-D over the flattened output.
 
-    ``apply(x, W)`` or ``apply(x, W, b)``, with the parameter ``in_dims`` (default 1).
+    Inside ``tl.autocast(h)`` (``dtype=h``) the op rounds x and W to h itself (the rule of
+    :func:`tensorlab.autocast_array`): y is in h, its products summed in float32, and b is
+    added to it in b's own precision; the backward multiplies by the rounded x and W and
+    returns dx, dW and db straight in the dtypes of x, W and b (float32 for float32 ones,
+    unrounded), so no cast node sits on either side of the product.
+
+    ``apply(x, W)`` or ``apply(x, W, b)``, with the parameters ``in_dims`` (default 1) and
+    ``dtype`` (tl.autocast's, or None).
     """
 
-    def forward(ctx, x, W, *b, in_dims=1):
+    def forward(ctx, x, W, *b, in_dims=1, dtype=None):
+        if dtype is not None:
+            x, W = autocast_array(x, dtype), autocast_array(W, dtype)
+            ctx.operands = x, W  # (what the backward multiplies by)
         x2, W2 = _as_matrices(x, W, in_dims)
         y = matmul(x2, W2)  # float16/bfloat16: products summed in float32 (backend.matmul)
         if b:
@@ -47,39 +58,45 @@ class LinearFn(Function):
 
     def backward(ctx, g):
         x, W = ctx.inputs[0], ctx.inputs[1]
-        xa, Wa = x.data, W.data
+        xa, Wa = ctx.operands if ctx.params.get("dtype") else (x.data, W.data)
         x2, W2 = _as_matrices(xa, Wa, ctx.params.get("in_dims", 1))
         g2 = g.data.reshape(x2.shape[0], W2.shape[1])
-        gx, gW = matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, product=matmul)
+        products = [partial(matmul, dtype=x.dtype), partial(matmul, dtype=W.dtype)]
+        gW = None
+        if W.requires_grad and W2.shape != Wa.shape:  # written in W's shape (a reshaped result
+            gW = xp_of(g2).empty(Wa.shape, W.dtype)  # would be a view: copied as a .grad)
+            products[1] = partial(matmul, out=gW.reshape(W2.shape), dtype=W.dtype)
+        gx, gW2 = matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, products)
         gx = None if gx is None else gx.reshape(xa.shape)
-        if gW is not None and gW.shape != Wa.shape:  # (a reshaped 2-D gW would be a view, copied)
-            gW = gW.reshape(Wa.shape)
+        gW = gW2 if gW is None else gW
         need_b = len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad
-        gb = array_math(g2).sum(g2, axis=0) if need_b else None  # Σ_rows g: 1ᵀ g, a gemv
+        # Σ_rows g: 1ᵀ g, a gemv, summed in (at least) float32 and returned in b's dtype
+        gb = array_math(g2).sum(g2, axis=0, dtype=ctx.inputs[2].dtype) if need_b else None
         return gx, gW, gb
 
     @staticmethod
-    def composed(x, W, *b, in_dims=1):
+    def composed(x, W, *b, in_dims=1, dtype=None):
+        if dtype is not None:
+            x, W = (autocast_inputs(t, dtype=dtype)[0] for t in (x, W))
         x2, W2 = _as_matrices(x, W, in_dims)
         y = x2 @ W2
         if b:
-            y = y + b[0]
+            y = (y + b[0]).astype(y.dtype)
         return y.reshape(x.shape[: x.ndim - in_dims] + W.shape[in_dims:])
 
 
 def linear(x: Tensor, W: Tensor, b: Tensor | None = None, in_dims: int = 1) -> Tensor:
     """y = x W + b for x (..., d_in), W (d_in, d_out), b (d_out,) or None; with ``in_dims``
-    = k, x's last k axes meet W's first k (see :class:`LinearFn`)."""
+    = k, x's last k axes meet W's first k (see :class:`LinearFn`; inside ``tl.autocast`` the
+    op rounds x and W itself)."""
     xs, ws = x.data.shape, W.data.shape
     if xs[len(xs) - in_dims :] != ws[:in_dims]:
         raise ValueError(
             f"linear: x of shape {x.shape} does not fit W of shape {W.shape} (x's last "
             f"{in_dims} axes must be W's first {in_dims})"
         )
-    if modes.autocast is not None:  # inside tl.autocast: the product in its dtype
-        x, W, b = autocast_inputs(x, W, b)
     args = (x, W) if b is None else (x, W, b)
-    return LinearFn.apply(*args, in_dims=in_dims)
+    return LinearFn.apply(*args, in_dims=in_dims, dtype=modes.autocast)
 
 
 class Linear(Module):

@@ -53,7 +53,7 @@ from tensorlab.draw import backward_steps, draw  # the function replaces the sub
 from tensorlab.function import AnomalyError, Function, named_scope
 from tensorlab.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tensorlab.method_functions import *  # noqa: F403 - tl.exp(x), tl.sum(x, axis), ...
-from tensorlab.ops.linalg import autocast_inputs, einsum, matmul_grads
+from tensorlab.ops.linalg import autocast_array, autocast_inputs, einsum, matmul_grads
 from tensorlab.ops.shape import concatenate, stack
 from tensorlab.ops.softmax import log_softmax_array
 from tensorlab.trace import trace_backward

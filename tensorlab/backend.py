@@ -80,66 +80,81 @@ def as_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-def matmul(a, b, out=None):
+def matmul(a, b, out=None, dtype=None):
     """a @ b (written into ``out`` when given); two float16 (or two bfloat16) arrays give a
-    result in their dtype whose products are summed in float32 and rounded once. NumPy is
-    asked for a float32 product (its own float16 matmul has no BLAS; its bfloat16 one returns
-    float32). cuBLAS sums CuPy's half matrices of two axes in float32 by itself, on the tensor
-    cores, so those are taken as they are; a product of one entry (which CuPy sums in the half
-    dtype) is widened, and stacks of matrices go to cuBLAS in one call (:func:`_half_batched`:
+    result whose products are summed in float32 and rounded once into ``dtype``: the operands'
+    own by default, or float32 to keep the sums unrounded (the gradients that autocast sends
+    to float32 parameters, nn/linear.py). NumPy is asked for a float32 product (its own
+    float16 matmul has no BLAS; its bfloat16 one returns float32). cuBLAS sums CuPy's half
+    matrices of two axes in float32 by itself, on the tensor cores, so those are taken as they
+    are when the result is in their dtype; a product of one entry (which CuPy sums in the half
+    dtype) is widened, and the other products go to cuBLAS in one call (:func:`_half_cublas`:
     CuPy 14.2's own batched bfloat16 product sums in bfloat16, cupy/cupy#10317; docs/gpu.md)."""
     xp = xp_of(a)
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None:
         return xp.matmul(a, b, out=out)
+    dtype = a.dtype if dtype is None else np.dtype(dtype)
     k = a.shape[-1]
-    if xp is np:
-        product = xp.matmul(a, b, dtype=acc)
-    elif a.size == k and b.size == k:  # one entry: CuPy's half reduction, not cuBLAS
-        product = xp.matmul(a.astype(acc), b.astype(acc))
-    elif a.ndim <= 2 and b.ndim <= 2:
+    if xp is np or (a.size == k and b.size == k):  # (one entry: CuPy's half reduction, widened)
+        product = np.matmul(a, b, dtype=acc) if xp is np else xp.matmul(a.astype(acc), b.astype(acc))
+        if out is None:
+            return product.astype(dtype, copy=False)
+        out[...] = product
+        return out
+    if a.ndim <= 2 and b.ndim <= 2 and dtype == a.dtype:
         return xp.matmul(a, b, out=out)
-    elif b.ndim == 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m) as (N, k) @ (k, m)
-        product = xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
-    elif a.ndim >= 2 and b.ndim >= 2:
-        product = _half_batched(a, b)
-    else:  # a vector times a stack
-        product = xp.matmul(a.astype(acc), b.astype(acc))
-    if out is None:
-        return product.astype(a.dtype, copy=False)
-    out[...] = product
-    return out
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:  # (..., n, k) @ (k, m): one GEMM
+        rows = None if out is None else out.reshape(-1, b.shape[-1])
+        product = matmul(a.reshape(-1, k), b, out=rows, dtype=dtype)
+        return product.reshape(a.shape[:-1] + b.shape[-1:]) if out is None else out
+    return _half_cublas(a, b, dtype, out)
 
 
-def _half_batched(a, b):
-    """a @ b for CuPy float16 or bfloat16 stacks of matrices (..., n, k) @ (..., k, m), as one
-    cuBLAS call (``cublasGemmStridedBatchedEx``): every matrix's products summed in float32 on
-    the tensor cores, rounded once into the half dtype. cuBLAS reads matrices by columns: a
-    row-major (n, m) result is, read by columns, its transpose, and Cᵀ = Bᵀ Aᵀ, so b goes
-    first (m × k, leading dimension m), then a (k × n, leading dimension k). A stack that the
-    other broadcasts against (a single matrix, batch axes of 1) is read with stride 0; other
-    broadcast batch axes are copied out first."""
+def _half_cublas(a, b, dtype, out=None):
+    """a @ b for CuPy float16 or bfloat16 (stacks of) matrices (..., n, k) @ (..., k, m), as
+    one cuBLAS call (``cublasGemmStridedBatchedEx``): every matrix's products summed in float32
+    on the tensor cores, rounded once into ``dtype`` (the half dtype or float32), written into
+    ``out`` (contiguous) when given. A vector a is a matrix of one row, a vector b one of one
+    column (as in NumPy, that axis is not in the result). cuBLAS reads matrices by columns: a
+    row-major (n, m) result is, read by columns, its transpose, and Cᵀ = Bᵀ Aᵀ, so b goes first
+    (m × k), then a (k × n). A matrix stored by columns (the ``.mT`` of a row-major one, as a
+    backward's ``g Wᵀ`` reads W) is taken as it is, with cuBLAS's transpose flag. A stack that
+    the other broadcasts against (a single matrix, batch axes of 1) is read with stride 0;
+    other broadcast batch axes are copied out first."""
     cublas, runtime = cupy.cuda.cublas, cupy.cuda.runtime  # (cublas: loaded on first use)
+    rows, cols = a.shape[-2:-1], b.shape[-1:] if b.ndim > 1 else ()  # (a vector has none)
+    a, b = (a.reshape(1, -1) if a.ndim == 1 else a), (b.reshape(-1, 1) if b.ndim == 1 else b)
     n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = cupy.empty((*batch, n, m), a.dtype)
+    shape = (*batch, *rows, *cols)
+    out = cupy.empty(shape, dtype) if out is None else out
     if out.size == 0 or k == 0:  # (cuBLAS wants leading dimensions of at least 1)
         out[...] = 0
         return out
 
-    def stack(x):  # (x as a contiguous stack, the elements from one matrix to the next)
+    def operand(x):
+        """(x's memory, cuBLAS's op for it, its leading dimension, the elements from one
+        matrix to the next): x read by columns is xᵀ (op N) or, stored by columns, x (op T)."""
+        rows, cols = x.shape[-2:]
         if math.prod(x.shape[:-2]) == 1:
-            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), 0
-        x = cupy.ascontiguousarray(cupy.broadcast_to(x, (*batch, *x.shape[-2:])))
-        return x, x.shape[-2] * x.shape[-1]
+            x, stride = x.reshape(rows, cols), 0
+            if x.flags.f_contiguous and not x.flags.c_contiguous:
+                return x, cublas.CUBLAS_OP_T, max(rows, 1), stride
+        else:
+            x = cupy.broadcast_to(x, (*batch, rows, cols))
+            stride = rows * cols
+        x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
+        return x, cublas.CUBLAS_OP_N, max(cols, 1), stride
 
-    (a, stride_a), (b, stride_b) = stack(a), stack(b)
-    kind = runtime.CUDA_R_16BF if a.dtype == BFLOAT16 else runtime.CUDA_R_16F
+    (b, op_b, ld_b, stride_b), (a, op_a, ld_a, stride_a) = operand(b), operand(a)
+    kinds = {np.float32: runtime.CUDA_R_32F, np.float16: runtime.CUDA_R_16F}  # else bfloat16
+    kind, out_kind = (kinds.get(x.dtype.type, runtime.CUDA_R_16BF) for x in (a, out))
     one, zero = np.ones((), np.float32), np.zeros((), np.float32)  # host: cuBLAS's α, β
     cublas.gemmStridedBatchedEx(
-        cupy.cuda.get_cublas_handle(), cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, m, n, k,
-        one.ctypes.data, b.data.ptr, kind, m, stride_b, a.data.ptr, kind, k, stride_a,
-        zero.ctypes.data, out.data.ptr, kind, m, n * m,
+        cupy.cuda.get_cublas_handle(), op_b, op_a, m, n, k,
+        one.ctypes.data, b.data.ptr, kind, ld_b, stride_b, a.data.ptr, kind, ld_a, stride_a,
+        zero.ctypes.data, out.data.ptr, out_kind, m, n * m,
         math.prod(batch), cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT,
     )  # fmt: skip
     return out

@@ -104,15 +104,17 @@ class _ArrayMath:
     def __getattr__(self, name):
         return getattr(self._module, name)
 
-    def _gemv(self, x, axis):
+    def _gemv(self, x, axis, dtype=None):
         """Σ over ``axis`` (-1, or 0 of a matrix) as a product with a vector of ones, or None
-        where the module's own sum is the one to take."""
+        where the module's own sum is the one to take; a half x's sums (taken in float32)
+        rounded into ``dtype`` (default x's)."""
         if x.dtype not in _BY_GEMV or x.ndim == 0 or 0 in x.shape:
             return None
         if axis == 0 and x.ndim == 2:
-            return backend.matmul(self._ones_of(x, x.shape[0]), x)
+            return backend.matmul(self._ones_of(x, x.shape[0]), x, dtype=dtype)
         if axis == -1 or axis == x.ndim - 1:
-            rows = backend.matmul(x.reshape(-1, x.shape[-1]), self._ones_of(x, x.shape[-1]))
+            ones = self._ones_of(x, x.shape[-1])
+            rows = backend.matmul(x.reshape(-1, x.shape[-1]), ones, dtype=dtype)
             return rows.reshape(x.shape[:-1])
         return None
 
@@ -122,10 +124,14 @@ class _ArrayMath:
             ones = self._ones[x.dtype, n] = self._module.ones(n, x.dtype)
         return ones
 
-    def sum(self, x, axis=None, keepdims=False, **kw):
-        total = None if kw else self._gemv(x, axis)
+    def sum(self, x, axis=None, keepdims=False, dtype=None, **kw):
+        """The module's sum (``dtype``: the result's), by a gemv where that sums as it would:
+        in x's own dtype, or a half x in float32 (the gemv's sums always are)."""
+        to = x.dtype if dtype is None else np.dtype(dtype)
+        gemv = not kw and (to == x.dtype or (x.dtype in HALF and to == np.float32))
+        total = self._gemv(x, axis, to) if gemv else None
         if total is None:
-            return self._module.sum(x, axis=axis, keepdims=keepdims, **kw)
+            return self._module.sum(x, axis=axis, keepdims=keepdims, dtype=dtype, **kw)
         return self._module.expand_dims(total, axis) if keepdims else total
 
     def mean(self, x, axis=None, keepdims=False, **kw):

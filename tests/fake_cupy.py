@@ -641,6 +641,7 @@ def _gemm_strided_batched_ex(
     float32 numbers on the host, the result rounded once into Ctype."""
     if compute != _COMPUTE_32F:
         raise ValueError(f"fake cuBLAS: only CUBLAS_COMPUTE_32F is emulated, not {compute}")
+    _kernel("cublas.gemmStridedBatchedEx")
     alpha, beta = (float(_at_address(p, 1, np.float32)[0]) for p in (alpha, beta))
 
     def matrix(address, kind, rows, cols, ld, op=_OP_N):  # op(X) as a (rows, cols) view

@@ -1121,8 +1121,8 @@ MUTANTS = {
     "tensorlab/fused.py": [
         (
             "sum-rows-mean",
-            "return backend.matmul(self._ones_of(x, x.shape[0]), x)",
-            "return backend.matmul(self._ones_of(x, x.shape[0]), x) / x.shape[0]",
+            "return backend.matmul(self._ones_of(x, x.shape[0]), x, dtype=dtype)",
+            "return backend.matmul(self._ones_of(x, x.shape[0]), x, dtype=dtype) / x.shape[0]",
             "the namespace's row sum: a mean (db of a bias scaled by 1/rows)",
         ),
         (
@@ -1201,26 +1201,38 @@ MUTANTS = {
     "tensorlab/backend.py": [
         (
             "batched-half-not-widened",
-            "        product = _half_batched(a, b)",
-            "        product = xp.matmul(a, b)",
+            "    return _half_cublas(a, b, dtype, out)",
+            "    return xp.matmul(a, b).astype(dtype)",
             "matmul: a batched bfloat16 product on CuPy summed in bfloat16 (CuPy's own)",
         ),
         (
             "cublas-a-first",
-            "one.ctypes.data, b.data.ptr, kind, m, stride_b, a.data.ptr, kind, k, stride_a,",
-            "one.ctypes.data, a.data.ptr, kind, m, stride_a, b.data.ptr, kind, k, stride_b,",
+            "one.ctypes.data, b.data.ptr, kind, ld_b, stride_b, a.data.ptr, kind, ld_a, stride_a,",
+            "one.ctypes.data, a.data.ptr, kind, ld_b, stride_a, b.data.ptr, kind, ld_a, stride_b,",
             "cuBLAS's strided batched product: a passed first (its layout read by rows)",
         ),
         (
             "cublas-single-matrix-stride",
-            "            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), 0",
-            "            return cupy.ascontiguousarray(x.reshape(x.shape[-2:])), x.shape[-1]",
+            "            x, stride = x.reshape(rows, cols), 0",
+            "            x, stride = x.reshape(rows, cols), cols",
             "cuBLAS's strided batched product: a shared matrix read with a stride",
         ),
         (
+            "cublas-transposed-as-rows",
+            "            if x.flags.f_contiguous and not x.flags.c_contiguous:",
+            "            if False:",
+            "cuBLAS's product: a matrix stored by columns copied by rows (one launch more)",
+        ),
+        (
+            "cublas-transposed-leading-dimension",
+            "                return x, cublas.CUBLAS_OP_T, max(rows, 1), stride",
+            "                return x, cublas.CUBLAS_OP_T, max(cols, 1), stride",
+            "cuBLAS's product: a matrix stored by columns read with its column count as ld",
+        ),
+        (
             "one-entry-half-not-widened",
-            "    elif a.size == k and b.size == k:  # one entry: CuPy's half reduction, not cuBLAS",
-            "    elif a.ndim == 0:  # one entry: CuPy's half reduction, not cuBLAS",
+            "    if xp is np or (a.size == k and b.size == k):  # (one entry: CuPy's half",
+            "    if xp is np:  # (one entry: CuPy's half",
             "matmul: a one-entry float16 product on CuPy summed in float16 (its reduction kernel)",
         ),
     ],
@@ -1756,26 +1768,26 @@ MUTANTS = {
     "tensorlab/ops/linalg.py": [
         (
             "linear-dw-scale",
-            "return da, product(a.mT, g)",
-            "return da, product(a.mT / a.shape[-2], g)",
+            "return da, product_b(a.mT, g)",
+            "return da, product_b(a.mT / a.shape[-2], g)",
             "matmul_grads: db averaged over rows (MatMul's and LinearFn's dW)",
         ),
         (
             "autocast-casts-nothing",
-            "and is_float(t.dtype) and t.dtype != dtype",
-            "and is_float(t.dtype) and t.dtype == dtype",
+            "return dtype != to and dtype != np.float64 and is_float(dtype)",
+            "return dtype == to and dtype != np.float64 and is_float(dtype)",
             "under autocast the float32 operands of a product stay float32 (no half precision)",
         ),
         (
             "matmul-da-transpose",
-            "da = product(g, b.mT) if need_a else None",
-            "da = product(g, b) if need_a else None",
+            "da = product_a(g, b.mT) if need_a else None",
+            "da = product_a(g, b) if need_a else None",
             "matmul_grads: da = g b",
         ),
         (
             "matmul-folded-db",
-            "return da, product(a.reshape(rows, k).mT, g.reshape(rows, m))",
-            "return da, product(a[..., 0, :, :].mT, g[..., 0, :, :])",
+            "return da, product_b(a.reshape(rows, k).mT, g.reshape(rows, m))",
+            "return da, product_b(a[..., 0, :, :].mT, g[..., 0, :, :])",
             "MatMul: batched a with 2-D b keeps only the first batch entry's db",
         ),
         (
@@ -1859,6 +1871,30 @@ MUTANTS = {
             "uniform((d_in, d_out), 1.0 / math.sqrt(d_in)",
             "uniform((d_in, d_out), 1.0 / math.sqrt(d_out)",
             "Linear: init bound from fan-out",
+        ),
+        (
+            "linear-autocast-grads-rounded",
+            "products = [partial(matmul, dtype=x.dtype), partial(matmul, dtype=W.dtype)]",
+            "products = [matmul, matmul]",
+            "LinearFn under autocast: dx and dW rounded to the half type (then widened)",
+        ),
+        (
+            "linear-autocast-unrounded-operands",
+            'xa, Wa = ctx.operands if ctx.params.get("dtype") else (x.data, W.data)',
+            "xa, Wa = x.data, W.data",
+            "LinearFn under autocast: the backward multiplies by the float32 x and W",
+        ),
+        (
+            "linear-autocast-bias-grad-half",
+            "gb = array_math(g2).sum(g2, axis=0, dtype=ctx.inputs[2].dtype) if need_b else None",
+            "gb = array_math(g2).sum(g2, axis=0) if need_b else None",
+            "LinearFn under autocast: db summed into the half type",
+        ),
+        (
+            "linear-dw-not-written-in-place",
+            "products[1] = partial(matmul, out=gW.reshape(W2.shape), dtype=W.dtype)",
+            "products[1] = partial(matmul, dtype=W.dtype)",
+            "LinearFn with in_dims: dW left as the empty array meant to receive it",
         ),
     ],
     "nn/norm.py": [

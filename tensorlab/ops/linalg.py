@@ -50,19 +50,21 @@ class MatMul(Function):
         return ga, gb
 
 
-def matmul_grads(a, b, g, need_a: bool, need_b: bool, product=operator.matmul):
+def matmul_grads(a, b, g, need_a: bool, need_b: bool, products=(operator.matmul,) * 2):
     """da = g bᵀ and db = aᵀ g for y = a @ b, with a (..., n, k), b (k, m) or (..., k, m) and
     g (..., n, m): :class:`MatMul`'s backward on Tensors, and ``nn``'s LinearFn's on arrays
-    (``product``: the matrix product to take, ``backend.matmul`` for half arrays). A stack of
-    rows times one matrix b gets db as one product over all rows, the batch folded into the
-    rows (one GEMM, not a batch of products then summed). None for a gradient not needed."""
-    da = product(g, b.mT) if need_a else None
+    (``products``: the matrix products that give da and db, ``backend.matmul`` with each
+    gradient's dtype for arrays). A stack of rows times one matrix b gets db as one product
+    over all rows, the batch folded into the rows (one GEMM, not a batch of products then
+    summed). None for a gradient not needed."""
+    product_a, product_b = products
+    da = product_a(g, b.mT) if need_a else None
     if not need_b:
         return da, None
     if b.ndim == 2 and a.ndim > 2:  # (the row count spelled out: with k or m 0, -1 is any size)
         rows, k, m = math.prod(a.shape[:-1]), a.shape[-1], g.shape[-1]
-        return da, product(a.reshape(rows, k).mT, g.reshape(rows, m))
-    return da, product(a.mT, g)
+        return da, product_b(a.reshape(rows, k).mT, g.reshape(rows, m))
+    return da, product_b(a.mT, g)
 
 
 class Einsum(Function):
@@ -127,15 +129,23 @@ def einsum(spec: str, *operands):
     return Einsum.apply(*operands, spec=spec)
 
 
-def autocast_inputs(*tensors):
-    """The operands of a matrix product inside ``tl.autocast(dtype)``: each float32 or other
-    half-precision tensor in that dtype (through a Cast node, so the gradient returns to a
-    float32 parameter as float32); others unchanged: float64 (asked for on purpose, as in
-    PyTorch's autocast), integer, None. Mixed precision is this one rule (docs/gpu.md)."""
-    dtype = modes.autocast
-    return tuple(
-        t.to(dtype)
-        if t is not None and t.dtype != np.float64 and is_float(t.dtype) and t.dtype != dtype
-        else t
-        for t in tensors
-    )
+def autocasts(dtype, to) -> bool:
+    """Whether ``tl.autocast(to)`` rounds an operand of ``dtype`` to ``to`` for a matrix
+    product: float32 and the other half type do; ``to`` itself, float64 (asked for on purpose,
+    as in PyTorch's autocast) and integers do not. Mixed precision is this one rule
+    (docs/gpu.md), taken on Tensors by :func:`autocast_inputs` and on arrays by
+    :func:`autocast_array` (LinearFn rounds its operands itself)."""
+    return dtype != to and dtype != np.float64 and is_float(dtype)
+
+
+def autocast_array(a, to):
+    """The array ``a`` as a matrix product inside ``tl.autocast(to)`` reads it."""
+    return a.astype(to) if autocasts(a.dtype, to) else a
+
+
+def autocast_inputs(*tensors, dtype=None):
+    """The operands of a matrix product inside ``tl.autocast(dtype)`` (default: the autocast
+    in force): each one the rule rounds goes through a Cast node (so the gradient returns to a
+    float32 parameter as float32); others, and None, unchanged."""
+    to = modes.autocast if dtype is None else dtype
+    return tuple(t.to(to) if t is not None and autocasts(t.dtype, to) else t for t in tensors)

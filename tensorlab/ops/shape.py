@@ -68,7 +68,8 @@ class SumTo(Function):
             return a.reshape(shape)
         if len(axes) == lead:  # only leading axes: the rows' sum 1ᵀa (a gemv, 3x faster)
             rows = a.reshape(math.prod(a.shape[:lead]), math.prod(shape))
-            return array_math(a).sum(rows, axis=0).reshape(shape)
+            total = array_math(a).sum(rows, axis=0)  # (not reshaped to its own shape: a view,
+            return total if total.shape == shape else total.reshape(shape)  # copied as a .grad)
         acc = acc_dtype(a)
         out = a.sum(axis=axes, keepdims=True, dtype=acc)
         return (out if acc is None else out.astype(a.dtype)).reshape(shape)

@@ -76,6 +76,49 @@ def test_autocast_gradients_match_float32(half, rtol):
         assert err < rtol, (name, err)
 
 
+@pytest.mark.parametrize("half", HALVES)
+@pytest.mark.parametrize("in_dims", [1, 2])
+def test_linear_under_autocast_rounds_its_operands_itself(half, in_dims):
+    """Inside tl.autocast, LinearFn rounds x and W to the half type itself (no Cast nodes on
+    either side) and returns float32 gradients for float32 tensors unrounded: dx = g W_hᵀ,
+    dW = x_hᵀ g, db = Σ_rows g, each the float32 sum of exact products (two halves multiply
+    exactly in float32). The reference is NumPy's float32 product of the same half values:
+    another summation order at most, so within k·2⁻²⁴ of Σ|terms| (k terms). The old Cast
+    nodes rounded these gradients to the half type first (off by up to 2⁻⁹ relative), which
+    the check that they are not representable in the half type tells apart."""
+    dtype = np.dtype(half)
+    rng = np.random.default_rng(2)
+    w_shape = (3, 4, 5) if in_dims == 2 else (12, 5)
+    x = tl.tensor(
+        rng.standard_normal((6, *w_shape[:in_dims])).astype(np.float32), requires_grad=True
+    )
+    W = tl.tensor(rng.standard_normal(w_shape).astype(np.float32), requires_grad=True)
+    b = tl.tensor(rng.standard_normal(5).astype(np.float32), requires_grad=True)
+    with tl.autocast(half):
+        y = F.linear(x, W, b, in_dims=in_dims)
+    assert y.dtype == dtype and type(y.grad_fn).__name__ == "LinearFn"
+    assert y.grad_fn.inputs[:2] == (x, W)  # the float32 tensors themselves: no Cast between
+    g = rng.standard_normal(y.shape).astype(dtype)
+    y.backward(tl.tensor(g, device=y.device))
+
+    def host(t):
+        return t.numpy().astype(np.float32).reshape(6, -1) if t.ndim > 1 else t.numpy()
+
+    xh, Wh, g2 = (host(t).astype(dtype).astype(np.float32) for t in (x, W, tl.tensor(g)))
+    Wh = Wh.reshape(-1, 5)
+    want_y = (xh @ Wh).astype(dtype).astype(np.float32) + b.numpy()
+    np.testing.assert_allclose(host(y).reshape(6, 5), want_y, rtol=2.0**-7)
+    for got, want, terms in [
+        (x.grad, (g2 @ Wh.T, np.abs(g2) @ np.abs(Wh.T)), 5),
+        (W.grad, (xh.T @ g2, np.abs(xh.T) @ np.abs(g2)), 6),
+        (b.grad, (g2.sum(0), np.abs(g2).sum(0)), 6),
+    ]:
+        assert got.dtype == np.float32
+        value = got.numpy().reshape(want[0].shape)
+        assert np.all(np.abs(value - want[0]) <= terms * 2.0**-24 * want[1])
+        assert not np.array_equal(value, value.astype(dtype).astype(np.float32))
+
+
 def test_autocast_needs_a_half_dtype_and_nests():
     with pytest.raises(ValueError, match="autocast: dtype 'int8' is not a mixed-precision"):
         tl.autocast("int8")

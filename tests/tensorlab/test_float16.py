@@ -257,3 +257,49 @@ def test_integer_tensors_never_require_grad():
     y = x * tl.tensor([2, 3])  # an integer operand: no gradient for it, x's is float
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 3.0])
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "shapes, order",
+    [
+        (((3, 5), (5, 4)), "CC"),  # two matrices
+        (((3, 5), (5, 4)), "TC"),  # a stored by columns (a backward's xᵀ g): cuBLAS's flag
+        (((3, 5), (5, 4)), "CT"),  # b stored by columns (g Wᵀ)
+        (((2, 3, 5), (2, 5, 4)), "CC"),  # stack times stack
+        (((2, 3, 5), (5, 4)), "CC"),  # a stack of rows times one matrix: folded into one GEMM
+        (((5,), (5, 4)), "CC"),  # a row vector (a bias's gradient 1ᵀ g)
+        (((3, 5), (5,)), "CC"),  # a column vector
+    ],
+)
+def test_half_products_summed_into_float32_on_a_gpu(half, shapes, order, monkeypatch):
+    """``backend.matmul(a, b, dtype=float32)`` on half arrays: the float32 sums themselves,
+    not rounded to the half type (the gradients tl.autocast sends to float32 parameters). On
+    (emulated) CuPy each is one cuBLAS call with a float32 result, a matrix stored by columns
+    read in place with the transpose flag (no copy launched). Against NumPy's float32 product
+    of the same half values: both sum the same exact products (a product of two halves is
+    exact in float32), perhaps in another order, so they agree to float32 rounding: k·2⁻²⁴ of
+    Σ|a||b| (k ≤ 5 terms here); a result rounded to the half type misses by up to 2⁻⁹."""
+    from tests import fake_cupy
+
+    if os.environ.get("TENSORLAB_TEST_DEVICE") != "cuda":
+        fake_cupy.install(monkeypatch)
+    cupy = tl.backend.cupy
+    dtype = tl.backend.as_dtype(half)
+    rng = np.random.default_rng(1)
+    stored = [
+        rng.uniform(-2, 2, s[::-1] if o == "T" else s).astype(dtype) for s, o in zip(shapes, order)
+    ]
+    host = [x.T if o == "T" else x for x, o in zip(stored, order)]
+    a, b = (cupy.asarray(x).T if o == "T" else cupy.asarray(x) for x, o in zip(stored, order))
+    assert [x.flags.c_contiguous for x in (a, b)] == [o == "C" for o in order]
+    fake_cupy.KERNELS.clear()
+    y = tl.backend.matmul(a, b, dtype=np.float32)
+    if tl.backend.cupy is fake_cupy.module:
+        assert dict(fake_cupy.KERNELS) == {"cublas.gemmStridedBatchedEx": 1}  # nothing copied
+    wide = [x.astype(np.float32) for x in host]
+    want = np.matmul(*wide)
+    assert y.dtype == np.float32 and y.shape == want.shape
+    bound = 5 * 2.0**-24 * np.matmul(*[np.abs(x) for x in wide])
+    assert np.all(np.abs(y.get() - want) <= bound)
+    assert not np.array_equal(want, want.astype(dtype).astype(np.float32))  # (the test can tell)
