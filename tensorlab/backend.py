@@ -97,7 +97,8 @@ def matmul(a, b, out=None, dtype=None):
     dtype = a.dtype if dtype is None else np.dtype(dtype)
     k = a.shape[-1]
     if xp is np or (a.size == k and b.size == k):  # (one entry: CuPy's half reduction, widened)
-        product = np.matmul(a, b, dtype=acc) if xp is np else xp.matmul(a.astype(acc), b.astype(acc))
+        wide = (a, b) if xp is np else (a.astype(acc), b.astype(acc))
+        product = xp.matmul(*wide, dtype=acc)
         if out is None:
             return product.astype(dtype, copy=False)
         out[...] = product
