@@ -97,8 +97,10 @@ def matmul(a, b, out=None, dtype=None):
     dtype = a.dtype if dtype is None else np.dtype(dtype)
     k = a.shape[-1]
     if xp is np or (a.size == k and b.size == k):  # (one entry: CuPy's half reduction, widened)
-        wide = (a, b) if xp is np else (a.astype(acc), b.astype(acc))
-        product = xp.matmul(*wide, dtype=acc)
+        if xp is np:
+            product = xp.matmul(a, b, dtype=acc)
+        else:
+            product = xp.matmul(a.astype(acc), b.astype(acc))
         if out is None:
             return product.astype(dtype, copy=False)
         out[...] = product
