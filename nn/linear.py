@@ -61,14 +61,16 @@ class LinearFn(Function):
         xa, Wa = ctx.operands if ctx.params.get("dtype") else (x.data, W.data)
         x2, W2 = _as_matrices(xa, Wa, ctx.params.get("in_dims", 1))
         g2 = g.data.reshape(x2.shape[0], W2.shape[1])
-        products = [partial(matmul, dtype=x.dtype), partial(matmul, dtype=W.dtype)]
-        gW = None
-        if W.requires_grad and W2.shape != Wa.shape:  # written in W's shape (a reshaped result
-            gW = xp_of(g2).empty(Wa.shape, W.dtype)  # would be a view: copied as a .grad)
-            products[1] = partial(matmul, out=gW.reshape(W2.shape), dtype=W.dtype)
-        gx, gW2 = matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, products)
-        gx = None if gx is None else gx.reshape(xa.shape)
-        gW = gW2 if gW is None else gW
+        # dx and dW written straight into arrays of x's and W's shapes and dtypes (a reshaped
+        # result would be a view, which the engine copies before keeping it as a .grad)
+        xp = xp_of(g2)
+        gx = xp.empty(xa.shape, x.dtype) if x.requires_grad else None
+        gW = xp.empty(Wa.shape, W.dtype) if W.requires_grad else None
+        products = [
+            partial(matmul, out=None if out is None else out.reshape(shape), dtype=t.dtype)
+            for out, shape, t in ((gx, x2.shape, x), (gW, W2.shape, W))
+        ]
+        matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, products)
         need_b = len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad
         # Σ_rows g: 1ᵀ g, a gemv, summed in (at least) float32 and returned in b's dtype
         gb = array_math(g2).sum(g2, axis=0, dtype=ctx.inputs[2].dtype) if need_b else None

@@ -1891,10 +1891,10 @@ MUTANTS = {
             "LinearFn under autocast: db summed into the half type",
         ),
         (
-            "linear-dw-not-written-in-place",
-            "products[1] = partial(matmul, out=gW.reshape(W2.shape), dtype=W.dtype)",
-            "products[1] = partial(matmul, dtype=W.dtype)",
-            "LinearFn with in_dims: dW left as the empty array meant to receive it",
+            "linear-grads-not-written-in-place",
+            "partial(matmul, out=None if out is None else out.reshape(shape), dtype=t.dtype)",
+            "partial(matmul, dtype=t.dtype)",
+            "LinearFn: dx and dW left as the empty arrays meant to receive them",
         ),
     ],
     "nn/norm.py": [

@@ -123,3 +123,45 @@ def test_linear_with_zero_features_or_rows_is_pytorchs(x_shape, w_shape):
         gx, gW, gb = tl.grad(y.sum(), [x, W, b], create_graph=create_graph, retain_graph=True)
         assert gx.shape == x_shape and gW.shape == w_shape
         np.testing.assert_array_equal(gb.numpy(), np.full(4, np.prod(x_shape[:-1])))
+
+
+@pytest.mark.parametrize("autocast", [None, "bfloat16", "float16"])
+@pytest.mark.parametrize("in_dims", [1, 2])
+def test_on_a_gpu_a_linear_step_launches_its_products_and_nothing_else(
+    autocast, in_dims, monkeypatch
+):
+    """On CuPy emulated by NumPy (tests/fake_cupy.py counts launches): the forward is one
+    product and one bias add, inside tl.autocast two roundings more (x and W, by LinearFn
+    itself: no Cast nodes); the backward is dx, dW and db, one launch each, also inside
+    autocast (float32 gradients come out of cuBLAS as float32: no widening launch). Storing
+    the gradients copies nothing: dW is written in W's own shape (in_dims = 2 too), db is a
+    fresh array (a reshaped one is a view, which the engine copies before keeping it)."""
+    if autocast is not None and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    from tests import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    rng = np.random.default_rng(0)
+    w_shape = (3, 4, 5) if in_dims == 2 else (12, 5)
+    x, W, b = (
+        tl.tensor(rng.standard_normal(s).astype(np.float32), device="cuda", requires_grad=True)
+        for s in ((2, 6, *w_shape[:in_dims]), w_shape, (5,))
+    )
+    for _ in range(2):  # (the second step: db's vector of ones is made on the first)
+        for t in (x, W, b):
+            t.grad = None
+        fake_cupy.KERNELS.clear()
+        with tl.autocast(autocast):
+            y = F.linear(x, W, b, in_dims=in_dims)
+        forward = dict(fake_cupy.KERNELS)
+        g = tl.tensor(np.ones(y.shape, y.dtype), device="cuda")
+        fake_cupy.KERNELS.clear()
+        y.backward(g)
+        backward = dict(fake_cupy.KERNELS)
+    if autocast is None:
+        assert forward == {"matmul": 1, "iadd": 1}
+        assert backward == {"matmul": 3}
+    else:
+        assert forward == {"ndarray.astype": 2, "matmul": 1, "iadd": 1}
+        assert backward == {"cublas.gemmStridedBatchedEx": 3}
+    assert all(t.grad.dtype == np.float32 and t.grad.shape == t.shape for t in (x, W, b))
