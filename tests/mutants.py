@@ -1696,6 +1696,12 @@ MUTANTS = {
     ],
     "tensorlab/ops/shape.py": [
         (
+            "sum-to-reshaped-view",
+            "return total if total.shape == shape else total.reshape(shape)",
+            "return total.reshape(shape)",
+            "SumTo: the rows' sum reshaped to its own shape (a view: copied when kept as .grad)",
+        ),
+        (
             "permute-not-inverse",
             "inverse[ax % len(ctx.axes)] = i",
             "inverse[i] = ax % len(ctx.axes)",

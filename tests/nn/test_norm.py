@@ -176,8 +176,10 @@ def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch
     """On CuPy arrays a norm runs its two formulas (nn/norm.py: LayerNormFn, RMSNormFn) with
     CuPy's operations: on CuPy emulated by NumPy (tests/fake_cupy.py) the values and gradients
     are bitwise those of the CPU (bfloat16 inputs too: both compute in float32 and round once),
-    and in float64 the gradients pass gradcheck. (A row formula is not one compiled kernel:
-    cupy.fuse cannot fuse work after a reduction, so each operation is a launch.)"""
+    and in float64 the gradients pass gradcheck; the parameters' gradients are stored without
+    a copy (a sum over rows reshaped to its own shape would be a view). (A row formula is not
+    one compiled kernel: cupy.fuse cannot fuse work after a reduction, so each operation is a
+    launch.)"""
     from tests import fake_cupy
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
@@ -205,6 +207,8 @@ def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch
     for a, b in zip(gpu, cpu):
         np.testing.assert_array_equal(a, b)
     assert all(sum(k.values()) > 0 for k in launches)  # it ran on the (emulated) GPU
+    # the gains' and biases' gradients (sums over the rows) are kept as they come: no copy
+    assert "ndarray.copy" not in launches[1], launches[1]
     if dtype == "float64":
         tl.gradcheck(fn, [tl.tensor(a, device="cuda", requires_grad=True) for a in arrays])
 

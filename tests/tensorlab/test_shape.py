@@ -87,6 +87,28 @@ def test_broadcast_gradient_sums_copies():
     np.testing.assert_array_equal(x.grad.numpy(), [[5.0], [5.0]])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_a_gpu_a_broadcast_gradient_is_kept_without_a_copy(dtype, monkeypatch):
+    """A bias broadcast over rows gets its gradient as one sum over the rows (a gemv); kept as
+    its .grad as it comes, with no copy launched (a sum reshaped to its own shape would be a
+    view, which the engine copies before keeping). On CuPy emulated by NumPy, which counts
+    launches (tests/fake_cupy.py)."""
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    from tests import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    b = tl.tensor(np.arange(4.0), device="cuda").astype(dtype).requires_grad_()
+    x = tl.tensor(np.ones((3, 4)), device="cuda").astype(dtype)
+    for _ in range(2):  # counted the second time: the first makes the gemv's vector of ones
+        b.grad = None
+        y, g = x + b, tl.ones(3, 4, device="cuda").astype(dtype)
+        fake_cupy.KERNELS.clear()
+        y.backward(g)
+    assert dict(fake_cupy.KERNELS) == {"matmul": 1}
+    np.testing.assert_array_equal(b.grad.numpy().astype(np.float32), [3.0] * 4)
+
+
 @given(x=small_shapes.flatmap(values), data=st.data())
 def test_squeeze_unsqueeze(x, data):
     ones = [i for i, n in enumerate(x.shape) if n == 1]
