@@ -79,7 +79,7 @@ class LinearFn(Function):
     @staticmethod
     def composed(x, W, *b, in_dims=1, dtype=None):
         if dtype is not None:
-            x, W = (autocast_inputs(t, dtype=dtype)[0] for t in (x, W))
+            x, W = autocast_inputs(x, W, dtype=dtype)
         x2, W2 = _as_matrices(x, W, in_dims)
         y = x2 @ W2
         if b:

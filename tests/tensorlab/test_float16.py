@@ -201,7 +201,7 @@ def test_batched_half_products_on_a_gpu_sum_in_float32(half, shapes, monkeypatch
 )
 def test_batched_half_products_on_a_gpu_are_cublas_calls_in_float32(half, shapes, monkeypatch):
     """Stacks of half matrices on (emulated) CuPy go to cuBLAS in one strided batched call
-    (tensorlab/backend.py: _half_batched; tests/fake_cupy.py emulates cuBLAS from its manual:
+    (tensorlab/backend.py: _half_cublas; tests/fake_cupy.py emulates cuBLAS from its manual:
     matrices stored by columns, so the arguments' order and leading dimensions matter). On
     random values, against the CPU's product in float32 rounded once: both sum the same
     float32 products, perhaps in another order, so they may differ by one rounding of the
