@@ -12,6 +12,7 @@ import nn
 import nn.functional as F
 import tensorlab as tl
 from nn.amp import GradScaler
+from nn.linear import LinearFn
 from nn.optim import SGD
 
 pytestmark = pytest.mark.skipif(tl.bfloat16 is None, reason="bfloat16 needs ml_dtypes")
@@ -117,6 +118,31 @@ def test_linear_under_autocast_rounds_its_operands_itself(half, in_dims):
         value = got.numpy().reshape(want[0].shape)
         assert np.all(np.abs(value - want[0]) <= terms * 2.0**-24 * want[1])
         assert not np.array_equal(value, value.astype(dtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("half", HALVES)
+def test_linear_under_autocast_equals_its_composed_form(half):
+    """LinearFn's composed form (what create_graph differentiates) with autocast's dtype
+    rounds x and W through Cast nodes and adds b in float32 before rounding: the same numbers
+    as the op, bit for bit. Its gradients are the Cast nodes' (dx, dW rounded to the half type
+    and widened), so they agree with the op's float32 ones to half a unit of the half type."""
+    rng = np.random.default_rng(3)
+    x, W, b = (
+        tl.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+        for s in ((4, 6), (6, 3), (3,))
+    )
+    with tl.autocast(half):
+        y = F.linear(x, W, b)
+    z = LinearFn.composed(x, W, b, dtype=np.dtype(half))
+    assert z.dtype == y.dtype == np.dtype(half)
+    np.testing.assert_array_equal(z.numpy(), y.numpy())
+    g = tl.tensor(rng.standard_normal((4, 3)).astype(half))
+    fused = tl.autograd.grad(y, [x, W, b], g)
+    composed = tl.autograd.grad(z, [x, W, b], g)
+    ulp = 2.0**-8 if half == "bfloat16" else 2.0**-11
+    for a, c in zip(fused, composed):
+        assert a.dtype == c.dtype == np.float32
+        np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=ulp, atol=0)
 
 
 def test_autocast_needs_a_half_dtype_and_nests():
