@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from math import prod as math_prod
 
 import numpy as np
 
@@ -337,23 +338,26 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         return _rounded(out, half, shape)
 
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
-        """The compiled kernel, half inputs computed in float32 and rounded back. A row kernel
-        runs as CuPy's operations, one launch each: cupy.fuse cannot fuse work that follows a
-        reduction."""
+        """The compiled kernel. Half inputs are computed in float32 and rounded back: by the
+        kernel itself as it reads and writes them (:func:`half_source`, one launch), or, for a
+        row kernel, which runs as CuPy's operations, one launch each (cupy.fuse cannot fuse
+        work that follows a reduction), by a cast on either side."""
+        if kw and not self.rows:  # the compiled kernels take positional arguments only
+            bound = self._signature.bind(None, *args, **kw)
+            bound.apply_defaults()
+            args, kw = bound.args[1:], {}
+        ref = max((a for a in args if hasattr(a, "dtype")), key=lambda a: a.size)
+        half = ref.dtype if self.widen and ref.dtype in HALF else None
+        if half is not None and not self.rows:
+            return _run_half(self, args, half, ref.shape)
         if self._compiled is None:
             self._compiled = (
                 on_cupy(self.math, backend.cupy)
                 if self.rows
                 else _compile(self.math, self.__name__)
             )
-        ref = max((a for a in args if hasattr(a, "dtype")), key=lambda a: a.size)
-        half = ref.dtype if self.widen and ref.dtype in HALF else None
         if half is not None:
             args = tuple(_widened(a) for a in args)
-        if kw and not self.rows:  # cupy.fuse takes positional arguments only
-            bound = self._signature.bind(None, *args, **kw)
-            bound.apply_defaults()
-            args, kw = bound.args[1:], {}
         return self._rounded_back(self._compiled(*args, **kw), half, ref.shape)
 
     def each(self, arrays: Sequence[Sequence], *scalars) -> None:
@@ -450,6 +454,119 @@ def on_cupy(math: Callable, cupy) -> Callable:
 
 def _compile(math: Callable, name: str):  # pragma: no cover - needs a GPU
     return backend.cupy.fuse(kernel_name=name)(on_cupy(math, backend.cupy))
+
+
+# ------------------------------------------------------------------ half arrays, one launch
+# cupy.fuse compiles a kernel for the dtypes it is called with, but has no bfloat16 ``astype``
+# (its table of casts lists NumPy's own types), so a kernel cannot widen its half inputs
+# itself there. The half runner compiles the kernel's float32 operation, as cupy.fuse traces
+# it, into a loop of its own that converts in registers: each half input read as float, each
+# float32 output (but the last ``keep``: what a forward saves) rounded to the half type as it
+# is written. One launch, where widening and rounding outside the kernel were one launch per
+# half input and per output more.
+
+
+def half_dtypes(out_dtypes: Sequence, half, keep: int, rounds: bool = True) -> list:
+    """The dtypes a kernel's outputs are written in on half inputs: float32 ones in ``half``,
+    but the last ``keep`` (and none when not ``rounds``: no output has the inputs' shape)."""
+    n = len(out_dtypes) - keep
+    return [
+        half if rounds and i < n and np.dtype(d) == np.float32 else np.dtype(d)
+        for i, d in enumerate(out_dtypes)
+    ]
+
+
+def _run_half(kernel: fused, args: tuple, half, ref_shape: tuple):
+    """``kernel`` on CuPy arguments with half arrays among them, as one launch (see above):
+    every array brought to the arguments' broadcast shape as a contiguous array (a copy only
+    for one that is not already), then the half runner's kernel."""
+    cupy = backend.cupy
+    shape = np.broadcast_shapes(*(a.shape for a in args if hasattr(a, "dtype")))
+    args = tuple(
+        a
+        if not hasattr(a, "dtype") or (a.shape == shape and a.flags.c_contiguous)
+        else cupy.ascontiguousarray(cupy.broadcast_to(a, shape))
+        for a in args
+    )
+    kinds = tuple(a.dtype if hasattr(a, "dtype") else type(a) for a in args)
+    rounds = shape == ref_shape
+    launch = _half_kernel(kernel.math, kernel.__name__, kinds, half, kernel.keep, rounds)
+    return launch(args, shape)
+
+
+def half_source(elementwise, kinds: tuple, out_dtypes: list) -> str:
+    """The CUDA source of a kernel's half runner: ``elementwise`` is CuPy's trace of it on
+    float32 arrays in place of the half ones (:func:`trace`); ``kinds`` are the arguments'
+    dtypes (arrays) or Python types (numbers, passed by value); the outputs are written in
+    ``out_dtypes``. A grid-stride loop over the elements binds each input as a local variable
+    (a half one converted to float), runs the traced operation, and writes each output
+    converted to its dtype."""
+    from cupy._core import _scalar, core
+
+    types: set = set()  # the headers of the types used (CuPy's float16 and bfloat16 classes)
+    params, binds, writes = [], [], []
+    for p, kind in zip(elementwise.in_params, kinds):
+        if not p.is_const:
+            raise TypeError(f"{elementwise.name}: the half runner cannot update {p.name} in place")
+        if isinstance(kind, np.dtype):
+            params.append(f"const {_scalar.get_typename(kind, types)}* _in_{p.name}")
+            binds.append(f"    const {p.ctype} {p.name} = ({p.ctype})_in_{p.name}[i];")
+        else:
+            params.append(f"{p.ctype} {p.name}")
+    for p, dtype in zip(elementwise.out_params, out_dtypes):
+        ctype = _scalar.get_typename(np.dtype(dtype), types)
+        params.append(f"{ctype}* _out_{p.name}")
+        binds.append(f"    {p.ctype} {p.name};")
+        writes.append(f"    _out_{p.name}[i] = ({ctype}){p.name};")
+    headers = "".join(f"#include <{h}>\n" for h in core._cupy_header_list)
+    headers += _scalar.format_type_decls(types)
+    return (
+        f"{headers}{elementwise.preamble}\n"
+        f'extern "C" __global__ void {elementwise.name}_half({", ".join(params)}, long long n) '
+        "{\n"
+        "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+        "       i += (long long)blockDim.x * gridDim.x) {\n"
+        + "\n".join(binds)
+        + f"\n{elementwise.operation}\n"
+        + "\n".join(writes)
+        + "\n  }\n}\n"
+    )
+
+
+@functools.cache
+def _half_kernel(
+    math: Callable, name: str, kinds: tuple, half, keep: int, rounds: bool
+):  # pragma: no cover
+    """``launch(args, shape)`` running ``math``'s half kernel for arguments of these ``kinds``
+    (contiguous arrays of ``shape``, and numbers), returning its outputs (a tuple for more
+    than one). Traced on float32 in place of the half dtypes, compiled once per signature
+    (tests/fake_cupy.py puts an emulation of it in its place)."""
+    cupy = backend.cupy
+    wide = tuple(
+        cupy.empty(1, np.float32 if kind in HALF else kind)
+        if isinstance(kind, np.dtype)
+        else kind(0)
+        for kind in kinds
+    )
+    elementwise = trace(math, wide, name)
+    outs = half_dtypes([p.dtype for p in elementwise.out_params], half, keep, rounds)
+    kernel = cupy.RawKernel(half_source(elementwise, kinds, outs), f"{name}_half")
+    numbers = {
+        i: np.dtype(p.dtype).type
+        for i, (p, kind) in enumerate(zip(elementwise.in_params, kinds))
+        if not isinstance(kind, np.dtype)
+    }
+
+    def launch(args, shape):
+        results = [cupy.empty(shape, dtype) for dtype in outs]
+        n = math_prod(shape)
+        if n:
+            values = tuple(numbers[i](a) if i in numbers else a for i, a in enumerate(args))
+            blocks = min(-(-n // THREADS), 65535)
+            kernel((blocks,), (THREADS,), (*values, *results, np.int64(n)))
+        return tuple(results) if len(results) > 1 else results[0]
+
+    return launch
 
 
 # ------------------------------------------------------------------ many tensors, one launch

@@ -571,6 +571,41 @@ def _each_kernel(math, dtypes, scalar_types, total):
     return launch
 
 
+def _half_kernel(math, name, kinds, half, keep, rounds):
+    """A kernel's half runner (tensorlab/fused.py: ``_half_kernel``), which CuPy would compile
+    from the function traced on float32: here the function runs on the arguments' values,
+    each half array widened to float32 (as the CUDA code converts each element it reads), and
+    its outputs are rounded to the dtypes the library chose (``fused.half_dtypes``). The
+    runner's promise, contiguous arrays of the launch's shape, is checked. Counted as one
+    launch."""
+    from tensorlab.fused import HALF, NUMPY, half_dtypes
+
+    def launch(args, shape):
+        _kernel(f"fused half {name}")
+        values = []
+        for a, kind in zip(args, kinds):
+            if isinstance(kind, np.dtype):
+                if not isinstance(a, ndarray) or a.shape != shape or not a.flags.c_contiguous:
+                    raise ValueError(f"fused half {name}: an argument not of {shape}")
+                values.append(a._a.astype(np.float32) if kind in HALF else a._a)
+            else:
+                values.append(a)
+        _FUSING[0] += 1
+        try:
+            out = math(NUMPY, *values)
+        finally:
+            _FUSING[0] -= 1
+        outs = out if isinstance(out, tuple) else (out,)
+        dtypes = half_dtypes([np.asarray(o).dtype for o in outs], half, keep, rounds)
+        results = [
+            _wrap(np.ascontiguousarray(np.broadcast_to(o, shape)).astype(d))
+            for o, d in zip(outs, dtypes)
+        ]
+        return tuple(results) if len(results) > 1 else results[0]
+
+    return launch
+
+
 def _at_address(address, n, dtype) -> np.ndarray:
     """The n elements of ``dtype`` at ``address`` as a NumPy array (writable, no copy)."""
     dtype = np.dtype(dtype)
@@ -711,9 +746,11 @@ def install(monkeypatch=None) -> None:
         sys.modules.update(modules)
         backend.cupy = module
         fused._each_kernel = _each_kernel
+        fused._half_kernel = _half_kernel
         return
     for name, value in modules.items():
         monkeypatch.setitem(sys.modules, name, value)
     monkeypatch.setattr(backend, "cupy", module)
     monkeypatch.setattr(fused, "_each_kernel", _each_kernel)
+    monkeypatch.setattr(fused, "_half_kernel", _half_kernel)
     monkeypatch.setattr(backend, "_generators", dict(backend._generators))

@@ -1120,6 +1120,24 @@ MUTANTS = {
     ],
     "tensorlab/fused.py": [
         (
+            "half-runner-rounds-saved",
+            "    n = len(out_dtypes) - keep",
+            "    n = len(out_dtypes)",
+            "half runner: what a forward saves for its backward rounded to the half type",
+        ),
+        (
+            "half-runner-not-taken",
+            "        if half is not None and not self.rows:",
+            "        if False:",
+            "fused kernel on half arrays on a GPU: casts launched on either side of the kernel",
+        ),
+        (
+            "half-runner-rounds-other-shapes",
+            "half if rounds and i < n and np.dtype(d) == np.float32 else np.dtype(d)",
+            "half if i < n and np.dtype(d) == np.float32 else np.dtype(d)",
+            "half runner: outputs of another shape than the inputs' rounded too",
+        ),
+        (
             "sum-rows-mean",
             "return backend.matmul(self._ones_of(x, x.shape[0]), x, dtype=dtype)",
             "return backend.matmul(self._ones_of(x, x.shape[0]), x, dtype=dtype) / x.shape[0]",

@@ -22,6 +22,7 @@ import pytest
 import gpt
 import nn
 import tensorlab
+import tensorlab as tl
 from tensorlab.fused import NUMPY, each_source, fused
 from tensorlab.fused_op import fused_functions
 from tests import cuda_compile
@@ -123,6 +124,35 @@ def test_kernel_traces_keeps_its_dtype_and_compiles(name, form, dtype):
 
     cubin = cuda_compile.compile_cubin(cuda_compile.source(elementwise, args), name)
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF file of GPU code
+
+
+# The kernels a fused op runs on half arrays (widen=True): their half runner's source.
+HALF_RUNS = [(name, form) for name, form in CASES if KERNELS[name].widen]
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("name", "form"), HALF_RUNS)
+def test_a_kernel_on_half_arrays_compiles_with_its_casts_inside(name, form, half):
+    """A fused op's kernel on float16 or bfloat16 arrays (tensorlab/fused.py: half_source):
+    traced on float32, then each half array read through a pointer to CuPy's half type and
+    converted to float, each float32 output but the saved ones written converted to the half
+    type, in one grid-stride loop. Compiled by NVRTC for the H100: CuPy's half classes convert
+    to and from float (bfloat16 needs its header)."""
+    from tensorlab.fused import half_dtypes, half_source
+
+    kernel = KERNELS[name]
+    half = tl.backend.as_dtype(half)
+    kinds = tuple(half if kind == "a" else float for kind in form)
+    wide = call_args(form, "float32", device=True)
+    elementwise = cuda_compile.trace(kernel, wide)
+    outs = half_dtypes([p.dtype for p in elementwise.out_params], half, kernel.keep)
+    assert outs[: len(outs) - kernel.keep] == [half] * (len(outs) - kernel.keep)
+    assert outs[len(outs) - kernel.keep :] == [np.dtype(np.float32)] * kernel.keep
+    code = half_source(elementwise, kinds, outs)
+    reads = code.count("* _in_v")
+    assert reads == form.count("a") and code.count("(float)_in_v") == reads
+    cubin = cuda_compile.compile_cubin(code, f"{name}_half")
+    assert cubin[:4] == b"\x7fELF"
 
 
 # The kernels the library runs over lists of tensors with .each (one launch for all of them) or

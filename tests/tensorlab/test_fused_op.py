@@ -92,3 +92,46 @@ def test_half_inputs_are_computed_in_float32_and_rounded_back(op):
     else:  # one number per row (a loss): float32, as computed
         assert y16.dtype == np.float32
         np.testing.assert_array_equal(y16, y32)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", [op for op in OPS if not op.rows], ids=lambda op: op.__name__)
+def test_on_a_gpu_an_elementwise_op_on_half_arrays_is_one_launch_each_way(
+    op, half, monkeypatch, numpy_kernels
+):
+    """On CuPy, an elementwise fused op on half arrays runs its half runner (tensorlab/fused.py:
+    half_source): the traced float32 formula reads each half input as float and writes the
+    result rounded, in the kernel, so the forward and the backward are one launch each, with
+    no cast launched on either side (cupy.fuse has no bfloat16 cast). What the forward saves
+    stays float32. On CuPy emulated by NumPy (tests/fake_cupy.py counts launches), the values
+    and gradients equal those of the CPU's NumPy runner bit for bit (both compute in float32
+    and round once)."""
+    if half == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    from tests import fake_cupy
+
+    arrays, numbers = signature(op)
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(-3, 3, (5, 8)).astype(half) for _ in arrays]
+    g = rng.uniform(-1, 1, (5, 8)).astype(half)
+
+    def run(device):
+        ins = [tl.tensor(a, device=device, requires_grad=True) for a in values]
+        fake_cupy.KERNELS.clear()
+        y = op.apply(*ins, **numbers)
+        forward = dict(fake_cupy.KERNELS)
+        saved, grad = (y.grad_fn.saved if op.saves else ()), tl.tensor(g, device=device)
+        fake_cupy.KERNELS.clear()
+        y.backward(grad)
+        backward = dict(fake_cupy.KERNELS)
+        assert all(s.dtype == np.float32 for s in saved)
+        return [y.numpy()] + [t.grad.numpy() for t in ins], (forward, backward)
+
+    cpu, _ = run("cpu")
+    fake_cupy.install(monkeypatch)
+    gpu, (forward, backward) = run("cuda")
+    assert forward == {f"fused half {op.__name__}_forward": 1}
+    assert backward == {f"fused half {op.__name__}_backward": 1}
+    for a, b in zip(gpu, cpu):
+        assert a.dtype == b.dtype == np.dtype(half)
+        np.testing.assert_array_equal(a, b)
