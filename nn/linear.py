@@ -61,14 +61,15 @@ class LinearFn(Function):
         xa, Wa = ctx.operands if ctx.params.get("dtype") else (x.data, W.data)
         x2, W2 = _as_matrices(xa, Wa, ctx.params.get("in_dims", 1))
         g2 = g.data.reshape(x2.shape[0], W2.shape[1])
-        # dx and dW written straight into arrays of x's and W's shapes and dtypes (a reshaped
-        # result would be a view, which the engine copies before keeping it as a .grad)
+        # dx and dW written straight into arrays of x's and W's shapes and dtypes (float32 sums
+        # of half products unrounded; a reshaped result would be a view, which the engine
+        # copies before keeping it as a .grad)
         xp = xp_of(g2)
         gx = xp.empty(xa.shape, x.dtype) if x.requires_grad else None
         gW = xp.empty(Wa.shape, W.dtype) if W.requires_grad else None
         products = [
-            partial(matmul, out=None if out is None else out.reshape(shape), dtype=t.dtype)
-            for out, shape, t in ((gx, x2.shape, x), (gW, W2.shape, W))
+            partial(matmul, out=None if out is None else out.reshape(shape))
+            for out, shape in ((gx, x2.shape), (gW, W2.shape))
         ]
         matmul_grads(x2, W2, g2, x.requires_grad, W.requires_grad, products)
         need_b = len(ctx.inputs) == 3 and ctx.inputs[2].requires_grad

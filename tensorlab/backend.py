@@ -82,9 +82,9 @@ def as_dtype(dtype) -> np.dtype:
 
 def matmul(a, b, out=None, dtype=None):
     """a @ b (written into ``out`` when given); two float16 (or two bfloat16) arrays give a
-    result whose products are summed in float32 and rounded once into ``dtype``: the operands'
-    own by default, or float32 to keep the sums unrounded (the gradients that autocast sends
-    to float32 parameters, nn/linear.py). NumPy is asked for a float32 product (its own
+    result whose products are summed in float32 and rounded once into ``dtype`` (default:
+    ``out``'s, else the operands'): float32 keeps the sums unrounded (the gradients that
+    autocast sends to float32 parameters, nn/linear.py). NumPy is asked for a float32 product (its own
     float16 matmul has no BLAS; its bfloat16 one returns float32). cuBLAS sums CuPy's half
     matrices of two axes in float32 by itself, on the tensor cores, so those are taken as they
     are when the result is in their dtype; a product of one entry (which CuPy sums in the half
@@ -94,7 +94,7 @@ def matmul(a, b, out=None, dtype=None):
     acc = acc_dtype(a) if a.dtype == b.dtype else None  # half @ float32 is a float32 product
     if acc is None:
         return xp.matmul(a, b, out=out)
-    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    dtype = np.dtype(dtype or (a.dtype if out is None else out.dtype))
     k = a.shape[-1]
     if xp is np or (a.size == k and b.size == k):  # (one entry: CuPy's half reduction, widened)
         if xp is np:

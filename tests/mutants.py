@@ -1898,9 +1898,9 @@ MUTANTS = {
         ),
         (
             "linear-autocast-grads-rounded",
-            "products = [partial(matmul, dtype=x.dtype), partial(matmul, dtype=W.dtype)]",
-            "products = [matmul, matmul]",
-            "LinearFn under autocast: dx and dW rounded to the half type (then widened)",
+            "gx = xp.empty(xa.shape, x.dtype) if x.requires_grad else None",
+            "gx = xp.empty(xa.shape, g2.dtype) if x.requires_grad else None",
+            "LinearFn under autocast: dx rounded to the half type (then widened)",
         ),
         (
             "linear-autocast-unrounded-operands",
@@ -1916,8 +1916,8 @@ MUTANTS = {
         ),
         (
             "linear-grads-not-written-in-place",
-            "partial(matmul, out=None if out is None else out.reshape(shape), dtype=t.dtype)",
-            "partial(matmul, dtype=t.dtype)",
+            "partial(matmul, out=None if out is None else out.reshape(shape))",
+            "partial(matmul)",
             "LinearFn: dx and dW left as the empty arrays meant to receive them",
         ),
     ],
