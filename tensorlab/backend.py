@@ -84,8 +84,8 @@ def matmul(a, b, out=None, dtype=None):
     """a @ b (written into ``out`` when given); two float16 (or two bfloat16) arrays give a
     result whose products are summed in float32 and rounded once into ``dtype`` (default:
     ``out``'s, else the operands'): float32 keeps the sums unrounded (the gradients that
-    autocast sends to float32 parameters, nn/linear.py). NumPy is asked for a float32 product (its own
-    float16 matmul has no BLAS; its bfloat16 one returns float32). cuBLAS sums CuPy's half
+    autocast sends to float32 parameters, nn/linear.py). NumPy is asked for a float32 product
+    (its own float16 matmul has no BLAS; its bfloat16 one returns float32). cuBLAS sums CuPy's half
     matrices of two axes in float32 by itself, on the tensor cores, so those are taken as they
     are when the result is in their dtype; a product of one entry (which CuPy sums in the half
     dtype) is widened, and the other products go to cuBLAS in one call (:func:`_half_cublas`:

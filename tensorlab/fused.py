@@ -519,7 +519,7 @@ def half_source(elementwise, kinds: tuple, out_dtypes: list) -> str:
         binds.append(f"    {p.ctype} {p.name};")
         writes.append(f"    _out_{p.name}[i] = ({ctype}){p.name};")
     headers = "".join(f"#include <{h}>\n" for h in core._cupy_header_list)
-    headers += _scalar.format_type_decls(types)
+    headers += _scalar.format_type_decls(types)  # (the half types' headers)
     return (
         f"{headers}{elementwise.preamble}\n"
         f'extern "C" __global__ void {elementwise.name}_half({", ".join(params)}, long long n) '

@@ -1211,8 +1211,8 @@ MUTANTS = {
         ),
         (
             "each-sum-no-type-header",
-            "    headers += _scalar.format_type_decls(types)",
-            '    headers += ""',
+            "    headers += _scalar.format_type_decls(types)\n    source = (",
+            '    headers += ""\n    source = (',
             ".each sources: no header for bfloat16 (does not compile)",
         ),
     ],
