@@ -341,3 +341,34 @@ def test_reductions_are_sums_and_means(dtype, shape, data):
         assert got.dtype == dtype and got.shape == expect.shape
         bound = 2 * (n + 1) * u * abs_sum + np.finfo(dtype).tiny
         assert (np.abs(got - expect) <= bound).all(), (got, expect, bound)
+
+
+@fused(widen=True)
+def outer_sum(xp, a, b):
+    """Two arrays that broadcast against each other: a (n, 1) and b (1, m)."""
+    return a + b, a * b
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_on_a_gpu_half_arrays_broadcast_and_round_as_on_the_cpu(half, monkeypatch, numpy_kernels):
+    """A widening kernel on half arrays that broadcast against each other: on the GPU's half
+    runner (one launch, tensorlab/fused.py: _run_half) the arrays are brought to the common
+    shape first, and an output is rounded to the half type when it has the shape of the
+    largest input, as on the CPU (the NumPy runner): here a + b and a b, of shape (3, 4), not
+    b's (1, 4), stay float32 on both. The same numbers and dtypes on CuPy emulated by NumPy as
+    on NumPy."""
+    if half == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    from tests import fake_cupy
+
+    a = (np.arange(3.0).reshape(3, 1) / 3).astype(half)
+    b = (np.arange(4.0).reshape(1, 4) / 7).astype(half)
+    cpu = outer_sum(a, b)
+    fake_cupy.install(monkeypatch)
+    gpu = outer_sum(tl.tensor(a, device="cuda").data, tl.tensor(b, device="cuda").data)
+    for c, g in zip(cpu, gpu):
+        assert g.dtype == c.dtype and g.shape == (3, 4)
+        np.testing.assert_array_equal(g.get(), c)
+    assert cpu[0].dtype == np.float32  # (no output has the largest input's shape)
+    same = outer_sum(tl.tensor(a, device="cuda").data, tl.tensor(a.T, device="cuda").data.T)
+    assert same[0].dtype == np.dtype(half)  # (a (3, 1) with a (3, 1): rounded)
