@@ -21,6 +21,8 @@ defaults.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -105,7 +107,9 @@ def test_on_a_gpu_an_elementwise_op_on_half_arrays_is_one_launch_each_way(
     no cast launched on either side (cupy.fuse has no bfloat16 cast). What the forward saves
     stays float32. On CuPy emulated by NumPy (tests/fake_cupy.py counts launches), the values
     and gradients equal those of the CPU's NumPy runner bit for bit (both compute in float32
-    and round once)."""
+    and round once). With TENSORLAB_TEST_DEVICE=cuda it runs on the GPU's CuPy, whose erf,
+    exp and tanh may differ from NumPy's by float32 ulps: there they agree to one unit of the
+    half type (2⁻⁷ relative in bfloat16, 2⁻¹⁰ in float16), and launches are not counted."""
     if half == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 needs ml_dtypes")
     from tests import fake_cupy
@@ -128,10 +132,17 @@ def test_on_a_gpu_an_elementwise_op_on_half_arrays_is_one_launch_each_way(
         return [y.numpy()] + [t.grad.numpy() for t in ins], (forward, backward)
 
     cpu, _ = run("cpu")
-    fake_cupy.install(monkeypatch)
+    real = os.environ.get("TENSORLAB_TEST_DEVICE") == "cuda"
+    if not real:
+        fake_cupy.install(monkeypatch)
     gpu, (forward, backward) = run("cuda")
-    assert forward == {f"fused half {op.__name__}_forward": 1}
-    assert backward == {f"fused half {op.__name__}_backward": 1}
+    if not real:
+        assert forward == {f"fused half {op.__name__}_forward": 1}
+        assert backward == {f"fused half {op.__name__}_backward": 1}
+    ulp = 2.0**-7 if half == "bfloat16" else 2.0**-10
     for a, b in zip(gpu, cpu):
         assert a.dtype == b.dtype == np.dtype(half)
-        np.testing.assert_array_equal(a, b)
+        if real:
+            np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=ulp)
+        else:
+            np.testing.assert_array_equal(a, b)
