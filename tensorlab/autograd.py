@@ -409,9 +409,11 @@ def is_grad_enabled() -> bool:
 
 class autocast(function.Switch):
     """Mixed precision: inside this block, matrix products (``a @ b``, ``tl.einsum``,
-    ``nn.functional.linear``) cast their floating inputs to ``dtype`` ("bfloat16" or
-    "float16") and run in it, summing in float32; parameters stay float32 (the master
-    weights) and receive float32 gradients through the casts. ``autocast(None)`` (or
+    ``nn.functional.linear``) round their float32 (and other half) inputs to ``dtype``
+    ("bfloat16" or "float16") and run in it, summing in float32 (the rule:
+    ``tensorlab.ops.linalg.autocasts``); parameters stay float32 (the master weights) and
+    receive float32 gradients: through Cast nodes for ``@`` and ``einsum``, straight from the
+    product for ``linear`` (which rounds its operands itself). ``autocast(None)`` (or
     "float32") turns it off inside an outer block. Call ``backward()`` after the block (the
     backward runs in the dtypes the forward recorded, either way)."""
 
