@@ -23,6 +23,12 @@ so no op is written twice:
    ``cc``) into a shared library, cached on disk by the hash of its source and the machine
    (``$TENSORLAB_CACHE``, else ``~/.cache/tensorlab``), and called through ``ctypes``.
 
+**On a GPU** (:func:`run_cuda`) the same per-row program is written as CUDA
+(:class:`_CudaWriter`) and compiled by CuPy: one thread block per row, each loop over the
+row's columns strided over the block's threads, each reduction finished in shared memory. A
+row kernel (layer norm, RMS norm, cross-entropy) is then one launch, where CuPy's operations
+one by one were a dozen (``cupy.fuse`` cannot fuse work that follows a reduction).
+
 :func:`run_each` and :func:`run_each_sum` run a kernel over many tensors in one call (an
 optimizer's update of every parameter, clipping's sum of squares of every gradient): the same
 C function, called from a loop in C over a table of the tensors' addresses.
@@ -62,6 +68,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from tensorlab import backend
 
 
 class Untraceable(Exception):
@@ -394,6 +402,8 @@ class _Writer:
     """C source of one traced signature. ``arrays`` are (name, C type, per_row) of the inputs,
     ``outputs`` (node, kind) and ``stores`` (argument index, node)."""
 
+    EXPF = "tl_expf"  # the float exp the code calls (the prelude's)
+
     def __init__(self, arrays, outputs, stores, params):
         self.arrays, self.outputs, self.stores, self.params = arrays, outputs, stores, params
         self.lines: list[str] = []
@@ -437,7 +447,7 @@ class _Writer:
         if t in ("b", "i"):  # abs of an integer
             return f"llabs({self.name(args[0], col)})"
         fn = ("fabs" if op == "abs" else op) + ("f" if t == "f" else "")
-        fn = "tl_expf" if fn == "expf" else fn
+        fn = self.EXPF if fn == "expf" else fn
         return f"{fn}({', '.join(self.use(a, t, col) for a in args)})"
 
     def elementwise(self, roots: list[Node], col: str, indent: str) -> set:
@@ -595,6 +605,145 @@ def _reachable(roots, rows=None) -> set:
     return seen
 
 
+# ----------------------------------------------------------------------- the CUDA form
+# The same per-row program as CUDA (the GPU runner of a row kernel: ``run_cuda``): one thread
+# block per row, THREADS threads. Each loop over the row's columns is strided over the
+# block's threads (column j by thread j mod THREADS), and each reduction adds its threads'
+# partial sums (or maxima) in shared memory, in a tree whose order does not depend on timing,
+# so every thread gets the row's value. What is per row (1/σ, a gathered logit) is computed
+# by every thread from those values; thread 0 writes the per-row outputs.
+THREADS = 128  # threads per block (a power of two: the reductions halve it; read when a
+# kernel's source is written: the GPU emulation of the tests takes 32, fewer fibers to run)
+
+_CUDA_PRELUDE = """#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+/* The block's sum (or maximum) of each thread's v, in every thread. The partial values sit
+   in shared memory; the last barrier lets the next reduction reuse it. */
+template <typename T> __device__ T tl_block_sum(T v) {
+  __shared__ T part[TL_THREADS];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = TL_THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  const T total = part[0];
+  __syncthreads();
+  return total;
+}
+template <typename T> __device__ T tl_block_max(T v) {
+  __shared__ T part[TL_THREADS];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = TL_THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s && part[threadIdx.x + s] > part[threadIdx.x])
+      part[threadIdx.x] = part[threadIdx.x + s];
+    __syncthreads();
+  }
+  const T top = part[0];
+  __syncthreads();
+  return top;
+}
+"""
+
+
+class _CudaWriter(_Writer):
+    """CUDA source of one traced signature (see above): the C writer's program, with each
+    loop over the columns strided over the block's threads and each reduction finished by the
+    block."""
+
+    EXPF = "expf"  # CUDA's
+
+    def loop(self, pragma, body) -> None:
+        self.lines.append("    for (long long j = threadIdx.x; j < d; j += blockDim.x) {")
+        body(None)
+        self.lines.append("    }")
+
+    def row_node(self, node: Node) -> None:
+        out, t = self.lines, _C[_strong(node.t)]
+        if node.op == "gather":  # an index outside the row gives NaN (callers check first)
+            x, index = node.args
+            out.append(f"    {t} r{node.n} = ({t})NAN;")
+            out.append("    {")
+            out.append(f"      const long long c = (long long){self.name(index, '')};")
+            out.append("      if (c >= 0 && c < d) {")
+            self.elementwise([x], "c", "        ")
+            out.append(f"        r{node.n} = {self.name(x, 'c')};")
+            out.append("      }")
+            out.append("    }")
+            return
+        if node.op not in ("sum", "mean", "max"):
+            return super().row_node(node)
+        (x,) = node.args
+        acc, top = f"a{node.n}", node.op == "max"
+        out.append(f"    {t} {acc} = {'-INFINITY' if top else '0'};")
+        if top:  # and how many NaN the thread saw: NaN wins, as in NumPy
+            out.append(f"    int nan{node.n} = 0;")
+
+        def accumulate(keep):
+            self.store_outputs(self.elementwise([x], "j", "      "), "      ")
+            value = self.use(x, node.t, "j")
+            if top:
+                out.append(f"      const {t} v = {value};")
+                out.append(f"      {acc} = v > {acc} ? v : {acc};")
+                out.append(f"      nan{node.n} += v != v;")
+            else:
+                out.append(f"      {acc} += {value};")
+
+        self.loop(None, accumulate)
+        if top:
+            out.append(f"    {acc} = tl_block_max({acc});")
+            out.append(f"    const {t} r{node.n} = tl_block_sum(nan{node.n}) ? ({t})NAN : {acc};")
+        else:
+            scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
+            out.append(f"    const {t} r{node.n} = tl_block_sum({acc}){scale};")
+
+    def source(self, name: str) -> str:
+        out = self.lines
+        head = [f"{ctype}* {a}, long long s{k}" for k, (a, ctype, _) in enumerate(self.arrays)]
+        head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
+        head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
+        out.append(
+            f'extern "C" __global__ void {name}(long long R, long long d, {", ".join(head)}) {{'
+        )
+        out.append("  for (long long r = blockIdx.x; r < R; r += gridDim.x) {")
+        for k, (a, ctype, _) in enumerate(self.arrays):
+            out.append(f"    {ctype}* {a}r = {a} + r * s{k};")
+        for node in self.nodes:
+            if node.row and node.op not in ("const", "param", "width"):
+                self.row_node(node)
+        last = [
+            n for k, (n, kind) in enumerate(self.outputs) if kind == "E" and k not in self.stored
+        ]
+        last += [n for k, n in self.stores if not self.arrays[k][2]]
+        if last:
+
+            def outputs(keep):
+                self.store_outputs(self.elementwise(last, "j", "      "), "      ")
+                for k, node in self.stores:
+                    a, ctype, per_row = self.arrays[k]
+                    if not per_row:
+                        out.append(f"      {a}r[j] = ({ctype}){self.name(node, 'j')};")
+
+            self.loop(None, outputs)
+        if any(self.arrays[k][2] for k, _ in self.stores):
+            out.append("    __syncthreads();  // (every thread has read the row's old values)")
+        out.append("    if (threadIdx.x == 0) {")
+        for k, (node, kind) in enumerate(self.outputs):
+            if kind != "E":
+                out.append(f"      o{k}[r] = {self.name(node, '')};")
+        for k, node in self.stores:
+            a, ctype, per_row = self.arrays[k]
+            if per_row:
+                out.append(f"      {a}r[0] = ({ctype}){self.name(node, '')};")
+        out.append("    }\n  }\n}\n")
+        return f"#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE + "\n".join(out)
+
+
 # ----------------------------------------------------------------------- compiling
 # Not all of -ffast-math: NaN and ∞ as NumPy has them, and no fused multiply-adds, so that a
 # product recomputed in two loops rounds the same in both (layer norm's ĝ - mean(ĝ) is then
@@ -679,7 +828,9 @@ def _choice() -> bool:
 class Compiled:
     """One traced, compiled signature of a kernel: call it with the arrays laid out as rows."""
 
-    def __init__(self, math, args: tuple, kw: dict, layout: tuple, name: str, each=None):
+    def __init__(
+        self, math, args: tuple, kw: dict, layout: tuple, name: str, each=None, device="cpu"
+    ):
         name = "k_" + re.sub(r"\W", "_", name)  # the kernel's name as a C identifier
         tracer = Tracer()
         self.layout = layout
@@ -724,6 +875,13 @@ class Compiled:
         self.kinds = [kind for _, kind in self.outputs]
         self._out_shapes: dict = {}
         self.dtypes = [np.dtype(_DTYPE[_strong(n.t)]) for n, _ in self.outputs]
+        self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
+        if device == "cuda":  # the GPU form (run_cuda): a CUDA kernel, compiled by CuPy
+            self.params = [_PARAM_TYPES[_strong(n.t)] for n in tracer.params]
+            writer = _CudaWriter(self.arrays, self.outputs, self.stores, tracer.params)
+            self.source, self.name = writer.source(name), name  # (compiled at the first run)
+            self.threads = THREADS  # (the block size the source was written for)
+            return
         writer = _Writer(self.arrays, self.outputs, self.stores, tracer.params)
         summed = [n for n, kind in self.outputs if kind == "E"]
         if each == "each" and self.returned:
@@ -733,7 +891,6 @@ class Compiled:
         self.source = writer.source(name)
         if each:
             self.source += _each_source(each, name, self.arrays, tracer.params, summed)
-        self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
         library = ctypes.CDLL(str(_build(self.source, list(_link()))))
         self.fn = getattr(library, f"{each}_{name}" if each else name)
         self.fn.restype = ctypes.c_double if each == "each_sum" else ctypes.c_int
@@ -892,9 +1049,10 @@ def _rows_view(a, kind: str, full: tuple, R: int, d: int) -> tuple:
             return a, 1
     elif kind in ("K", "F") and not any(a.strides):  # one number for every row (a sum's g)
         return a, 0
-    view = np.broadcast_to(a[..., None] if kind == "F" else a, full).reshape(R, d)
+    xp = np if isinstance(a, np.ndarray) else backend.cupy  # (CuPy's for run_cuda)
+    view = xp.broadcast_to(a[..., None] if kind == "F" else a, full).reshape(R, d)
     if kind == "E" and d > 1 and view.strides[1] != a.itemsize:
-        view = np.ascontiguousarray(view)
+        view = xp.ascontiguousarray(view)
     return view, view.strides[0] // a.itemsize
 
 
@@ -902,14 +1060,14 @@ def full_shape(args: tuple, rows: bool) -> tuple:
     """The shape the arrays broadcast to; for a rows kernel, arrays of the largest one's
     leading shape (one number per row, such as class targets) count as (..., 1). A 0-d array
     (a summed loss's g) has no rows: it is never the largest, even beside empty ones."""
-    shapes = [a.shape for a in args if isinstance(a, np.ndarray)]
+    shapes = [a.shape for a in args if _is_array(a)]
     if rows:
         lead = max(shapes, key=lambda s: (s != (), math.prod(s), len(s)))[:-1]
         shapes = [(*s, 1) if s == lead else s for s in shapes]
     return np.broadcast_shapes(*shapes)
 
 
-def _trace(math, args, kw, layout, full, name) -> Compiled | None:
+def _trace(math, args, kw, layout, full, name, device="cpu") -> Compiled | None:
     """The compiled signature, or None where the formula cannot be written. An array of the
     rows' leading shape that also fits the last axis (a (d,) gain beside (d, d) inputs) is
     read as one number per row first, and along the last axis if the formula refuses that
@@ -924,7 +1082,7 @@ def _trace(math, args, kw, layout, full, name) -> Compiled | None:
         tries.append(tuple((lay[0], "E", False) if b else lay for lay, b in zip(layout, both)))
     for lay in tries:
         try:
-            return Compiled(math, args, kw, lay, name)
+            return Compiled(math, args, kw, lay, name, device=device)
         except (Untraceable, TypeError, AttributeError):  # (x.T, len(x), ...: not recorded)
             continue
     return None
@@ -990,21 +1148,83 @@ def _address(a) -> int:
         return a.ctypes.data
 
 
-def _plan(kernel, args: tuple, kw: dict):
+def _plan(kernel, args: tuple, kw: dict, device: str = "cpu"):
     """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`."""
-    if any(isinstance(a, np.ndarray) and a.dtype not in _OF_DTYPE for a in args):
+    if any(_is_array(a) and a.dtype not in _OF_DTYPE for a in args):
         return NOT_COMPILED  # (float16, bfloat16 updated in place, complex, ...)
     full = full_shape(args, kernel.rows)
-    layout = tuple(
-        _layout(a, kernel.rows, full) if isinstance(a, np.ndarray) else None for a in args
-    )
-    key = (layout, _kw_key(kw))
+    layout = tuple(_layout(a, kernel.rows, full) if _is_array(a) else None for a in args)
+    key = (device, layout, _kw_key(kw))
     key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
     variants = kernel._c_traces.get(key)
     if variants is None:
-        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__)
+        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device)
         variants = kernel._c_traces[key] = [compiled] if compiled else NOT_COMPILED
     if variants is NOT_COMPILED:
         return NOT_COMPILED  # this signature runs on NumPy from now on
     d = full[-1] if full else 1
     return variants, full, math.prod(full[:-1]) if full else 1, d
+
+
+def _is_array(a) -> bool:
+    """A NumPy or CuPy array (not a number)."""
+    return isinstance(a, np.ndarray) or (
+        backend.cupy is not None and isinstance(a, backend.cupy.ndarray)
+    )
+
+
+# ----------------------------------------------------------------------- on a GPU
+_PARAM_TYPES = {"b": np.uint8, "i": np.int64, "f": np.float32, "d": np.float64}
+
+
+@functools.cache
+def _cuda_kernel(source: str, name: str):  # pragma: no cover - needs a GPU (or its emulation)
+    """The kernel ``name`` of ``source``, compiled by CuPy (NVRTC) once per source."""
+    return backend.cupy.RawModule(code=source).get_function(name)
+
+
+def run_cuda(kernel, args: tuple, kw: dict):
+    """``kernel.math`` on CuPy arrays as one CUDA kernel, the row program of :func:`run`
+    written for a GPU (:class:`_CudaWriter`: a thread block per row), or
+    :data:`NOT_COMPILED` where this signature cannot be traced. An index outside the row
+    (cross-entropy's targets, which its caller checks) gives NaN, not an error: no host wait."""
+    cupy = backend.cupy
+    shapes = tuple([(a.shape, a.dtype) if _is_array(a) else type(a) for a in args])
+    key = ("cuda", shapes, _kw_key(kw))
+    plan = kernel._c_plans.get(key)
+    if plan is None:
+        plan = kernel._c_plans[key] = _plan(kernel, args, kw, "cuda")
+    if plan is NOT_COMPILED:
+        return NOT_COMPILED
+    variants, full, R, d = plan
+    for compiled in variants:
+        numbers = compiled.numbers(args, kw)
+        if compiled.holds(numbers):
+            break
+    else:  # a branch on a number taken the other way: a trace of its own
+        layout = variants[0].layout
+        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, "cuda")
+        if compiled is None:
+            return NOT_COMPILED
+        variants.append(compiled)
+        numbers = compiled.numbers(args, kw)
+    call, views = [np.int64(R), np.int64(d)], []
+    for a, lay in zip(args, compiled.layout):
+        if lay is not None:
+            view, stride = _rows_view(a, lay[1], full, R, d)
+            call += (view, np.int64(stride))
+            views.append((a, view))
+    if any(views[k][1] is not views[k][0] for k, _ in compiled.stores):
+        return NOT_COMPILED  # (an argument updated in place through a copy: CuPy's operations)
+    outs = [cupy.empty(shape, dtype) for shape, dtype in compiled.out_shapes(full)]
+    call += outs
+    call += [kind(v) for kind, v in zip(compiled.params, numbers)]
+    if R:
+        launch = _cuda_kernel(compiled.source, compiled.name)
+        launch((min(R, 2**31 - 1),), (compiled.threads,), tuple(call))
+    if not compiled.returned:
+        return None
+    if compiled.passes:  # an argument returned as it is
+        made = iter(outs)
+        outs = [next(made) if p is None else views[p][0] for p in compiled.passthrough]
+    return tuple(outs) if compiled.tuple else outs[0]

@@ -1041,9 +1041,33 @@ MUTANTS = {
         ),
         (
             "c-mean-bessel",
-            'scale = f" * ({t})(1.0 / (double)d)"',
-            'scale = f" * ({t})(1.0 / (double)(d - 1))"',
+            '                scale = f" * ({t})(1.0 / (double)d)"',
+            '                scale = f" * ({t})(1.0 / (double)(d - 1))"',
             "the C mean divides by d - 1",
+        ),
+        (
+            "cuda-mean-bessel",
+            '\n            scale = f" * ({t})(1.0 / (double)d)"',
+            '\n            scale = f" * ({t})(1.0 / (double)(d - 1))"',
+            "the CUDA mean divides by d - 1",
+        ),
+        (
+            "cuda-block-sum-half",
+            "    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];",
+            "    if (threadIdx.x < s && s > 1) part[threadIdx.x] += part[threadIdx.x + s];",
+            "the CUDA block sum stops before adding its last two partial sums",
+        ),
+        (
+            "cuda-max-nan-dropped",
+            "tl_block_sum(nan{node.n}) ? ({t})NAN : {acc}",
+            "{acc}",
+            "the CUDA row maximum ignores NaN (NumPy's max is NaN)",
+        ),
+        (
+            "cuda-one-thread-columns",
+            "for (long long j = threadIdx.x; j < d; j += blockDim.x) {",
+            "for (long long j = threadIdx.x; j < d && j < blockDim.x; j += blockDim.x) {",
+            "the CUDA row loop covers only the first THREADS columns",
         ),
         (
             "c-broadcast-row-stride",
@@ -1083,8 +1107,8 @@ MUTANTS = {
         ),
         (
             "c-exp-unclamped",
-            'fn = "tl_expf" if fn == "expf" else fn',
-            "pass",
+            'EXPF = "tl_expf"  # the float exp the code calls',
+            'EXPF = "expf"  # the float exp the code calls',
             "float32 exp is the C library's expf (a tiny number, not 0, below -87)",
         ),
         (
