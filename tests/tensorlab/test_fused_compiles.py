@@ -199,3 +199,39 @@ def test_cuda_code_that_does_not_compile_is_refused():
     code = 'extern "C" __global__ void broken(float* x) { x[0] = undeclared; }'
     with pytest.raises(CompileException, match="undeclared"):
         cuda_compile.compile_cubin(code, "broken")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "op", [op for op in fused_functions() if op.rows], ids=lambda op: op.__name__
+)
+def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
+    """A row formula's CUDA form (tensorlab/c_runner.py: _CudaWriter, what run_cuda launches:
+    a thread block per row, reductions in shared memory), for the forward and the backward of
+    every row op, with its arrays in the layouts the op calls it with (per-feature weights
+    broadcast along the rows, one target per row), compiled by NVRTC for the H100."""
+    from tensorlab import c_runner
+    from tests.strategies import CLASSES, PER_FEATURE, signature
+
+    arrays, numbers = signature(op)
+    rng = np.random.default_rng(0)
+    args = [
+        rng.integers(0, 8, (4,))
+        if a in CLASSES
+        else rng.random((8,) if a in PER_FEATURE else (4, 8))
+        for a in arrays
+    ]
+    args = [a if a.dtype.kind == "i" else a.astype(dtype) for a in args]
+    y = op._forward_kernel.math(NUMPY, *args, **numbers)
+    g = np.ones_like(y[0] if isinstance(y, tuple) else y)
+    saved = y[1:] if isinstance(y, tuple) else ()
+    for kernel, call in ((op._forward_kernel, args), (op._backward_kernel, [g, *saved, *args])):
+        full = c_runner.full_shape(tuple(call), True)
+        layout = tuple(c_runner._layout(a, True, full) for a in call)
+        compiled = c_runner._trace(
+            kernel.math, tuple(call), numbers, layout, full, kernel.__name__, "cuda"
+        )
+        assert compiled is not None, f"{kernel.__name__} cannot be written as CUDA"
+        assert "tl_block_sum" in compiled.source  # (a row formula: at least one reduction)
+        cubin = cuda_compile.compile_cubin(compiled.source, kernel.__name__)
+        assert cubin[:4] == b"\x7fELF"
