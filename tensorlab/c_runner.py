@@ -495,14 +495,14 @@ class _Writer:
                 self.stored.add(k)
 
     def source(self, name: str) -> str:
+        """The function: its signature and loop over the rows (:meth:`opening`), each row's
+        values in the order made, its element outputs in a last loop over the columns, its
+        per-row outputs (:meth:`closing`)."""
         out = self.lines
         head = [f"{ctype}* {a}, long long s{k}" for k, (a, ctype, _) in enumerate(self.arrays)]
         head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
         head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
-        out.append(f"int {name}(long long R, long long d, {', '.join(head)}) {{")
-        out.append("  const long long dm = d & ~(long long)(W - 1);  /* see loop() */")
-        out.append("  const long long n = d % W == 0 ? 0 : d < W ? d : W;")
-        out.append("  for (long long r = 0; r < R; r++) {")
+        out += self.opening(name, ", ".join(["long long R", "long long d", *head]))
         for k, (a, ctype, _) in enumerate(self.arrays):
             out.append(f"    {ctype}* {a}r = {a} + r * s{k};")
         for node in self.nodes:
@@ -523,15 +523,37 @@ class _Writer:
                         out.append(f"      {_when(keep)}{a}r[j] = ({ctype}){self.name(node, 'j')};")
 
             self.loop("omp simd", outputs)
-        for k, (node, kind) in enumerate(self.outputs):
-            if kind != "E":
-                out.append(f"    o{k}[r] = {self.name(node, '')};")
-        for k, node in self.stores:
-            a, ctype, per_row = self.arrays[k]
-            if per_row:
-                out.append(f"    {a}r[0] = ({ctype}){self.name(node, '')};")
-        out.append("  }\n  return 0;\n}\n")
-        return _PRELUDE + "\n".join(out)
+        writes = [
+            f"o{k}[r] = {self.name(node, '')};"
+            for k, (node, kind) in enumerate(self.outputs)
+            if kind != "E"
+        ]
+        writes += [
+            f"{a}r[0] = ({ctype}){self.name(node, '')};"
+            for (a, ctype, per_row), node in ((self.arrays[k], node) for k, node in self.stores)
+            if per_row
+        ]
+        out += self.closing(writes)
+        return self.prelude() + "\n".join(out)
+
+    def outside_row(self, value: str, ctype: str) -> str:
+        """What a gather does with an index outside the row: the function returns 1 (run
+        raises IndexError)."""
+        return "return 1;"
+
+    def opening(self, name: str, params: str) -> list[str]:
+        return [
+            f"int {name}({params}) {{",
+            "  const long long dm = d & ~(long long)(W - 1);  /* see loop() */",
+            "  const long long n = d % W == 0 ? 0 : d < W ? d : W;",
+            "  for (long long r = 0; r < R; r++) {",
+        ]
+
+    def closing(self, writes: list[str]) -> list[str]:
+        return [f"    {w}" for w in writes] + ["  }\n  return 0;\n}\n"]
+
+    def prelude(self) -> str:
+        return _PRELUDE
 
     def row_node(self, node: Node) -> None:
         """One per-row value: a reduction's loop, a gather, or a number made from others.
@@ -578,9 +600,11 @@ class _Writer:
             out.append(f"    {t} r{node.n};")
             out.append("    {")
             out.append(f"      const long long c = (long long){self.name(index, '')};")
-            out.append("      if (c < 0 || c >= d) return 1;")
-            self.elementwise([x], "c", "      ")
-            out.append(f"      r{node.n} = {self.name(x, 'c')};")
+            out.append(f"      if (c < 0 || c >= d) {self.outside_row(f'r{node.n}', t)}")
+            out.append("      else {")
+            self.elementwise([x], "c", "        ")
+            out.append(f"        r{node.n} = {self.name(x, 'c')};")
+            out.append("      }")
             out.append("    }")
         else:
             out.append(f"    const {t} r{node.n} = {self.expr(node, '')};")
@@ -663,19 +687,13 @@ class _CudaWriter(_Writer):
         body(None)
         self.lines.append("    }")
 
+    def outside_row(self, value: str, ctype: str) -> str:
+        """An index outside the row gives NaN (no error without a host wait; the callers,
+        cross-entropy, check their indices first)."""
+        return f"{value} = ({ctype})NAN;"
+
     def row_node(self, node: Node) -> None:
         out, t = self.lines, _C[_strong(node.t)]
-        if node.op == "gather":  # an index outside the row gives NaN (callers check first)
-            x, index = node.args
-            out.append(f"    {t} r{node.n} = ({t})NAN;")
-            out.append("    {")
-            out.append(f"      const long long c = (long long){self.name(index, '')};")
-            out.append("      if (c >= 0 && c < d) {")
-            self.elementwise([x], "c", "        ")
-            out.append(f"        r{node.n} = {self.name(x, 'c')};")
-            out.append("      }")
-            out.append("    }")
-            return
         if node.op not in ("sum", "mean", "max"):
             return super().row_node(node)
         (x,) = node.args
@@ -702,46 +720,21 @@ class _CudaWriter(_Writer):
             scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
             out.append(f"    const {t} r{node.n} = tl_block_sum({acc}){scale};")
 
-    def source(self, name: str) -> str:
-        out = self.lines
-        head = [f"{ctype}* {a}, long long s{k}" for k, (a, ctype, _) in enumerate(self.arrays)]
-        head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
-        head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
-        out.append(
-            f'extern "C" __global__ void {name}(long long R, long long d, {", ".join(head)}) {{'
-        )
-        out.append("  for (long long r = blockIdx.x; r < R; r += gridDim.x) {")
-        for k, (a, ctype, _) in enumerate(self.arrays):
-            out.append(f"    {ctype}* {a}r = {a} + r * s{k};")
-        for node in self.nodes:
-            if node.row and node.op not in ("const", "param", "width"):
-                self.row_node(node)
-        last = [
-            n for k, (n, kind) in enumerate(self.outputs) if kind == "E" and k not in self.stored
+    def opening(self, name: str, params: str) -> list[str]:
+        return [
+            f'extern "C" __global__ void {name}({params}) {{',
+            "  for (long long r = blockIdx.x; r < R; r += gridDim.x) {",
         ]
-        last += [n for k, n in self.stores if not self.arrays[k][2]]
-        if last:
 
-            def outputs(keep):
-                self.store_outputs(self.elementwise(last, "j", "      "), "      ")
-                for k, node in self.stores:
-                    a, ctype, per_row = self.arrays[k]
-                    if not per_row:
-                        out.append(f"      {a}r[j] = ({ctype}){self.name(node, 'j')};")
+    def closing(self, writes: list[str]) -> list[str]:
+        wait = []
+        if any(self.arrays[k][2] for k, _ in self.stores):  # (a per-row argument updated)
+            wait = ["    __syncthreads();  // (every thread has read the row's old values)"]
+        body = [f"      {w}" for w in writes]
+        return [*wait, "    if (threadIdx.x == 0) {", *body, "    }\n  }\n}\n"]
 
-            self.loop(None, outputs)
-        if any(self.arrays[k][2] for k, _ in self.stores):
-            out.append("    __syncthreads();  // (every thread has read the row's old values)")
-        out.append("    if (threadIdx.x == 0) {")
-        for k, (node, kind) in enumerate(self.outputs):
-            if kind != "E":
-                out.append(f"      o{k}[r] = {self.name(node, '')};")
-        for k, node in self.stores:
-            a, ctype, per_row = self.arrays[k]
-            if per_row:
-                out.append(f"      {a}r[0] = ({ctype}){self.name(node, '')};")
-        out.append("    }\n  }\n}\n")
-        return f"#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE + "\n".join(out)
+    def prelude(self) -> str:
+        return f"#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE
 
 
 # ----------------------------------------------------------------------- compiling
@@ -1091,28 +1084,37 @@ def _trace(math, args, kw, layout, full, name, device="cpu") -> Compiled | None:
 NOT_COMPILED = ()  # what run returns for a signature it cannot compile
 
 
-def run(kernel, args: tuple, kw: dict):
-    """``kernel.math`` on NumPy arrays, compiled (see the module docstring), or
-    :data:`NOT_COMPILED` where this signature cannot be. What depends only on the arguments'
-    shapes and dtypes (the full shape, the layouts, the trace) is looked up once per shape."""
-    shapes = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args])
-    key = (shapes, _kw_key(kw))
+def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str):
+    """(the trace for these arguments, its numbers, the full shape, R, d), or
+    :data:`NOT_COMPILED`: the plan of this shape (made once), and among its traces the one
+    whose guards the numbers pass (a branch taken the other way gets a trace of its own)."""
     plan = kernel._c_plans.get(key)
     if plan is None:
-        plan = kernel._c_plans[key] = _plan(kernel, args, kw)
+        plan = kernel._c_plans[key] = _plan(kernel, args, kw, device)
     if plan is NOT_COMPILED:
         return NOT_COMPILED
     variants, full, R, d = plan
     for compiled in variants:
         numbers = compiled.numbers(args, kw)
         if compiled.holds(numbers):
-            break
-    else:  # a branch on a number taken the other way: a trace of its own
-        compiled = _trace(kernel.math, args, kw, variants[0].layout, full, kernel.__name__)
-        if compiled is None:
-            return NOT_COMPILED
-        variants.append(compiled)
-        numbers = compiled.numbers(args, kw)
+            return compiled, numbers, full, R, d
+    layout = variants[0].layout
+    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device)
+    if compiled is None:
+        return NOT_COMPILED
+    variants.append(compiled)
+    return compiled, compiled.numbers(args, kw), full, R, d
+
+
+def run(kernel, args: tuple, kw: dict):
+    """``kernel.math`` on NumPy arrays, compiled (see the module docstring), or
+    :data:`NOT_COMPILED` where this signature cannot be. What depends only on the arguments'
+    shapes and dtypes (the full shape, the layouts, the trace) is looked up once per shape."""
+    shapes = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args])
+    found = _signature(kernel, args, kw, (shapes, _kw_key(kw)), "cpu")
+    if found is NOT_COMPILED:
+        return NOT_COMPILED
+    compiled, numbers, full, R, d = found
     call, views = [R, d], []
     for a, lay in zip(args, compiled.layout):
         if lay is not None:
@@ -1130,9 +1132,15 @@ def run(kernel, args: tuple, kw: dict):
         a, view = views[k]
         if view is not a and not np.shares_memory(a, view):
             a[...] = view.reshape(a.shape)
+    return _results(compiled, outs, views)
+
+
+def _results(compiled: Compiled, outs: list, views: list):
+    """What the kernel returns: nothing, one array or a tuple (an argument it returns as it
+    is among them, as NumPy's run would)."""
     if not compiled.returned:
         return None
-    if compiled.passes:  # an argument returned as it is
+    if compiled.passes:
         made = iter(outs)
         outs = [next(made) if p is None else views[p][0] for p in compiled.passthrough]
     return tuple(outs) if compiled.tuple else outs[0]
@@ -1190,24 +1198,10 @@ def run_cuda(kernel, args: tuple, kw: dict):
     (cross-entropy's targets, which its caller checks) gives NaN, not an error: no host wait."""
     cupy = backend.cupy
     shapes = tuple([(a.shape, a.dtype) if _is_array(a) else type(a) for a in args])
-    key = ("cuda", shapes, _kw_key(kw))
-    plan = kernel._c_plans.get(key)
-    if plan is None:
-        plan = kernel._c_plans[key] = _plan(kernel, args, kw, "cuda")
-    if plan is NOT_COMPILED:
+    found = _signature(kernel, args, kw, ("cuda", shapes, _kw_key(kw)), "cuda")
+    if found is NOT_COMPILED:
         return NOT_COMPILED
-    variants, full, R, d = plan
-    for compiled in variants:
-        numbers = compiled.numbers(args, kw)
-        if compiled.holds(numbers):
-            break
-    else:  # a branch on a number taken the other way: a trace of its own
-        layout = variants[0].layout
-        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, "cuda")
-        if compiled is None:
-            return NOT_COMPILED
-        variants.append(compiled)
-        numbers = compiled.numbers(args, kw)
+    compiled, numbers, full, R, d = found
     call, views = [np.int64(R), np.int64(d)], []
     for a, lay in zip(args, compiled.layout):
         if lay is not None:
@@ -1222,9 +1216,4 @@ def run_cuda(kernel, args: tuple, kw: dict):
     if R:
         launch = _cuda_kernel(compiled.source, compiled.name)
         launch((min(R, 2**31 - 1),), (compiled.threads,), tuple(call))
-    if not compiled.returned:
-        return None
-    if compiled.passes:  # an argument returned as it is
-        made = iter(outs)
-        outs = [next(made) if p is None else views[p][0] for p in compiled.passthrough]
-    return tuple(outs) if compiled.tuple else outs[0]
+    return _results(compiled, outs, views)

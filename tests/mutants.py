@@ -1035,8 +1035,8 @@ MUTANTS = {
         ),
         (
             "c-gather-unchecked-high",
-            'out.append("      if (c < 0 || c >= d) return 1;")',
-            'out.append("      if (c < 0) return 1;")',
+            'out.append(f"      if (c < 0 || c >= d) {self.outside_row(',
+            'out.append(f"      if (c < 0) {self.outside_row(',
             "the C gather reads past the row for an index ≥ d",
         ),
         (
