@@ -261,6 +261,26 @@ def test_a_row_kernel_sees_whole_rows_and_one_number_per_row():
 
 
 @needs_cc
+def test_one_number_broadcast_to_every_row_is_read_once_per_row():
+    """A per-row argument that is one number broadcast (a summed loss's gradient, expanded to
+    every row: stride 0) is read at that one number for every row, not as if it held one
+    number per row (which would read past it): cross-entropy's backward with g broadcast
+    equals the one with g written out."""
+    from nn.loss import CrossEntropyFn
+
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((6, 9)).astype(np.float32)
+    t = rng.integers(0, 9, 6)
+    _, e, s = CrossEntropyFn._forward_kernel(z, t)
+    spread = np.broadcast_to(np.float32(0.7), (6,))
+    assert not any(spread.strides)
+    full = CrossEntropyFn._backward_kernel(np.full(6, 0.7, np.float32), e, s, z, t)
+    np.testing.assert_array_equal(CrossEntropyFn._backward_kernel(spread, e, s, z, t), full)
+    refused = [k for k, v in CrossEntropyFn._backward_kernel._c_traces.items() if not v]
+    assert not refused  # (both compiled)
+
+
+@needs_cc
 def test_in_place_updates_reach_the_callers_array_even_through_a_copy():
     buf = np.arange(12.0).reshape(3, 4)
     strided = buf.T  # not rows of contiguous numbers: the runner works on a copy
