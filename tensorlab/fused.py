@@ -351,7 +351,8 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if half is not None and not self.rows:
             return _run_half(self, args, half, ref.shape)
         if self.rows:  # the row program as one CUDA kernel (tensorlab/c_runner.py: run_cuda)
-            out = c_runner.run_cuda(self, tuple(_widened(a) for a in args) if half else args, kw)
+            wide = args if half is None else tuple(_widened(a) for a in args)
+            out = c_runner.run_cuda(self, wide, kw)
             if out is not c_runner.NOT_COMPILED:
                 return self._rounded_back(out, half, ref.shape)
         if self._compiled is None:
