@@ -27,7 +27,9 @@ so no op is written twice:
 (:class:`_CudaWriter`) and compiled by CuPy: one thread block per row, each loop over the
 row's columns strided over the block's threads, each reduction finished in shared memory. A
 row kernel (layer norm, RMS norm, cross-entropy) is then one launch, where CuPy's operations
-one by one were a dozen (``cupy.fuse`` cannot fuse work that follows a reduction).
+one by one were a dozen (``cupy.fuse`` cannot fuse work that follows a reduction). A fused
+op's float16/bfloat16 arrays are read as float and its outputs written rounded in the kernel
+(the C form takes them widened: C has no half arithmetic).
 
 :func:`run_each` and :func:`run_each_sum` run a kernel over many tensors in one call (an
 optimizer's update of every parameter, clipping's sum of squares of every gradient): the same
@@ -90,6 +92,12 @@ _OF_DTYPE = {
     np.dtype(np.float64): ("d", "double"),
 }
 _RANK = {"b": 0, "i": 1, "f": 2, "d": 3}
+# float16 and bfloat16 arrays in a CUDA row kernel (run_cuda): (the CUDA type, how a number is
+# read as float, how a float is written rounded to nearest even). The C form takes them widened.
+_CUDA_HALF = {np.dtype(np.float16): ("__half", "__half2float", "__float2half_rn")}
+if backend.BFLOAT16 is not None:
+    _CUDA_HALF[backend.BFLOAT16] = ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn")
+_CUDA_HALF_TYPES = {ctype: (read, write) for ctype, read, write in _CUDA_HALF.values()}
 
 
 def _promote(a: str, b: str) -> str:
@@ -404,8 +412,9 @@ class _Writer:
 
     EXPF = "tl_expf"  # the float exp the code calls (the prelude's)
 
-    def __init__(self, arrays, outputs, stores, params):
+    def __init__(self, arrays, outputs, stores, params, out_ctypes=None):
         self.arrays, self.outputs, self.stores, self.params = arrays, outputs, stores, params
+        self.out_ctypes = out_ctypes or [_C[_strong(n.t)] for n, _ in outputs]
         self.lines: list[str] = []
         self.stored: set = set()  # the outputs stored so far (while writing one row's loops)
         roots = [n for n, _ in outputs] + [n for _, n in stores]
@@ -427,8 +436,8 @@ class _Writer:
     def expr(self, node: Node, col: str) -> str:
         op, args, t = node.op, node.args, _strong(node.t)
         if op == "load":
-            a, _, per_row = self.arrays[node.value]
-            return f"{a}r[0]" if per_row else f"{a}r[{col}]"
+            a, ctype, per_row = self.arrays[node.value]
+            return self.read(ctype, f"{a}r[0]" if per_row else f"{a}r[{col}]")
         if op in _BINARY:
             x, y = (self.use(a, t, col) for a in args)
             return f"{x} {_BINARY[op]} {y}"
@@ -490,7 +499,7 @@ class _Writer:
         last loop only: every loop before reads their old values."""
         for k, (node, kind) in enumerate(self.outputs):
             if kind == "E" and k not in self.stored and (node in computed or node.row):
-                value = self.use(node, node.t, "j")
+                value = self.written(self.out_ctypes[k], self.use(node, node.t, "j"))
                 self.lines.append(f"{indent}{_when(keep)}o{k}[r * d + j] = {value};")
                 self.stored.add(k)
 
@@ -500,7 +509,7 @@ class _Writer:
         per-row outputs (:meth:`closing`)."""
         out = self.lines
         head = [f"{ctype}* {a}, long long s{k}" for k, (a, ctype, _) in enumerate(self.arrays)]
-        head += [f"{_C[_strong(n.t)]}* o{k}" for k, (n, _) in enumerate(self.outputs)]
+        head += [f"{ctype}* o{k}" for k, ctype in enumerate(self.out_ctypes)]
         head += [f"{_C[_strong(n.t)]} p{i}" for i, n in enumerate(self.params)]
         out += self.opening(name, ", ".join(["long long R", "long long d", *head]))
         for k, (a, ctype, _) in enumerate(self.arrays):
@@ -540,6 +549,14 @@ class _Writer:
         """What a gather does with an index outside the row: the function returns 1 (run
         raises IndexError)."""
         return "return 1;"
+
+    def read(self, ctype: str, element: str) -> str:
+        """An array's element as the formula computes with it (in C, as it is)."""
+        return element
+
+    def written(self, ctype: str, value: str) -> str:
+        """A computed value as an output of ``ctype`` stores it (in C, as it is)."""
+        return value
 
     def opening(self, name: str, params: str) -> list[str]:
         return [
@@ -692,6 +709,16 @@ class _CudaWriter(_Writer):
         cross-entropy, check their indices first)."""
         return f"{value} = ({ctype})NAN;"
 
+    def read(self, ctype: str, element: str) -> str:
+        """A float16/bfloat16 element read as float (the kernel computes in float32)."""
+        half = _CUDA_HALF_TYPES.get(ctype)
+        return element if half is None else f"{half[0]}({element})"
+
+    def written(self, ctype: str, value: str) -> str:
+        """A float written to a float16/bfloat16 output rounded to nearest even."""
+        half = _CUDA_HALF_TYPES.get(ctype)
+        return value if half is None else f"{half[1]}({value})"
+
     def row_node(self, node: Node) -> None:
         out, t = self.lines, _C[_strong(node.t)]
         if node.op not in ("sum", "mean", "max"):
@@ -734,7 +761,10 @@ class _CudaWriter(_Writer):
         return [*wait, "    if (threadIdx.x == 0) {", *body, "    }\n  }\n}\n"]
 
     def prelude(self) -> str:
-        return f"#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE
+        types = {ctype for _, ctype, _ in self.arrays} | set(self.out_ctypes)
+        headers = "#include <cuda_fp16.h>\n" if "__half" in types else ""
+        headers += "#include <cuda_bf16.h>\n" if "__nv_bfloat16" in types else ""
+        return f"{headers}#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE
 
 
 # ----------------------------------------------------------------------- compiling
@@ -822,7 +852,15 @@ class Compiled:
     """One traced, compiled signature of a kernel: call it with the arrays laid out as rows."""
 
     def __init__(
-        self, math, args: tuple, kw: dict, layout: tuple, name: str, each=None, device="cpu"
+        self,
+        math,
+        args: tuple,
+        kw: dict,
+        layout: tuple,
+        name: str,
+        each=None,
+        device="cpu",
+        half=(None, 0),
     ):
         name = "k_" + re.sub(r"\W", "_", name)  # the kernel's name as a C identifier
         tracer = Tracer()
@@ -833,7 +871,8 @@ class Compiled:
                 syms.append(tracer.param(a))
                 number_at.append(("a", i))
                 continue
-            t, ctype = _OF_DTYPE[np.dtype(lay[0])]
+            dtype = np.dtype(lay[0])
+            t, ctype = ("f", _CUDA_HALF[dtype][0]) if dtype in _CUDA_HALF else _OF_DTYPE[dtype]
             node = Node("load", (), t, lay[1] != "E", len(self.arrays))
             self.arrays.append((f"a{len(self.arrays)}", ctype, lay[1] != "E"))
             syms.append(Sym(node, lay[1], tracer))
@@ -863,15 +902,28 @@ class Compiled:
         for k, _ in self.stores:
             if array_layouts[k][2]:
                 raise Untraceable("an in-place update of a broadcast argument")
+            if self.arrays[k][1] in _CUDA_HALF_TYPES:
+                raise Untraceable("an in-place update of a half array")
         self.passes = any(p is not None for p in self.passthrough)
         self.number_at, self.guards = number_at, tracer.guards
         self.kinds = [kind for _, kind in self.outputs]
         self._out_shapes: dict = {}
         self.dtypes = [np.dtype(_DTYPE[_strong(n.t)]) for n, _ in self.outputs]
+        rounded, keep = half  # float32 outputs along the rows written in the half dtype, but
+        if rounded is not None:  # the last keep (what a forward saves stays float32)
+            n = len(self.dtypes) - keep
+            self.dtypes = [
+                rounded if i < n and kind == "E" and dtype == np.float32 else dtype
+                for i, (dtype, kind) in enumerate(zip(self.dtypes, self.kinds))
+            ]
         self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
         if device == "cuda":  # the GPU form (run_cuda): a CUDA kernel, compiled by CuPy
             self.params = [_PARAM_TYPES[_strong(n.t)] for n in tracer.params]
-            writer = _CudaWriter(self.arrays, self.outputs, self.stores, tracer.params)
+            out_ctypes = [
+                _CUDA_HALF[dtype][0] if dtype in _CUDA_HALF else _C[_strong(node.t)]
+                for dtype, (node, _) in zip(self.dtypes, self.outputs)
+            ]
+            writer = _CudaWriter(self.arrays, self.outputs, self.stores, tracer.params, out_ctypes)
             self.source, self.name = writer.source(name), name  # (compiled at the first run)
             self.threads = THREADS  # (the block size the source was written for)
             return
@@ -1060,7 +1112,7 @@ def full_shape(args: tuple, rows: bool) -> tuple:
     return np.broadcast_shapes(*shapes)
 
 
-def _trace(math, args, kw, layout, full, name, device="cpu") -> Compiled | None:
+def _trace(math, args, kw, layout, full, name, device="cpu", half=(None, 0)) -> Compiled | None:
     """The compiled signature, or None where the formula cannot be written. An array of the
     rows' leading shape that also fits the last axis (a (d,) gain beside (d, d) inputs) is
     read as one number per row first, and along the last axis if the formula refuses that
@@ -1075,7 +1127,7 @@ def _trace(math, args, kw, layout, full, name, device="cpu") -> Compiled | None:
         tries.append(tuple((lay[0], "E", False) if b else lay for lay, b in zip(layout, both)))
     for lay in tries:
         try:
-            return Compiled(math, args, kw, lay, name, device=device)
+            return Compiled(math, args, kw, lay, name, device=device, half=half)
         except (Untraceable, TypeError, AttributeError):  # (x.T, len(x), ...: not recorded)
             continue
     return None
@@ -1084,13 +1136,13 @@ def _trace(math, args, kw, layout, full, name, device="cpu") -> Compiled | None:
 NOT_COMPILED = ()  # what run returns for a signature it cannot compile
 
 
-def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str):
+def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str, half=None):
     """(the trace for these arguments, its numbers, the full shape, R, d), or
     :data:`NOT_COMPILED`: the plan of this shape (made once), and among its traces the one
     whose guards the numbers pass (a branch taken the other way gets a trace of its own)."""
     plan = kernel._c_plans.get(key)
     if plan is None:
-        plan = kernel._c_plans[key] = _plan(kernel, args, kw, device)
+        plan = kernel._c_plans[key] = _plan(kernel, args, kw, device, half)
     if plan is NOT_COMPILED:
         return NOT_COMPILED
     variants, full, R, d = plan
@@ -1099,7 +1151,8 @@ def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str):
         if compiled.holds(numbers):
             return compiled, numbers, full, R, d
     layout = variants[0].layout
-    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device)
+    rounding = (half, kernel.keep)
+    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device, rounding)
     if compiled is None:
         return NOT_COMPILED
     variants.append(compiled)
@@ -1156,17 +1209,24 @@ def _address(a) -> int:
         return a.ctypes.data
 
 
-def _plan(kernel, args: tuple, kw: dict, device: str = "cpu"):
-    """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`."""
-    if any(_is_array(a) and a.dtype not in _OF_DTYPE for a in args):
-        return NOT_COMPILED  # (float16, bfloat16 updated in place, complex, ...)
+def _plan(kernel, args: tuple, kw: dict, device: str = "cpu", half=None):
+    """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`. A CUDA
+    kernel of a fused op (``widen``) reads float16/bfloat16 arrays as float and writes its
+    float32 outputs along the rows in ``half`` (if not None), but the kernel's last ``keep``."""
+    reads_half = device == "cuda" and kernel.widen
+    if any(
+        _is_array(a) and a.dtype not in _OF_DTYPE and not (reads_half and a.dtype in _CUDA_HALF)
+        for a in args
+    ):
+        return NOT_COMPILED  # (float16, bfloat16 on the CPU or updated in place, complex, ...)
     full = full_shape(args, kernel.rows)
     layout = tuple(_layout(a, kernel.rows, full) if _is_array(a) else None for a in args)
     key = (device, layout, _kw_key(kw))
     key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
     variants = kernel._c_traces.get(key)
     if variants is None:
-        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device)
+        rounding = (half, kernel.keep)
+        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device, rounding)
         variants = kernel._c_traces[key] = [compiled] if compiled else NOT_COMPILED
     if variants is NOT_COMPILED:
         return NOT_COMPILED  # this signature runs on NumPy from now on
@@ -1191,14 +1251,17 @@ def _cuda_kernel(source: str, name: str):  # pragma: no cover - needs a GPU (or 
     return backend.cupy.RawModule(code=source).get_function(name)
 
 
-def run_cuda(kernel, args: tuple, kw: dict):
+def run_cuda(kernel, args: tuple, kw: dict, half=None):
     """``kernel.math`` on CuPy arrays as one CUDA kernel, the row program of :func:`run`
     written for a GPU (:class:`_CudaWriter`: a thread block per row), or
     :data:`NOT_COMPILED` where this signature cannot be traced. An index outside the row
-    (cross-entropy's targets, which its caller checks) gives NaN, not an error: no host wait."""
+    (cross-entropy's targets, which its caller checks) gives NaN, not an error: no host wait.
+    A fused op's kernel (``kernel.widen``) reads float16/bfloat16 arrays itself, as float,
+    and writes its float32 outputs along the rows in ``half`` (None: float32), but the last
+    ``kernel.keep``: no cast before or after it."""
     cupy = backend.cupy
     shapes = tuple([(a.shape, a.dtype) if _is_array(a) else type(a) for a in args])
-    found = _signature(kernel, args, kw, ("cuda", shapes, _kw_key(kw)), "cuda")
+    found = _signature(kernel, args, kw, ("cuda", shapes, _kw_key(kw)), "cuda", half)
     if found is NOT_COMPILED:
         return NOT_COMPILED
     compiled, numbers, full, R, d = found

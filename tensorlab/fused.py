@@ -176,6 +176,15 @@ def _namespace(module) -> _ArrayMath:
 BLOCK = 1 << 20  # numbers per block
 
 
+def _largest(arrays, widen: bool) -> tuple:
+    """(the array that sets a kernel's shape: the largest, a float16/bfloat16 one first
+    among those as large; with ``widen``, the half dtype the kernel's outputs of its shape
+    are rounded back to, or None). The half one first: cross-entropy's backward reads the
+    float32 softmax it saved beside the bfloat16 logits whose gradient it returns."""
+    ref = max(arrays, key=lambda a: (a.size, a.dtype in HALF))
+    return ref, ref.dtype if widen and ref.dtype in HALF else None
+
+
 def _widened(a):
     """float16 and bfloat16 arrays in float32 (the kernels compute half inputs in float32)."""
     return a.astype(np.float32) if getattr(a, "dtype", None) in HALF else a
@@ -209,8 +218,7 @@ def run_numpy(math: Callable, rows: bool, widen: bool, args: tuple, kw: dict, ke
     do the last ``keep`` outputs: what a forward saves for its backward)."""
     host = np.asarray  # host: the NumPy runner's arrays are NumPy's
     args = tuple(host(a) if isinstance(a, np.generic) else a for a in args)
-    ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
-    half = ref.dtype if widen and ref.dtype in HALF else None
+    ref, half = _largest([a for a in args if isinstance(a, np.ndarray)], widen)
     widened = _widened if half is not None else _same
     shape = ref.shape
     width = shape[-1] if rows and ref.ndim else 1
@@ -318,8 +326,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if not any(isinstance(a, np.generic) or getattr(a, "dtype", None) in HALF for a in args):
             return c_runner.run(self, args, kw)  # float32, float64, integers
         args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)  # host: CPU
-        ref = max((a for a in args if isinstance(a, np.ndarray)), key=lambda a: a.size)
-        half = ref.dtype if self.widen and ref.dtype in HALF else None
+        ref, half = _largest([a for a in args if isinstance(a, np.ndarray)], self.widen)
         if self.widen:  # (a half input beside float32 ones too: C has no half arithmetic)
             args = tuple(_widened(a) for a in args)
         out = c_runner.run(self, args, kw)
@@ -338,23 +345,23 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         return _rounded(out, half, shape)
 
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
-        """The compiled kernel. Half inputs are computed in float32 and rounded back: by the
-        kernel itself as it reads and writes them (:func:`half_source`, one launch), or, for a
-        row kernel, which runs as CuPy's operations, one launch each (cupy.fuse cannot fuse
-        work that follows a reduction), by a cast on either side."""
+        """The compiled kernel. Half inputs are computed in float32 and rounded back by the
+        kernel itself as it reads and writes them: an elementwise kernel by the half runner
+        (:func:`half_source`), a row kernel by its CUDA form (:func:`c_runner.run_cuda`), one
+        launch each. A row kernel that cannot be written so runs as CuPy's operations, one
+        launch each (cupy.fuse cannot fuse work that follows a reduction), with a cast on
+        either side."""
         if kw and not self.rows:  # the compiled kernels take positional arguments only
             bound = self._signature.bind(None, *args, **kw)
             bound.apply_defaults()
             args, kw = bound.args[1:], {}
-        ref = max((a for a in args if hasattr(a, "dtype")), key=lambda a: a.size)
-        half = ref.dtype if self.widen and ref.dtype in HALF else None
+        ref, half = _largest([a for a in args if hasattr(a, "dtype")], self.widen)
         if half is not None and not self.rows:
             return _run_half(self, args, half, ref.shape)
-        if self.rows:  # the row program as one CUDA kernel (tensorlab/c_runner.py: run_cuda)
-            wide = args if half is None else tuple(_widened(a) for a in args)
-            out = c_runner.run_cuda(self, wide, kw)
+        if self.rows:  # the row program as one CUDA kernel, half arrays read and written in it
+            out = c_runner.run_cuda(self, args, kw, half)  # (tensorlab/c_runner.py: run_cuda)
             if out is not c_runner.NOT_COMPILED:
-                return self._rounded_back(out, half, ref.shape)
+                return out
         if self._compiled is None:
             self._compiled = (
                 on_cupy(self.math, backend.cupy)

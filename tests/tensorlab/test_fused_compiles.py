@@ -201,7 +201,7 @@ def test_cuda_code_that_does_not_compile_is_refused():
         cuda_compile.compile_cubin(code, "broken")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize(
     "op", [op for op in fused_functions() if op.rows], ids=lambda op: op.__name__
 )
@@ -209,10 +209,16 @@ def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
     """A row formula's CUDA form (tensorlab/c_runner.py: _CudaWriter, what run_cuda launches:
     a thread block per row, reductions in shared memory), for the forward and the backward of
     every row op, with its arrays in the layouts the op calls it with (per-feature weights
-    broadcast along the rows, one target per row), compiled by NVRTC for the H100."""
+    broadcast along the rows, one target per row), compiled by NVRTC for the H100. On half
+    arrays the kernel reads them as float and writes its outputs along the rows rounded (but
+    what the forward saves: float32, as the backward then reads it)."""
     from tensorlab import c_runner
     from tests.strategies import CLASSES, PER_FEATURE, signature
 
+    if dtype == "bfloat16" and tl.bfloat16 is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    half = np.dtype(tl.bfloat16 if dtype == "bfloat16" else dtype)
+    wide = np.float32 if dtype in ("float16", "bfloat16") else half
     arrays, numbers = signature(op)
     rng = np.random.default_rng(0)
     args = [
@@ -221,20 +227,47 @@ def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
         else rng.random((8,) if a in PER_FEATURE else (4, 8))
         for a in arrays
     ]
-    args = [a if a.dtype.kind == "i" else a.astype(dtype) for a in args]
-    y = op._forward_kernel.math(NUMPY, *args, **numbers)
-    g = np.ones_like(y[0] if isinstance(y, tuple) else y)
+    y = op._forward_kernel.math(
+        NUMPY, *[a if a.dtype.kind == "i" else a.astype(wide) for a in args], **numbers
+    )
+    args = [a if a.dtype.kind == "i" else a.astype(half) for a in args]
+    y0 = y[0] if isinstance(y, tuple) else y
+    g = np.ones_like(y0, dtype=half if y0.shape == args[0].shape else y0.dtype)
     saved = y[1:] if isinstance(y, tuple) else ()
+    rounding = (half if wide != half else None, op.saves)
     for kernel, call in ((op._forward_kernel, args), (op._backward_kernel, [g, *saved, *args])):
         full = c_runner.full_shape(tuple(call), True)
         layout = tuple(c_runner._layout(a, True, full) for a in call)
         compiled = c_runner._trace(
-            kernel.math, tuple(call), numbers, layout, full, kernel.__name__, "cuda"
+            kernel.math,
+            tuple(call),
+            numbers,
+            layout,
+            full,
+            kernel.__name__,
+            "cuda",
+            (rounding[0], rounding[1] if kernel is op._forward_kernel else 0),
         )
         assert compiled is not None, f"{kernel.__name__} cannot be written as CUDA"
         code = compiled.source[compiled.source.index('extern "C"') :]
         assert "r += gridDim.x" in code  # a thread block per row
         if kernel is op._forward_kernel:  # (a row formula's forward reduces over the row)
             assert "tl_block_sum(" in code or "tl_block_max(" in code
+        if wide != half:  # read as float; the rows' outputs (not what is saved) rounded
+            read, write = (
+                ("__half2float(", "__float2half_rn(")
+                if dtype == "float16"
+                else ("__bfloat162float(", "__float2bfloat16_rn(")
+            )
+            halves = [
+                f"a{k}r["
+                for k, (_, ctype, _) in enumerate(compiled.arrays)
+                if ctype in ("__half", "__nv_bfloat16")
+            ]
+            assert halves and all(code.count(a) == code.count(read + a) for a in halves)
+            rounded = [k for k, (shape, t) in enumerate(compiled.out_shapes(full)) if t == half]
+            assert (write in code) == bool(rounded)
+            n = len(compiled.kinds) - (op.saves if kernel is op._forward_kernel else 0)
+            assert rounded == [k for k, kind in enumerate(compiled.kinds[:n]) if kind == "E"]
         cubin = cuda_compile.compile_cubin(compiled.source, kernel.__name__)
         assert cubin[:4] == b"\x7fELF"

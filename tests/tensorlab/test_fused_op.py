@@ -97,52 +97,68 @@ def test_half_inputs_are_computed_in_float32_and_rounded_back(op):
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
-@pytest.mark.parametrize("op", [op for op in OPS if not op.rows], ids=lambda op: op.__name__)
-def test_on_a_gpu_an_elementwise_op_on_half_arrays_is_one_launch_each_way(
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.__name__)
+def test_on_a_gpu_a_fused_op_on_half_arrays_is_one_launch_each_way(
     op, half, monkeypatch, numpy_kernels
 ):
-    """On CuPy, an elementwise fused op on half arrays runs its half runner (tensorlab/fused.py:
-    half_source): the traced float32 formula reads each half input as float and writes the
-    result rounded, in the kernel, so the forward and the backward are one launch each, with
-    no cast launched on either side (cupy.fuse has no bfloat16 cast). What the forward saves
-    stays float32. On CuPy emulated by NumPy (tests/fake_cupy.py counts launches), the values
+    """On CuPy, a fused op on half arrays reads each half input as float and writes each
+    result rounded inside its kernel: an elementwise op by its half runner (tensorlab/fused.py:
+    half_source), a row op (norms, cross-entropy) by its CUDA form (tensorlab/c_runner.py:
+    run_cuda). So the forward and the backward are one launch each, with no cast launched on
+    either side (cupy.fuse has no bfloat16 cast), and what the forward saves stays float32.
+    On CuPy emulated by NumPy (tests/fake_cupy.py counts launches), an elementwise op's values
     and gradients equal those of the CPU's NumPy runner bit for bit (both compute in float32
-    and round once). With TENSORLAB_TEST_DEVICE=cuda it runs on the GPU's CuPy, whose erf,
-    exp and tanh may differ from NumPy's by float32 ulps: there they agree to one unit of the
-    half type (2⁻⁷ relative in bfloat16, 2⁻¹⁰ in float16), and launches are not counted."""
+    and round once). A row op's block sums run in another order than NumPy's, which moves the
+    float32 result by about 1e-6 of the row's largest entry before the rounding: there, and
+    on a real GPU (TENSORLAB_TEST_DEVICE=cuda, whose erf, exp and tanh may differ from NumPy's
+    by float32 ulps), they agree to one unit of the half type (2⁻⁷ relative in bfloat16, 2⁻¹⁰
+    in float16) plus 1e-6 of the largest entry, and launches are counted only on the
+    emulation."""
     if half == "bfloat16" and tl.bfloat16 is None:
         pytest.skip("bfloat16 needs ml_dtypes")
     from tests import fake_cupy
 
     arrays, numbers = signature(op)
     rng = np.random.default_rng(0)
-    values = [rng.uniform(-3, 3, (5, 8)).astype(half) for _ in arrays]
-    g = rng.uniform(-1, 1, (5, 8)).astype(half)
+    shapes = {a: (8,) if a in PER_FEATURE else (5,) if a in CLASSES else (5, 8) for a in arrays}
+    values = [
+        rng.integers(0, 8, shapes[a])
+        if a in CLASSES
+        else rng.uniform(-3, 3, shapes[a]).astype(half)
+        for a in arrays
+    ]
+    g = {shape: rng.uniform(-1, 1, shape) for shape in [(5, 8), (5,)]}  # (5,): a loss's
 
     def run(device):
-        ins = [tl.tensor(a, device=device, requires_grad=True) for a in values]
+        ins = [tl.tensor(a, device=device, requires_grad=a.dtype.kind not in "iu") for a in values]
         fake_cupy.KERNELS.clear()
         y = op.apply(*ins, **numbers)
         forward = dict(fake_cupy.KERNELS)
-        saved, grad = (y.grad_fn.saved if op.saves else ()), tl.tensor(g, device=device)
+        saved = y.grad_fn.saved if op.saves else ()
+        grad = tl.tensor(g[y.shape].astype(y.dtype), device=device)  # (a loss is float32)
         fake_cupy.KERNELS.clear()
         y.backward(grad)
         backward = dict(fake_cupy.KERNELS)
         assert all(s.dtype == np.float32 for s in saved)
-        return [y.numpy()] + [t.grad.numpy() for t in ins], (forward, backward)
+        return [y.numpy()] + [t.grad.numpy() for t in ins if t.requires_grad], (forward, backward)
 
     cpu, _ = run("cpu")
     real = os.environ.get("TENSORLAB_TEST_DEVICE") == "cuda"
     if not real:
         fake_cupy.install(monkeypatch)
+    run("cuda")  # (the second step counted: the first makes the row sums' vector of ones)
     gpu, (forward, backward) = run("cuda")
     if not real:
-        assert forward == {f"fused half {op.__name__}_forward": 1}
-        assert backward == {f"fused half {op.__name__}_backward": 1}
+        kernel = f"k_{op.__name__}" if op.rows else f"fused half {op.__name__}"
+        assert forward == {f"{kernel}_forward": 1}
+        # (and the engine sums a per-feature input's gradient over the rows: one product 1ᵀ g)
+        assert backward.pop("matmul", 0) == sum(a in PER_FEATURE for a in arrays)
+        assert backward == {f"{kernel}_backward": 1}
     ulp = 2.0**-7 if half == "bfloat16" else 2.0**-10
     for a, b in zip(gpu, cpu):
-        assert a.dtype == b.dtype == np.dtype(half)
-        if real:
-            np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=ulp)
+        assert a.dtype == b.dtype
+        if real or op.rows:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+            np.testing.assert_allclose(a, b, rtol=ulp, atol=1e-6 * np.abs(b).max())
         else:
             np.testing.assert_array_equal(a, b)
