@@ -1136,6 +1136,24 @@ MUTANTS = {
             ".each_sum adds the first 1024 numbers of a tensor again for each later 1024",
         ),
         (
+            "cuda-half-saved-rounded",
+            "            n = len(self.dtypes) - keep",
+            "            n = len(self.dtypes)",
+            "a CUDA row kernel on half arrays rounds what its forward saves for the backward",
+        ),
+        (
+            "cuda-half-per-row-rounded",
+            'rounded if i < n and kind == "E" and dtype == np.float32 else dtype',
+            "rounded if i < n and dtype == np.float32 else dtype",
+            "a CUDA row kernel on half arrays rounds one number per row too (a loss in bfloat16)",
+        ),
+        (
+            "cuda-half-widened-outside",
+            "    reads_half = device == \"cuda\" and kernel.widen",
+            "    reads_half = False",
+            "a row kernel's half arrays are not read by its CUDA form (CuPy's operations run it)",
+        ),
+        (
             "c-read-only-written",
             "        if not views[k][0].flags.writeable:\n            return NOT_COMPILED",
             "        if False:\n            return NOT_COMPILED",
@@ -1143,6 +1161,13 @@ MUTANTS = {
         ),
     ],
     "tensorlab/fused.py": [
+        (
+            "largest-half-not-first",
+            "ref = max(arrays, key=lambda a: (a.size, a.dtype in HALF))",
+            "ref = max(arrays, key=lambda a: a.size)",
+            "a float32 array as large as a half one sets the outputs' dtype (cross-entropy's "
+            "backward on bfloat16 logits: float32 gradient, CuPy's operations on a GPU)",
+        ),
         (
             "half-runner-rounds-saved",
             "    n = len(out_dtypes) - keep",
