@@ -37,6 +37,16 @@
 # bfloat16 (tensor cores):
 #
 #   run(command="BUDGET=280 bash benchmarks/gpu_session.sh flash", timeout_s=320)
+# `issue46` (the first call of a session that draws a GPU, since a machine left idle 30 s
+# starts again from nothing): what issue 46 is judged by, most important first, in one call,
+# each step alone on the machine but the suite's shards: `flash` (the attention kernels' first
+# real run and their speed against SDPA), then the kernels written without a GPU since (the
+# CUDA row kernels reading half arrays, the half runner, cuBLAS with float32 results: their
+# tests on the device), bench_train.py --device cuda (the step against PyTorch eager, float32
+# and bfloat16), the suite in SHARDS shards, and the MPI sweep with whatever is left:
+#
+#   run(command="BUDGET=560 SHARDS=12 bash benchmarks/gpu_session.sh issue46", carry=[".data"],
+#       timeout_s=595)
 # `scaling` (issue 46, the machine's 16 CPU cores, no GPU): bench_distributed.py's sweep over
 # 1, 2, 4 and 8 MPI ranks, the nanoGPT CPU config at a global batch of 24 and the 6 × 384 one
 # at 8; its table goes into docs/distributed.md beside the model's (about 8 minutes, untimed
@@ -210,6 +220,13 @@ profile() {  # GPT-2 small's step op by op, alone on the card: where the time go
     step attention 60 "$PY" benchmarks/bench_attention_blocks.py --device cuda
 }
 
+written_without_a_gpu() {  # the kernels of sessions 28-31, their tests on the device
+    step device_kernels 120 env TENSORLAB_TEST_DEVICE=cuda "$PY" -m pytest -q -rfEs \
+        -p no:cacheprovider tests/tensorlab/test_fused_op.py tests/tensorlab/test_float16.py \
+        tests/tensorlab/test_c_runner.py tests/nn/test_norm.py tests/nn/test_loss.py \
+        tests/nn/test_amp.py tests/nn/test_linear.py
+}
+
 bench_kernels() {
     step bench_kernels 120 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
 }
@@ -258,11 +275,21 @@ flash)
     environment
     flash
     ;;
+issue46)
+    environment
+    flash
+    written_without_a_gpu
+    bench_train
+    suite
+    wait
+    suite_counts
+    scaling
+    ;;
 scaling)
     scaling
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published|scaling|flash]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh [all|check|train|bench|published|scaling|flash|issue46]" >&2
     exit 2
     ;;
 esac
