@@ -23,13 +23,9 @@ so no op is written twice:
    ``cc``) into a shared library, cached on disk by the hash of its source and the machine
    (``$TENSORLAB_CACHE``, else ``~/.cache/tensorlab``), and called through ``ctypes``.
 
-**On a GPU** (:func:`run_cuda`) the same per-row program is written as CUDA
-(:class:`_CudaWriter`) and compiled by CuPy: one thread block per row, each loop over the
-row's columns strided over the block's threads, each reduction finished in shared memory. A
-row kernel (layer norm, RMS norm, cross-entropy) is then one launch, where CuPy's operations
-one by one were a dozen (``cupy.fuse`` cannot fuse work that follows a reduction). A fused
-op's float16/bfloat16 arrays are read as float and its outputs written rounded in the kernel
-(the C form takes them widened: C has no half arithmetic).
+On a GPU the same per-row program is written as CUDA by a subclass of this file's writer
+(:mod:`tensorlab.cuda_rows`), through the same trace and plans (``writer=``); the C form takes
+float16/bfloat16 arrays widened (C has no half arithmetic), the CUDA form reads them itself.
 
 :func:`run_each` and :func:`run_each_sum` run a kernel over many tensors in one call (an
 optimizer's update of every parameter, clipping's sum of squares of every gradient): the same
@@ -92,12 +88,6 @@ _OF_DTYPE = {
     np.dtype(np.float64): ("d", "double"),
 }
 _RANK = {"b": 0, "i": 1, "f": 2, "d": 3}
-# float16 and bfloat16 arrays in a CUDA row kernel (run_cuda): (the CUDA type, how a number is
-# read as float, how a float is written rounded to nearest even). The C form takes them widened.
-_CUDA_HALF = {np.dtype(np.float16): ("__half", "__half2float", "__float2half_rn")}
-if backend.BFLOAT16 is not None:
-    _CUDA_HALF[backend.BFLOAT16] = ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn")
-_CUDA_HALF_TYPES = {ctype: (read, write) for ctype, read, write in _CUDA_HALF.values()}
 
 
 def _promote(a: str, b: str) -> str:
@@ -411,6 +401,7 @@ class _Writer:
     ``outputs`` (node, kind) and ``stores`` (argument index, node)."""
 
     EXPF = "tl_expf"  # the float exp the code calls (the prelude's)
+    HALF: dict = {}  # the float16/bfloat16 dtypes it reads and writes: (ctype, read, write)
 
     def __init__(self, arrays, outputs, stores, params, out_ctypes=None):
         self.arrays, self.outputs, self.stores, self.params = arrays, outputs, stores, params
@@ -646,127 +637,6 @@ def _reachable(roots, rows=None) -> set:
     return seen
 
 
-# ----------------------------------------------------------------------- the CUDA form
-# The same per-row program as CUDA (the GPU runner of a row kernel: ``run_cuda``): one thread
-# block per row, THREADS threads. Each loop over the row's columns is strided over the
-# block's threads (column j by thread j mod THREADS), and each reduction adds its threads'
-# partial sums (or maxima) in shared memory, in a tree whose order does not depend on timing,
-# so every thread gets the row's value. What is per row (1/σ, a gathered logit) is computed
-# by every thread from those values; thread 0 writes the per-row outputs.
-THREADS = 128  # threads per block (a power of two: the reductions halve it; read when a
-# kernel's source is written: the GPU emulation of the tests takes 32, fewer fibers to run)
-
-_CUDA_PRELUDE = """#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7fffffff)
-#endif
-/* The block's sum (or maximum) of each thread's v, in every thread. The partial values sit
-   in shared memory; the last barrier lets the next reduction reuse it. */
-template <typename T> __device__ T tl_block_sum(T v) {
-  __shared__ T part[TL_THREADS];
-  part[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = TL_THREADS / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
-  const T total = part[0];
-  __syncthreads();
-  return total;
-}
-template <typename T> __device__ T tl_block_max(T v) {
-  __shared__ T part[TL_THREADS];
-  part[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = TL_THREADS / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s && part[threadIdx.x + s] > part[threadIdx.x])
-      part[threadIdx.x] = part[threadIdx.x + s];
-    __syncthreads();
-  }
-  const T top = part[0];
-  __syncthreads();
-  return top;
-}
-"""
-
-
-class _CudaWriter(_Writer):
-    """CUDA source of one traced signature (see above): the C writer's program, with each
-    loop over the columns strided over the block's threads and each reduction finished by the
-    block."""
-
-    EXPF = "expf"  # CUDA's
-
-    def loop(self, pragma, body) -> None:
-        self.lines.append("    for (long long j = threadIdx.x; j < d; j += blockDim.x) {")
-        body(None)
-        self.lines.append("    }")
-
-    def outside_row(self, value: str, ctype: str) -> str:
-        """An index outside the row gives NaN (no error without a host wait; the callers,
-        cross-entropy, check their indices first)."""
-        return f"{value} = ({ctype})NAN;"
-
-    def read(self, ctype: str, element: str) -> str:
-        """A float16/bfloat16 element read as float (the kernel computes in float32)."""
-        half = _CUDA_HALF_TYPES.get(ctype)
-        return element if half is None else f"{half[0]}({element})"
-
-    def written(self, ctype: str, value: str) -> str:
-        """A float written to a float16/bfloat16 output rounded to nearest even."""
-        half = _CUDA_HALF_TYPES.get(ctype)
-        return value if half is None else f"{half[1]}({value})"
-
-    def row_node(self, node: Node) -> None:
-        out, t = self.lines, _C[_strong(node.t)]
-        if node.op not in ("sum", "mean", "max"):
-            return super().row_node(node)
-        (x,) = node.args
-        acc, top = f"a{node.n}", node.op == "max"
-        out.append(f"    {t} {acc} = {'-INFINITY' if top else '0'};")
-        if top:  # and how many NaN the thread saw: NaN wins, as in NumPy
-            out.append(f"    int nan{node.n} = 0;")
-
-        def accumulate(keep):
-            self.store_outputs(self.elementwise([x], "j", "      "), "      ")
-            value = self.use(x, node.t, "j")
-            if top:
-                out.append(f"      const {t} v = {value};")
-                out.append(f"      {acc} = v > {acc} ? v : {acc};")
-                out.append(f"      nan{node.n} += v != v;")
-            else:
-                out.append(f"      {acc} += {value};")
-
-        self.loop(None, accumulate)
-        if top:
-            out.append(f"    {acc} = tl_block_max({acc});")
-            out.append(f"    const {t} r{node.n} = tl_block_sum(nan{node.n}) ? ({t})NAN : {acc};")
-        else:
-            scale = f" * ({t})(1.0 / (double)d)" if node.op == "mean" else ""
-            out.append(f"    const {t} r{node.n} = tl_block_sum({acc}){scale};")
-
-    def opening(self, name: str, params: str) -> list[str]:
-        return [
-            f'extern "C" __global__ void {name}({params}) {{',
-            "  for (long long r = blockIdx.x; r < R; r += gridDim.x) {",
-        ]
-
-    def closing(self, writes: list[str]) -> list[str]:
-        wait = []
-        if any(self.arrays[k][2] for k, _ in self.stores):  # (a per-row argument updated)
-            wait = ["    __syncthreads();  // (every thread has read the row's old values)"]
-        body = [f"      {w}" for w in writes]
-        return [*wait, "    if (threadIdx.x == 0) {", *body, "    }\n  }\n}\n"]
-
-    def prelude(self) -> str:
-        types = {ctype for _, ctype, _ in self.arrays} | set(self.out_ctypes)
-        headers = "#include <cuda_fp16.h>\n" if "__half" in types else ""
-        headers += "#include <cuda_bf16.h>\n" if "__nv_bfloat16" in types else ""
-        return f"{headers}#define TL_THREADS {THREADS}\n" + _CUDA_PRELUDE
-
-
 # ----------------------------------------------------------------------- compiling
 # Not all of -ffast-math: NaN and ∞ as NumPy has them, and no fused multiply-adds, so that a
 # product recomputed in two loops rounds the same in both (layer norm's ĝ - mean(ĝ) is then
@@ -859,11 +729,12 @@ class Compiled:
         layout: tuple,
         name: str,
         each=None,
-        device="cpu",
+        writer=None,
         half=(None, 0),
     ):
         name = "k_" + re.sub(r"\W", "_", name)  # the kernel's name as a C identifier
         tracer = Tracer()
+        halves = writer.HALF if writer is not None else {}
         self.layout = layout
         syms, self.arrays, number_at = [], [], []
         for i, (a, lay) in enumerate(zip(args, layout)):
@@ -871,8 +742,8 @@ class Compiled:
                 syms.append(tracer.param(a))
                 number_at.append(("a", i))
                 continue
-            dtype = np.dtype(lay[0])
-            t, ctype = ("f", _CUDA_HALF[dtype][0]) if dtype in _CUDA_HALF else _OF_DTYPE[dtype]
+            dtype = np.dtype(lay[0])  # (a half array the writer reads: computed as float)
+            t, ctype = ("f", halves[dtype][0]) if dtype in halves else _OF_DTYPE[dtype]
             node = Node("load", (), t, lay[1] != "E", len(self.arrays))
             self.arrays.append((f"a{len(self.arrays)}", ctype, lay[1] != "E"))
             syms.append(Sym(node, lay[1], tracer))
@@ -902,7 +773,7 @@ class Compiled:
         for k, _ in self.stores:
             if array_layouts[k][2]:
                 raise Untraceable("an in-place update of a broadcast argument")
-            if self.arrays[k][1] in _CUDA_HALF_TYPES:
+            if np.dtype(array_layouts[k][0]) in halves:
                 raise Untraceable("an in-place update of a half array")
         self.passes = any(p is not None for p in self.passthrough)
         self.number_at, self.guards = number_at, tracer.guards
@@ -916,16 +787,15 @@ class Compiled:
                 rounded if i < n and kind == "E" and dtype == np.float32 else dtype
                 for i, (dtype, kind) in enumerate(zip(self.dtypes, self.kinds))
             ]
-        self.is_float = [_strong(n.t) not in ("b", "i") for n in tracer.params]
-        if device == "cuda":  # the GPU form (run_cuda): a CUDA kernel, compiled by CuPy
-            self.params = [_PARAM_TYPES[_strong(n.t)] for n in tracer.params]
+        self.param_types = [_strong(n.t) for n in tracer.params]  # ("b", "i", "f" or "d")
+        self.is_float = [t not in ("b", "i") for t in self.param_types]
+        if writer is not None:  # another form (tensorlab/cuda_rows.py): compiled where it runs
             out_ctypes = [
-                _CUDA_HALF[dtype][0] if dtype in _CUDA_HALF else _C[_strong(node.t)]
+                halves[dtype][0] if dtype in halves else _C[_strong(node.t)]
                 for dtype, (node, _) in zip(self.dtypes, self.outputs)
             ]
-            writer = _CudaWriter(self.arrays, self.outputs, self.stores, tracer.params, out_ctypes)
-            self.source, self.name = writer.source(name), name  # (compiled at the first run)
-            self.threads = THREADS  # (the block size the source was written for)
+            form = writer(self.arrays, self.outputs, self.stores, tracer.params, out_ctypes)
+            self.source, self.name, self.form = form.source(name), name, form
             return
         writer = _Writer(self.arrays, self.outputs, self.stores, tracer.params)
         summed = [n for n, kind in self.outputs if kind == "E"]
@@ -1094,7 +964,7 @@ def _rows_view(a, kind: str, full: tuple, R: int, d: int) -> tuple:
             return a, 1
     elif kind in ("K", "F") and not any(a.strides):  # one number for every row (a sum's g)
         return a, 0
-    xp = np if isinstance(a, np.ndarray) else backend.cupy  # (CuPy's for run_cuda)
+    xp = np if isinstance(a, np.ndarray) else backend.cupy  # (CuPy's for a GPU's form)
     view = xp.broadcast_to(a[..., None] if kind == "F" else a, full).reshape(R, d)
     if kind == "E" and d > 1 and view.strides[1] != a.itemsize:
         view = xp.ascontiguousarray(view)
@@ -1112,7 +982,7 @@ def full_shape(args: tuple, rows: bool) -> tuple:
     return np.broadcast_shapes(*shapes)
 
 
-def _trace(math, args, kw, layout, full, name, device="cpu", half=(None, 0)) -> Compiled | None:
+def _trace(math, args, kw, layout, full, name, writer=None, half=(None, 0)) -> Compiled | None:
     """The compiled signature, or None where the formula cannot be written. An array of the
     rows' leading shape that also fits the last axis (a (d,) gain beside (d, d) inputs) is
     read as one number per row first, and along the last axis if the formula refuses that
@@ -1127,7 +997,7 @@ def _trace(math, args, kw, layout, full, name, device="cpu", half=(None, 0)) -> 
         tries.append(tuple((lay[0], "E", False) if b else lay for lay, b in zip(layout, both)))
     for lay in tries:
         try:
-            return Compiled(math, args, kw, lay, name, device=device, half=half)
+            return Compiled(math, args, kw, lay, name, writer=writer, half=half)
         except (Untraceable, TypeError, AttributeError):  # (x.T, len(x), ...: not recorded)
             continue
     return None
@@ -1136,13 +1006,13 @@ def _trace(math, args, kw, layout, full, name, device="cpu", half=(None, 0)) -> 
 NOT_COMPILED = ()  # what run returns for a signature it cannot compile
 
 
-def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str, half=None):
+def _signature(kernel, args: tuple, kw: dict, key: tuple, writer=None, half=None):
     """(the trace for these arguments, its numbers, the full shape, R, d), or
     :data:`NOT_COMPILED`: the plan of this shape (made once), and among its traces the one
     whose guards the numbers pass (a branch taken the other way gets a trace of its own)."""
     plan = kernel._c_plans.get(key)
     if plan is None:
-        plan = kernel._c_plans[key] = _plan(kernel, args, kw, device, half)
+        plan = kernel._c_plans[key] = _plan(kernel, args, kw, writer, half)
     if plan is NOT_COMPILED:
         return NOT_COMPILED
     variants, full, R, d = plan
@@ -1152,7 +1022,7 @@ def _signature(kernel, args: tuple, kw: dict, key: tuple, device: str, half=None
             return compiled, numbers, full, R, d
     layout = variants[0].layout
     rounding = (half, kernel.keep)
-    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device, rounding)
+    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, writer, rounding)
     if compiled is None:
         return NOT_COMPILED
     variants.append(compiled)
@@ -1164,7 +1034,7 @@ def run(kernel, args: tuple, kw: dict):
     :data:`NOT_COMPILED` where this signature cannot be. What depends only on the arguments'
     shapes and dtypes (the full shape, the layouts, the trace) is looked up once per shape."""
     shapes = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else type(a) for a in args])
-    found = _signature(kernel, args, kw, (shapes, _kw_key(kw)), "cpu")
+    found = _signature(kernel, args, kw, (shapes, _kw_key(kw)))
     if found is NOT_COMPILED:
         return NOT_COMPILED
     compiled, numbers, full, R, d = found
@@ -1209,24 +1079,23 @@ def _address(a) -> int:
         return a.ctypes.data
 
 
-def _plan(kernel, args: tuple, kw: dict, device: str = "cpu", half=None):
-    """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`. A CUDA
-    kernel of a fused op (``widen``) reads float16/bfloat16 arrays as float and writes its
-    float32 outputs along the rows in ``half`` (if not None), but the kernel's last ``keep``."""
-    reads_half = device == "cuda" and kernel.widen
-    if any(
-        _is_array(a) and a.dtype not in _OF_DTYPE and not (reads_half and a.dtype in _CUDA_HALF)
-        for a in args
-    ):
+def _plan(kernel, args: tuple, kw: dict, writer=None, half=None):
+    """(the traces of this signature, the full shape, R, d), or :data:`NOT_COMPILED`. The
+    C function, or the source ``writer`` writes (tensorlab/cuda_rows.py); a writer that reads
+    float16/bfloat16 arrays (``writer.HALF``) takes those of a fused op's kernel (``widen``)
+    and writes its float32 outputs along the rows in ``half`` (if not None), but the kernel's
+    last ``keep``."""
+    halves = writer.HALF if writer is not None and kernel.widen else {}
+    if any(_is_array(a) and a.dtype not in _OF_DTYPE and a.dtype not in halves for a in args):
         return NOT_COMPILED  # (float16, bfloat16 on the CPU or updated in place, complex, ...)
     full = full_shape(args, kernel.rows)
     layout = tuple(_layout(a, kernel.rows, full) if _is_array(a) else None for a in args)
-    key = (device, layout, _kw_key(kw))
+    key = (writer, layout, _kw_key(kw))
     key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
     variants = kernel._c_traces.get(key)
     if variants is None:
         rounding = (half, kernel.keep)
-        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, device, rounding)
+        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, writer, rounding)
         variants = kernel._c_traces[key] = [compiled] if compiled else NOT_COMPILED
     if variants is NOT_COMPILED:
         return NOT_COMPILED  # this signature runs on NumPy from now on
@@ -1239,44 +1108,3 @@ def _is_array(a) -> bool:
     return isinstance(a, np.ndarray) or (
         backend.cupy is not None and isinstance(a, backend.cupy.ndarray)
     )
-
-
-# ----------------------------------------------------------------------- on a GPU
-_PARAM_TYPES = {"b": np.uint8, "i": np.int64, "f": np.float32, "d": np.float64}
-
-
-@functools.cache
-def _cuda_kernel(source: str, name: str):  # pragma: no cover - needs a GPU (or its emulation)
-    """The kernel ``name`` of ``source``, compiled by CuPy (NVRTC) once per source."""
-    return backend.cupy.RawModule(code=source).get_function(name)
-
-
-def run_cuda(kernel, args: tuple, kw: dict, half=None):
-    """``kernel.math`` on CuPy arrays as one CUDA kernel, the row program of :func:`run`
-    written for a GPU (:class:`_CudaWriter`: a thread block per row), or
-    :data:`NOT_COMPILED` where this signature cannot be traced. An index outside the row
-    (cross-entropy's targets, which its caller checks) gives NaN, not an error: no host wait.
-    A fused op's kernel (``kernel.widen``) reads float16/bfloat16 arrays itself, as float,
-    and writes its float32 outputs along the rows in ``half`` (None: float32), but the last
-    ``kernel.keep``: no cast before or after it."""
-    cupy = backend.cupy
-    shapes = tuple([(a.shape, a.dtype) if _is_array(a) else type(a) for a in args])
-    found = _signature(kernel, args, kw, ("cuda", shapes, _kw_key(kw)), "cuda", half)
-    if found is NOT_COMPILED:
-        return NOT_COMPILED
-    compiled, numbers, full, R, d = found
-    call, views = [np.int64(R), np.int64(d)], []
-    for a, lay in zip(args, compiled.layout):
-        if lay is not None:
-            view, stride = _rows_view(a, lay[1], full, R, d)
-            call += (view, np.int64(stride))
-            views.append((a, view))
-    if any(views[k][1] is not views[k][0] for k, _ in compiled.stores):
-        return NOT_COMPILED  # (an argument updated in place through a copy: CuPy's operations)
-    outs = [cupy.empty(shape, dtype) for shape, dtype in compiled.out_shapes(full)]
-    call += outs
-    call += [kind(v) for kind, v in zip(compiled.params, numbers)]
-    if R:
-        launch = _cuda_kernel(compiled.source, compiled.name)
-        launch((min(R, 2**31 - 1),), (compiled.threads,), tuple(call))
-    return _results(compiled, outs, views)

@@ -53,7 +53,7 @@ from math import prod as math_prod
 
 import numpy as np
 
-from tensorlab import backend, c_runner
+from tensorlab import backend, c_runner, cuda_rows
 from tensorlab.backend import BFLOAT16, erf_exact, xp_of
 
 # ----------------------------------------------------------------------- the namespaces
@@ -347,7 +347,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
     def _on_gpu(self, args, kw):  # pragma: no cover - needs a GPU
         """The compiled kernel. Half inputs are computed in float32 and rounded back by the
         kernel itself as it reads and writes them: an elementwise kernel by the half runner
-        (:func:`half_source`), a row kernel by its CUDA form (:func:`c_runner.run_cuda`), one
+        (:func:`half_source`), a row kernel by its CUDA form (:func:`cuda_rows.run_cuda`), one
         launch each. A row kernel that cannot be written so runs as CuPy's operations, one
         launch each (cupy.fuse cannot fuse work that follows a reduction), with a cast on
         either side."""
@@ -359,7 +359,7 @@ class fused:  # noqa: N801 - used as a decorator, like functools.cache
         if half is not None and not self.rows:
             return _run_half(self, args, half, ref.shape)
         if self.rows:  # the row program as one CUDA kernel, half arrays read and written in it
-            out = c_runner.run_cuda(self, args, kw, half)  # (tensorlab/c_runner.py: run_cuda)
+            out = cuda_rows.run_cuda(self, args, kw, half)  # (tensorlab/cuda_rows.py)
             if out is not c_runner.NOT_COMPILED:
                 return out
         if self._compiled is None:

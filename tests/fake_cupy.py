@@ -613,7 +613,7 @@ def _at_address(address, n, dtype) -> np.ndarray:
     return np.frombuffer(memory, dtype=dtype)
 
 
-# A row kernel's threads per block (tensorlab/c_runner.py: THREADS, 128 on a GPU): the emulation
+# A row kernel's threads per block (tensorlab/cuda_rows.py: THREADS, 128 on a GPU): the emulation
 # runs every thread as a fiber, so it takes fewer (any power of two gives the same numbers up to
 # the order of a row's sums).
 ROW_THREADS = 8
@@ -745,19 +745,19 @@ def install(monkeypatch=None) -> None:
     cupyx = types.ModuleType("cupyx")
     cupyx.scipy = scipy
     modules = {"cupy": module, "cupyx": cupyx, "cupyx.scipy": scipy, "cupyx.scipy.special": special}
-    from tensorlab import backend, c_runner, fused
+    from tensorlab import backend, cuda_rows, fused
 
     if monkeypatch is None:
         sys.modules.update(modules)
         backend.cupy = module
         fused._each_kernel = _each_kernel
         fused._half_kernel = _half_kernel
-        c_runner.THREADS = ROW_THREADS
+        cuda_rows.THREADS = ROW_THREADS
         return
     for name, value in modules.items():
         monkeypatch.setitem(sys.modules, name, value)
     monkeypatch.setattr(backend, "cupy", module)
     monkeypatch.setattr(fused, "_each_kernel", _each_kernel)
     monkeypatch.setattr(fused, "_half_kernel", _half_kernel)
-    monkeypatch.setattr(c_runner, "THREADS", ROW_THREADS)
+    monkeypatch.setattr(cuda_rows, "THREADS", ROW_THREADS)
     monkeypatch.setattr(backend, "_generators", dict(backend._generators))

@@ -58,6 +58,11 @@ TESTS = {
     ],
     "nn/amp.py": ["tests/nn/test_amp.py", "tests/nn"],
     "tensorlab/c_runner.py": ["tests/tensorlab/test_c_runner.py", "tests/tensorlab tests/nn"],
+    "tensorlab/cuda_rows.py": [
+        "tests/tensorlab/test_cuda_rows.py tests/tensorlab/test_fused_compiles.py "
+        "tests/tensorlab/test_fused_op.py",
+        "tests/tensorlab tests/nn",
+    ],
     "tensorlab/fused.py": [
         "tests/tensorlab/test_fused.py",
         "tests/tensorlab tests/nn/test_optim.py",
@@ -1046,30 +1051,6 @@ MUTANTS = {
             "the C mean divides by d - 1",
         ),
         (
-            "cuda-mean-bessel",
-            '\n            scale = f" * ({t})(1.0 / (double)d)"',
-            '\n            scale = f" * ({t})(1.0 / (double)(d - 1))"',
-            "the CUDA mean divides by d - 1",
-        ),
-        (
-            "cuda-block-sum-half",
-            "    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];",
-            "    if (threadIdx.x < s && s > 1) part[threadIdx.x] += part[threadIdx.x + s];",
-            "the CUDA block sum stops before adding its last two partial sums",
-        ),
-        (
-            "cuda-max-nan-dropped",
-            "tl_block_sum(nan{node.n}) ? ({t})NAN : {acc}",
-            "{acc}",
-            "the CUDA row maximum ignores NaN (NumPy's max is NaN)",
-        ),
-        (
-            "cuda-one-thread-columns",
-            "for (long long j = threadIdx.x; j < d; j += blockDim.x) {",
-            "for (long long j = threadIdx.x; j < d && j < blockDim.x; j += blockDim.x) {",
-            "the CUDA row loop covers only the first THREADS columns",
-        ),
-        (
             "c-broadcast-row-stride",
             "(a sum's g)\n        return a, 0",
             "(a sum's g)\n        return a, 1",
@@ -1136,28 +1117,54 @@ MUTANTS = {
             ".each_sum adds the first 1024 numbers of a tensor again for each later 1024",
         ),
         (
-            "cuda-half-saved-rounded",
+            "c-read-only-written",
+            "        if not views[k][0].flags.writeable:\n            return NOT_COMPILED",
+            "        if False:\n            return NOT_COMPILED",
+            "an in-place kernel writes into an array NumPy holds read-only",
+        ),
+        (
+            "half-saved-rounded",
             "            n = len(self.dtypes) - keep",
             "            n = len(self.dtypes)",
             "a CUDA row kernel on half arrays rounds what its forward saves for the backward",
         ),
         (
-            "cuda-half-per-row-rounded",
+            "half-per-row-rounded",
             'rounded if i < n and kind == "E" and dtype == np.float32 else dtype',
             "rounded if i < n and dtype == np.float32 else dtype",
             "a CUDA row kernel on half arrays rounds one number per row too (a loss in bfloat16)",
         ),
         (
-            "cuda-half-widened-outside",
-            "    reads_half = device == \"cuda\" and kernel.widen",
+            "half-not-read-by-writer",
+            '    reads_half = device == "cuda" and kernel.widen',
             "    reads_half = False",
             "a row kernel's half arrays are not read by its CUDA form (CuPy's operations run it)",
         ),
+    ],
+    "tensorlab/cuda_rows.py": [
         (
-            "c-read-only-written",
-            "        if not views[k][0].flags.writeable:\n            return NOT_COMPILED",
-            "        if False:\n            return NOT_COMPILED",
-            "an in-place kernel writes into an array NumPy holds read-only",
+            "cuda-mean-bessel",
+            '\n            scale = f" * ({t})(1.0 / (double)d)"',
+            '\n            scale = f" * ({t})(1.0 / (double)(d - 1))"',
+            "the CUDA mean divides by d - 1",
+        ),
+        (
+            "cuda-block-sum-half",
+            "    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];",
+            "    if (threadIdx.x < s && s > 1) part[threadIdx.x] += part[threadIdx.x + s];",
+            "the CUDA block sum stops before adding its last two partial sums",
+        ),
+        (
+            "cuda-max-nan-dropped",
+            "tl_block_sum(nan{node.n}) ? ({t})NAN : {acc}",
+            "{acc}",
+            "the CUDA row maximum ignores NaN (NumPy's max is NaN)",
+        ),
+        (
+            "cuda-one-thread-columns",
+            "for (long long j = threadIdx.x; j < d; j += blockDim.x) {",
+            "for (long long j = threadIdx.x; j < d && j < blockDim.x; j += blockDim.x) {",
+            "the CUDA row loop covers only the first THREADS columns",
         ),
     ],
     "tensorlab/fused.py": [

@@ -201,7 +201,7 @@ def test_targets_that_are_not_class_indices_and_bad_smoothing_are_refused(
 )
 def test_on_a_gpu_cross_entropy_is_its_cpu_form(reduction, eps, dtype, monkeypatch, numpy_kernels):
     """On CuPy arrays cross-entropy runs the formulas the CPU runs, each one CUDA kernel (a
-    row formula: tensorlab/c_runner.py: run_cuda). On CuPy emulated by NumPy, whose CUDA
+    row formula: tensorlab/cuda_rows.py: run_cuda). On CuPy emulated by NumPy, whose CUDA
     kernels run on the CPU (tests/fake_cupy.py), the loss and the logits' gradient equal the
     CPU's up to the order of each row's sums (a tree over the block's threads), with an
     ignored target: within 1e-6 of the largest entry in float32 (a few ulps of sums of 7

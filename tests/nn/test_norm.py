@@ -174,7 +174,7 @@ NORMS_WITH_PARAMS = {  # each norm with each set of parameters it takes: (functi
 @pytest.mark.parametrize("name", sorted(NORMS_WITH_PARAMS))
 def test_on_a_gpu_a_norm_runs_the_formulas_the_cpu_runs(name, dtype, monkeypatch, numpy_kernels):
     """On CuPy arrays a norm runs its two formulas (nn/norm.py: LayerNormFn, RMSNormFn) as
-    one CUDA kernel each (tensorlab/c_runner.py: run_cuda, the row program the C runner
+    one CUDA kernel each (tensorlab/cuda_rows.py: run_cuda, the row program the C runner
     compiles, written with a thread block per row). On CuPy emulated by NumPy, whose CUDA
     kernels run on the CPU (tests/fake_cupy.py), the values and gradients equal the CPU's up
     to the order of each row's sums (a tree over the block's threads): within 8 float32 ulps

@@ -115,58 +115,6 @@ def test_nan_and_infinity_come_out_where_numpy_has_them(op, data):
         assert_runners_agree(op._forward_kernel, *arrays, **numbers)
 
 
-def gpu_run(kernel, fake, *args, reverse=False, **kw):
-    """``kernel`` on the emulated GPU's copies of ``args``: (its results on the host, the
-    launches it made)."""
-    on_device = [fake.module.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    fake.KERNELS.clear()
-    fake.REVERSE_THREADS[0] = reverse
-    try:
-        out = kernel(*on_device, **kw)
-    finally:
-        fake.REVERSE_THREADS[0] = False
-    outs = out if isinstance(out, tuple) else (out,)
-    return tuple(o.get() for o in outs), dict(fake.KERNELS)
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("op", [op for op in OPS if op.rows], ids=lambda op: op.__name__)
-@given(data=st.data())
-def test_on_a_gpu_a_row_kernel_is_one_cuda_kernel_that_agrees_with_numpy(op, dtype, data):
-    """A row kernel on CuPy arrays (tensorlab/c_runner.py: run_cuda): the per-row program
-    written as CUDA, a thread block per row, run on the CPU by the emulated GPU
-    (tests/fake_cupy.py, 8 threads a block, so rows narrower and wider than a block, and not
-    a multiple of it, are drawn). One launch each way, NumPy's numbers to the C runner's
-    tolerances (the same kinds of difference: the order of a row's sums), NaN and ∞ where
-    NumPy has them (in a third of the draws), and the same numbers bit for bit with the
-    threads of each block run in reverse order (no race between them)."""
-    from tests import fake_cupy
-
-    inputs, numbers = fused_op_inputs(data.draw, op, away=False, dtype=dtype, of_shapes=wide_rows)
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    arrays = [t.numpy() for t in inputs]
-    arrays = [rng.standard_normal(a.shape).astype(dtype) if a.dtype == dtype else a for a in arrays]
-    if data.draw(st.integers(0, 2)) == 0 and arrays[0].size >= 3:
-        arrays[0].reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
-    with pytest.MonkeyPatch.context() as mp, np.errstate(all="ignore"):
-        fake_cupy.install(mp)
-        for kernel in (op._forward_kernel, op._backward_kernel):
-            want, _ = numpy_run(kernel, *arrays, **numbers)
-            got, launches = gpu_run(kernel, fake_cupy, *arrays, **numbers)
-            assert launches == {f"k_{kernel.__name__}": 1}, launches
-            wants = want if isinstance(want, tuple) else (want,)
-            for w, g in zip(wants, got):
-                assert g.shape == w.shape and g.dtype == w.dtype
-                np.testing.assert_allclose(g, w, **TOL[w.dtype], err_msg=kernel.__name__)
-            again, _ = gpu_run(kernel, fake_cupy, *arrays, reverse=True, **numbers)
-            for g, a in zip(got, again):
-                np.testing.assert_array_equal(g, a)
-            if kernel is op._forward_kernel:  # the backward's arguments: g, what it saved, inputs
-                y, saved = (want[0], want[1:]) if isinstance(want, tuple) else (want, ())
-                g = rng.uniform(-3, 3, y.shape).astype(y.dtype)
-                arrays = [g, *saved, *arrays]
-
-
 # The library's other kernels, each with a call of the shapes it gets: (…, T) scores with
 # (…, 1) row values; parameters with their optimizer's numbers.
 def _examples(rng, dtype):

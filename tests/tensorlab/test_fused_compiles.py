@@ -206,13 +206,13 @@ def test_cuda_code_that_does_not_compile_is_refused():
     "op", [op for op in fused_functions() if op.rows], ids=lambda op: op.__name__
 )
 def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
-    """A row formula's CUDA form (tensorlab/c_runner.py: _CudaWriter, what run_cuda launches:
+    """A row formula's CUDA form (tensorlab/cuda_rows.py: _CudaWriter, what run_cuda launches:
     a thread block per row, reductions in shared memory), for the forward and the backward of
     every row op, with its arrays in the layouts the op calls it with (per-feature weights
     broadcast along the rows, one target per row), compiled by NVRTC for the H100. On half
     arrays the kernel reads them as float and writes its outputs along the rows rounded (but
     what the forward saves: float32, as the backward then reads it)."""
-    from tensorlab import c_runner
+    from tensorlab import c_runner, cuda_rows
     from tests.strategies import CLASSES, PER_FEATURE, signature
 
     if dtype == "bfloat16" and tl.bfloat16 is None:
@@ -245,7 +245,7 @@ def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
             layout,
             full,
             kernel.__name__,
-            "cuda",
+            cuda_rows._CudaWriter,
             (rounding[0], rounding[1] if kernel is op._forward_kernel else 0),
         )
         assert compiled is not None, f"{kernel.__name__} cannot be written as CUDA"

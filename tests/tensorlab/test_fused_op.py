@@ -103,7 +103,7 @@ def test_on_a_gpu_a_fused_op_on_half_arrays_is_one_launch_each_way(
 ):
     """On CuPy, a fused op on half arrays reads each half input as float and writes each
     result rounded inside its kernel: an elementwise op by its half runner (tensorlab/fused.py:
-    half_source), a row op (norms, cross-entropy) by its CUDA form (tensorlab/c_runner.py:
+    half_source), a row op (norms, cross-entropy) by its CUDA form (tensorlab/cuda_rows.py:
     run_cuda). So the forward and the backward are one launch each, with no cast launched on
     either side (cupy.fuse has no bfloat16 cast), and what the forward saves stays float32.
     On CuPy emulated by NumPy (tests/fake_cupy.py counts launches), an elementwise op's values
