@@ -1136,8 +1136,8 @@ MUTANTS = {
         ),
         (
             "half-not-read-by-writer",
-            '    reads_half = device == "cuda" and kernel.widen',
-            "    reads_half = False",
+            "    halves = writer.HALF if writer is not None and kernel.widen else {}",
+            "    halves = {}",
             "a row kernel's half arrays are not read by its CUDA form (CuPy's operations run it)",
         ),
     ],
