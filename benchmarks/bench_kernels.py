@@ -2,6 +2,7 @@
 
     python benchmarks/bench_kernels.py [--rounds 6]
     python benchmarks/bench_kernels.py --device cuda   # against PyTorch eager CUDA
+    python benchmarks/bench_kernels.py --device cuda --row-threads 32,64,128,256
 
 Shapes are those of the nanoGPT CPU configuration (batch 12 × block 64 = 768 rows, d_model 128,
 4 heads, MLP 512, vocabulary 65), float32; with ``--device cuda`` those of the 6-layer,
@@ -20,6 +21,10 @@ On the CPU the last lines time the reductions the fused kernels are built from: 
 reduction over a short last axis against the same sum as a BLAS matrix-vector product
 (``tensorlab/fused.py: _ArrayMath`` explains why the kernels use the second), and then the
 ufuncs the elementwise kernels are made of, against a multiplication.
+
+``--row-threads`` times the row kernels (tensorlab/cuda_rows.py) again for each block size
+given: layer norm at GPT-2's width and cross-entropy on bfloat16 logits of a character and of
+GPT-2's vocabulary (the block size of 128 was chosen without a GPU).
 
 This is where to look when ``bench_train.py`` is slower than PyTorch: the step is the sum of
 these kernels (and of the GEMMs, which are BLAS on both sides).
@@ -193,10 +198,60 @@ def adamw_cases(torch, device: str):
     return [(f"AdamW step, {len(arrays)} params", opt.step, topt.step)]
 
 
+def row_cases(torch, device: str, threads: int):
+    """(name, ours, PyTorch's) for the row kernels (tensorlab/cuda_rows.py) written for
+    ``threads`` threads a block: layer norm at GPT-2's width (B·T rows of 768) and
+    cross-entropy over B·T rows of a character vocabulary (65) and of GPT-2's (50257), its
+    logits in bfloat16 as autocast gives them. Each kernel is traced anew for the block size
+    (THREADS is read when a kernel's source is written)."""
+    from nn.loss import CrossEntropyFn
+    from nn.norm import LayerNormFn
+    from tensorlab import cuda_rows
+
+    cuda_rows.THREADS = threads
+    for op in (LayerNormFn, CrossEntropyFn):
+        for kernel in (op._forward_kernel, op._backward_kernel):
+            kernel._c_plans.clear()
+            kernel._c_traces.clear()
+    TF = torch.nn.functional
+    rng = np.random.default_rng(0)
+    rows = B * T
+    x = rng.standard_normal((rows, 768)).astype(np.float32)
+    ln, lnt = nn.LayerNorm(768, device=device), torch.nn.LayerNorm(768, device=device)
+    xo, xt = tl.tensor(x, device=device, requires_grad=True), torch.tensor(x, device=device)
+    xt.requires_grad_()
+    g = rng.standard_normal((rows, 768)).astype(np.float32)
+    go, gt = tl.tensor(g, device=device), torch.tensor(g, device=device)
+    out = [
+        (f"layer norm 768, {threads} threads", lambda: ln(xo).backward(go),
+         lambda: lnt(xt).backward(gt))
+    ]  # fmt: skip
+    for vocab, n in ((65, rows), (50257, min(rows, 2048))):
+        z = rng.standard_normal((n, vocab)).astype(np.float32)
+        t = rng.integers(0, vocab, n)
+        zo = tl.tensor(z, device=device).astype("bfloat16").detach().requires_grad_()
+        zt = torch.tensor(z, device=device).to(torch.bfloat16).requires_grad_()
+        to, tt = tl.tensor(t, device=device), torch.tensor(t, device=device)
+        out.append(
+            (
+                f"cross-entropy {n}x{vocab} bf16, {threads}",
+                lambda zo=zo, to=to: F.cross_entropy(zo, to).backward(),
+                lambda zt=zt, tt=tt: TF.cross_entropy(zt, tt).backward(),
+            )
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6, help="turns per side (10 calls each)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument(
+        "--row-threads",
+        default="",
+        help="with --device cuda: also time the row kernels for these threads a block, e.g. "
+        "32,64,128,256 (tensorlab/cuda_rows.py: THREADS)",
+    )
     args = ap.parse_args()
     try:
         import torch
@@ -231,6 +286,12 @@ def main() -> None:
         a, b = in_turns([ours, theirs], args.rounds, sync=sync)
         print(f"{name:<32} {median_us(a):10.1f} {median_us(b):10.1f} {turn_ratio(a, b):6.2f}x")
     if args.device == "cuda":
+        for threads in [int(n) for n in args.row_threads.split(",") if n]:
+            for name, ours, theirs in row_cases(torch, args.device, threads):
+                a, b = in_turns([ours, theirs], args.rounds, sync=sync)
+                print(
+                    f"{name:<32} {median_us(a):10.1f} {median_us(b):10.1f} {turn_ratio(a, b):6.2f}x"
+                )
         return
 
     print("\nreductions on (768, 512) float32, µs: NumPy ufunc reduction vs BLAS mat-vec")

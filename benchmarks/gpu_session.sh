@@ -18,7 +18,8 @@
 #      nanoGPT config trained for 2000 iterations in float32, bfloat16 and float16 (the
 #      validation losses must agree within 0.02; the corpus comes from TEXT, default
 #      .data/tinyshakespeare.txt, since ../shared does not travel to the GPU machine);
-#   5. bench_kernels.py --device cuda (each op against PyTorch's), if time is left.
+#   5. bench_kernels.py --device cuda (each op against PyTorch's, and the row kernels for 32 to
+#      256 threads a block), if time is left.
 # The parts can also run alone, each under the same BUDGET: `check` (1, `profile_step.py`
 # for GPT-2 small in bfloat16 and float32, `bench_attention_blocks.py`, and the suite),
 # `train` (the three runs), `bench` (2 and 5), and `published`, which is not part of `all`:
@@ -228,7 +229,8 @@ written_without_a_gpu() {  # the kernels of sessions 28-31, their tests on the d
 }
 
 bench_kernels() {
-    step bench_kernels 120 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3
+    step bench_kernels 150 "$PY" benchmarks/bench_kernels.py --device cuda --rounds 3 \
+        --row-threads 32,64,128,256
 }
 
 scaling() {  # issue 46: MPI on the machine's CPU cores (no GPU): ranks x ms x seq/s x efficiency
