@@ -982,8 +982,9 @@ def full_shape(args: tuple, rows: bool) -> tuple:
     return np.broadcast_shapes(*shapes)
 
 
-def _trace(math, args, kw, layout, full, name, writer=None, half=(None, 0)) -> Compiled | None:
-    """The compiled signature, or None where the formula cannot be written. An array of the
+def _trace(kernel, args, kw, layout, full, writer=None, half=None) -> Compiled | None:
+    """The compiled signature of ``kernel.math``, or None where the formula cannot be written
+    (``writer`` and ``half``: see :func:`_plan`). An array of the
     rows' leading shape that also fits the last axis (a (d,) gain beside (d, d) inputs) is
     read as one number per row first, and along the last axis if the formula refuses that
     (NumPy itself broadcasts it along the last axis; a per-row array is made (..., 1) by the
@@ -997,7 +998,10 @@ def _trace(math, args, kw, layout, full, name, writer=None, half=(None, 0)) -> C
         tries.append(tuple((lay[0], "E", False) if b else lay for lay, b in zip(layout, both)))
     for lay in tries:
         try:
-            return Compiled(math, args, kw, lay, name, writer=writer, half=half)
+            rounding = (half, kernel.keep)
+            return Compiled(
+                kernel.math, args, kw, lay, kernel.__name__, writer=writer, half=rounding
+            )
         except (Untraceable, TypeError, AttributeError):  # (x.T, len(x), ...: not recorded)
             continue
     return None
@@ -1021,8 +1025,7 @@ def _signature(kernel, args: tuple, kw: dict, key: tuple, writer=None, half=None
         if compiled.holds(numbers):
             return compiled, numbers, full, R, d
     layout = variants[0].layout
-    rounding = (half, kernel.keep)
-    compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, writer, rounding)
+    compiled = _trace(kernel, args, kw, layout, full, writer, half)
     if compiled is None:
         return NOT_COMPILED
     variants.append(compiled)
@@ -1094,8 +1097,7 @@ def _plan(kernel, args: tuple, kw: dict, writer=None, half=None):
     key += tuple(type(a) for a, lay in zip(args, layout) if lay is None)
     variants = kernel._c_traces.get(key)
     if variants is None:
-        rounding = (half, kernel.keep)
-        compiled = _trace(kernel.math, args, kw, layout, full, kernel.__name__, writer, rounding)
+        compiled = _trace(kernel, args, kw, layout, full, writer, half)
         variants = kernel._c_traces[key] = [compiled] if compiled else NOT_COMPILED
     if variants is NOT_COMPILED:
         return NOT_COMPILED  # this signature runs on NumPy from now on

@@ -234,19 +234,12 @@ def test_a_row_kernel_written_as_cuda_compiles(op, dtype):
     y0 = y[0] if isinstance(y, tuple) else y
     g = np.ones_like(y0, dtype=half if y0.shape == args[0].shape else y0.dtype)
     saved = y[1:] if isinstance(y, tuple) else ()
-    rounding = (half if wide != half else None, op.saves)
+    to = half if wide != half else None  # the outputs' half type (but the forward's saved ones)
     for kernel, call in ((op._forward_kernel, args), (op._backward_kernel, [g, *saved, *args])):
         full = c_runner.full_shape(tuple(call), True)
         layout = tuple(c_runner._layout(a, True, full) for a in call)
         compiled = c_runner._trace(
-            kernel.math,
-            tuple(call),
-            numbers,
-            layout,
-            full,
-            kernel.__name__,
-            cuda_rows._CudaWriter,
-            (rounding[0], rounding[1] if kernel is op._forward_kernel else 0),
+            kernel, tuple(call), numbers, layout, full, cuda_rows._CudaWriter, to
         )
         assert compiled is not None, f"{kernel.__name__} cannot be written as CUDA"
         code = compiled.source[compiled.source.index('extern "C"') :]
